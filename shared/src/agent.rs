@@ -1,0 +1,205 @@
+//! The tool-call loop shared by the planner and every subagent (seed 000
+//! section 1.1): the model returns tool calls, the [`ToolSet`] validates and
+//! runs them (concurrently, each isolated from its siblings), the results go
+//! back to the model, until it answers with text or a limit ends the run.
+//!
+//! The loop owns no I/O of its own: progress reporting and checkpointing are
+//! the [`AgentObserver`]'s job, so the planner can persist its conversation
+//! after every step and a worker can publish progress events. A conversation
+//! whose last message is a model turn with unanswered tool calls resumes by
+//! running those calls, which is how a restarted planner picks up a job.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use tokio_util::sync::CancellationToken;
+
+use crate::ids::{JobId, TaskId, Tenant};
+use crate::model::{ChatMessage, ChatModel, ModelRequest, ToolCall};
+use crate::protocol::{ErrorInfo, ErrorKind, Usage};
+use crate::tool::{ToolContext, ToolOutcome, ToolSet};
+
+/// Limits of one agent run.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// Model calls at most.
+    pub max_steps: u32,
+    /// Wall time of the whole run.
+    pub timeout: Duration,
+    /// Input plus output tokens at most, when set.
+    pub max_tokens: Option<u64>,
+}
+
+/// An agent's memory: its messages and what it has spent. Serializable so the
+/// planner can checkpoint it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Conversation {
+    /// All messages, system prompt first.
+    pub messages: Vec<ChatMessage>,
+    /// Spend so far.
+    pub usage: Usage,
+    /// Model calls so far.
+    pub steps: u32,
+}
+
+impl Conversation {
+    /// A fresh context: system prompt and one user message, nothing else.
+    pub fn new(system: impl Into<String>, user: impl Into<String>) -> Self {
+        Self {
+            messages: vec![
+                ChatMessage::System { content: system.into() },
+                ChatMessage::User { content: user.into() },
+            ],
+            usage: Usage::default(),
+            steps: 0,
+        }
+    }
+
+    /// Tool calls of the last model turn that have no results yet.
+    fn pending_calls(&self) -> Vec<ToolCall> {
+        match self.messages.last() {
+            Some(ChatMessage::Assistant { tool_calls, .. }) => tool_calls.clone(),
+            _ => Vec::new(),
+        }
+    }
+}
+
+/// Sees what the loop does. Every method has a no-op default.
+#[async_trait]
+pub trait AgentObserver: Send + Sync {
+    /// A model call returned.
+    async fn model_called(&self, _step: u32, _usage: Usage, _latency: Duration) {}
+    /// A tool call is about to run.
+    async fn tool_started(&self, _call: &ToolCall) {}
+    /// A tool call ended.
+    async fn tool_finished(&self, _call: &ToolCall, _outcome: &ToolOutcome) {}
+    /// The conversation changed (after a model turn, after its tool results).
+    async fn checkpoint(&self, _conversation: &Conversation) {}
+}
+
+/// An observer that observes nothing.
+pub struct NoObserver;
+impl AgentObserver for NoObserver {}
+
+/// Who the run is for, handed to every tool call.
+#[derive(Clone, Debug)]
+pub struct RunContext {
+    /// The job.
+    pub job_id: JobId,
+    /// The task; `None` for the planner.
+    pub task_id: Option<TaskId>,
+    /// Owner.
+    pub tenant: Tenant,
+    /// W3C traceparent.
+    pub traceparent: Option<String>,
+    /// Fires on cancellation.
+    pub cancel: CancellationToken,
+}
+
+/// A model, its tools and its limits.
+pub struct Agent {
+    /// The model.
+    pub model: Arc<dyn ChatModel>,
+    /// The only tools this agent can call.
+    pub tools: Arc<ToolSet>,
+    /// Its limits.
+    pub limits: Limits,
+}
+
+impl Agent {
+    /// Runs until the model answers; returns its final text.
+    pub async fn run(
+        &self,
+        conv: &mut Conversation,
+        ctx: &RunContext,
+        observer: &dyn AgentObserver,
+    ) -> Result<String, ErrorInfo> {
+        let timeout = self.limits.timeout;
+        tokio::select! {
+            biased;
+            _ = ctx.cancel.cancelled() => Err(ErrorInfo::new(ErrorKind::Cancelled, "cancelled")),
+            r = tokio::time::timeout(timeout, self.run_inner(conv, ctx, observer)) => match r {
+                Ok(r) => r,
+                Err(_) => Err(ErrorInfo::new(ErrorKind::Timeout, format!("agent ran out of its {}s wall-time limit", timeout.as_secs()))),
+            },
+        }
+    }
+
+    async fn run_inner(
+        &self,
+        conv: &mut Conversation,
+        ctx: &RunContext,
+        observer: &dyn AgentObserver,
+    ) -> Result<String, ErrorInfo> {
+        let specs = self.tools.specs();
+        loop {
+            let pending = conv.pending_calls();
+            if !pending.is_empty() {
+                let results = self.run_calls(&pending, ctx, observer).await;
+                conv.usage.tool_calls += results.len() as u64;
+                conv.messages.extend(results);
+                observer.checkpoint(conv).await;
+                continue;
+            }
+            if conv.steps >= self.limits.max_steps {
+                return Err(ErrorInfo::new(
+                    ErrorKind::Limit,
+                    format!("step limit reached: {} model calls without a final answer", self.limits.max_steps),
+                ));
+            }
+            if let Some(max) = self.limits.max_tokens.filter(|m| conv.usage.total_tokens() >= *m) {
+                return Err(ErrorInfo::new(ErrorKind::Limit, format!("token budget of {max} exhausted")));
+            }
+            let started = Instant::now();
+            let response = self
+                .model
+                .complete(ModelRequest { messages: &conv.messages, tools: &specs })
+                .await
+                .map_err(|e| ErrorInfo::new(e.kind, e.to_string()))?;
+            conv.steps += 1;
+            conv.usage += response.usage;
+            observer.model_called(conv.steps, response.usage, started.elapsed()).await;
+            let done = response.tool_calls.is_empty();
+            let answer = response.content.clone().unwrap_or_default();
+            conv.messages.push(ChatMessage::Assistant { content: response.content, tool_calls: response.tool_calls });
+            observer.checkpoint(conv).await;
+            if done {
+                return Ok(answer);
+            }
+        }
+    }
+
+    /// Runs one turn's calls concurrently; a failure stays in its own result.
+    async fn run_calls(&self, calls: &[ToolCall], ctx: &RunContext, observer: &dyn AgentObserver) -> Vec<ChatMessage> {
+        let runs = calls.iter().map(|call| async move {
+            observer.tool_started(call).await;
+            let tool_ctx = ToolContext {
+                job_id: ctx.job_id,
+                task_id: ctx.task_id,
+                tenant: ctx.tenant.clone(),
+                call_id: call.id.clone(),
+                idempotency_key: format!(
+                    "{}:{}",
+                    ctx.task_id.map(|t| t.to_string()).unwrap_or_else(|| ctx.job_id.to_string()),
+                    call.id
+                ),
+                traceparent: ctx.traceparent.clone(),
+                cancel: ctx.cancel.child_token(),
+            };
+            let outcome = self.tools.invoke(&tool_ctx, &call.name, &call.arguments).await;
+            observer.tool_finished(call, &outcome).await;
+            ChatMessage::Tool {
+                tool_call_id: call.id.clone(),
+                name: call.name.clone(),
+                content: outcome.to_model_text(),
+                is_error: outcome.result.is_err(),
+            }
+        });
+        futures::future::join_all(runs).await
+    }
+}
+
+#[cfg(test)]
+mod tests;

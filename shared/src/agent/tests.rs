@@ -1,0 +1,136 @@
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use serde_json::{Value, json};
+
+use super::*;
+use crate::model::scripted::ScriptedModel;
+use crate::tool::{Tool, ToolError, ToolSpec};
+
+/// Sleeps, then returns `x`; fails with a business error when `x` < 0.
+struct Slow {
+    running: AtomicUsize,
+    peak: AtomicUsize,
+}
+
+#[async_trait]
+impl Tool for Slow {
+    fn spec(&self) -> ToolSpec {
+        ToolSpec {
+            name: "slow".into(),
+            description: "d".into(),
+            input_schema: json!({"type":"object","properties":{"x":{"type":"number"}},"required":["x"]}),
+        }
+    }
+    async fn call(&self, _: &ToolContext, args: Value) -> Result<Value, ToolError> {
+        let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
+        self.peak.fetch_max(now, Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        self.running.fetch_sub(1, Ordering::SeqCst);
+        if args["x"].as_f64().unwrap() < 0.0 {
+            Err(ToolError::business("x must not be negative"))
+        } else {
+            Ok(json!({"x": args["x"]}))
+        }
+    }
+}
+
+const SCRIPT: &str = r#"
+[[turns]]
+[[turns.calls]]
+tool = "slow"
+for_each = "[1, -1, 3]"
+args = '{"x": {{ item }}}'
+[[turns.calls]]
+tool = "slow"
+args = '{"y": 1}'
+
+[[turns]]
+content = "{% for r in last %}{% if r.ok %}true{% else %}false{% endif %}:{% if r.ok %}{{ r.value.x }}{% else %}{{ r.error.kind }}{% endif %} {% endfor %}"
+"#;
+
+fn agent(script: &str, max_steps: u32) -> (Agent, Arc<Slow>) {
+    let slow = Arc::new(Slow { running: AtomicUsize::new(0), peak: AtomicUsize::new(0) });
+    let mut tools = ToolSet::new(Duration::from_secs(5));
+    tools.add(slow.clone(), "test").unwrap();
+    let a = Agent {
+        model: Arc::new(ScriptedModel::from_str("s", script).unwrap()),
+        tools: Arc::new(tools),
+        limits: Limits { max_steps, timeout: Duration::from_secs(10), max_tokens: None },
+    };
+    (a, slow)
+}
+
+fn ctx() -> RunContext {
+    RunContext {
+        job_id: JobId::new(),
+        task_id: None,
+        tenant: Tenant::default(),
+        traceparent: None,
+        cancel: CancellationToken::new(),
+    }
+}
+
+#[derive(Default)]
+struct Recorder {
+    events: Mutex<Vec<String>>,
+    checkpoints: AtomicUsize,
+}
+
+#[async_trait]
+impl AgentObserver for Recorder {
+    async fn model_called(&self, step: u32, _: Usage, _: Duration) {
+        self.events.lock().unwrap().push(format!("model{step}"));
+    }
+    async fn tool_finished(&self, call: &ToolCall, o: &ToolOutcome) {
+        self.events.lock().unwrap().push(format!("{}:{}", call.id, o.result.is_ok()));
+    }
+    async fn checkpoint(&self, _: &Conversation) {
+        self.checkpoints.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+#[tokio::test]
+async fn parallel_calls_fail_independently() {
+    let (a, slow) = agent(SCRIPT, 5);
+    let mut conv = Conversation::new("sys", "go");
+    let rec = Recorder::default();
+    let answer = a.run(&mut conv, &ctx(), &rec).await.unwrap();
+    assert_eq!(answer, "true:1 false:business true:3 false:validation ");
+    assert_eq!(slow.peak.load(Ordering::SeqCst), 3, "the three valid calls ran concurrently");
+    assert_eq!(conv.steps, 2);
+    assert_eq!(conv.usage.model_calls, 2);
+    assert_eq!(conv.usage.tool_calls, 4);
+    assert_eq!(rec.checkpoints.load(Ordering::SeqCst), 3);
+    assert_eq!(rec.events.lock().unwrap().first().unwrap(), "model1");
+}
+
+#[tokio::test]
+async fn step_limit_and_cancellation_end_the_run() {
+    let looping = "[[turns]]\n[[turns.calls]]\ntool = \"slow\"\nargs = '{\"x\": 1}'\n".repeat(5);
+    let (a, _) = agent(&looping, 2);
+    let err = a.run(&mut Conversation::new("s", "u"), &ctx(), &NoObserver).await.unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Limit);
+    assert!(err.message.contains("step limit"), "{}", err.message);
+
+    let (a, _) = agent(&looping, 5);
+    let c = ctx();
+    c.cancel.cancel();
+    let err = a.run(&mut Conversation::new("s", "u"), &c, &NoObserver).await.unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Cancelled);
+}
+
+#[tokio::test]
+async fn a_checkpointed_conversation_resumes_its_pending_calls() {
+    let (a, _) = agent(SCRIPT, 5);
+    let mut conv = Conversation::new("sys", "go");
+    // Simulate a crash right after the first model turn was checkpointed.
+    let first = a.model.complete(ModelRequest { messages: &conv.messages, tools: &[] }).await.unwrap();
+    conv.steps = 1;
+    conv.messages.push(ChatMessage::Assistant { content: None, tool_calls: first.tool_calls });
+    let saved: Conversation = serde_json::from_str(&serde_json::to_string(&conv).unwrap()).unwrap();
+    let mut resumed = saved;
+    let answer = a.run(&mut resumed, &ctx(), &NoObserver).await.unwrap();
+    assert_eq!(answer, "true:1 false:business true:3 false:validation ");
+    assert_eq!(resumed.steps, 2, "the resumed run made one more model call, not two");
+}

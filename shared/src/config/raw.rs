@@ -1,0 +1,168 @@
+//! The serde shape of the configuration file. Defaults live here; validation
+//! lives in [`super::Settings`].
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+/// The whole file.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RawConfig {
+    /// `[nats]`
+    pub nats: NatsConfig,
+    /// `[models.<name>]`
+    pub models: BTreeMap<String, RawModel>,
+    /// `[planner]`
+    pub planner: Option<PlannerConfig>,
+    /// `[subagents.<type>]`
+    pub subagents: BTreeMap<String, SubagentConfig>,
+    /// `[local]`
+    pub local: LocalConfig,
+}
+
+/// `[nats]`: where the bus is and how names are prefixed.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct NatsConfig {
+    /// Server URL(s), comma separated.
+    pub url: String,
+    /// Prefix of every subject, stream and bucket.
+    pub prefix: String,
+    /// Seconds a worker may go silent before JetStream redelivers its task.
+    /// Workers send in-progress acks at a third of this.
+    pub ack_wait: u64,
+    /// Deliveries of a task before it is dead-lettered.
+    pub max_deliver: i64,
+}
+
+impl Default for NatsConfig {
+    fn default() -> Self {
+        Self {
+            url: "nats://127.0.0.1:4222".into(),
+            prefix: "flotilla".into(),
+            ack_wait: 30,
+            max_deliver: 5,
+        }
+    }
+}
+
+/// `[models.<name>]` before validation.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawModel {
+    /// `openai` or `scripted`.
+    pub provider: String,
+    /// openai: endpoint base URL.
+    pub base_url: Option<String>,
+    /// openai: model name.
+    pub model: Option<String>,
+    /// openai: name of the env var with the API key.
+    pub api_key_env: Option<String>,
+    /// openai: request timeout in seconds.
+    pub timeout: Option<u64>,
+    /// openai: retries on 429/5xx/timeouts.
+    pub max_retries: Option<u32>,
+    /// openai: sampling temperature.
+    pub temperature: Option<f32>,
+    /// scripted: the script file.
+    pub script: Option<PathBuf>,
+}
+
+/// `[planner]`: the agent that owns a job's todo list.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct PlannerConfig {
+    /// Name under `[models]`.
+    pub model: String,
+    /// System prompt; the list of subagent types is appended to it.
+    #[serde(default = "default_planner_prompt")]
+    pub system_prompt: String,
+    /// Model turns before the job fails.
+    #[serde(default = "default_planner_steps")]
+    pub max_steps: u32,
+    /// Job wall-time limit in seconds.
+    #[serde(default = "default_job_timeout")]
+    pub timeout: u64,
+    /// Per-task deadline in seconds, stamped on every task message.
+    #[serde(default = "default_task_timeout")]
+    pub task_timeout: u64,
+    /// Jobs planned at once by one orchestrator.
+    #[serde(default = "default_planner_concurrency")]
+    pub concurrency: usize,
+}
+
+fn default_planner_prompt() -> String {
+    "You are the planner. Keep a todo list with write_todos, delegate self-contained work with \
+     task(description, subagent_type), then consolidate the reports into one answer."
+        .into()
+}
+fn default_planner_steps() -> u32 {
+    30
+}
+fn default_job_timeout() -> u64 {
+    3600
+}
+fn default_task_timeout() -> u64 {
+    600
+}
+fn default_planner_concurrency() -> usize {
+    16
+}
+
+/// `[subagents.<type>]`: one statically configured subagent type.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct SubagentConfig {
+    /// What this type is for; shown to the planner so it can choose.
+    pub description: String,
+    /// The subagent's system prompt.
+    #[serde(default)]
+    pub system_prompt: String,
+    /// Name under `[models]`.
+    pub model: String,
+    /// Tool names this type gets; nothing else, whatever a task says.
+    #[serde(default)]
+    pub tools: Vec<String>,
+    /// Model turns before the task fails.
+    #[serde(default = "default_subagent_steps")]
+    pub max_steps: u32,
+    /// Task wall-time limit in seconds.
+    #[serde(default = "default_task_timeout")]
+    pub timeout: u64,
+    /// Tasks of this type one worker runs at once.
+    #[serde(default = "default_concurrency")]
+    pub concurrency: usize,
+    /// Per tool-call timeout in seconds.
+    #[serde(default = "default_tool_timeout")]
+    pub tool_timeout: u64,
+}
+
+fn default_subagent_steps() -> u32 {
+    12
+}
+fn default_concurrency() -> usize {
+    4
+}
+fn default_tool_timeout() -> u64 {
+    60
+}
+
+/// `[local]`: the all-in-one mode of `flotilla up`.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LocalConfig {
+    /// Worker processes to start.
+    pub workers: usize,
+    /// nats-server binary (looked up on PATH when not a path).
+    pub nats_server: String,
+    /// Where nats-server keeps JetStream data and logs, relative to the config file.
+    pub state_dir: PathBuf,
+}
+
+impl Default for LocalConfig {
+    fn default() -> Self {
+        Self { workers: 2, nats_server: "nats-server".into(), state_dir: ".flotilla".into() }
+    }
+}

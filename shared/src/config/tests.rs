@@ -1,0 +1,81 @@
+use super::*;
+
+fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+fn tmpdir() -> PathBuf {
+    let d = std::env::temp_dir().join(format!("flotilla-config-{}", uuid::Uuid::now_v7()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+const GOOD: &str = r#"
+[nats]
+url = "nats://127.0.0.1:4999"
+[models.script]
+provider = "scripted"
+script = "s.toml"
+[models.gpt]
+provider = "openai"
+model = "gpt-4o-mini"
+api_key_env = "OPENAI_API_KEY"
+[planner]
+model = "gpt"
+[subagents.finance]
+description = "finance"
+model = "script"
+tools = ["calculate_margin"]
+"#;
+
+#[test]
+fn loads_resolves_paths_and_applies_env_overrides() {
+    let d = tmpdir();
+    write(&d, "s.toml", "");
+    let p = write(&d, "f.toml", GOOD);
+    let env = vec![
+        ("FLOTILLA_NATS__URL".to_string(), "nats://10.0.0.1:4222".to_string()),
+        ("FLOTILLA_SUBAGENTS__FINANCE__CONCURRENCY".to_string(), "7".to_string()),
+    ];
+    let s = Settings::load_with_env(Some(&p), env).unwrap();
+    assert_eq!(s.nats.url, "nats://10.0.0.1:4222");
+    assert_eq!(s.nats.prefix, "flotilla");
+    let fin = &s.subagents[&SubagentType::new("finance").unwrap()];
+    assert_eq!(fin.concurrency, 7);
+    match s.model("script").unwrap() {
+        ModelSettings::Scripted { script } => assert_eq!(script, &d.join("s.toml")),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn errors_name_the_key() {
+    let d = tmpdir();
+    write(&d, "s.toml", "");
+    let cases = [
+        (GOOD.replace("model = \"gpt\"", "model = \"nope\""), "planner.model"),
+        (GOOD.replace("[subagents.finance]", "[subagents.\"fin.ance\"]"), "subagents.fin.ance"),
+        (GOOD.replace("provider = \"openai\"", "provider = \"magic\""), "models.gpt.provider"),
+        (GOOD.replace("s.toml", "missing.toml"), "models.script.script"),
+        (GOOD.replace("tools = [", "concurrency = 0\ntools = ["), "subagents.finance.concurrency"),
+    ];
+    for (text, key) in cases {
+        let p = write(&d, "f.toml", &text);
+        let err = Settings::load_with_env(Some(&p), vec![]).unwrap_err().to_string();
+        assert!(err.contains(&format!("`{key}`")), "{key}: {err}");
+    }
+    let p = write(&d, "f.toml", &format!("{GOOD}\n[nats2]\nx=1\n"));
+    let err = Settings::load_with_env(Some(&p), vec![]).unwrap_err().to_string();
+    assert!(err.contains("nats2"), "{err}");
+    let err = Settings::load_with_env(Some(&d.join("absent.toml")), vec![]).unwrap_err().to_string();
+    assert!(err.contains("does not exist"), "{err}");
+}
+
+#[test]
+fn defaults_work_without_a_file() {
+    let s = Settings::load_with_env(None, vec![]).unwrap();
+    assert_eq!(s.nats.url, "nats://127.0.0.1:4222");
+    assert!(s.planner().unwrap_err().to_string().contains("[planner]"));
+}

@@ -1,0 +1,30 @@
+//! # flotilla-shared
+//!
+//! The crate both sides of Flotilla build on. The planner (in
+//! `flotilla-orchestrator`) and the workers (in `flotilla-worker`) differ only
+//! in which tools they give the same agent loop and where its tasks come from.
+//!
+//! - [`ids`] and [`subjects`]: typed ids and every bus name, built in one place.
+//! - [`protocol`]: the versioned messages (tasks, reports, progress, job events,
+//!   job records, API requests/replies) and their checked decoding.
+//! - [`config`]: the TOML + environment configuration, validated into settings.
+//! - [`model`]: the chat-model trait and its providers (`openai`, `scripted`).
+//! - [`tool`]: the tool trait, error contract and the per-agent tool set that
+//!   validates arguments against each tool's JSON Schema.
+//! - [`agent`]: the tool-call loop with step, time and token limits.
+//! - [`bus`]: connecting to NATS and declaring the JetStream streams and buckets.
+//! - [`telemetry`]: logging setup shared by the binaries.
+//! - [`tls`]: installs the one rustls crypto provider (`ring`) before any
+//!   HTTPS client is built.
+#![deny(missing_docs)]
+
+pub mod agent;
+pub mod bus;
+pub mod config;
+pub mod ids;
+pub mod model;
+pub mod protocol;
+pub mod subjects;
+pub mod telemetry;
+pub mod tls;
+pub mod tool;

@@ -1,0 +1,123 @@
+//! Chat models. The agent loop talks to a [`ChatModel`]; providers translate
+//! to a wire format. Two ship: [`openai`] (any OpenAI-compatible
+//! `/chat/completions` endpoint with tool calling) and [`scripted`]
+//! (deterministic turns from a file, for the demo and tests, no key needed).
+//!
+//! Messages are provider-neutral: tool-call arguments are parsed JSON here and
+//! only become strings inside the `openai` provider.
+
+pub mod openai;
+pub mod scripted;
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::config::ModelSettings;
+use crate::protocol::{ErrorKind, Usage};
+use crate::tool::ToolSpec;
+
+/// One message of a conversation.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "role", rename_all = "snake_case")]
+pub enum ChatMessage {
+    /// Instructions of the agent's configuration.
+    System {
+        /// Text.
+        content: String,
+    },
+    /// The job text or task description.
+    User {
+        /// Text.
+        content: String,
+    },
+    /// A model turn: text, tool calls, or both.
+    Assistant {
+        /// Text, if any.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        content: Option<String>,
+        /// Tool calls, if any.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        tool_calls: Vec<ToolCall>,
+    },
+    /// The result of one tool call.
+    Tool {
+        /// The call answered.
+        tool_call_id: String,
+        /// The tool's name.
+        name: String,
+        /// The result as the model reads it (JSON text).
+        content: String,
+        /// Whether it is an error result.
+        #[serde(default)]
+        is_error: bool,
+    },
+}
+
+/// A tool call requested by a model.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ToolCall {
+    /// Unique within the conversation.
+    pub id: String,
+    /// Which tool.
+    pub name: String,
+    /// Arguments; a JSON object when the model produced valid JSON, otherwise
+    /// the raw text as a string (which then fails schema validation, and the
+    /// model is told why).
+    pub arguments: Value,
+}
+
+/// What the agent loop sends.
+#[derive(Clone, Copy, Debug)]
+pub struct ModelRequest<'a> {
+    /// The conversation so far.
+    pub messages: &'a [ChatMessage],
+    /// The tools the agent may call.
+    pub tools: &'a [ToolSpec],
+}
+
+/// What a model answered.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ModelResponse {
+    /// Text of the turn.
+    pub content: Option<String>,
+    /// Tool calls of the turn.
+    pub tool_calls: Vec<ToolCall>,
+    /// Token counts of this call (`model_calls` = 1).
+    pub usage: Usage,
+}
+
+/// A model call that failed.
+#[derive(Clone, Debug, thiserror::Error, PartialEq)]
+#[error("{kind} error from model {model}: {message}")]
+pub struct ModelError {
+    /// Transient (429, 5xx, timeout) after retries, validation (bad request,
+    /// malformed body), permission (401/403), limit (script exhausted), bug.
+    pub kind: ErrorKind,
+    /// The configured model name.
+    pub model: String,
+    /// Sanitized explanation: never the API key, never the full response body.
+    pub message: String,
+}
+
+/// A chat model with tool calling.
+#[async_trait]
+pub trait ChatModel: Send + Sync {
+    /// One round trip.
+    async fn complete(&self, request: ModelRequest<'_>) -> Result<ModelResponse, ModelError>;
+}
+
+/// Builds the provider configured as `name`.
+pub fn build(name: &str, settings: &ModelSettings) -> Result<Arc<dyn ChatModel>, ModelError> {
+    Ok(match settings {
+        ModelSettings::OpenAi { .. } => Arc::new(openai::OpenAiModel::new(name, settings)?),
+        ModelSettings::Scripted { script } => Arc::new(scripted::ScriptedModel::load(name, script)?),
+    })
+}
+
+/// Rough token estimate (4 characters a token) for providers that do not count.
+pub fn estimate_tokens(chars: usize) -> u64 {
+    chars.div_ceil(4) as u64
+}

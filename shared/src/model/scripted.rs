@@ -1,0 +1,350 @@
+//! The `scripted` provider: deterministic model turns from a TOML file, so the
+//! demo and the tests run the real agent loop, real tools and the real bus with
+//! no model key and no randomness.
+//!
+//! A script is not a recording. Each turn is a set of minijinja templates
+//! evaluated against the conversation, so tool-call arguments come from the
+//! task description and from earlier tool results, and the demo really
+//! computes its numbers. The provider is stateless: the turn to play is the
+//! number of assistant messages already in the conversation, which also makes
+//! a resumed (checkpointed) conversation continue where it stopped.
+//!
+//! ```toml
+//! # Named expressions, evaluated before each turn.
+//! [vars]
+//! pairs = "captures(input, '(\\w+): revenue (-?[0-9.]+), cost (-?[0-9.]+)')"
+//!
+//! [[turns]]
+//! [[turns.calls]]
+//! tool = "task"
+//! for_each = "pairs"                  # one call per item (optional)
+//! args = '{"subagent_type": "finance", "description": {{ ("margin of " ~ item[1]) | tojson }}}'
+//!
+//! [[turns]]
+//! content = "{% for r in last %}{{ r.value }}\n{% endfor %}"
+//! ```
+//!
+//! Template context: `input` (first user message), `system`, `step` (turn
+//! index from 0), `results` (every tool result so far: `{tool, call_id, ok,
+//! value, error: {kind, message}}`), `last` (results of the previous turn),
+//! `vars` entries, and in a call `item`/`index` when `for_each` is set.
+//! Functions: `captures(text, regex)` (all matches, each a list of groups) and
+//! `from_json(text)`.
+
+use std::path::Path;
+
+use async_trait::async_trait;
+use minijinja::{Environment, Value as JValue, context};
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::{ChatMessage, ChatModel, ModelError, ModelRequest, ModelResponse, ToolCall, estimate_tokens};
+use crate::protocol::{ErrorKind, Usage};
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Script {
+    #[serde(default)]
+    vars: indexmap_like::Vars,
+    turns: Vec<Turn>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Turn {
+    #[serde(default)]
+    content: Option<String>,
+    #[serde(default)]
+    calls: Vec<CallTemplate>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CallTemplate {
+    tool: String,
+    #[serde(default)]
+    for_each: Option<String>,
+    args: String,
+}
+
+mod indexmap_like {
+    //! `[vars]` keeps file order so later vars can use earlier ones.
+    use serde::Deserialize;
+
+    #[derive(Debug, Default)]
+    pub struct Vars(pub Vec<(String, String)>);
+
+    impl<'de> Deserialize<'de> for Vars {
+        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            let table = toml::Table::deserialize(d)?;
+            let mut out = Vec::new();
+            for (k, v) in table {
+                let s = v
+                    .as_str()
+                    .ok_or_else(|| serde::de::Error::custom(format!("vars.{k} must be a string expression")))?;
+                out.push((k, s.to_string()));
+            }
+            Ok(Vars(out))
+        }
+    }
+}
+
+/// A model that plays a script.
+pub struct ScriptedModel {
+    name: String,
+    script: Script,
+    env: Environment<'static>,
+}
+
+impl ScriptedModel {
+    /// Loads and checks the script at `path` (every template must compile).
+    pub fn load(name: &str, path: &Path) -> Result<Self, ModelError> {
+        let err = |message: String| ModelError { kind: ErrorKind::Validation, model: name.into(), message };
+        let text = std::fs::read_to_string(path).map_err(|e| err(format!("cannot read script {}: {e}", path.display())))?;
+        Self::from_str(name, &text).map_err(|e| err(format!("script {}: {}", path.display(), e.message)))
+    }
+
+    /// Parses a script from text.
+    pub fn from_str(name: &str, text: &str) -> Result<Self, ModelError> {
+        let err = |message: String| ModelError { kind: ErrorKind::Validation, model: name.into(), message };
+        let script: Script = toml::from_str(text).map_err(|e| err(e.to_string()))?;
+        if script.turns.is_empty() {
+            return Err(err("a script needs at least one [[turns]]".into()));
+        }
+        let env = environment();
+        for (k, expr) in &script.vars.0 {
+            env.compile_expression(expr).map_err(|e| err(format!("vars.{k}: {e}")))?;
+        }
+        for (i, t) in script.turns.iter().enumerate() {
+            if t.content.is_none() && t.calls.is_empty() {
+                return Err(err(format!("turns[{i}] has neither content nor calls")));
+            }
+            if let Some(c) = &t.content {
+                env.template_from_str(c).map_err(|e| err(format!("turns[{i}].content: {e}")))?;
+            }
+            for (j, c) in t.calls.iter().enumerate() {
+                env.template_from_str(&c.args).map_err(|e| err(format!("turns[{i}].calls[{j}].args: {e}")))?;
+                if let Some(f) = &c.for_each {
+                    env.compile_expression(f).map_err(|e| err(format!("turns[{i}].calls[{j}].for_each: {e}")))?;
+                }
+            }
+        }
+        Ok(Self { name: name.into(), script, env })
+    }
+
+    fn fail(&self, kind: ErrorKind, message: String) -> ModelError {
+        ModelError { kind, model: self.name.clone(), message }
+    }
+
+    fn play(&self, messages: &[ChatMessage]) -> Result<(Option<String>, Vec<ToolCall>), ModelError> {
+        let step = messages.iter().filter(|m| matches!(m, ChatMessage::Assistant { .. })).count();
+        let turn = self.script.turns.get(step).ok_or_else(|| {
+            self.fail(ErrorKind::Limit, format!("script exhausted after {} turns", self.script.turns.len()))
+        })?;
+        let mut ctx = conversation_context(messages, step);
+        for (k, expr) in &self.script.vars.0 {
+            let value = self.eval(expr, &ctx, &format!("vars.{k}"))?;
+            ctx.insert(k.clone(), value);
+        }
+        let content = match &turn.content {
+            Some(t) => Some(self.render(t, jv(&ctx), &format!("turns[{step}].content"))?),
+            None => None,
+        };
+        let mut calls = Vec::new();
+        for (j, c) in turn.calls.iter().enumerate() {
+            let what = format!("turns[{step}].calls[{j}]");
+            let items: Vec<Option<JValue>> = match &c.for_each {
+                None => vec![None],
+                Some(expr) => {
+                    let v = self.eval(expr, &ctx, &format!("{what}.for_each"))?;
+                    let Value::Array(list) = v else {
+                        return Err(self.fail(ErrorKind::Bug, format!("{what}.for_each is not a list")));
+                    };
+                    list.into_iter().map(|i| Some(jv(i))).collect()
+                }
+            };
+            for (index, item) in items.into_iter().enumerate() {
+                let base = jv(&ctx);
+                let scope = context! { item => item, index => index, ..base };
+                let text = self.render(&c.args, scope, &format!("{what}.args"))?;
+                let arguments: Value = serde_json::from_str(&text).unwrap_or(Value::String(text));
+                calls.push(ToolCall {
+                    id: format!("call_{step}_{}", calls.len()),
+                    name: c.tool.clone(),
+                    arguments,
+                });
+            }
+        }
+        Ok((content, calls))
+    }
+
+    fn eval(&self, expr: &str, ctx: &serde_json::Map<String, Value>, what: &str) -> Result<Value, ModelError> {
+        let e = self
+            .env
+            .compile_expression(expr)
+            .map_err(|e| self.fail(ErrorKind::Bug, format!("{what}: {e}")))?;
+        let v = e
+            .eval(jv(ctx))
+            .map_err(|e| self.fail(ErrorKind::Bug, format!("{what}: {e}")))?;
+        serde_json::to_value(&v).map_err(|e| self.fail(ErrorKind::Bug, format!("{what}: {e}")))
+    }
+
+    fn render(&self, template: &str, ctx: JValue, what: &str) -> Result<String, ModelError> {
+        self.env
+            .render_str(template, ctx)
+            .map_err(|e| self.fail(ErrorKind::Bug, format!("{what}: {e}")))
+    }
+}
+
+/// Any serializable value as a template value.
+fn jv<T: serde::Serialize>(value: T) -> JValue {
+    JValue::from(minijinja::value::Serde(value))
+}
+
+fn environment() -> Environment<'static> {
+    let mut env = Environment::new();
+    env.set_undefined_behavior(minijinja::UndefinedBehavior::Strict);
+    env.add_function("captures", |text: String, pattern: String| -> Result<JValue, minijinja::Error> {
+        let re = regex::Regex::new(&pattern).map_err(|e| {
+            minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, format!("bad regex: {e}"))
+        })?;
+        let all: Vec<Vec<String>> = re
+            .captures_iter(&text)
+            .map(|c| c.iter().map(|m| m.map(|m| m.as_str().to_string()).unwrap_or_default()).collect())
+            .collect();
+        Ok(jv(all))
+    });
+    env.add_function("from_json", |text: String| -> Result<JValue, minijinja::Error> {
+        let v: Value = serde_json::from_str(&text)
+            .map_err(|e| minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, e.to_string()))?;
+        Ok(jv(v))
+    });
+    env
+}
+
+/// Builds the template context from the conversation.
+fn conversation_context(messages: &[ChatMessage], step: usize) -> serde_json::Map<String, Value> {
+    let mut input = String::new();
+    let mut system = String::new();
+    let mut results = Vec::new();
+    let mut last = Vec::new();
+    for m in messages {
+        match m {
+            ChatMessage::System { content } if system.is_empty() => system = content.clone(),
+            ChatMessage::User { content } if input.is_empty() => input = content.clone(),
+            ChatMessage::Assistant { .. } => last.clear(),
+            ChatMessage::Tool { tool_call_id, name, content, is_error } => {
+                let parsed: Value = serde_json::from_str(content).unwrap_or_else(|_| Value::String(content.clone()));
+                let (value, error) = if *is_error {
+                    (Value::Null, parsed.get("error").cloned().unwrap_or(parsed))
+                } else {
+                    (parsed, Value::Null)
+                };
+                let r = serde_json::json!({
+                    "tool": name, "call_id": tool_call_id, "ok": !is_error, "value": value, "error": error,
+                });
+                results.push(r.clone());
+                last.push(r);
+            }
+            _ => {}
+        }
+    }
+    let mut ctx = serde_json::Map::new();
+    ctx.insert("input".into(), input.into());
+    ctx.insert("system".into(), system.into());
+    ctx.insert("step".into(), step.into());
+    ctx.insert("results".into(), results.into());
+    ctx.insert("last".into(), last.into());
+    ctx
+}
+
+#[async_trait]
+impl ChatModel for ScriptedModel {
+    async fn complete(&self, request: ModelRequest<'_>) -> Result<ModelResponse, ModelError> {
+        let (content, tool_calls) = self.play(request.messages)?;
+        // Count what a real endpoint would bill: the whole prompt including tool schemas.
+        let prompt_chars = serde_json::to_string(request.messages).map(|s| s.len()).unwrap_or(0)
+            + serde_json::to_string(request.tools).map(|s| s.len()).unwrap_or(0);
+        let output_chars = content.as_ref().map_or(0, String::len)
+            + serde_json::to_string(&tool_calls).map(|s| s.len()).unwrap_or(0);
+        Ok(ModelResponse {
+            content,
+            tool_calls,
+            usage: Usage {
+                input_tokens: estimate_tokens(prompt_chars),
+                output_tokens: estimate_tokens(output_chars),
+                model_calls: 1,
+                tool_calls: 0,
+            },
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SCRIPT: &str = r#"
+[vars]
+pairs = "captures(input, '(\\w+): revenue (-?[0-9.]+), cost (-?[0-9.]+)')"
+
+[[turns]]
+[[turns.calls]]
+tool = "calc"
+for_each = "pairs"
+args = '{"name": {{ item[1] | tojson }}, "revenue": {{ item[2] }}, "cost": {{ item[3] }}}'
+
+[[turns]]
+content = "{% for r in last %}{{ pairs[loop.index0][1] }}={% if r.ok %}{{ r.value.margin }}{% else %}{{ r.error.message }}{% endif %};{% endfor %}"
+"#;
+
+    fn req(messages: &[ChatMessage]) -> ModelRequest<'_> {
+        ModelRequest { messages, tools: &[] }
+    }
+
+    #[tokio::test]
+    async fn arguments_come_from_input_and_answers_from_results() {
+        let m = ScriptedModel::from_str("s", SCRIPT).unwrap();
+        let mut msgs = vec![
+            ChatMessage::System { content: "sys".into() },
+            ChatMessage::User { content: "north: revenue 120, cost 75; south: revenue 0, cost 3".into() },
+        ];
+        let r = m.complete(req(&msgs)).await.unwrap();
+        assert_eq!(r.tool_calls.len(), 2);
+        assert_eq!(r.tool_calls[0].arguments, serde_json::json!({"name": "north", "revenue": 120, "cost": 75}));
+        assert_eq!(r.tool_calls[1].arguments["revenue"], 0);
+        assert!(r.usage.input_tokens > 0);
+        msgs.push(ChatMessage::Assistant { content: None, tool_calls: r.tool_calls.clone() });
+        msgs.push(ChatMessage::Tool {
+            tool_call_id: "call_0_0".into(),
+            name: "calc".into(),
+            content: r#"{"margin":0.375}"#.into(),
+            is_error: false,
+        });
+        msgs.push(ChatMessage::Tool {
+            tool_call_id: "call_0_1".into(),
+            name: "calc".into(),
+            content: r#"{"error":{"kind":"business","message":"revenue must be greater than zero"}}"#.into(),
+            is_error: true,
+        });
+        let r = m.complete(req(&msgs)).await.unwrap();
+        assert_eq!(r.content.unwrap(), "north=0.375;south=revenue must be greater than zero;");
+        assert!(r.tool_calls.is_empty());
+        msgs.push(ChatMessage::Assistant { content: Some("x".into()), tool_calls: vec![] });
+        let e = m.complete(req(&msgs)).await.unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Limit);
+    }
+
+    #[test]
+    fn bad_scripts_are_refused_at_load() {
+        for (text, needle) in [
+            ("", "missing field `turns`"),
+            ("turns = []", "at least one"),
+            ("[[turns]]\ncontent = \"{% if %}\"", "turns[0].content"),
+            ("[[turns]]\n", "neither content nor calls"),
+        ] {
+            let e = ScriptedModel::from_str("s", text).err().unwrap();
+            assert!(e.message.contains(needle), "{needle}: {}", e.message);
+        }
+    }
+}

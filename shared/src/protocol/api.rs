@@ -1,0 +1,139 @@
+//! Job control by request/reply on `<prefix>.api.<op>`. Every reply is an
+//! [`ApiReply`]: `{"v":1,"ok":{...}}` or `{"v":1,"error":{"kind":..,"message":..}}`.
+
+use serde::{Deserialize, Serialize};
+use time::OffsetDateTime;
+
+use super::{ErrorInfo, ErrorKind, JobStatus, Message, Usage};
+use crate::ids::{JobId, Tenant};
+
+/// `<prefix>.api.submit`: start a job.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SubmitRequest {
+    /// Schema version.
+    #[serde(default = "super::schema_version")]
+    pub v: u32,
+    /// The job text for the planner.
+    pub input: String,
+    /// Owner; `default` when absent.
+    #[serde(default)]
+    pub tenant: Tenant,
+}
+
+/// Reply to a submit: the job id, at once.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SubmitReply {
+    /// The new job.
+    pub job_id: JobId,
+}
+
+/// `<prefix>.api.status`: one job's record.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StatusRequest {
+    /// Schema version.
+    #[serde(default = "super::schema_version")]
+    pub v: u32,
+    /// The job.
+    pub job_id: JobId,
+}
+
+/// `<prefix>.api.list`: job summaries, newest first.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListRequest {
+    /// Schema version.
+    #[serde(default = "super::schema_version")]
+    pub v: u32,
+    /// Only jobs with this status.
+    #[serde(default)]
+    pub status: Option<JobStatus>,
+    /// At most this many (default 100).
+    #[serde(default)]
+    pub limit: Option<usize>,
+}
+
+/// One line of a job list.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct JobSummary {
+    /// The job.
+    pub id: JobId,
+    /// Its owner.
+    pub tenant: Tenant,
+    /// Where it stands.
+    pub status: JobStatus,
+    /// First line of the input.
+    pub input: String,
+    /// Tasks dispatched.
+    pub tasks: usize,
+    /// Total spend.
+    pub usage: Usage,
+    /// Submission time.
+    #[serde(with = "time::serde::rfc3339")]
+    pub created_at: OffsetDateTime,
+    /// Last change.
+    #[serde(with = "time::serde::rfc3339")]
+    pub updated_at: OffsetDateTime,
+}
+
+/// Reply to a list.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ListReply {
+    /// Matching jobs, newest first.
+    pub jobs: Vec<JobSummary>,
+}
+
+/// Every API reply: a result or an error, under a version.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ApiReply<T> {
+    /// Schema version.
+    #[serde(default = "super::schema_version")]
+    pub v: u32,
+    /// The outcome.
+    #[serde(flatten)]
+    pub outcome: ApiOutcome<T>,
+}
+
+/// The outcome of an API request.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ApiOutcome<T> {
+    /// It worked.
+    Ok(T),
+    /// It did not, and this is why.
+    Error(ErrorInfo),
+}
+
+impl<T> ApiReply<T> {
+    /// A successful reply.
+    pub fn ok(value: T) -> Self {
+        Self { v: super::SCHEMA_VERSION, outcome: ApiOutcome::Ok(value) }
+    }
+
+    /// An error reply.
+    pub fn error(kind: ErrorKind, message: impl Into<String>) -> Self {
+        Self { v: super::SCHEMA_VERSION, outcome: ApiOutcome::Error(ErrorInfo::new(kind, message)) }
+    }
+
+    /// The outcome as a `Result`.
+    pub fn into_result(self) -> Result<T, ErrorInfo> {
+        match self.outcome {
+            ApiOutcome::Ok(v) => Ok(v),
+            ApiOutcome::Error(e) => Err(e),
+        }
+    }
+}
+
+impl Message for SubmitRequest {
+    const NAME: &'static str = "submit request";
+}
+impl Message for StatusRequest {
+    const NAME: &'static str = "status request";
+}
+impl Message for ListRequest {
+    const NAME: &'static str = "list request";
+}
+impl<T: Serialize + serde::de::DeserializeOwned> Message for ApiReply<T> {
+    const NAME: &'static str = "API reply";
+}

@@ -1,0 +1,152 @@
+//! The job record: a job's durable state, kept in the jobs KV bucket.
+
+use serde::{Deserialize, Serialize};
+use time::OffsetDateTime;
+
+use super::{ErrorInfo, Message, TaskStatus, Todo, Usage};
+use crate::ids::{JobId, SubagentType, TaskId, Tenant};
+
+/// Where a job stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JobStatus {
+    /// Accepted, planner not started yet.
+    Submitted,
+    /// The planner is working.
+    Running,
+    /// Finished with an answer.
+    Completed,
+    /// Finished without one.
+    Failed,
+    /// Stopped on request.
+    Cancelled,
+}
+
+impl JobStatus {
+    /// Whether the job has ended.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, JobStatus::Completed | JobStatus::Failed | JobStatus::Cancelled)
+    }
+
+    /// The snake_case wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobStatus::Submitted => "submitted",
+            JobStatus::Running => "running",
+            JobStatus::Completed => "completed",
+            JobStatus::Failed => "failed",
+            JobStatus::Cancelled => "cancelled",
+        }
+    }
+}
+
+impl std::str::FromStr for JobStatus {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        serde_json::from_value(serde_json::Value::String(s.into())).map_err(|_| {
+            format!("unknown job status {s:?}: use submitted, running, completed, failed or cancelled")
+        })
+    }
+}
+
+/// A task as the job sees it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TaskEntry {
+    /// The task.
+    pub task_id: TaskId,
+    /// Its type.
+    pub subagent_type: SubagentType,
+    /// Its brief.
+    pub description: String,
+    /// `None` while it is in flight.
+    pub status: Option<TaskStatus>,
+    /// The report's summary.
+    #[serde(default)]
+    pub summary: String,
+    /// The report's error.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<ErrorInfo>,
+    /// The subagent's spend.
+    #[serde(default)]
+    pub usage: Usage,
+    /// Who ran it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker_id: Option<String>,
+    /// Delivery attempt of the consolidated report.
+    #[serde(default)]
+    pub attempt: u32,
+    /// Subagent wall time.
+    #[serde(default)]
+    pub duration_ms: u64,
+}
+
+/// Everything known about a job.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct JobRecord {
+    /// Schema version.
+    #[serde(default = "super::schema_version")]
+    pub v: u32,
+    /// The job.
+    pub id: JobId,
+    /// Its owner.
+    pub tenant: Tenant,
+    /// The job text as submitted.
+    pub input: String,
+    /// Where it stands.
+    pub status: JobStatus,
+    /// The planner's current todo list.
+    #[serde(default)]
+    pub todos: Vec<Todo>,
+    /// Tasks in dispatch order.
+    #[serde(default)]
+    pub tasks: Vec<TaskEntry>,
+    /// The consolidated answer once completed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer: Option<String>,
+    /// Why it failed or was cancelled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<ErrorInfo>,
+    /// The planner's own spend.
+    #[serde(default)]
+    pub planner_usage: Usage,
+    /// Planner plus every consolidated task.
+    #[serde(default)]
+    pub usage: Usage,
+    /// Submission time.
+    #[serde(with = "time::serde::rfc3339")]
+    pub created_at: OffsetDateTime,
+    /// Last change.
+    #[serde(with = "time::serde::rfc3339")]
+    pub updated_at: OffsetDateTime,
+}
+
+impl JobRecord {
+    /// A freshly submitted job.
+    pub fn new(id: JobId, tenant: Tenant, input: String) -> Self {
+        let now = super::now();
+        Self {
+            v: super::SCHEMA_VERSION,
+            id,
+            tenant,
+            input,
+            status: JobStatus::Submitted,
+            todos: Vec::new(),
+            tasks: Vec::new(),
+            answer: None,
+            error: None,
+            planner_usage: Usage::default(),
+            usage: Usage::default(),
+            created_at: now,
+            updated_at: now,
+        }
+    }
+
+    /// The entry of `task`, if it was dispatched.
+    pub fn task_mut(&mut self, task: &TaskId) -> Option<&mut TaskEntry> {
+        self.tasks.iter_mut().find(|t| &t.task_id == task)
+    }
+}
+
+impl Message for JobRecord {
+    const NAME: &'static str = "job record";
+}

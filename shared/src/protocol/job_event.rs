@@ -1,0 +1,99 @@
+//! Job-level events on `<prefix>.job.<job>.event`, written by the planner.
+
+use serde::{Deserialize, Serialize};
+use time::OffsetDateTime;
+
+use super::{ErrorInfo, Message, TaskStatus, Todo, Usage};
+use crate::ids::{JobId, SubagentType, TaskId};
+
+/// One thing that happened to a job.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct JobEvent {
+    /// Schema version.
+    #[serde(default = "super::schema_version")]
+    pub v: u32,
+    /// The job.
+    pub job_id: JobId,
+    /// When it happened.
+    #[serde(with = "time::serde::rfc3339")]
+    pub at: OffsetDateTime,
+    /// What happened.
+    #[serde(flatten)]
+    pub kind: JobEventKind,
+}
+
+/// What a job event reports. Tagged by `"event"`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum JobEventKind {
+    /// The job was accepted.
+    Submitted {
+        /// The job text.
+        input: String,
+    },
+    /// The planner started (or resumed) working on it.
+    Running,
+    /// The planner made a model call.
+    PlannerStep {
+        /// Planner step, from 1.
+        step: u32,
+        /// Tokens of this call.
+        usage: Usage,
+        /// Round-trip latency.
+        latency_ms: u64,
+    },
+    /// `write_todos` replaced the plan.
+    TodosChanged {
+        /// The whole new list.
+        todos: Vec<Todo>,
+    },
+    /// A task message was published.
+    TaskDispatched {
+        /// The task.
+        task_id: TaskId,
+        /// Its type.
+        subagent_type: SubagentType,
+        /// Its brief.
+        description: String,
+    },
+    /// A task's report was consolidated into the job.
+    TaskReported {
+        /// The task.
+        task_id: TaskId,
+        /// How it ended.
+        status: TaskStatus,
+        /// First part of the summary.
+        summary: String,
+    },
+    /// The job has its answer.
+    Completed {
+        /// The consolidated answer.
+        answer: String,
+        /// Total spend of planner and subagents.
+        usage: Usage,
+    },
+    /// The job failed.
+    Failed {
+        /// Why.
+        error: ErrorInfo,
+    },
+    /// The job was cancelled.
+    Cancelled {
+        /// Why (who asked).
+        reason: String,
+    },
+}
+
+impl JobEventKind {
+    /// Whether this event ends the job.
+    pub fn is_terminal(&self) -> bool {
+        matches!(
+            self,
+            JobEventKind::Completed { .. } | JobEventKind::Failed { .. } | JobEventKind::Cancelled { .. }
+        )
+    }
+}
+
+impl Message for JobEvent {
+    const NAME: &'static str = "job event";
+}

@@ -1,0 +1,124 @@
+//! The wire protocol: every message that crosses the bus, as versioned serde
+//! types. All messages are JSON objects carrying `"v": 1` (the schema version);
+//! [`decode`] checks the version before the shape so a peer on another version
+//! gets a precise error instead of a confusing missing-field one.
+//!
+//! Inbound commands (tasks, API requests) reject unknown fields: a typo in a
+//! hand-written request is an error, not a silently ignored option.
+
+mod api;
+mod error;
+mod job;
+mod job_event;
+mod progress;
+mod report;
+mod task;
+mod todo;
+mod usage;
+
+pub use api::*;
+pub use error::{ErrorInfo, ErrorKind};
+pub use job::{JobRecord, JobStatus, TaskEntry};
+pub use job_event::{JobEvent, JobEventKind};
+pub use progress::{ProgressEvent, ProgressKind};
+pub use report::{TaskReport, TaskStatus};
+pub use task::TaskMessage;
+pub use todo::{Todo, TodoStatus};
+pub use usage::Usage;
+
+use serde::{Deserialize, Serialize, de::DeserializeOwned};
+use time::OffsetDateTime;
+
+/// The schema version this build speaks.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// Largest message Flotilla publishes or accepts (NATS default max payload).
+pub const MAX_MESSAGE_BYTES: usize = 1024 * 1024;
+
+/// The current time, as stamped on messages.
+pub fn now() -> OffsetDateTime {
+    OffsetDateTime::now_utc()
+}
+
+/// Why bytes from the bus were not accepted as a message.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DecodeError {
+    /// Larger than [`MAX_MESSAGE_BYTES`].
+    #[error("message of {size} bytes exceeds the {max} byte limit")]
+    TooLarge {
+        /// Payload size.
+        size: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// Not JSON, or not an object with a version.
+    #[error("malformed message: {0}")]
+    Malformed(String),
+    /// A version this build does not speak.
+    #[error("unsupported schema version {found} (this build speaks version {SCHEMA_VERSION})")]
+    Version {
+        /// The version in the message.
+        found: u32,
+    },
+    /// Right version, wrong shape (missing or unknown field, wrong type).
+    #[error("invalid {what}: {detail}")]
+    Shape {
+        /// The message type expected.
+        what: &'static str,
+        /// serde's explanation, with the line and column.
+        detail: String,
+    },
+}
+
+#[derive(Deserialize)]
+struct VersionProbe {
+    v: Option<u32>,
+}
+
+/// A message type with a name for error messages.
+pub trait Message: Serialize + DeserializeOwned {
+    /// Human name of the message type, e.g. `"task message"`.
+    const NAME: &'static str;
+}
+
+/// Decodes a message, checking size, JSON syntax, version and shape in that order.
+pub fn decode<T: Message>(bytes: &[u8]) -> Result<T, DecodeError> {
+    if bytes.len() > MAX_MESSAGE_BYTES {
+        return Err(DecodeError::TooLarge {
+            size: bytes.len(),
+            max: MAX_MESSAGE_BYTES,
+        });
+    }
+    let probe: VersionProbe = serde_json::from_slice(bytes)
+        .map_err(|e| DecodeError::Malformed(format!("expected a JSON object: {e}")))?;
+    match probe.v {
+        None => {
+            return Err(DecodeError::Malformed(
+                "missing schema version field \"v\"".into(),
+            ));
+        }
+        Some(SCHEMA_VERSION) => {}
+        Some(found) => return Err(DecodeError::Version { found }),
+    }
+    serde_json::from_slice(bytes).map_err(|e| DecodeError::Shape {
+        what: T::NAME,
+        detail: e.to_string(),
+    })
+}
+
+/// Encodes a message as JSON bytes.
+pub fn encode<T: Message>(msg: &T) -> bytes::Bytes {
+    // Serializing our own plain data types cannot fail.
+    serde_json::to_vec(msg)
+        .expect("protocol types serialize infallibly")
+        .into()
+}
+
+/// Serde helper for the `v` field: always written as [`SCHEMA_VERSION`].
+pub(crate) fn schema_version() -> u32 {
+    SCHEMA_VERSION
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,84 @@
+//! Progress events of a running task, on `<prefix>.job.<job>.progress.<task>`.
+//! They are observations, not commands: losing one never changes a result.
+
+use serde::{Deserialize, Serialize};
+use time::OffsetDateTime;
+
+use super::{ErrorKind, Message, TaskStatus, Usage};
+use crate::ids::{JobId, SubagentType, TaskId};
+
+/// One observation of a task's run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ProgressEvent {
+    /// Schema version.
+    #[serde(default = "super::schema_version")]
+    pub v: u32,
+    /// The job.
+    pub job_id: JobId,
+    /// The task.
+    pub task_id: TaskId,
+    /// Its subagent type.
+    pub subagent_type: SubagentType,
+    /// The worker running it.
+    pub worker_id: String,
+    /// Delivery attempt, from 1.
+    pub attempt: u32,
+    /// When it happened.
+    #[serde(with = "time::serde::rfc3339")]
+    pub at: OffsetDateTime,
+    /// What happened.
+    #[serde(flatten)]
+    pub kind: ProgressKind,
+}
+
+/// What a progress event reports. Tagged by `"event"`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum ProgressKind {
+    /// A worker took the task.
+    Started,
+    /// A model round trip finished.
+    ModelCall {
+        /// Agent step, from 1.
+        step: u32,
+        /// Tokens of this call.
+        usage: Usage,
+        /// Round-trip latency.
+        latency_ms: u64,
+    },
+    /// A tool call is about to run.
+    ToolCall {
+        /// The model's call id.
+        call_id: String,
+        /// Tool name.
+        tool: String,
+        /// sha256 of the canonical JSON arguments (arguments themselves may be secret).
+        args_sha256: String,
+    },
+    /// A tool call ended.
+    ToolResult {
+        /// The model's call id.
+        call_id: String,
+        /// Tool name.
+        tool: String,
+        /// `None` on success.
+        error_kind: Option<ErrorKind>,
+        /// Size of the result as given to the model, in bytes.
+        size: usize,
+        /// How long the call took.
+        duration_ms: u64,
+    },
+    /// Still alive (emitted with each in-progress ack).
+    Heartbeat,
+    /// The task ended; the report follows on the report subject.
+    Finished {
+        /// How it ended.
+        status: TaskStatus,
+        /// Total spend.
+        usage: Usage,
+    },
+}
+
+impl Message for ProgressEvent {
+    const NAME: &'static str = "progress event";
+}

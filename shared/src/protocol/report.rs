@@ -1,0 +1,74 @@
+//! The task report: the one final answer of a subagent to the planner.
+
+use serde::{Deserialize, Serialize};
+use time::OffsetDateTime;
+
+use super::{ErrorInfo, Message, Usage};
+use crate::ids::{JobId, SubagentType, TaskId};
+
+/// How a task ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TaskStatus {
+    /// The subagent answered.
+    Completed,
+    /// The subagent could not finish (see `error`).
+    Failed,
+    /// The task was refused before it ran (unknown type, malformed, expired).
+    Rejected,
+    /// The job or task was cancelled.
+    Cancelled,
+}
+
+impl TaskStatus {
+    /// The snake_case wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaskStatus::Completed => "completed",
+            TaskStatus::Failed => "failed",
+            TaskStatus::Rejected => "rejected",
+            TaskStatus::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// Published on `<prefix>.job.<job>.report.<task>` (kept in the reports stream).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TaskReport {
+    /// Schema version.
+    #[serde(default = "super::schema_version")]
+    pub v: u32,
+    /// The job.
+    pub job_id: JobId,
+    /// The task reported on.
+    pub task_id: TaskId,
+    /// The subagent type that ran it.
+    pub subagent_type: SubagentType,
+    /// How it ended.
+    pub status: TaskStatus,
+    /// The subagent's final answer (empty when it failed).
+    pub summary: String,
+    /// Why it did not complete.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<ErrorInfo>,
+    /// What the subagent spent.
+    #[serde(default)]
+    pub usage: Usage,
+    /// The worker process that ran it.
+    pub worker_id: String,
+    /// JetStream delivery attempt that produced this report, from 1.
+    pub attempt: u32,
+    /// When the subagent started.
+    #[serde(with = "time::serde::rfc3339")]
+    pub started_at: OffsetDateTime,
+    /// When the report was written.
+    #[serde(with = "time::serde::rfc3339")]
+    pub finished_at: OffsetDateTime,
+    /// Wall time of the subagent run in milliseconds.
+    pub duration_ms: u64,
+}
+
+impl Message for TaskReport {
+    const NAME: &'static str = "task report";
+}

@@ -1,0 +1,129 @@
+//! Every NATS subject, stream, consumer and bucket name Flotilla uses, built in
+//! one place. Subjects are a public API (documented in `docs/PROTOCOL.md`):
+//! change them here or nowhere.
+
+use crate::ids::{JobId, SubagentType, TaskId};
+
+/// Builds names under one configurable prefix (default `flotilla`).
+#[derive(Clone, Debug)]
+pub struct Subjects {
+    prefix: String,
+}
+
+impl Subjects {
+    /// The prefix must be a valid subject token; config validation checks it.
+    pub fn new(prefix: impl Into<String>) -> Self {
+        Self { prefix: prefix.into() }
+    }
+
+    /// The prefix itself.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    fn upper(&self) -> String {
+        self.prefix.to_ascii_uppercase().replace('-', "_")
+    }
+
+    /// `<p>.task.<type>`: task messages for one subagent type.
+    pub fn task(&self, ty: &SubagentType) -> String {
+        format!("{}.task.{ty}", self.prefix)
+    }
+    /// `<p>.task.>`: every task subject (the tasks stream).
+    pub fn all_tasks(&self) -> String {
+        format!("{}.task.>", self.prefix)
+    }
+    /// `<p>.job.<job>.report.<task>`: the final report of a task.
+    pub fn report(&self, job: &JobId, task: &TaskId) -> String {
+        format!("{}.job.{job}.report.{task}", self.prefix)
+    }
+    /// `<p>.job.*.report.*`: every report (the reports stream).
+    pub fn all_reports(&self) -> String {
+        format!("{}.job.*.report.*", self.prefix)
+    }
+    /// `<p>.job.<job>.progress.<task>`: progress events of a task.
+    pub fn progress(&self, job: &JobId, task: &TaskId) -> String {
+        format!("{}.job.{job}.progress.{task}", self.prefix)
+    }
+    /// `<p>.job.<job>.event`: job-level events.
+    pub fn job_event(&self, job: &JobId) -> String {
+        format!("{}.job.{job}.event", self.prefix)
+    }
+    /// `<p>.job.<job>.>`: everything about one job.
+    pub fn job_all(&self, job: &JobId) -> String {
+        format!("{}.job.{job}.>", self.prefix)
+    }
+    /// `<p>.job.*.event` and `<p>.job.*.progress.*`: what the events stream keeps.
+    pub fn all_events(&self) -> Vec<String> {
+        vec![
+            format!("{}.job.*.event", self.prefix),
+            format!("{}.job.*.progress.*", self.prefix),
+        ]
+    }
+    /// `<p>.api.<op>`: job control by request/reply.
+    pub fn api(&self, op: &str) -> String {
+        format!("{}.api.{op}", self.prefix)
+    }
+    /// `<p>.api.>`: every API operation.
+    pub fn api_all(&self) -> String {
+        format!("{}.api.>", self.prefix)
+    }
+    /// `<p>.worker.heartbeat.<worker>`: worker liveness.
+    pub fn heartbeat(&self, worker: &str) -> String {
+        format!("{}.worker.heartbeat.{worker}", self.prefix)
+    }
+    /// `<p>.worker.heartbeat.*`
+    pub fn all_heartbeats(&self) -> String {
+        format!("{}.worker.heartbeat.*", self.prefix)
+    }
+
+    /// JetStream stream of task messages (WorkQueue retention).
+    pub fn tasks_stream(&self) -> String {
+        format!("{}_TASKS", self.upper())
+    }
+    /// JetStream stream of task reports (durable for the planner).
+    pub fn reports_stream(&self) -> String {
+        format!("{}_REPORTS", self.upper())
+    }
+    /// JetStream stream of job events and progress (replay for `watch`).
+    pub fn events_stream(&self) -> String {
+        format!("{}_EVENTS", self.upper())
+    }
+    /// The durable consumer shared by every worker serving `ty`.
+    pub fn task_consumer(&self, ty: &SubagentType) -> String {
+        format!("{}-task-{ty}", self.prefix)
+    }
+    /// KV bucket of job records.
+    pub fn jobs_bucket(&self) -> String {
+        format!("{}_jobs", self.prefix)
+    }
+}
+
+impl Default for Subjects {
+    fn default() -> Self {
+        Self::new("flotilla")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn subjects_have_the_documented_shape() {
+        let s = Subjects::default();
+        let job: JobId = "0190c0de-0000-7000-8000-000000000001".parse().unwrap();
+        let task: TaskId = "0190c0de-0000-7000-8000-000000000002".parse().unwrap();
+        let ty = SubagentType::new("finance").unwrap();
+        assert_eq!(s.task(&ty), "flotilla.task.finance");
+        assert_eq!(
+            s.report(&job, &task),
+            "flotilla.job.0190c0de-0000-7000-8000-000000000001.report.0190c0de-0000-7000-8000-000000000002"
+        );
+        assert_eq!(s.job_event(&job), format!("flotilla.job.{job}.event"));
+        assert_eq!(s.api("submit"), "flotilla.api.submit");
+        assert_eq!(s.tasks_stream(), "FLOTILLA_TASKS");
+        assert_eq!(s.task_consumer(&ty), "flotilla-task-finance");
+        assert_eq!(Subjects::new("my-app").tasks_stream(), "MY_APP_TASKS");
+    }
+}

@@ -1,0 +1,88 @@
+//! Tools, following the contract of seed 000 section 3.3: name, description and
+//! input schema for the model; an execution policy (timeout, validation before
+//! the call) enforced by [`ToolSet`]; a small JSON output; and an error contract
+//! whose [`ErrorKind`] tells the model what to do next.
+//!
+//! A tool never sees arguments that failed its schema, and the model never sees
+//! a panic, stack trace or host path: a defect becomes a `bug` error that
+//! carries only the trace id (the detail goes to the log).
+
+mod set;
+
+pub use set::{ToolOutcome, ToolSet, ToolSetError};
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use crate::ids::{JobId, TaskId, Tenant};
+pub use crate::protocol::ErrorKind;
+
+/// What the model is told about a tool.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ToolSpec {
+    /// Unique name within an agent's tool set.
+    pub name: String,
+    /// What it does and when to use it.
+    pub description: String,
+    /// JSON Schema of the arguments object.
+    pub input_schema: Value,
+}
+
+/// A failed tool call, as the model will read it.
+#[derive(Clone, Debug, PartialEq, thiserror::Error, Serialize, Deserialize)]
+#[error("{kind} error: {message}")]
+pub struct ToolError {
+    /// The error class.
+    pub kind: ErrorKind,
+    /// Actionable, sanitized text.
+    pub message: String,
+}
+
+impl ToolError {
+    /// An error of `kind`.
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        Self { kind, message: message.into() }
+    }
+    /// Invalid arguments.
+    pub fn validation(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::Validation, message)
+    }
+    /// An expected business-rule refusal.
+    pub fn business(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::Business, message)
+    }
+    /// A temporary failure worth retrying.
+    pub fn transient(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::Transient, message)
+    }
+}
+
+/// Who is calling, passed to every tool call.
+#[derive(Clone, Debug)]
+pub struct ToolContext {
+    /// The job.
+    pub job_id: JobId,
+    /// The task, or `None` for the planner.
+    pub task_id: Option<TaskId>,
+    /// Owner of the job.
+    pub tenant: Tenant,
+    /// The model's call id.
+    pub call_id: String,
+    /// Stable across redeliveries of the same call: `<task or job>:<call id>`.
+    pub idempotency_key: String,
+    /// W3C traceparent of the run.
+    pub traceparent: Option<String>,
+    /// Fires when the task or job is cancelled.
+    pub cancel: CancellationToken,
+}
+
+/// A tool an agent can call.
+#[async_trait]
+pub trait Tool: Send + Sync {
+    /// Name, description and input schema.
+    fn spec(&self) -> ToolSpec;
+    /// Runs the call. `args` already matches the input schema.
+    async fn call(&self, ctx: &ToolContext, args: Value) -> Result<Value, ToolError>;
+}
