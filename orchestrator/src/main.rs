@@ -1,1 +1,113 @@
-fn main(){}
+//! `flotilla`: the orchestrator and the command line of Flotilla.
+//!
+//! - `flotilla orchestrator` runs the planner service ([`service`]): the job
+//!   API, one planner agent per job ([`planner`]), job records ([`jobs`]) and
+//!   report routing ([`reports`]).
+//! - `flotilla up` / `flotilla demo` run a local deployment ([`supervisor`]).
+//! - `submit`, `status`, `jobs`, `watch` are clients of the bus ([`cli`]).
+
+mod cli;
+mod jobs;
+mod planner;
+mod reports;
+mod service;
+mod supervisor;
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use flotilla_shared::config::Settings;
+use flotilla_shared::telemetry::{self, LogFormat};
+
+/// Flotilla: a planner agent delegating tasks over NATS to horizontally scaled
+/// worker processes.
+#[derive(Parser, Debug)]
+#[command(version, about, long_about = None, after_help = "Configuration: docs/CONFIG.md. Bus subjects: docs/PROTOCOL.md.")]
+struct Cli {
+    /// Config file (TOML). Default for `up` and `demo`: deploy/local/flotilla.toml.
+    /// Env overrides: FLOTILLA_<SECTION>__<KEY>, e.g. FLOTILLA_NATS__URL.
+    #[arg(long, short, global = true, env = "FLOTILLA_CONFIG")]
+    config: Option<PathBuf>,
+    /// Log format: text or json.
+    #[arg(long, global = true, default_value = "text")]
+    log_format: LogFormat,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run the demo job through a local deployment and print its answer.
+    Demo(cli::demo::Args),
+    /// Start nats-server (or reuse one), the orchestrator and workers locally.
+    Up(cli::up::Args),
+    /// Run the orchestrator service (planner and job API).
+    Orchestrator,
+    /// Submit a job; prints its id (with --wait, its answer).
+    Submit(cli::submit::Args),
+    /// Show one job: status, todos, tasks and reports, usage, answer.
+    Status(cli::status::Args),
+    /// List jobs.
+    Jobs(cli::jobs::Args),
+    /// Follow a job's progress live (or every job).
+    Watch(cli::watch::Args),
+}
+
+const LOCAL_CONFIG: &str = "deploy/local/flotilla.toml";
+
+fn main() {
+    let cli = Cli::parse();
+    let service = matches!(cli.command, Command::Orchestrator | Command::Up(_));
+    telemetry::init(cli.log_format, if service { "info" } else { "warn" });
+    flotilla_shared::tls::install_crypto_provider();
+    let runtime = tokio::runtime::Runtime::new().expect("tokio runtime");
+    let code = match runtime.block_on(run(cli)) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            2
+        }
+    };
+    std::process::exit(code);
+}
+
+async fn run(cli: Cli) -> anyhow::Result<i32> {
+    let local = || -> anyhow::Result<PathBuf> {
+        match &cli.config {
+            Some(p) => Ok(p.clone()),
+            None if std::path::Path::new(LOCAL_CONFIG).is_file() => Ok(PathBuf::from(LOCAL_CONFIG)),
+            None => anyhow::bail!("no config: pass --config FILE (run from the repository root to use {LOCAL_CONFIG})"),
+        }
+    };
+    match cli.command {
+        Command::Demo(args) => {
+            let path = local()?;
+            cli::demo::run(Settings::load(Some(&path))?, &path, args).await
+        }
+        Command::Up(args) => {
+            let path = local()?;
+            cli::up::run(Settings::load(Some(&path))?, &path, args).await
+        }
+        command => {
+            let settings = Settings::load(cli.config.as_deref()).context("configuration")?;
+            match command {
+                Command::Orchestrator => service::run(settings, shutdown_signal()).await.map(|()| 0),
+                Command::Submit(a) => cli::submit::run(&settings, a).await,
+                Command::Status(a) => cli::status::run(&settings, a).await,
+                Command::Jobs(a) => cli::jobs::run(&settings, a).await,
+                Command::Watch(a) => cli::watch::run(&settings, a).await,
+                Command::Demo(_) | Command::Up(_) => unreachable!("handled above"),
+            }
+        }
+    }
+}
+
+/// Completes on Ctrl-C or SIGTERM.
+pub async fn shutdown_signal() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+}

@@ -48,10 +48,7 @@ impl Conversation {
     /// A fresh context: system prompt and one user message, nothing else.
     pub fn new(system: impl Into<String>, user: impl Into<String>) -> Self {
         Self {
-            messages: vec![
-                ChatMessage::System { content: system.into() },
-                ChatMessage::User { content: user.into() },
-            ],
+            messages: vec![ChatMessage::System { content: system.into() }, ChatMessage::User { content: user.into() }],
             usage: Usage::default(),
             steps: 0,
         }

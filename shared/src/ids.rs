@@ -63,10 +63,7 @@ pub struct InvalidName {
 
 /// True when `s` can be one NATS subject token and a JetStream consumer name.
 pub fn is_valid_token(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 64
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    !s.is_empty() && s.len() <= 64 && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
 
 macro_rules! name_id {

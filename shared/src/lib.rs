@@ -14,6 +14,7 @@
 //! - [`agent`]: the tool-call loop with step, time and token limits.
 //! - [`bus`]: connecting to NATS and declaring the JetStream streams and buckets.
 //! - [`telemetry`]: logging setup shared by the binaries.
+//! - [`trace`]: W3C traceparent helpers carried from planner to workers.
 //! - [`tls`]: installs the one rustls crypto provider (`ring`) before any
 //!   HTTPS client is built.
 #![deny(missing_docs)]
@@ -28,3 +29,4 @@ pub mod subjects;
 pub mod telemetry;
 pub mod tls;
 pub mod tool;
+pub mod trace;

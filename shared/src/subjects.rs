@@ -55,10 +55,7 @@ impl Subjects {
     }
     /// `<p>.job.*.event` and `<p>.job.*.progress.*`: what the events stream keeps.
     pub fn all_events(&self) -> Vec<String> {
-        vec![
-            format!("{}.job.*.event", self.prefix),
-            format!("{}.job.*.progress.*", self.prefix),
-        ]
+        vec![format!("{}.job.*.event", self.prefix), format!("{}.job.*.progress.*", self.prefix)]
     }
     /// `<p>.api.<op>`: job control by request/reply.
     pub fn api(&self, op: &str) -> String {
@@ -75,6 +72,20 @@ impl Subjects {
     /// `<p>.worker.heartbeat.*`
     pub fn all_heartbeats(&self) -> String {
         format!("{}.worker.heartbeat.*", self.prefix)
+    }
+
+    /// `<p>.deadletter.<what>`: messages that could not be processed, with the reason
+    /// in the `Flotilla-Reason` header.
+    pub fn dead_letter(&self, what: &str) -> String {
+        format!("{}.deadletter.{what}", self.prefix)
+    }
+    /// `<p>.deadletter.>`
+    pub fn all_dead_letters(&self) -> String {
+        format!("{}.deadletter.>", self.prefix)
+    }
+    /// JetStream stream of dead letters.
+    pub fn dead_letter_stream(&self) -> String {
+        format!("{}_DEADLETTER", self.upper())
     }
 
     /// JetStream stream of task messages (WorkQueue retention).

@@ -25,8 +25,11 @@ impl std::str::FromStr for LogFormat {
 }
 
 /// Installs the global subscriber, writing to stderr. Safe to call twice.
-pub fn init(format: LogFormat) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+/// `default_filter` applies when `RUST_LOG` is unset, e.g. `"info"` for
+/// services and `"warn"` for short-lived CLI commands.
+pub fn init(format: LogFormat, default_filter: &str) {
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new(format!("{default_filter},async_nats=warn")));
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
     let _ = match format {
         LogFormat::Text => builder.try_init(),

@@ -9,6 +9,7 @@
 //! | `flotilla-task-<type>`     | durable pull consumer| tasks of one subagent type             |
 //! | `FLOTILLA_REPORTS`         | stream, limits 7 d   | `flotilla.job.*.report.*`              |
 //! | `FLOTILLA_EVENTS`          | stream, limits 24 h  | `flotilla.job.*.event`, `.progress.*`  |
+//! | `FLOTILLA_DEADLETTER`      | stream, limits 30 d  | `flotilla.deadletter.>` + reason header |
 //! | `flotilla_jobs`            | KV bucket            | job records by job id                  |
 
 use std::time::Duration;
@@ -38,6 +39,9 @@ impl BusError {
         Self { context: context.into(), source: source.into() }
     }
 }
+
+/// Header carrying why a message was dead-lettered.
+pub const REASON: &str = "Flotilla-Reason";
 
 /// Header carrying the W3C trace context.
 pub const TRACEPARENT: &str = "traceparent";
@@ -73,7 +77,10 @@ impl Bus {
                 }
                 Err(e) => {
                     return Err(BusError::new(
-                        format!("cannot reach NATS at {} (is nats-server running? set [nats] url or FLOTILLA_NATS__URL)", redact_url(&config.url)),
+                        format!(
+                            "cannot reach NATS at {} (is nats-server running? set [nats] url or FLOTILLA_NATS__URL)",
+                            redact_url(&config.url)
+                        ),
                         e,
                     ));
                 }
@@ -111,6 +118,13 @@ impl Bus {
                 storage: stream::StorageType::File,
                 max_age: Duration::from_secs(24 * 3600),
                 max_message_size: MAX_MESSAGE_BYTES as i32,
+                ..Default::default()
+            },
+            stream::Config {
+                name: s.dead_letter_stream(),
+                subjects: vec![s.all_dead_letters()],
+                storage: stream::StorageType::File,
+                max_age: Duration::from_secs(30 * 24 * 3600),
                 ..Default::default()
             },
         ];
@@ -197,6 +211,24 @@ impl Bus {
                 }
             }
             Err(e) => tracing::warn!(%subject, error = %e, "event not published"),
+        }
+    }
+
+    /// Stores an unprocessable message on `<p>.deadletter.<what>` with the reason
+    /// in a header, so nothing accepted vanishes silently.
+    pub async fn dead_letter(&self, what: &str, payload: Bytes, reason: &str) {
+        let subject = self.subjects.dead_letter(what);
+        let mut headers = async_nats::HeaderMap::new();
+        headers.insert(REASON, reason.replace(['\r', '\n'], " ").as_str());
+        let mut body = payload;
+        body.truncate(MAX_MESSAGE_BYTES - 4096);
+        match self.js.publish_with_headers(subject.clone(), headers, body).await {
+            Ok(ack) => {
+                if let Err(e) = ack.await {
+                    tracing::error!(%subject, error = %e, reason, "dead letter not stored");
+                }
+            }
+            Err(e) => tracing::error!(%subject, error = %e, reason, "dead letter not stored"),
         }
     }
 

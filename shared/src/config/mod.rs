@@ -101,17 +101,12 @@ impl Settings {
         let mut builder = ::config::Config::builder();
         if let Some(p) = path {
             if !p.is_file() {
-                return Err(invalid(
-                    "--config",
-                    format!("{} does not exist or is not a file", p.display()),
-                ));
+                return Err(invalid("--config", format!("{} does not exist or is not a file", p.display())));
             }
             builder = builder.add_source(::config::File::from(p).format(::config::FileFormat::Toml));
         }
-        let env: std::collections::HashMap<String, String> = env
-            .into_iter()
-            .filter(|(k, _)| k.starts_with(&format!("{ENV_PREFIX}_")) && k.contains("__"))
-            .collect();
+        let env: std::collections::HashMap<String, String> =
+            env.into_iter().filter(|(k, _)| k.starts_with(&format!("{ENV_PREFIX}_")) && k.contains("__")).collect();
         builder = builder.add_source(
             ::config::Environment::with_prefix(ENV_PREFIX)
                 .prefix_separator("_")
@@ -123,10 +118,7 @@ impl Settings {
             .build()
             .and_then(|c| c.try_deserialize())
             .map_err(|source| ConfigError::Load { path: path.map(Path::to_path_buf), source })?;
-        let base = path
-            .and_then(|p| p.parent())
-            .map(Path::to_path_buf)
-            .unwrap_or_else(|| PathBuf::from("."));
+        let base = path.and_then(|p| p.parent()).map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."));
         Self::validate(raw, path, &base)
     }
 
@@ -147,9 +139,8 @@ impl Settings {
                     temperature: m.temperature,
                 },
                 "scripted" => {
-                    let script = m
-                        .script
-                        .ok_or_else(|| invalid(key("script"), "required for provider \"scripted\""))?;
+                    let script =
+                        m.script.ok_or_else(|| invalid(key("script"), "required for provider \"scripted\""))?;
                     let script = base.join(script);
                     if !script.is_file() {
                         return Err(invalid(key("script"), format!("{} does not exist", script.display())));
@@ -205,16 +196,14 @@ impl Settings {
 
     /// The model `name`, which validation guarantees exists when referenced.
     pub fn model(&self, name: &str) -> Result<&ModelSettings, ConfigError> {
-        self.models
-            .get(name)
-            .ok_or_else(|| invalid(format!("models.{name}"), "no such model"))
+        self.models.get(name).ok_or_else(|| invalid(format!("models.{name}"), "no such model"))
     }
 
     /// The planner section, or an error saying it is needed.
     pub fn planner(&self) -> Result<&PlannerConfig, ConfigError> {
-        self.planner
-            .as_ref()
-            .ok_or_else(|| invalid("planner", "missing: the orchestrator needs a [planner] section (see docs/CONFIG.md)"))
+        self.planner.as_ref().ok_or_else(|| {
+            invalid("planner", "missing: the orchestrator needs a [planner] section (see docs/CONFIG.md)")
+        })
     }
 }
 

@@ -39,12 +39,7 @@ pub struct NatsConfig {
 
 impl Default for NatsConfig {
     fn default() -> Self {
-        Self {
-            url: "nats://127.0.0.1:4222".into(),
-            prefix: "flotilla".into(),
-            ack_wait: 30,
-            max_deliver: 5,
-        }
+        Self { url: "nats://127.0.0.1:4222".into(), prefix: "flotilla".into(), ack_wait: 30, max_deliver: 5 }
     }
 }
 
@@ -159,10 +154,20 @@ pub struct LocalConfig {
     pub nats_server: String,
     /// Where nats-server keeps JetStream data and logs, relative to the config file.
     pub state_dir: PathBuf,
+    /// The job `flotilla demo` submits.
+    pub demo_job: String,
 }
 
 impl Default for LocalConfig {
     fn default() -> Self {
-        Self { workers: 2, nats_server: "nats-server".into(), state_dir: ".flotilla".into() }
+        Self {
+            workers: 2,
+            nats_server: "nats-server".into(),
+            state_dir: ".flotilla".into(),
+            demo_job: "Compute the gross margin of each region and consolidate them into one table: \
+                       north: revenue 120, cost 75; south: revenue 0, cost 30; east: revenue 250, cost 190; \
+                       west: revenue 80, cost 20."
+                .into(),
+        }
     }
 }

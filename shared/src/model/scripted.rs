@@ -10,6 +10,8 @@
 //! a resumed (checkpointed) conversation continue where it stopped.
 //!
 //! ```toml
+//! latency_ms = 0                      # simulated latency of every call (optional)
+//!
 //! # Named expressions, evaluated before each turn.
 //! [vars]
 //! pairs = "captures(input, '(\\w+): revenue (-?[0-9.]+), cost (-?[0-9.]+)')"
@@ -44,6 +46,9 @@ use crate::protocol::{ErrorKind, Usage};
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Script {
+    /// Simulated model latency of every call, for benchmarks and tests.
+    #[serde(default)]
+    latency_ms: u64,
     #[serde(default)]
     vars: indexmap_like::Vars,
     turns: Vec<Turn>,
@@ -100,7 +105,8 @@ impl ScriptedModel {
     /// Loads and checks the script at `path` (every template must compile).
     pub fn load(name: &str, path: &Path) -> Result<Self, ModelError> {
         let err = |message: String| ModelError { kind: ErrorKind::Validation, model: name.into(), message };
-        let text = std::fs::read_to_string(path).map_err(|e| err(format!("cannot read script {}: {e}", path.display())))?;
+        let text =
+            std::fs::read_to_string(path).map_err(|e| err(format!("cannot read script {}: {e}", path.display())))?;
         Self::from_str(name, &text).map_err(|e| err(format!("script {}: {}", path.display(), e.message)))
     }
 
@@ -168,31 +174,20 @@ impl ScriptedModel {
                 let scope = context! { item => item, index => index, ..base };
                 let text = self.render(&c.args, scope, &format!("{what}.args"))?;
                 let arguments: Value = serde_json::from_str(&text).unwrap_or(Value::String(text));
-                calls.push(ToolCall {
-                    id: format!("call_{step}_{}", calls.len()),
-                    name: c.tool.clone(),
-                    arguments,
-                });
+                calls.push(ToolCall { id: format!("call_{step}_{}", calls.len()), name: c.tool.clone(), arguments });
             }
         }
         Ok((content, calls))
     }
 
     fn eval(&self, expr: &str, ctx: &serde_json::Map<String, Value>, what: &str) -> Result<Value, ModelError> {
-        let e = self
-            .env
-            .compile_expression(expr)
-            .map_err(|e| self.fail(ErrorKind::Bug, format!("{what}: {e}")))?;
-        let v = e
-            .eval(jv(ctx))
-            .map_err(|e| self.fail(ErrorKind::Bug, format!("{what}: {e}")))?;
+        let e = self.env.compile_expression(expr).map_err(|e| self.fail(ErrorKind::Bug, format!("{what}: {e}")))?;
+        let v = e.eval(jv(ctx)).map_err(|e| self.fail(ErrorKind::Bug, format!("{what}: {e}")))?;
         serde_json::to_value(&v).map_err(|e| self.fail(ErrorKind::Bug, format!("{what}: {e}")))
     }
 
     fn render(&self, template: &str, ctx: JValue, what: &str) -> Result<String, ModelError> {
-        self.env
-            .render_str(template, ctx)
-            .map_err(|e| self.fail(ErrorKind::Bug, format!("{what}: {e}")))
+        self.env.render_str(template, ctx).map_err(|e| self.fail(ErrorKind::Bug, format!("{what}: {e}")))
     }
 }
 
@@ -205,9 +200,8 @@ fn environment() -> Environment<'static> {
     let mut env = Environment::new();
     env.set_undefined_behavior(minijinja::UndefinedBehavior::Strict);
     env.add_function("captures", |text: String, pattern: String| -> Result<JValue, minijinja::Error> {
-        let re = regex::Regex::new(&pattern).map_err(|e| {
-            minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, format!("bad regex: {e}"))
-        })?;
+        let re = regex::Regex::new(&pattern)
+            .map_err(|e| minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, format!("bad regex: {e}")))?;
         let all: Vec<Vec<String>> = re
             .captures_iter(&text)
             .map(|c| c.iter().map(|m| m.map(|m| m.as_str().to_string()).unwrap_or_default()).collect())
@@ -261,12 +255,15 @@ fn conversation_context(messages: &[ChatMessage], step: usize) -> serde_json::Ma
 #[async_trait]
 impl ChatModel for ScriptedModel {
     async fn complete(&self, request: ModelRequest<'_>) -> Result<ModelResponse, ModelError> {
+        if self.script.latency_ms > 0 {
+            tokio::time::sleep(std::time::Duration::from_millis(self.script.latency_ms)).await;
+        }
         let (content, tool_calls) = self.play(request.messages)?;
         // Count what a real endpoint would bill: the whole prompt including tool schemas.
         let prompt_chars = serde_json::to_string(request.messages).map(|s| s.len()).unwrap_or(0)
             + serde_json::to_string(request.tools).map(|s| s.len()).unwrap_or(0);
-        let output_chars = content.as_ref().map_or(0, String::len)
-            + serde_json::to_string(&tool_calls).map(|s| s.len()).unwrap_or(0);
+        let output_chars =
+            content.as_ref().map_or(0, String::len) + serde_json::to_string(&tool_calls).map(|s| s.len()).unwrap_or(0);
         Ok(ModelResponse {
             content,
             tool_calls,

@@ -71,11 +71,7 @@ pub struct ErrorInfo {
 impl ErrorInfo {
     /// An error of `kind`; `retryable` follows the kind.
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
-        Self {
-            kind,
-            message: message.into(),
-            retryable: kind.retryable(),
-        }
+        Self { kind, message: message.into(), retryable: kind.retryable() }
     }
 }
 

@@ -43,9 +43,8 @@ impl JobStatus {
 impl std::str::FromStr for JobStatus {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        serde_json::from_value(serde_json::Value::String(s.into())).map_err(|_| {
-            format!("unknown job status {s:?}: use submitted, running, completed, failed or cancelled")
-        })
+        serde_json::from_value(serde_json::Value::String(s.into()))
+            .map_err(|_| format!("unknown job status {s:?}: use submitted, running, completed, failed or cancelled"))
     }
 }
 

@@ -87,10 +87,7 @@ pub enum JobEventKind {
 impl JobEventKind {
     /// Whether this event ends the job.
     pub fn is_terminal(&self) -> bool {
-        matches!(
-            self,
-            JobEventKind::Completed { .. } | JobEventKind::Failed { .. } | JobEventKind::Cancelled { .. }
-        )
+        matches!(self, JobEventKind::Completed { .. } | JobEventKind::Failed { .. } | JobEventKind::Cancelled { .. })
     }
 }
 

@@ -85,34 +85,24 @@ pub trait Message: Serialize + DeserializeOwned {
 /// Decodes a message, checking size, JSON syntax, version and shape in that order.
 pub fn decode<T: Message>(bytes: &[u8]) -> Result<T, DecodeError> {
     if bytes.len() > MAX_MESSAGE_BYTES {
-        return Err(DecodeError::TooLarge {
-            size: bytes.len(),
-            max: MAX_MESSAGE_BYTES,
-        });
+        return Err(DecodeError::TooLarge { size: bytes.len(), max: MAX_MESSAGE_BYTES });
     }
-    let probe: VersionProbe = serde_json::from_slice(bytes)
-        .map_err(|e| DecodeError::Malformed(format!("expected a JSON object: {e}")))?;
+    let probe: VersionProbe =
+        serde_json::from_slice(bytes).map_err(|e| DecodeError::Malformed(format!("expected a JSON object: {e}")))?;
     match probe.v {
         None => {
-            return Err(DecodeError::Malformed(
-                "missing schema version field \"v\"".into(),
-            ));
+            return Err(DecodeError::Malformed("missing schema version field \"v\"".into()));
         }
         Some(SCHEMA_VERSION) => {}
         Some(found) => return Err(DecodeError::Version { found }),
     }
-    serde_json::from_slice(bytes).map_err(|e| DecodeError::Shape {
-        what: T::NAME,
-        detail: e.to_string(),
-    })
+    serde_json::from_slice(bytes).map_err(|e| DecodeError::Shape { what: T::NAME, detail: e.to_string() })
 }
 
 /// Encodes a message as JSON bytes.
 pub fn encode<T: Message>(msg: &T) -> bytes::Bytes {
     // Serializing our own plain data types cannot fail.
-    serde_json::to_vec(msg)
-        .expect("protocol types serialize infallibly")
-        .into()
+    serde_json::to_vec(msg).expect("protocol types serialize infallibly").into()
 }
 
 /// Serde helper for the `v` field: always written as [`SCHEMA_VERSION`].

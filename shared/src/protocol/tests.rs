@@ -62,9 +62,7 @@ fn every_message_round_trips() {
         v: SCHEMA_VERSION,
         job_id: t.job_id,
         at: now(),
-        kind: JobEventKind::TodosChanged {
-            todos: vec![Todo { content: "a".into(), status: TodoStatus::InProgress }],
-        },
+        kind: JobEventKind::TodosChanged { todos: vec![Todo { content: "a".into(), status: TodoStatus::InProgress }] },
     });
     let mut rec = JobRecord::new(t.job_id, Tenant::default(), "job".into());
     rec.tasks.push(TaskEntry {

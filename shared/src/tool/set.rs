@@ -77,16 +77,10 @@ impl ToolSet {
     pub fn add(&mut self, tool: Arc<dyn Tool>, source: &str) -> Result<(), ToolSetError> {
         let spec = tool.spec();
         if let Some(first) = self.sources.get(&spec.name) {
-            return Err(ToolSetError::Duplicate {
-                name: spec.name,
-                first: first.clone(),
-                second: source.to_string(),
-            });
+            return Err(ToolSetError::Duplicate { name: spec.name, first: first.clone(), second: source.to_string() });
         }
-        let validator = jsonschema::validator_for(&spec.input_schema).map_err(|e| ToolSetError::Schema {
-            name: spec.name.clone(),
-            message: e.to_string(),
-        })?;
+        let validator = jsonschema::validator_for(&spec.input_schema)
+            .map_err(|e| ToolSetError::Schema { name: spec.name.clone(), message: e.to_string() })?;
         self.sources.insert(spec.name.clone(), source.to_string());
         self.tools.insert(spec.name.clone(), Entry { tool, spec, validator });
         Ok(())
@@ -139,7 +133,10 @@ impl ToolSet {
                 tracing::error!(tool = name, call_id = %ctx.call_id, traceparent = ?ctx.traceparent, error = %join, "tool panicked");
                 Err(ToolError::new(
                     ErrorKind::Bug,
-                    format!("internal error in tool {name}; reported under trace {}", ctx.traceparent.as_deref().unwrap_or("-")),
+                    format!(
+                        "internal error in tool {name}; reported under trace {}",
+                        ctx.traceparent.as_deref().unwrap_or("-")
+                    ),
                 ))
             }
         }

@@ -1,0 +1,60 @@
+//! `flotilla demo`: the whole system in one command. Starts the local
+//! deployment, submits `[local] demo_job`, shows its progress live, prints the
+//! consolidated answer and stops everything.
+
+use std::path::Path;
+use std::time::Duration;
+
+use clap::Args as ClapArgs;
+use flotilla_shared::config::Settings;
+
+use super::{Output, client, connect, exit_code, follow_job, render};
+use crate::supervisor::{Logs, Supervisor};
+
+/// Run the demo job through a local deployment and print its answer.
+#[derive(ClapArgs, Debug)]
+pub struct Args {
+    /// Job text instead of `[local] demo_job`.
+    #[arg(long)]
+    pub job: Option<String>,
+}
+
+/// Runs the demo; exit code 0 when the job completed.
+pub async fn run(settings: Settings, config: &Path, args: Args) -> anyhow::Result<i32> {
+    let mut sup = Supervisor::start(&settings, config, Logs::Files).await?;
+    println!(
+        "started nats-server, the orchestrator and {} workers (logs in {})",
+        settings.local.workers,
+        sup.log_dir.display()
+    );
+    let result = tokio::select! {
+        r = submit_and_follow(&settings, args.job.unwrap_or_else(|| settings.local.demo_job.clone())) => r,
+        _ = crate::shutdown_signal() => Ok(130),
+        (name, status) = sup.wait_any() => Err(anyhow::anyhow!(
+            "{name} exited early ({}); see {}",
+            status.map(|s| s.to_string()).unwrap_or_else(|e| e.to_string()),
+            sup.log_dir.join(format!("{name}.log")).display()
+        )),
+    };
+    sup.stop(Duration::from_secs(15)).await;
+    result
+}
+
+async fn submit_and_follow(settings: &Settings, job: String) -> anyhow::Result<i32> {
+    let bus = connect(settings).await?;
+    // The orchestrator may still be starting: retry while nobody answers.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let id = loop {
+        match client::submit(&bus, job.clone(), Default::default()).await {
+            Ok(id) => break id,
+            Err(e) if tokio::time::Instant::now() < deadline && e.to_string().contains("no orchestrator") => {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => return Err(e),
+        }
+    };
+    println!("submitted job {id}\n");
+    let rec = follow_job(&bus, id, Output::Text).await?;
+    println!("\n{}", render::record(&rec));
+    Ok(exit_code(rec.status))
+}

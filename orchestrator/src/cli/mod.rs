@@ -1,0 +1,73 @@
+//! The `flotilla` subcommands, one file each. Client commands talk to the
+//! orchestrator only through the bus (job API and event streams), so they work
+//! from any host that reaches NATS.
+
+pub mod client;
+pub mod demo;
+pub mod follow;
+pub mod jobs;
+pub mod render;
+pub mod status;
+pub mod submit;
+pub mod up;
+pub mod watch;
+
+use std::io::Write;
+use std::time::Duration;
+
+use flotilla_shared::bus::Bus;
+use flotilla_shared::config::Settings;
+use flotilla_shared::ids::JobId;
+use flotilla_shared::protocol::{JobRecord, JobStatus};
+use futures::StreamExt;
+
+use follow::{Event, Scope};
+
+/// Connects as a short-lived client.
+pub async fn connect(settings: &Settings) -> anyhow::Result<Bus> {
+    Ok(Bus::connect(&settings.nats, "flotilla-cli", Duration::from_secs(5)).await?)
+}
+
+/// Output style of commands that follow events.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Output {
+    /// Human lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+    /// Nothing until the end.
+    Quiet,
+}
+
+/// Prints a job's events until it ends; returns its final record.
+pub async fn follow_job(bus: &Bus, job: JobId, output: Output) -> anyhow::Result<JobRecord> {
+    let current = client::status(bus, job).await?;
+    if current.status.is_terminal() {
+        if output == Output::Text {
+            println!("job {job} already {}", current.status.as_str());
+        }
+        return Ok(current);
+    }
+    let mut events = std::pin::pin!(follow::follow(bus, Scope::Job(job), output != Output::Quiet).await?);
+    let mut stdout = std::io::stdout();
+    while let Some(ev) = events.next().await {
+        let ev = ev?;
+        match output {
+            Output::Text => writeln!(stdout, "{}", render::event(&ev))?,
+            Output::Json => writeln!(stdout, "{}", ev.to_json())?,
+            Output::Quiet => {}
+        }
+        stdout.flush()?;
+        if let Event::Job(j) = &ev
+            && j.kind.is_terminal()
+        {
+            break;
+        }
+    }
+    client::status(bus, job).await
+}
+
+/// Exit code for a finished job: 0 when completed, 1 otherwise.
+pub fn exit_code(status: JobStatus) -> i32 {
+    if status == JobStatus::Completed { 0 } else { 1 }
+}

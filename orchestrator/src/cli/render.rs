@@ -1,0 +1,132 @@
+//! Human-readable lines for events and records, shared by `watch`, `submit
+//! --wait`, `status` and `jobs`.
+
+use flotilla_shared::protocol::{JobEventKind, JobRecord, ProgressKind, TodoStatus, Usage};
+
+use super::follow::Event;
+
+/// First 8 characters of an id: enough to tell tasks apart on screen.
+pub fn short(id: impl std::fmt::Display) -> String {
+    id.to_string().chars().rev().take(8).collect::<Vec<_>>().into_iter().rev().collect()
+}
+
+fn one_line(s: &str, max: usize) -> String {
+    let flat: String = s.split_whitespace().collect::<Vec<_>>().join(" ");
+    if flat.chars().count() > max { format!("{}…", flat.chars().take(max).collect::<String>()) } else { flat }
+}
+
+/// `in/out tokens, calls`.
+pub fn usage(u: &Usage) -> String {
+    format!(
+        "{} in / {} out tokens, {} model calls, {} tool calls",
+        u.input_tokens, u.output_tokens, u.model_calls, u.tool_calls
+    )
+}
+
+/// One line per event (todo lists take several).
+pub fn event(e: &Event) -> String {
+    match e {
+        Event::Job(j) => {
+            let t = j.at.time();
+            let ts = format!("{:02}:{:02}:{:02}.{:03}", t.hour(), t.minute(), t.second(), t.millisecond());
+            let what = match &j.kind {
+                JobEventKind::Submitted { input } => format!("job submitted: {}", one_line(input, 100)),
+                JobEventKind::Running => "planner running".into(),
+                JobEventKind::PlannerStep { step, usage, latency_ms } => format!(
+                    "planner step {step}: {} in / {} out tokens, {latency_ms} ms",
+                    usage.input_tokens, usage.output_tokens
+                ),
+                JobEventKind::TodosChanged { todos } => {
+                    let lines: Vec<String> = todos
+                        .iter()
+                        .map(|t| {
+                            let mark = match t.status {
+                                TodoStatus::Pending => "[ ]",
+                                TodoStatus::InProgress => "[~]",
+                                TodoStatus::Completed => "[x]",
+                            };
+                            format!("             {mark} {}", one_line(&t.content, 90))
+                        })
+                        .collect();
+                    format!("todos:\n{}", lines.join("\n"))
+                }
+                JobEventKind::TaskDispatched { task_id, subagent_type, description } => {
+                    format!("task {} -> {subagent_type}: {}", short(task_id), one_line(description, 80))
+                }
+                JobEventKind::TaskReported { task_id, status, summary } => {
+                    format!("task {} {}: {}", short(task_id), status.as_str(), one_line(summary, 80))
+                }
+                JobEventKind::Completed { usage: u, .. } => format!("job completed ({})", usage(u)),
+                JobEventKind::Failed { error } => format!("job failed: {error}"),
+                JobEventKind::Cancelled { reason } => format!("job cancelled: {reason}"),
+            };
+            format!("{ts} {what}")
+        }
+        Event::Progress(p) => {
+            let t = p.at.time();
+            let ts = format!("{:02}:{:02}:{:02}.{:03}", t.hour(), t.minute(), t.second(), t.millisecond());
+            let what = match &p.kind {
+                ProgressKind::Started => format!("started on {} (attempt {})", p.worker_id, p.attempt),
+                ProgressKind::ModelCall { step, usage, latency_ms } => format!(
+                    "model step {step}: {} in / {} out tokens, {latency_ms} ms",
+                    usage.input_tokens, usage.output_tokens
+                ),
+                ProgressKind::ToolCall { tool, call_id, .. } => format!("tool {tool} ({call_id})"),
+                ProgressKind::ToolResult { tool, error_kind, duration_ms, .. } => match error_kind {
+                    None => format!("tool {tool} ok ({duration_ms} ms)"),
+                    Some(k) => format!("tool {tool} {k} error ({duration_ms} ms)"),
+                },
+                ProgressKind::Heartbeat => "heartbeat".into(),
+                ProgressKind::Finished { status, .. } => format!("finished: {}", status.as_str()),
+            };
+            format!("{ts}   [{}] {what}", short(p.task_id))
+        }
+    }
+}
+
+/// The whole picture of a job.
+pub fn record(r: &JobRecord) -> String {
+    let mut out = format!(
+        "job      {}\ntenant   {}\nstatus   {}\ncreated  {}\nupdated  {}\nusage    {}\ninput    {}\n",
+        r.id,
+        r.tenant,
+        r.status.as_str(),
+        r.created_at,
+        r.updated_at,
+        usage(&r.usage),
+        one_line(&r.input, 200)
+    );
+    if !r.todos.is_empty() {
+        out.push_str("todos\n");
+        for t in &r.todos {
+            out.push_str(&format!("  {:?} {}\n", t.status, one_line(&t.content, 100)));
+        }
+    }
+    if !r.tasks.is_empty() {
+        out.push_str("tasks\n");
+        for t in &r.tasks {
+            let status = t.status.map(|s| s.as_str()).unwrap_or("running");
+            let result = match (&t.error, t.status) {
+                (Some(e), _) => format!("{e}"),
+                (None, Some(_)) => one_line(&t.summary, 100),
+                (None, None) => String::new(),
+            };
+            out.push_str(&format!(
+                "  {} {:<10} {:<9} {:>6} ms  {:<14} {}\n",
+                short(t.task_id),
+                t.subagent_type,
+                status,
+                t.duration_ms,
+                t.worker_id.as_deref().unwrap_or("-"),
+                result
+            ));
+        }
+    }
+    if let Some(e) = &r.error {
+        out.push_str(&format!("error    {e}\n"));
+    }
+    if let Some(a) = &r.answer {
+        out.push_str(&format!("answer\n{a}\n"));
+    }
+    out
+}

@@ -1,0 +1,29 @@
+//! `flotilla status <job>`: the whole picture of one job.
+
+use clap::Args as ClapArgs;
+use flotilla_shared::config::Settings;
+use flotilla_shared::ids::JobId;
+
+use super::{client, connect, render};
+
+/// Show a job: status, todos, tasks with their reports, usage, answer.
+#[derive(ClapArgs, Debug)]
+pub struct Args {
+    /// The job id.
+    pub job: JobId,
+    /// Print the job record as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Runs the command.
+pub async fn run(settings: &Settings, args: Args) -> anyhow::Result<i32> {
+    let bus = connect(settings).await?;
+    let rec = client::status(&bus, args.job).await?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&rec)?);
+    } else {
+        print!("{}", render::record(&rec));
+    }
+    Ok(0)
+}

@@ -1,0 +1,58 @@
+//! `flotilla submit`: start a job; prints its id at once.
+
+use std::io::Read;
+
+use clap::Args as ClapArgs;
+use flotilla_shared::config::Settings;
+use flotilla_shared::ids::Tenant;
+
+use super::{Output, client, connect, exit_code, follow_job, render};
+
+/// Submit a job to the planner.
+#[derive(ClapArgs, Debug)]
+pub struct Args {
+    /// The job text. Use `-` to read it from stdin.
+    pub input: String,
+    /// Wait for the job to end, print its answer, exit 1 if it did not complete.
+    #[arg(long)]
+    pub wait: bool,
+    /// Print JSON instead of text (with --wait: the final job record).
+    #[arg(long)]
+    pub json: bool,
+    /// Owner of the job.
+    #[arg(long, default_value = "default")]
+    pub tenant: Tenant,
+}
+
+/// Runs the command; returns the process exit code.
+pub async fn run(settings: &Settings, args: Args) -> anyhow::Result<i32> {
+    let input = if args.input == "-" {
+        let mut s = String::new();
+        std::io::stdin().read_to_string(&mut s)?;
+        s
+    } else {
+        args.input
+    };
+    let bus = connect(settings).await?;
+    let id = client::submit(&bus, input, args.tenant).await?;
+    if !args.wait {
+        if args.json {
+            println!("{}", serde_json::json!({ "job_id": id }));
+        } else {
+            println!("{id}");
+        }
+        return Ok(0);
+    }
+    if !args.json {
+        println!("{id}");
+    }
+    let rec = follow_job(&bus, id, Output::Quiet).await?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&rec)?);
+    } else if let Some(answer) = &rec.answer {
+        println!("{answer}");
+    } else {
+        print!("{}", render::record(&rec));
+    }
+    Ok(exit_code(rec.status))
+}

@@ -1,0 +1,117 @@
+//! The job store: job records in the jobs KV bucket (durable across restarts),
+//! with one in-memory copy per job this orchestrator is running so concurrent
+//! tool calls of one planner (parallel `task` calls, `write_todos`) update one
+//! record under one lock and never overwrite each other's changes.
+
+use std::sync::Arc;
+
+use async_nats::jetstream::kv;
+use dashmap::DashMap;
+use flotilla_shared::bus::{Bus, BusError};
+use flotilla_shared::ids::JobId;
+use flotilla_shared::protocol::{self, JobEvent, JobEventKind, JobRecord, JobStatus, JobSummary};
+use futures::TryStreamExt;
+use tokio::sync::Mutex;
+
+/// Job records and job events.
+#[derive(Clone)]
+pub struct JobStore {
+    bus: Bus,
+    kv: kv::Store,
+    live: Arc<DashMap<JobId, Arc<Mutex<JobRecord>>>>,
+}
+
+impl JobStore {
+    /// Opens the jobs bucket.
+    pub async fn open(bus: Bus) -> Result<Self, BusError> {
+        let kv = bus.jobs().await?;
+        Ok(Self { bus, kv, live: Arc::default() })
+    }
+
+    /// Stores a new record and keeps it live.
+    pub async fn insert(&self, rec: JobRecord) -> Result<(), BusError> {
+        self.write(&rec).await?;
+        self.live.insert(rec.id, Arc::new(Mutex::new(rec)));
+        Ok(())
+    }
+
+    /// Reads a record: the live copy when running here, else the bucket.
+    pub async fn get(&self, id: &JobId) -> Result<Option<JobRecord>, BusError> {
+        if let Some(rec) = self.live.get(id).map(|r| r.clone()) {
+            return Ok(Some(rec.lock().await.clone()));
+        }
+        let bytes = self.kv.get(id.to_string()).await.map_err(|e| BusError::new(format!("cannot read job {id}"), e))?;
+        match bytes {
+            None => Ok(None),
+            Some(b) => {
+                protocol::decode(&b).map(Some).map_err(|e| BusError::new(format!("job record {id} is unreadable"), e))
+            }
+        }
+    }
+
+    /// Applies `change` to the live record of `id` and persists it.
+    pub async fn update<R>(&self, id: &JobId, change: impl FnOnce(&mut JobRecord) -> R) -> Result<R, BusError> {
+        let rec = match self.live.get(id).map(|r| r.clone()) {
+            Some(r) => r,
+            None => {
+                let rec = self.get(id).await?.ok_or_else(|| BusError::new(format!("job {id}"), "not found"))?;
+                self.live.entry(*id).or_insert_with(|| Arc::new(Mutex::new(rec))).clone()
+            }
+        };
+        let mut guard = rec.lock().await;
+        let out = change(&mut guard);
+        guard.updated_at = protocol::now();
+        self.write(&guard).await?;
+        Ok(out)
+    }
+
+    /// Drops the in-memory copy of a finished job.
+    pub fn release(&self, id: &JobId) {
+        self.live.remove(id);
+    }
+
+    async fn write(&self, rec: &JobRecord) -> Result<(), BusError> {
+        self.kv
+            .put(rec.id.to_string(), protocol::encode(rec))
+            .await
+            .map_err(|e| BusError::new(format!("cannot store job {}", rec.id), e))?;
+        Ok(())
+    }
+
+    /// Every stored job, newest first.
+    pub async fn list(&self, status: Option<JobStatus>, limit: usize) -> Result<Vec<JobSummary>, BusError> {
+        let keys: Vec<String> = match self.kv.keys().await {
+            Ok(k) => k.try_collect().await.map_err(|e| BusError::new("cannot list jobs", e))?,
+            Err(e) => return Err(BusError::new("cannot list jobs", e)),
+        };
+        let mut ids: Vec<JobId> = keys.iter().filter_map(|k| k.parse().ok()).collect();
+        ids.sort_unstable_by(|a, b| b.cmp(a)); // UUIDv7: newest first
+        let mut out = Vec::new();
+        for id in ids {
+            if out.len() >= limit {
+                break;
+            }
+            let Some(rec) = self.get(&id).await? else { continue };
+            if status.is_some_and(|s| s != rec.status) {
+                continue;
+            }
+            out.push(JobSummary {
+                id: rec.id,
+                tenant: rec.tenant.clone(),
+                status: rec.status,
+                input: rec.input.lines().next().unwrap_or_default().chars().take(80).collect(),
+                tasks: rec.tasks.len(),
+                usage: rec.usage,
+                created_at: rec.created_at,
+                updated_at: rec.updated_at,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Publishes a job event on `<prefix>.job.<id>.event`.
+    pub async fn emit(&self, job_id: JobId, kind: JobEventKind) {
+        let ev = JobEvent { v: protocol::SCHEMA_VERSION, job_id, at: protocol::now(), kind };
+        self.bus.publish_event(self.bus.subjects.job_event(&job_id), &ev).await;
+    }
+}

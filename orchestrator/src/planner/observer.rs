@@ -1,0 +1,38 @@
+//! What the planner's agent loop reports: each model call becomes a job event
+//! and is added to the job's planner usage.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use flotilla_shared::agent::AgentObserver;
+use flotilla_shared::ids::JobId;
+use flotilla_shared::protocol::{JobEventKind, Usage};
+
+use crate::jobs::JobStore;
+
+/// Observer of one job's planner run.
+pub struct PlannerObserver {
+    /// Job records and events.
+    pub jobs: JobStore,
+    /// The job.
+    pub job_id: JobId,
+}
+
+#[async_trait]
+impl AgentObserver for PlannerObserver {
+    async fn model_called(&self, step: u32, usage: Usage, latency: Duration) {
+        let r = self
+            .jobs
+            .update(&self.job_id, |rec| {
+                rec.planner_usage += usage;
+                rec.usage += usage;
+            })
+            .await;
+        if let Err(e) = r {
+            tracing::warn!(error = %e, "planner usage not recorded");
+        }
+        self.jobs
+            .emit(self.job_id, JobEventKind::PlannerStep { step, usage, latency_ms: latency.as_millis() as u64 })
+            .await;
+    }
+}

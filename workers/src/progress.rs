@@ -1,0 +1,84 @@
+//! Publishes a task's progress events as the agent loop runs. Events are
+//! observations: they go out without waiting for acks and never slow the task.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use flotilla_shared::agent::{AgentObserver, Conversation};
+use flotilla_shared::bus::Bus;
+use flotilla_shared::ids::{JobId, SubagentType, TaskId};
+use flotilla_shared::model::ToolCall;
+use flotilla_shared::protocol::{self, ProgressEvent, ProgressKind, Usage};
+use flotilla_shared::tool::ToolOutcome;
+use sha2::{Digest, Sha256};
+
+/// Progress publisher of one task attempt.
+#[derive(Clone)]
+pub struct ProgressPublisher {
+    /// The bus.
+    pub bus: Bus,
+    /// The job.
+    pub job_id: JobId,
+    /// The task.
+    pub task_id: TaskId,
+    /// Its type.
+    pub subagent_type: SubagentType,
+    /// This worker.
+    pub worker_id: String,
+    /// Delivery attempt.
+    pub attempt: u32,
+}
+
+impl ProgressPublisher {
+    /// Publishes one event.
+    pub async fn emit(&self, kind: ProgressKind) {
+        let ev = ProgressEvent {
+            v: protocol::SCHEMA_VERSION,
+            job_id: self.job_id,
+            task_id: self.task_id,
+            subagent_type: self.subagent_type.clone(),
+            worker_id: self.worker_id.clone(),
+            attempt: self.attempt,
+            at: protocol::now(),
+            kind,
+        };
+        self.bus.publish_event(self.bus.subjects.progress(&self.job_id, &self.task_id), &ev).await;
+    }
+}
+
+/// sha256 of a JSON value's text, hex encoded.
+pub fn digest(value: &serde_json::Value) -> String {
+    let hash = Sha256::digest(value.to_string().as_bytes());
+    hash.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[async_trait]
+impl AgentObserver for ProgressPublisher {
+    async fn model_called(&self, step: u32, usage: Usage, latency: Duration) {
+        tracing::debug!(step, input_tokens = usage.input_tokens, output_tokens = usage.output_tokens, "model call");
+        self.emit(ProgressKind::ModelCall { step, usage, latency_ms: latency.as_millis() as u64 }).await;
+    }
+
+    async fn tool_started(&self, call: &ToolCall) {
+        tracing::debug!(tool = %call.name, call_id = %call.id, "tool call");
+        self.emit(ProgressKind::ToolCall {
+            call_id: call.id.clone(),
+            tool: call.name.clone(),
+            args_sha256: digest(&call.arguments),
+        })
+        .await;
+    }
+
+    async fn tool_finished(&self, call: &ToolCall, outcome: &ToolOutcome) {
+        self.emit(ProgressKind::ToolResult {
+            call_id: call.id.clone(),
+            tool: call.name.clone(),
+            error_kind: outcome.result.as_ref().err().map(|e| e.kind),
+            size: outcome.to_model_text().len(),
+            duration_ms: outcome.duration.as_millis() as u64,
+        })
+        .await;
+    }
+
+    async fn checkpoint(&self, _conversation: &Conversation) {}
+}

@@ -1,0 +1,181 @@
+//! Runs one task message from receipt to acknowledgement:
+//! decode -> start in-progress acks -> fresh subagent -> report -> ack.
+//!
+//! Ordering gives at-least-once delivery: the report is stored in JetStream
+//! before the task is acked, so a crash in between redelivers the task and the
+//! planner, which consolidates each task once, ignores the second report.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_nats::jetstream::{AckKind, Message};
+use flotilla_shared::agent::{Agent, Conversation, RunContext};
+use flotilla_shared::bus::{Bus, TRACEPARENT};
+use flotilla_shared::protocol::{self, ErrorInfo, ErrorKind, ProgressKind, TaskMessage, TaskReport, TaskStatus};
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use crate::progress::ProgressPublisher;
+use crate::runtime::SubagentRuntime;
+
+/// Shared by every task a worker runs.
+pub struct WorkerContext {
+    /// The bus.
+    pub bus: Bus,
+    /// This worker's id, in reports and progress.
+    pub worker_id: String,
+    /// Fires when the worker shuts down: running tasks are handed back (nak).
+    pub shutdown: CancellationToken,
+}
+
+/// Handles one delivery. Never panics on bad input: malformed messages are
+/// dead-lettered with their reason and terminated.
+pub async fn handle(ctx: Arc<WorkerContext>, rt: Arc<SubagentRuntime>, msg: Message) {
+    let attempt = msg.info().map(|i| i.delivered as u32).unwrap_or(1);
+    let task: TaskMessage = match protocol::decode(&msg.payload) {
+        Ok(t) => t,
+        Err(e) => {
+            tracing::warn!(subject = %msg.subject, error = %e, "malformed task message dead-lettered");
+            ctx.bus.dead_letter("task", msg.payload.clone(), &e.to_string()).await;
+            let _ = msg.ack_with(AckKind::Term).await;
+            return;
+        }
+    };
+    let traceparent = msg
+        .headers
+        .as_ref()
+        .and_then(|h| h.get(TRACEPARENT))
+        .map(|v| v.to_string())
+        .or_else(|| task.traceparent.clone());
+    let span = tracing::info_span!(
+        "task",
+        job_id = %task.job_id,
+        task_id = %task.task_id,
+        subagent_type = %task.subagent_type,
+        attempt,
+        trace_id = traceparent.as_deref().and_then(flotilla_shared::trace::trace_id).unwrap_or("-"),
+    );
+    run(ctx, rt, msg, task, attempt, traceparent).instrument(span).await
+}
+
+async fn run(
+    ctx: Arc<WorkerContext>,
+    rt: Arc<SubagentRuntime>,
+    msg: Message,
+    task: TaskMessage,
+    attempt: u32,
+    traceparent: Option<String>,
+) {
+    let started_at = protocol::now();
+    let started = Instant::now();
+    let progress = ProgressPublisher {
+        bus: ctx.bus.clone(),
+        job_id: task.job_id,
+        task_id: task.task_id,
+        subagent_type: task.subagent_type.clone(),
+        worker_id: ctx.worker_id.clone(),
+        attempt,
+    };
+    tracing::info!("task started");
+    progress.emit(ProgressKind::Started).await;
+
+    let cancel = ctx.shutdown.child_token();
+    let keepalive = keep_alive(&ctx, &msg, &progress, cancel.clone());
+
+    let mut limits = rt.limits();
+    if let Some(deadline) = task.deadline {
+        let left = (deadline - started_at).try_into().unwrap_or(Duration::ZERO);
+        limits.timeout = limits.timeout.min(left);
+    }
+    let outcome = if limits.timeout.is_zero() {
+        Err((ErrorInfo::new(ErrorKind::Timeout, "task deadline passed before it started"), Default::default()))
+    } else {
+        let agent = Agent { model: rt.model.clone(), tools: rt.tools.clone(), limits };
+        let mut conv = Conversation::new(&rt.config.system_prompt, &task.description);
+        let run_ctx = RunContext {
+            job_id: task.job_id,
+            task_id: Some(task.task_id),
+            tenant: task.tenant.clone(),
+            traceparent: traceparent.clone(),
+            cancel: cancel.clone(),
+        };
+        let r = agent.run(&mut conv, &run_ctx, &progress).await;
+        r.map(|answer| (answer, conv.usage)).map_err(|e| (e, conv.usage))
+    };
+    keepalive.abort();
+
+    if ctx.shutdown.is_cancelled() {
+        // Not the task's fault: hand it to another worker.
+        tracing::info!("worker shutting down: task handed back");
+        let _ = msg.ack_with(AckKind::Nak(None)).await;
+        return;
+    }
+
+    let (status, summary, error, usage) = match outcome {
+        Ok((answer, usage)) => (TaskStatus::Completed, answer, None, usage),
+        Err((e, usage)) => (
+            if e.kind == ErrorKind::Cancelled { TaskStatus::Cancelled } else { TaskStatus::Failed },
+            String::new(),
+            Some(e),
+            usage,
+        ),
+    };
+    let report = TaskReport {
+        v: protocol::SCHEMA_VERSION,
+        job_id: task.job_id,
+        task_id: task.task_id,
+        subagent_type: task.subagent_type.clone(),
+        status,
+        summary,
+        error,
+        usage,
+        worker_id: ctx.worker_id.clone(),
+        attempt,
+        started_at,
+        finished_at: protocol::now(),
+        duration_ms: started.elapsed().as_millis() as u64,
+    };
+    progress.emit(ProgressKind::Finished { status, usage }).await;
+    let subject = ctx.bus.subjects.report(&task.job_id, &task.task_id);
+    let msg_id = format!("report:{}", task.task_id);
+    match ctx.bus.publish_durable(subject, &report, Some(&msg_id), traceparent.as_deref()).await {
+        Ok(()) => {
+            if let Err(e) = msg.double_ack().await {
+                // The report is stored; a redelivery will be deduplicated by the planner.
+                tracing::warn!(error = %e, "task ack failed after report was stored");
+            }
+            tracing::info!(status = status.as_str(), ms = report.duration_ms, "task finished");
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "report not stored; task will be redelivered");
+            let _ = msg.ack_with(AckKind::Nak(Some(Duration::from_secs(1)))).await;
+        }
+    }
+}
+
+/// Sends in-progress acks (and heartbeat events) at a third of `ack_wait`, so
+/// long model and tool calls keep the task while a dead worker loses it fast.
+fn keep_alive(
+    ctx: &WorkerContext,
+    msg: &Message,
+    progress: &ProgressPublisher,
+    cancel: CancellationToken,
+) -> tokio::task::AbortHandle {
+    let every = Duration::from_millis(ctx.bus.config.ack_wait.max(1) * 1000 / 3);
+    let msg = msg.clone();
+    let progress = progress.clone();
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = cancel.cancelled() => return,
+            }
+            if let Err(e) = msg.ack_with(AckKind::Progress).await {
+                tracing::warn!(error = %e, "in-progress ack failed");
+            }
+            progress.emit(ProgressKind::Heartbeat).await;
+        }
+    })
+    .abort_handle()
+}

@@ -1,0 +1,41 @@
+//! `calculate_margin`: the tool adapter over [`crate::finance::gross_margin`]
+//! (seed 000 section 3.2). The adapter only translates: JSON arguments in, a
+//! small result or a business error out.
+
+use async_trait::async_trait;
+use flotilla_shared::tool::{Tool, ToolContext, ToolError, ToolSpec};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::finance::gross_margin;
+
+/// Calculates gross margin from revenue and cost.
+pub struct CalculateMargin;
+
+#[derive(Deserialize)]
+struct Args {
+    revenue: f64,
+    cost: f64,
+}
+
+#[async_trait]
+impl Tool for CalculateMargin {
+    fn spec(&self) -> ToolSpec {
+        ToolSpec {
+            name: "calculate_margin".into(),
+            description: "Calculate gross margin from revenue and cost using the business formula.".into(),
+            input_schema: json!({
+                "type": "object",
+                "properties": {"revenue": {"type": "number"}, "cost": {"type": "number"}},
+                "required": ["revenue", "cost"],
+                "additionalProperties": false
+            }),
+        }
+    }
+
+    async fn call(&self, _ctx: &ToolContext, args: Value) -> Result<Value, ToolError> {
+        let Args { revenue, cost } = serde_json::from_value(args).map_err(|e| ToolError::validation(e.to_string()))?;
+        let margin = gross_margin(revenue, cost).map_err(|e| ToolError::business(e.to_string()))?;
+        Ok(json!({ "margin": margin }))
+    }
+}
