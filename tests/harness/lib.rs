@@ -1,1 +1,64 @@
+//! Test harness: real `nats-server` (JetStream on) on a free loopback port,
+//! real `flotilla` and `flotilla-worker` processes, temp dirs, all cleaned up
+//! on drop. A failing test prints each process's log (see [`Proc::log`]).
+//!
+//! Binaries come from the workspace's target dir: run `cargo build --bins`
+//! before `cargo test` (the README's test command does).
 
+pub mod config;
+pub mod events;
+pub mod nats;
+pub mod proc;
+
+pub use config::TestConfig;
+pub use events::EventLog;
+pub use nats::NatsServer;
+pub use proc::{Proc, bin};
+
+use std::path::PathBuf;
+
+/// A fresh temp dir under the system temp dir, removed on drop.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    /// Creates `flotilla-<tag>-<uuid>`.
+    pub fn new(tag: &str) -> Self {
+        let p = std::env::temp_dir().join(format!("flotilla-{tag}-{}", uuid::Uuid::now_v7()));
+        std::fs::create_dir_all(&p).expect("temp dir");
+        Self(p)
+    }
+    /// The path.
+    pub fn path(&self) -> &std::path::Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        if std::env::var_os("FLOTILLA_KEEP_TEST_DIRS").is_none() {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+/// A free TCP port on 127.0.0.1 (bound then released).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()
+}
+
+/// Polls `check` until it returns `Some` or `timeout` passes (for external
+/// state that has no event to await, such as a port starting to accept).
+pub async fn eventually<T, F, Fut>(timeout: std::time::Duration, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}

@@ -1,0 +1,81 @@
+//! A running deployment for tests: nats-server, orchestrator, workers.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use flotilla_shared::bus::Bus;
+use flotilla_shared::config::NatsConfig;
+use flotilla_shared::ids::{JobId, Tenant};
+use flotilla_shared::protocol::{ApiReply, JobRecord, SCHEMA_VERSION, StatusRequest, SubmitReply, SubmitRequest};
+use flotilla_tests::{NatsServer, Proc, TestConfig};
+
+pub const TIMEOUT: Duration = Duration::from_secs(60);
+
+pub struct Deployment {
+    pub nats: NatsServer,
+    pub config: TestConfig,
+    pub config_path: PathBuf,
+    pub orchestrator: Option<Proc>,
+    pub workers: Vec<Proc>,
+    pub bus: Bus,
+}
+
+impl Deployment {
+    /// nats-server + `workers` worker processes + an orchestrator, with `config`
+    /// built by `make(nats_url)`.
+    pub async fn start(workers: usize, make: impl FnOnce(&str) -> TestConfig) -> Self {
+        let nats = NatsServer::start().await;
+        let config = make(&nats.url());
+        let config_path = config.write();
+        let bus = Bus::connect(
+            &NatsConfig { url: nats.url(), ..Default::default() },
+            "e2e-test",
+            Duration::from_secs(10),
+        )
+        .await
+        .expect("connect");
+        bus.ensure_topology().await.expect("topology");
+        let mut d = Self { nats, config, config_path, orchestrator: None, workers: Vec::new(), bus };
+        for i in 1..=workers {
+            d.add_worker(&format!("w{i}"));
+        }
+        d.start_orchestrator();
+        d
+    }
+
+    pub fn config_arg(&self) -> String {
+        self.config_path.display().to_string()
+    }
+
+    pub fn add_worker(&mut self, id: &str) {
+        let cfg = self.config_arg();
+        self.workers.push(Proc::spawn(id, "flotilla-worker", &["--config", &cfg, "--id", id, "--grace", "2"], &[]));
+    }
+
+    pub fn start_orchestrator(&mut self) {
+        let cfg = self.config_arg();
+        self.orchestrator = Some(Proc::spawn("orchestrator", "flotilla", &["orchestrator", "--config", &cfg], &[]));
+    }
+
+    /// Submits through the job API, retrying while the orchestrator starts.
+    pub async fn submit(&self, input: &str) -> JobId {
+        let req = SubmitRequest { v: SCHEMA_VERSION, input: input.into(), tenant: Tenant::default() };
+        flotilla_tests::eventually(TIMEOUT, "the orchestrator to accept a job", || {
+            let req = req.clone();
+            async move {
+                let r: Result<ApiReply<SubmitReply>, _> = self.bus.request("submit", &req, Duration::from_secs(5)).await;
+                r.ok().map(|r| r.into_result().expect("submit refused").job_id)
+            }
+        })
+        .await
+    }
+
+    pub async fn status(&self, job: JobId) -> JobRecord {
+        let r: ApiReply<JobRecord> = self
+            .bus
+            .request("status", &StatusRequest { v: SCHEMA_VERSION, job_id: job }, Duration::from_secs(10))
+            .await
+            .expect("status");
+        r.into_result().expect("status refused")
+    }
+}

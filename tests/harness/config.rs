@@ -1,0 +1,79 @@
+//! Writes a Flotilla config (and its model scripts) into a temp dir.
+
+use std::path::PathBuf;
+
+use crate::TempDir;
+
+/// The demo's scripts, shipped in deploy/local/scripts.
+pub fn demo_script(name: &str) -> String {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy/local/scripts").join(name);
+    std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+/// A config file under construction: sections are raw TOML.
+pub struct TestConfig {
+    dir: TempDir,
+    sections: Vec<String>,
+}
+
+impl TestConfig {
+    /// A config for the NATS server at `url` with a unique subject prefix.
+    pub fn new(nats_url: &str) -> Self {
+        let mut c = Self { dir: TempDir::new("config"), sections: Vec::new() };
+        c.sections.push(format!("[nats]\nurl = \"{nats_url}\"\nprefix = \"flotilla\"\nack_wait = 5\nmax_deliver = 5\n"));
+        c
+    }
+
+    /// The demo setup: scripted planner and finance subagent with `concurrency`
+    /// slots per worker, each model call taking `latency_ms`.
+    pub fn demo(nats_url: &str, concurrency: usize, latency_ms: u64) -> Self {
+        let mut c = Self::new(nats_url);
+        c.script("planner.toml", &demo_script("planner.toml"));
+        c.script("finance.toml", &format!("latency_ms = {latency_ms}\n{}", demo_script("finance.toml")));
+        c.section(
+            r#"[models.planner]
+provider = "scripted"
+script = "planner.toml"
+[models.finance]
+provider = "scripted"
+script = "finance.toml"
+[planner]
+model = "planner"
+task_timeout = 60
+"#,
+        );
+        c.section(&format!(
+            r#"[subagents.finance]
+description = "Computes gross margins."
+model = "finance"
+tools = ["calculate_margin"]
+concurrency = {concurrency}
+"#
+        ));
+        c
+    }
+
+    /// Adds raw TOML.
+    pub fn section(&mut self, toml: &str) -> &mut Self {
+        self.sections.push(toml.to_string());
+        self
+    }
+
+    /// Writes a script file next to the config.
+    pub fn script(&mut self, name: &str, text: &str) -> &mut Self {
+        std::fs::write(self.dir.path().join(name), text).expect("script");
+        self
+    }
+
+    /// Writes the config; returns its path.
+    pub fn write(&self) -> PathBuf {
+        let p = self.dir.path().join("flotilla.toml");
+        std::fs::write(&p, self.sections.join("\n")).expect("config");
+        p
+    }
+
+    /// The directory holding the config.
+    pub fn dir(&self) -> &std::path::Path {
+        self.dir.path()
+    }
+}
