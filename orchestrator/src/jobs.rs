@@ -8,7 +8,7 @@ use std::sync::Arc;
 use async_nats::jetstream::kv;
 use dashmap::DashMap;
 use flotilla_shared::bus::{Bus, BusError};
-use flotilla_shared::ids::JobId;
+use flotilla_shared::ids::{JobId, Tenant};
 use flotilla_shared::protocol::{self, JobEvent, JobEventKind, JobRecord, JobStatus, JobSummary};
 use futures::TryStreamExt;
 use tokio::sync::Mutex;
@@ -79,7 +79,12 @@ impl JobStore {
     }
 
     /// Every stored job, newest first.
-    pub async fn list(&self, status: Option<JobStatus>, limit: usize) -> Result<Vec<JobSummary>, BusError> {
+    pub async fn list(
+        &self,
+        tenant: &Tenant,
+        status: Option<JobStatus>,
+        limit: usize,
+    ) -> Result<Vec<JobSummary>, BusError> {
         let keys: Vec<String> = match self.kv.keys().await {
             Ok(k) => k.try_collect().await.map_err(|e| BusError::new("cannot list jobs", e))?,
             Err(e) => return Err(BusError::new("cannot list jobs", e)),
@@ -92,7 +97,7 @@ impl JobStore {
                 break;
             }
             let Some(rec) = self.get(&id).await? else { continue };
-            if status.is_some_and(|s| s != rec.status) {
+            if &rec.tenant != tenant || status.is_some_and(|s| s != rec.status) {
                 continue;
             }
             out.push(JobSummary {

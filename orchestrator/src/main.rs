@@ -18,6 +18,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use flotilla_shared::config::Settings;
+use flotilla_shared::ids::Tenant;
 use flotilla_shared::telemetry::{self, LogFormat};
 
 /// Flotilla: a planner agent delegating tasks over NATS to horizontally scaled
@@ -32,6 +33,9 @@ struct Cli {
     /// Log format: text or json.
     #[arg(long, global = true, default_value = "text")]
     log_format: LogFormat,
+    /// Tenant whose jobs client commands act on.
+    #[arg(long, global = true, env = "FLOTILLA_TENANT", default_value = "default")]
+    tenant: Tenant,
     #[command(subcommand)]
     command: Command,
 }
@@ -93,10 +97,10 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
             let settings = Settings::load(cli.config.as_deref()).context("configuration")?;
             match command {
                 Command::Orchestrator => service::run(settings, shutdown_signal()).await.map(|()| 0),
-                Command::Submit(a) => cli::submit::run(&settings, a).await,
-                Command::Status(a) => cli::status::run(&settings, a).await,
-                Command::Jobs(a) => cli::jobs::run(&settings, a).await,
-                Command::Watch(a) => cli::watch::run(&settings, a).await,
+                Command::Submit(a) => cli::submit::run(&settings, &cli.tenant, a).await,
+                Command::Status(a) => cli::status::run(&settings, &cli.tenant, a).await,
+                Command::Jobs(a) => cli::jobs::run(&settings, &cli.tenant, a).await,
+                Command::Watch(a) => cli::watch::run(&settings, &cli.tenant, a).await,
                 Command::Demo(_) | Command::Up(_) => unreachable!("handled above"),
             }
         }

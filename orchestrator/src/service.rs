@@ -1,11 +1,14 @@
 //! The orchestrator service: answers the job API on `<prefix>.api.*` and runs
 //! one planner per accepted job, at most `[planner] concurrency` at once.
 //!
-//! | subject                | request          | reply (`ok` payload)  |
-//! |------------------------|------------------|-----------------------|
-//! | `<prefix>.api.submit`  | `SubmitRequest`  | `SubmitReply`         |
-//! | `<prefix>.api.status`  | `StatusRequest`  | `JobRecord`           |
-//! | `<prefix>.api.list`    | `ListRequest`    | `ListReply`           |
+//! | subject `<prefix>.api.<tenant>.` | request          | reply (`ok` payload)  |
+//! |----------------------------------|------------------|-----------------------|
+//! | `submit`                         | `SubmitRequest`  | `SubmitReply`         |
+//! | `status`                         | `StatusRequest`  | `JobRecord`           |
+//! | `list`                           | `ListRequest`    | `ListReply`           |
+//!
+//! The tenant comes from the subject only (NATS permissions confine each
+//! client credential to its tenant); a job of another tenant looks missing.
 //!
 //! Every reply is an `ApiReply`; a malformed request gets an error reply that
 //! says what is wrong, never silence.
@@ -16,7 +19,7 @@ use std::sync::Arc;
 use async_nats::Message;
 use flotilla_shared::bus::Bus;
 use flotilla_shared::config::Settings;
-use flotilla_shared::ids::JobId;
+use flotilla_shared::ids::{JobId, Tenant};
 use flotilla_shared::protocol::{
     self, ApiReply, ErrorKind, JobEventKind, JobRecord, ListReply, ListRequest, StatusRequest, SubmitReply,
     SubmitRequest,
@@ -93,11 +96,21 @@ impl Service {
             tracing::debug!(subject = %msg.subject, "API message without reply subject ignored");
             return;
         };
-        let op = msg.subject.as_str().rsplit('.').next().unwrap_or_default().to_string();
+        // `<prefix>.api.<tenant>.<op>`: NATS permissions decide who may use which tenant.
+        let mut tokens = msg.subject.as_str().rsplit('.');
+        let op = tokens.next().unwrap_or_default().to_string();
+        let tenant = match tokens.next().map(Tenant::new) {
+            Some(Ok(t)) => t,
+            _ => {
+                let reply = ApiReply::<()>::error(ErrorKind::Validation, "invalid tenant in the API subject");
+                let _ = self.bus.client.publish(reply_to, encode(reply)).await;
+                return;
+            }
+        };
         let payload = match op.as_str() {
-            "submit" => encode(self.submit(&msg.payload).await),
-            "status" => encode(self.status(&msg.payload).await),
-            "list" => encode(self.list(&msg.payload).await),
+            "submit" => encode(self.submit(tenant, &msg.payload).await),
+            "status" => encode(self.status(&tenant, &msg.payload).await),
+            "list" => encode(self.list(&tenant, &msg.payload).await),
             other => encode::<()>(ApiReply::error(
                 ErrorKind::NotFound,
                 format!("unknown API operation {other:?}: use submit, status or list"),
@@ -108,7 +121,7 @@ impl Service {
         }
     }
 
-    async fn submit(&self, payload: &[u8]) -> ApiReply<SubmitReply> {
+    async fn submit(&self, tenant: Tenant, payload: &[u8]) -> ApiReply<SubmitReply> {
         let req: SubmitRequest = match protocol::decode(payload) {
             Ok(r) => r,
             Err(e) => return ApiReply::error(ErrorKind::Validation, e.to_string()),
@@ -123,7 +136,7 @@ impl Service {
             );
         }
         let id = JobId::new();
-        let rec = JobRecord::new(id, req.tenant, req.input.clone());
+        let rec = JobRecord::new(id, tenant, req.input.clone());
         if let Err(e) = self.jobs.insert(rec).await {
             return ApiReply::error(ErrorKind::Transient, format!("job not stored: {e}"));
         }
@@ -141,24 +154,25 @@ impl Service {
         });
     }
 
-    async fn status(&self, payload: &[u8]) -> ApiReply<JobRecord> {
+    async fn status(&self, tenant: &Tenant, payload: &[u8]) -> ApiReply<JobRecord> {
         let req: StatusRequest = match protocol::decode(payload) {
             Ok(r) => r,
             Err(e) => return ApiReply::error(ErrorKind::Validation, e.to_string()),
         };
         match self.jobs.get(&req.job_id).await {
-            Ok(Some(rec)) => ApiReply::ok(rec),
-            Ok(None) => ApiReply::error(ErrorKind::NotFound, format!("no job {}", req.job_id)),
+            // Another tenant's job is indistinguishable from a missing one.
+            Ok(Some(rec)) if &rec.tenant == tenant => ApiReply::ok(rec),
+            Ok(_) => ApiReply::error(ErrorKind::NotFound, format!("no job {}", req.job_id)),
             Err(e) => ApiReply::error(ErrorKind::Transient, e.to_string()),
         }
     }
 
-    async fn list(&self, payload: &[u8]) -> ApiReply<ListReply> {
+    async fn list(&self, tenant: &Tenant, payload: &[u8]) -> ApiReply<ListReply> {
         let req: ListRequest = match protocol::decode(payload) {
             Ok(r) => r,
             Err(e) => return ApiReply::error(ErrorKind::Validation, e.to_string()),
         };
-        match self.jobs.list(req.status, req.limit.unwrap_or(100)).await {
+        match self.jobs.list(tenant, req.status, req.limit.unwrap_or(100)).await {
             Ok(jobs) => ApiReply::ok(ListReply { jobs }),
             Err(e) => ApiReply::error(ErrorKind::Transient, e.to_string()),
         }

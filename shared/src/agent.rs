@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 use crate::ids::{JobId, TaskId, Tenant};
 use crate::model::{ChatMessage, ChatModel, ModelRequest, ToolCall};
 use crate::protocol::{ErrorInfo, ErrorKind, Usage};
-use crate::tool::{ToolContext, ToolOutcome, ToolSet};
+use crate::tool::{ApprovalGate, ToolContext, ToolOutcome, ToolSet};
 
 /// Limits of one agent run.
 #[derive(Clone, Copy, Debug)]
@@ -81,7 +81,7 @@ pub struct NoObserver;
 impl AgentObserver for NoObserver {}
 
 /// Who the run is for, handed to every tool call.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct RunContext {
     /// The job.
     pub job_id: JobId,
@@ -93,6 +93,8 @@ pub struct RunContext {
     pub traceparent: Option<String>,
     /// Fires on cancellation.
     pub cancel: CancellationToken,
+    /// Human approval for the tools that need it.
+    pub approvals: Option<Arc<dyn ApprovalGate>>,
 }
 
 /// A model, its tools and its limits.
@@ -184,6 +186,7 @@ impl Agent {
                 ),
                 traceparent: ctx.traceparent.clone(),
                 cancel: ctx.cancel.child_token(),
+                approvals: ctx.approvals.clone(),
             };
             let outcome = self.tools.invoke(&tool_ctx, &call.name, &call.arguments).await;
             observer.tool_finished(call, &outcome).await;

@@ -2,7 +2,7 @@
 //! one place. Subjects are a public API (documented in `docs/PROTOCOL.md`):
 //! change them here or nowhere.
 
-use crate::ids::{JobId, SubagentType, TaskId};
+use crate::ids::{JobId, SubagentType, TaskId, Tenant};
 
 /// Builds names under one configurable prefix (default `flotilla`).
 #[derive(Clone, Debug)]
@@ -57,13 +57,15 @@ impl Subjects {
     pub fn all_events(&self) -> Vec<String> {
         vec![format!("{}.job.*.event", self.prefix), format!("{}.job.*.progress.*", self.prefix)]
     }
-    /// `<p>.api.<op>`: job control by request/reply.
-    pub fn api(&self, op: &str) -> String {
-        format!("{}.api.{op}", self.prefix)
+    /// `<p>.api.<tenant>.<op>`: job control by request/reply. The tenant is
+    /// part of the subject so NATS permissions can confine a client to its own
+    /// tenant's API (see docs/SECURITY.md); the orchestrator trusts only this.
+    pub fn api(&self, tenant: &Tenant, op: &str) -> String {
+        format!("{}.api.{tenant}.{op}", self.prefix)
     }
-    /// `<p>.api.>`: every API operation.
+    /// `<p>.api.*.*`: every tenant's API operations.
     pub fn api_all(&self) -> String {
-        format!("{}.api.>", self.prefix)
+        format!("{}.api.*.*", self.prefix)
     }
     /// `<p>.worker.heartbeat.<worker>`: worker liveness.
     pub fn heartbeat(&self, worker: &str) -> String {
@@ -132,7 +134,7 @@ mod tests {
             "flotilla.job.0190c0de-0000-7000-8000-000000000001.report.0190c0de-0000-7000-8000-000000000002"
         );
         assert_eq!(s.job_event(&job), format!("flotilla.job.{job}.event"));
-        assert_eq!(s.api("submit"), "flotilla.api.submit");
+        assert_eq!(s.api(&Tenant::default(), "submit"), "flotilla.api.default.submit");
         assert_eq!(s.tasks_stream(), "FLOTILLA_TASKS");
         assert_eq!(s.task_consumer(&ty), "flotilla-task-finance");
         assert_eq!(Subjects::new("my-app").tasks_stream(), "MY_APP_TASKS");

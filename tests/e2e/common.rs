@@ -27,13 +27,10 @@ impl Deployment {
         let nats = NatsServer::start().await;
         let config = make(&nats.url());
         let config_path = config.write();
-        let bus = Bus::connect(
-            &NatsConfig { url: nats.url(), ..Default::default() },
-            "e2e-test",
-            Duration::from_secs(10),
-        )
-        .await
-        .expect("connect");
+        let bus =
+            Bus::connect(&NatsConfig { url: nats.url(), ..Default::default() }, "e2e-test", Duration::from_secs(10))
+                .await
+                .expect("connect");
         bus.ensure_topology().await.expect("topology");
         let mut d = Self { nats, config, config_path, orchestrator: None, workers: Vec::new(), bus };
         for i in 1..=workers {
@@ -59,11 +56,12 @@ impl Deployment {
 
     /// Submits through the job API, retrying while the orchestrator starts.
     pub async fn submit(&self, input: &str) -> JobId {
-        let req = SubmitRequest { v: SCHEMA_VERSION, input: input.into(), tenant: Tenant::default() };
+        let req = SubmitRequest { v: SCHEMA_VERSION, input: input.into() };
         flotilla_tests::eventually(TIMEOUT, "the orchestrator to accept a job", || {
             let req = req.clone();
             async move {
-                let r: Result<ApiReply<SubmitReply>, _> = self.bus.request("submit", &req, Duration::from_secs(5)).await;
+                let r: Result<ApiReply<SubmitReply>, _> =
+                    self.bus.request(&Tenant::default(), "submit", &req, Duration::from_secs(5)).await;
                 r.ok().map(|r| r.into_result().expect("submit refused").job_id)
             }
         })
@@ -73,7 +71,12 @@ impl Deployment {
     pub async fn status(&self, job: JobId) -> JobRecord {
         let r: ApiReply<JobRecord> = self
             .bus
-            .request("status", &StatusRequest { v: SCHEMA_VERSION, job_id: job }, Duration::from_secs(10))
+            .request(
+                &Tenant::default(),
+                "status",
+                &StatusRequest { v: SCHEMA_VERSION, job_id: job },
+                Duration::from_secs(10),
+            )
             .await
             .expect("status");
         r.into_result().expect("status refused")

@@ -24,7 +24,13 @@ async fn six_parallel_tasks_over_two_workers_are_consolidated_once_each() {
     assert_eq!(rec.status, JobStatus::Completed);
     assert_eq!(rec.tasks.len(), 6);
     let answer = rec.answer.clone().unwrap();
-    for row in ["| a | 120 | 75 | 0.375 |", "| c | 250 | 190 | 0.24 |", "| d | 80 | 20 | 0.75 |", "| e | 100 | 100 | 0.0 |", "| f | 50 | 60 | -0.2 |"] {
+    for row in [
+        "| a | 120 | 75 | 0.375 |",
+        "| c | 250 | 190 | 0.24 |",
+        "| d | 80 | 20 | 0.75 |",
+        "| e | 100 | 100 | 0.0 |",
+        "| f | 50 | 60 | -0.2 |",
+    ] {
         assert!(answer.contains(row), "missing {row} in\n{answer}");
     }
     assert!(answer.contains("| b | 0 | 30 | not computable: revenue must be greater than zero |"), "{answer}");
@@ -89,7 +95,8 @@ async fn the_cli_submits_waits_watches_and_lists() {
     // Wait until the orchestrator answers (the CLI itself does not retry).
     let first = d.submit("x: revenue 10, cost 5").await;
 
-    let (code, out, err) = run_cli(&["--config", &cfg, "submit", "--wait", "north: revenue 120, cost 75; south: revenue 0, cost 1"], &[]);
+    let (code, out, err) =
+        run_cli(&["--config", &cfg, "submit", "--wait", "north: revenue 120, cost 75; south: revenue 0, cost 1"], &[]);
     assert_eq!(code, 0, "{out}\n{err}");
     let mut lines = out.lines();
     let job = lines.next().unwrap().to_string();
@@ -126,7 +133,19 @@ async fn watch_streams_todos_tasks_tool_calls_and_reports_live() {
     assert_eq!(code, 0, "{err}");
     let events: Vec<serde_json::Value> = out.lines().map(|l| serde_json::from_str(l).expect(l)).collect();
     let kinds: Vec<&str> = events.iter().map(|e| e["event"].as_str().unwrap()).collect();
-    for k in ["submitted", "running", "todos_changed", "task_dispatched", "started", "model_call", "tool_call", "tool_result", "finished", "task_reported", "completed"] {
+    for k in [
+        "submitted",
+        "running",
+        "todos_changed",
+        "task_dispatched",
+        "started",
+        "model_call",
+        "tool_call",
+        "tool_result",
+        "finished",
+        "task_reported",
+        "completed",
+    ] {
         assert!(kinds.contains(&k), "no {k} in {kinds:?}");
     }
     assert_eq!(kinds.last(), Some(&"completed"));

@@ -20,7 +20,8 @@ impl TestConfig {
     /// A config for the NATS server at `url` with a unique subject prefix.
     pub fn new(nats_url: &str) -> Self {
         let mut c = Self { dir: TempDir::new("config"), sections: Vec::new() };
-        c.sections.push(format!("[nats]\nurl = \"{nats_url}\"\nprefix = \"flotilla\"\nack_wait = 5\nmax_deliver = 5\n"));
+        c.sections
+            .push(format!("[nats]\nurl = \"{nats_url}\"\nprefix = \"flotilla\"\nack_wait = 5\nmax_deliver = 5\n"));
         c
     }
 

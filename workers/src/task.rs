@@ -98,6 +98,7 @@ async fn run(
             tenant: task.tenant.clone(),
             traceparent: traceparent.clone(),
             cancel: cancel.clone(),
+            approvals: None,
         };
         let r = agent.run(&mut conv, &run_ctx, &progress).await;
         r.map(|answer| (answer, conv.usage)).map_err(|e| (e, conv.usage))

@@ -1,4 +1,5 @@
-//! The job API as seen from the CLI: typed request/reply over the bus.
+//! The job API as seen from the CLI: typed request/reply over the bus, on the
+//! subjects of one tenant.
 
 use std::time::Duration;
 
@@ -10,23 +11,33 @@ use flotilla_shared::protocol::{
 
 const TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Submits a job; returns its id.
-pub async fn submit(bus: &Bus, input: String, tenant: Tenant) -> anyhow::Result<JobId> {
-    let req = SubmitRequest { v: SCHEMA_VERSION, input, tenant };
-    let reply: ApiReply<SubmitReply> = bus.request("submit", &req, TIMEOUT).await?;
-    Ok(reply.into_result().map_err(|e| anyhow::anyhow!("submit refused: {e}"))?.job_id)
+/// A connected client acting for one tenant.
+pub struct ApiClient {
+    /// The bus.
+    pub bus: Bus,
+    /// Whose jobs.
+    pub tenant: Tenant,
 }
 
-/// A job's record.
-pub async fn status(bus: &Bus, job_id: JobId) -> anyhow::Result<JobRecord> {
-    let reply: ApiReply<JobRecord> =
-        bus.request("status", &StatusRequest { v: SCHEMA_VERSION, job_id }, TIMEOUT).await?;
-    reply.into_result().map_err(|e| anyhow::anyhow!("{e}"))
-}
+impl ApiClient {
+    /// Submits a job; returns its id.
+    pub async fn submit(&self, input: String) -> anyhow::Result<JobId> {
+        let req = SubmitRequest { v: SCHEMA_VERSION, input };
+        let reply: ApiReply<SubmitReply> = self.bus.request(&self.tenant, "submit", &req, TIMEOUT).await?;
+        Ok(reply.into_result().map_err(|e| anyhow::anyhow!("submit refused: {e}"))?.job_id)
+    }
 
-/// Job summaries, newest first.
-pub async fn list(bus: &Bus, status: Option<JobStatus>, limit: usize) -> anyhow::Result<ListReply> {
-    let req = ListRequest { v: SCHEMA_VERSION, status, limit: Some(limit) };
-    let reply: ApiReply<ListReply> = bus.request("list", &req, TIMEOUT).await?;
-    reply.into_result().map_err(|e| anyhow::anyhow!("{e}"))
+    /// A job's record.
+    pub async fn status(&self, job_id: JobId) -> anyhow::Result<JobRecord> {
+        let req = StatusRequest { v: SCHEMA_VERSION, job_id };
+        let reply: ApiReply<JobRecord> = self.bus.request(&self.tenant, "status", &req, TIMEOUT).await?;
+        reply.into_result().map_err(|e| anyhow::anyhow!("{e}"))
+    }
+
+    /// Job summaries, newest first.
+    pub async fn list(&self, status: Option<JobStatus>, limit: usize) -> anyhow::Result<ListReply> {
+        let req = ListRequest { v: SCHEMA_VERSION, status, limit: Some(limit) };
+        let reply: ApiReply<ListReply> = self.bus.request(&self.tenant, "list", &req, TIMEOUT).await?;
+        reply.into_result().map_err(|e| anyhow::anyhow!("{e}"))
+    }
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use clap::Args as ClapArgs;
 use flotilla_shared::config::Settings;
 
-use super::{Output, client, connect, exit_code, follow_job, render};
+use super::{Output, connect, exit_code, follow_job, render};
 use crate::supervisor::{Logs, Supervisor};
 
 /// Run the demo job through a local deployment and print its answer.
@@ -41,11 +41,11 @@ pub async fn run(settings: Settings, config: &Path, args: Args) -> anyhow::Resul
 }
 
 async fn submit_and_follow(settings: &Settings, job: String) -> anyhow::Result<i32> {
-    let bus = connect(settings).await?;
+    let api = connect(settings, &Default::default()).await?;
     // The orchestrator may still be starting: retry while nobody answers.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     let id = loop {
-        match client::submit(&bus, job.clone(), Default::default()).await {
+        match api.submit(job.clone()).await {
             Ok(id) => break id,
             Err(e) if tokio::time::Instant::now() < deadline && e.to_string().contains("no orchestrator") => {
                 tokio::time::sleep(Duration::from_millis(200)).await;
@@ -54,7 +54,7 @@ async fn submit_and_follow(settings: &Settings, job: String) -> anyhow::Result<i
         }
     };
     println!("submitted job {id}\n");
-    let rec = follow_job(&bus, id, Output::Text).await?;
+    let rec = follow_job(&api, id, Output::Text).await?;
     println!("\n{}", render::record(&rec));
     Ok(exit_code(rec.status))
 }

@@ -2,9 +2,10 @@
 
 use clap::Args as ClapArgs;
 use flotilla_shared::config::Settings;
+use flotilla_shared::ids::Tenant;
 use flotilla_shared::protocol::JobStatus;
 
-use super::{client, connect};
+use super::connect;
 
 /// List jobs.
 #[derive(ClapArgs, Debug)]
@@ -21,9 +22,8 @@ pub struct Args {
 }
 
 /// Runs the command.
-pub async fn run(settings: &Settings, args: Args) -> anyhow::Result<i32> {
-    let bus = connect(settings).await?;
-    let list = client::list(&bus, args.status, args.limit).await?;
+pub async fn run(settings: &Settings, tenant: &Tenant, args: Args) -> anyhow::Result<i32> {
+    let list = connect(settings, tenant).await?.list(args.status, args.limit).await?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&list.jobs)?);
         return Ok(0);

@@ -17,15 +17,17 @@ use std::time::Duration;
 
 use flotilla_shared::bus::Bus;
 use flotilla_shared::config::Settings;
-use flotilla_shared::ids::JobId;
+use flotilla_shared::ids::{JobId, Tenant};
 use flotilla_shared::protocol::{JobRecord, JobStatus};
 use futures::StreamExt;
 
+use client::ApiClient;
 use follow::{Event, Scope};
 
-/// Connects as a short-lived client.
-pub async fn connect(settings: &Settings) -> anyhow::Result<Bus> {
-    Ok(Bus::connect(&settings.nats, "flotilla-cli", Duration::from_secs(5)).await?)
+/// Connects as a short-lived client of `tenant`.
+pub async fn connect(settings: &Settings, tenant: &Tenant) -> anyhow::Result<ApiClient> {
+    let bus = Bus::connect(&settings.nats, "flotilla-cli", Duration::from_secs(5)).await?;
+    Ok(ApiClient { bus, tenant: tenant.clone() })
 }
 
 /// Output style of commands that follow events.
@@ -40,15 +42,15 @@ pub enum Output {
 }
 
 /// Prints a job's events until it ends; returns its final record.
-pub async fn follow_job(bus: &Bus, job: JobId, output: Output) -> anyhow::Result<JobRecord> {
-    let current = client::status(bus, job).await?;
+pub async fn follow_job(api: &ApiClient, job: JobId, output: Output) -> anyhow::Result<JobRecord> {
+    let current = api.status(job).await?;
     if current.status.is_terminal() {
         if output == Output::Text {
             println!("job {job} already {}", current.status.as_str());
         }
         return Ok(current);
     }
-    let mut events = std::pin::pin!(follow::follow(bus, Scope::Job(job), output != Output::Quiet).await?);
+    let mut events = std::pin::pin!(follow::follow(&api.bus, Scope::Job(job), output != Output::Quiet).await?);
     let mut stdout = std::io::stdout();
     while let Some(ev) = events.next().await {
         let ev = ev?;
@@ -64,7 +66,7 @@ pub async fn follow_job(bus: &Bus, job: JobId, output: Output) -> anyhow::Result
             break;
         }
     }
-    client::status(bus, job).await
+    api.status(job).await
 }
 
 /// Exit code for a finished job: 0 when completed, 1 otherwise.

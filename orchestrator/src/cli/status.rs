@@ -2,9 +2,9 @@
 
 use clap::Args as ClapArgs;
 use flotilla_shared::config::Settings;
-use flotilla_shared::ids::JobId;
+use flotilla_shared::ids::{JobId, Tenant};
 
-use super::{client, connect, render};
+use super::{connect, render};
 
 /// Show a job: status, todos, tasks with their reports, usage, answer.
 #[derive(ClapArgs, Debug)]
@@ -17,9 +17,8 @@ pub struct Args {
 }
 
 /// Runs the command.
-pub async fn run(settings: &Settings, args: Args) -> anyhow::Result<i32> {
-    let bus = connect(settings).await?;
-    let rec = client::status(&bus, args.job).await?;
+pub async fn run(settings: &Settings, tenant: &Tenant, args: Args) -> anyhow::Result<i32> {
+    let rec = connect(settings, tenant).await?.status(args.job).await?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&rec)?);
     } else {

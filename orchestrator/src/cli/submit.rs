@@ -6,7 +6,7 @@ use clap::Args as ClapArgs;
 use flotilla_shared::config::Settings;
 use flotilla_shared::ids::Tenant;
 
-use super::{Output, client, connect, exit_code, follow_job, render};
+use super::{Output, connect, exit_code, follow_job, render};
 
 /// Submit a job to the planner.
 #[derive(ClapArgs, Debug)]
@@ -19,13 +19,10 @@ pub struct Args {
     /// Print JSON instead of text (with --wait: the final job record).
     #[arg(long)]
     pub json: bool,
-    /// Owner of the job.
-    #[arg(long, default_value = "default")]
-    pub tenant: Tenant,
 }
 
 /// Runs the command; returns the process exit code.
-pub async fn run(settings: &Settings, args: Args) -> anyhow::Result<i32> {
+pub async fn run(settings: &Settings, tenant: &Tenant, args: Args) -> anyhow::Result<i32> {
     let input = if args.input == "-" {
         let mut s = String::new();
         std::io::stdin().read_to_string(&mut s)?;
@@ -33,8 +30,8 @@ pub async fn run(settings: &Settings, args: Args) -> anyhow::Result<i32> {
     } else {
         args.input
     };
-    let bus = connect(settings).await?;
-    let id = client::submit(&bus, input, args.tenant).await?;
+    let api = connect(settings, tenant).await?;
+    let id = api.submit(input).await?;
     if !args.wait {
         if args.json {
             println!("{}", serde_json::json!({ "job_id": id }));
@@ -46,7 +43,7 @@ pub async fn run(settings: &Settings, args: Args) -> anyhow::Result<i32> {
     if !args.json {
         println!("{id}");
     }
-    let rec = follow_job(&bus, id, Output::Quiet).await?;
+    let rec = follow_job(&api, id, Output::Quiet).await?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&rec)?);
     } else if let Some(answer) = &rec.answer {

@@ -4,7 +4,7 @@ use std::io::Write;
 
 use clap::Args as ClapArgs;
 use flotilla_shared::config::Settings;
-use flotilla_shared::ids::JobId;
+use flotilla_shared::ids::{JobId, Tenant};
 use futures::StreamExt;
 
 use super::follow::{self, Scope};
@@ -22,11 +22,11 @@ pub struct Args {
 }
 
 /// Runs the command; exits with the job's status (0 completed, 1 otherwise).
-pub async fn run(settings: &Settings, args: Args) -> anyhow::Result<i32> {
-    let bus = connect(settings).await?;
+pub async fn run(settings: &Settings, tenant: &Tenant, args: Args) -> anyhow::Result<i32> {
+    let api = connect(settings, tenant).await?;
     let output = if args.json { Output::Json } else { Output::Text };
     let Some(job) = args.job else {
-        let mut events = std::pin::pin!(follow::follow(&bus, Scope::All, true).await?);
+        let mut events = std::pin::pin!(follow::follow(&api.bus, Scope::All, true).await?);
         let mut stdout = std::io::stdout();
         while let Some(ev) = events.next().await {
             let ev = ev?;
@@ -35,7 +35,7 @@ pub async fn run(settings: &Settings, args: Args) -> anyhow::Result<i32> {
         }
         return Ok(0);
     };
-    let rec = follow_job(&bus, job, output).await?;
+    let rec = follow_job(&api, job, output).await?;
     if !args.json {
         if let Some(answer) = &rec.answer {
             println!("\n{answer}");

@@ -136,6 +136,7 @@ impl Planner {
             tenant: rec.tenant.clone(),
             traceparent: Some(flotilla_shared::trace::new_traceparent()),
             cancel,
+            approvals: None,
         };
         let observer = PlannerObserver { jobs: self.jobs.clone(), job_id: rec.id };
         agent.run(&mut conv, &ctx, &observer).await

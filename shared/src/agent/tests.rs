@@ -68,6 +68,7 @@ fn ctx() -> RunContext {
         tenant: Tenant::default(),
         traceparent: None,
         cancel: CancellationToken::new(),
+        approvals: None,
     }
 }
 

@@ -18,7 +18,7 @@ use async_nats::jetstream::{self, consumer, kv, stream};
 use bytes::Bytes;
 
 use crate::config::NatsConfig;
-use crate::ids::SubagentType;
+use crate::ids::{SubagentType, Tenant};
 use crate::protocol::{self, MAX_MESSAGE_BYTES, Message};
 use crate::subjects::Subjects;
 
@@ -235,11 +235,12 @@ impl Bus {
     /// Request/reply on the job API with a timeout, decoding the typed reply.
     pub async fn request<Req: Message, Rep: Message>(
         &self,
+        tenant: &Tenant,
         op: &str,
         req: &Req,
         timeout: Duration,
     ) -> Result<Rep, BusError> {
-        let subject = self.subjects.api(op);
+        let subject = self.subjects.api(tenant, op);
         let payload = checked(protocol::encode(req), Req::NAME)?;
         let reply = tokio::time::timeout(timeout, self.client.request(subject.clone(), payload))
             .await

@@ -1,4 +1,4 @@
-//! Job control by request/reply on `<prefix>.api.<op>`. Every reply is an
+//! Job control by request/reply on `<prefix>.api.<tenant>.<op>`. Every reply is an
 //! [`ApiReply`]: `{"v":1,"ok":{...}}` or `{"v":1,"error":{"kind":..,"message":..}}`.
 
 use serde::{Deserialize, Serialize};
@@ -7,7 +7,7 @@ use time::OffsetDateTime;
 use super::{ErrorInfo, ErrorKind, JobStatus, Message, Usage};
 use crate::ids::{JobId, Tenant};
 
-/// `<prefix>.api.submit`: start a job.
+/// `<prefix>.api.<tenant>.submit`: start a job owned by the subject's tenant.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SubmitRequest {
@@ -16,9 +16,6 @@ pub struct SubmitRequest {
     pub v: u32,
     /// The job text for the planner.
     pub input: String,
-    /// Owner; `default` when absent.
-    #[serde(default)]
-    pub tenant: Tenant,
 }
 
 /// Reply to a submit: the job id, at once.
@@ -28,7 +25,7 @@ pub struct SubmitReply {
     pub job_id: JobId,
 }
 
-/// `<prefix>.api.status`: one job's record.
+/// `<prefix>.api.<tenant>.status`: one job's record (only the tenant's own jobs).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct StatusRequest {
@@ -39,7 +36,7 @@ pub struct StatusRequest {
     pub job_id: JobId,
 }
 
-/// `<prefix>.api.list`: job summaries, newest first.
+/// `<prefix>.api.<tenant>.list`: the tenant's job summaries, newest first.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ListRequest {

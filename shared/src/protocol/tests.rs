@@ -78,7 +78,7 @@ fn every_message_round_trips() {
         duration_ms: 0,
     });
     round_trip(&rec);
-    round_trip(&SubmitRequest { v: 1, input: "x".into(), tenant: Tenant::default() });
+    round_trip(&SubmitRequest { v: 1, input: "x".into() });
     round_trip(&ApiReply::ok(SubmitReply { job_id: t.job_id }));
     round_trip(&ApiReply::<SubmitReply>::error(ErrorKind::NotFound, "no job"));
 }

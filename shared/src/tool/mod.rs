@@ -11,6 +11,8 @@ mod set;
 
 pub use set::{ToolOutcome, ToolSet, ToolSetError};
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -60,7 +62,7 @@ impl ToolError {
 }
 
 /// Who is calling, passed to every tool call.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct ToolContext {
     /// The job.
     pub job_id: JobId,
@@ -76,6 +78,30 @@ pub struct ToolContext {
     pub traceparent: Option<String>,
     /// Fires when the task or job is cancelled.
     pub cancel: CancellationToken,
+    /// Human approval, where the agent's config asks for it.
+    pub approvals: Option<Arc<dyn ApprovalGate>>,
+}
+
+impl std::fmt::Debug for ToolContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ToolContext")
+            .field("job_id", &self.job_id)
+            .field("task_id", &self.task_id)
+            .field("tenant", &self.tenant)
+            .field("call_id", &self.call_id)
+            .field("approvals", &self.approvals.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Asks a person before a tool call runs (human in the loop, seed 000 section
+/// 3.6). Implemented over the bus by the worker; enforced in code, never by
+/// prompt text.
+#[async_trait]
+pub trait ApprovalGate: Send + Sync {
+    /// Blocks until a decision: the arguments to run with (possibly edited by
+    /// the approver), or the rejection the model will read.
+    async fn approve(&self, ctx: &ToolContext, tool: &str, args: &Value) -> Result<Value, ToolError>;
 }
 
 /// A tool an agent can call.

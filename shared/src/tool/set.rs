@@ -214,6 +214,7 @@ mod tests {
             idempotency_key: "k".into(),
             traceparent: None,
             cancel: CancellationToken::new(),
+            approvals: None,
         }
     }
 
