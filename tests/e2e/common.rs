@@ -12,7 +12,11 @@ use flotilla_tests::{NatsServer, Proc, TestConfig};
 pub const TIMEOUT: Duration = Duration::from_secs(60);
 
 pub struct Deployment {
+    /// Kept alive for the test; fault tests kill and restart it.
+    #[allow(dead_code)]
     pub nats: NatsServer,
+    /// Kept alive so the config dir outlives the processes reading it.
+    #[allow(dead_code)]
     pub config: TestConfig,
     pub config_path: PathBuf,
     pub orchestrator: Option<Proc>,
