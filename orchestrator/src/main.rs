@@ -56,6 +56,8 @@ enum Command {
     Jobs(cli::jobs::Args),
     /// Follow a job's progress live (or every job).
     Watch(cli::watch::Args),
+    /// Measure overhead, throughput, fan-out and footprint on this machine.
+    Bench(cli::bench::Args),
 }
 
 const LOCAL_CONFIG: &str = "deploy/local/flotilla.toml";
@@ -89,6 +91,7 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
             let path = local()?;
             cli::demo::run(Settings::load(Some(&path))?, &path, args).await
         }
+        Command::Bench(args) => cli::bench::run(args).await,
         Command::Up(args) => {
             let path = local()?;
             cli::up::run(Settings::load(Some(&path))?, &path, args).await
@@ -101,7 +104,7 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
                 Command::Status(a) => cli::status::run(&settings, &cli.tenant, a).await,
                 Command::Jobs(a) => cli::jobs::run(&settings, &cli.tenant, a).await,
                 Command::Watch(a) => cli::watch::run(&settings, &cli.tenant, a).await,
-                Command::Demo(_) | Command::Up(_) => unreachable!("handled above"),
+                Command::Demo(_) | Command::Up(_) | Command::Bench(_) => unreachable!("handled above"),
             }
         }
     }

@@ -76,6 +76,11 @@ impl Supervisor {
         cmd.spawn().with_context(|| format!("cannot start {name} ({})", exe.display()))
     }
 
+    /// OS pid of the child called `name`.
+    pub fn pid(&self, name: &str) -> Option<u32> {
+        self.children.iter().find(|(n, _)| n == name).and_then(|(_, c)| c.id())
+    }
+
     /// Waits until any child exits; returns its name and status.
     pub async fn wait_any(&mut self) -> (String, std::io::Result<std::process::ExitStatus>) {
         let waits = self.children.iter_mut().map(|(n, c)| {

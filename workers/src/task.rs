@@ -141,8 +141,9 @@ async fn run(
     let msg_id = format!("report:{}", task.task_id);
     match ctx.bus.publish_durable(subject, &report, Some(&msg_id), traceparent.as_deref()).await {
         Ok(()) => {
-            if let Err(e) = msg.double_ack().await {
-                // The report is stored; a redelivery will be deduplicated by the planner.
+            // A plain ack suffices: the report is already stored, so if this ack
+            // is lost the redelivered task's second report is ignored by the planner.
+            if let Err(e) = msg.ack().await {
                 tracing::warn!(error = %e, "task ack failed after report was stored");
             }
             tracing::info!(status = status.as_str(), ms = report.duration_ms, "task finished");

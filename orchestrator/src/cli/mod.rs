@@ -2,6 +2,7 @@
 //! orchestrator only through the bus (job API and event streams), so they work
 //! from any host that reaches NATS.
 
+pub mod bench;
 pub mod client;
 pub mod demo;
 pub mod follow;

@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 /// Tokens and calls spent by an agent (or summed over many).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Usage {
     /// Prompt tokens, as reported by the model provider.
@@ -14,6 +14,15 @@ pub struct Usage {
     pub model_calls: u64,
     /// Tool calls executed (including failed ones).
     pub tool_calls: u64,
+    /// Cost in US dollars of the model calls, from the model's configured
+    /// prices (`[models.<name>] price_input_per_mtok`/`price_output_per_mtok`);
+    /// 0 (and omitted) when no price is configured.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub cost_usd: f64,
+}
+
+fn is_zero(x: &f64) -> bool {
+    *x == 0.0
 }
 
 impl std::ops::AddAssign for Usage {
@@ -22,6 +31,7 @@ impl std::ops::AddAssign for Usage {
         self.output_tokens += o.output_tokens;
         self.model_calls += o.model_calls;
         self.tool_calls += o.tool_calls;
+        self.cost_usd += o.cost_usd;
     }
 }
 

@@ -1,0 +1,182 @@
+//! A throwaway deployment for one bench scenario: its own nats-server on a
+//! free port, orchestrator and workers from this build, config and scripts in
+//! a temp dir that is removed afterwards.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use flotilla_shared::bus::Bus;
+use flotilla_shared::config::Settings;
+use flotilla_shared::protocol::{JobEventKind, ProgressKind};
+use futures::StreamExt;
+
+use crate::cli::client::ApiClient;
+use crate::cli::follow::{self, Event, Scope};
+use crate::supervisor::{Logs, Supervisor};
+
+const PLANNER: &str = r#"
+latency_ms = {latency}
+[vars]
+regions = "captures(input, '([A-Za-z][A-Za-z0-9_-]*): revenue (-?[0-9]+(?:[.][0-9]+)?), cost (-?[0-9]+(?:[.][0-9]+)?)')"
+[[turns]]
+[[turns.calls]]
+tool = "write_todos"
+args = '''{"todos": [{% for r in regions %}{"content": {{ r[1] | tojson }}, "status": "in_progress"}{% if not loop.last %}, {% endif %}{% endfor %}]}'''
+[[turns]]
+[[turns.calls]]
+tool = "task"
+for_each = "regions"
+args = '''{"subagent_type": "finance", "description": {{ ("Compute the gross margin of region " ~ item[1] ~ ": revenue " ~ item[2] ~ ", cost " ~ item[3]) | tojson }}}'''
+[[turns]]
+content = "{% for r in last %}{{ r.value }} {% endfor %}"
+"#;
+
+const FINANCE: &str = r#"
+latency_ms = {latency}
+[vars]
+nums = "captures(input, 'revenue (-?[0-9]+(?:[.][0-9]+)?), cost (-?[0-9]+(?:[.][0-9]+)?)')"
+[[turns]]
+[[turns.calls]]
+tool = "calculate_margin"
+args = '{"revenue": {{ nums[0][1] }}, "cost": {{ nums[0][2] }}}'
+[[turns]]
+content = "{{ last[0].value.margin }}"
+"#;
+
+/// `n` regions in the demo's job format.
+pub fn regions(n: usize) -> String {
+    let parts: Vec<String> = (0..n).map(|i| format!("r{i}: revenue {}, cost {}", 100 + i, 50 + i)).collect();
+    format!("Gross margin of each region: {}.", parts.join("; "))
+}
+
+/// One running scenario.
+pub struct Rig {
+    sup: Supervisor,
+    dir: PathBuf,
+    /// Client connection to the rig's NATS.
+    pub bus: Bus,
+    settings: Settings,
+}
+
+impl Rig {
+    /// Starts nats-server, an orchestrator and `workers` workers with
+    /// `slots` concurrency, every model call taking `latency_ms`.
+    pub async fn start(workers: usize, slots: usize, latency_ms: u64) -> anyhow::Result<Self> {
+        let dir = std::env::temp_dir().join(format!("flotilla-bench-{}", uuid::Uuid::now_v7()));
+        std::fs::create_dir_all(&dir)?;
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        std::fs::write(dir.join("planner.toml"), PLANNER.replace("{latency}", &latency_ms.to_string()))?;
+        std::fs::write(dir.join("finance.toml"), FINANCE.replace("{latency}", &latency_ms.to_string()))?;
+        let config = format!(
+            r#"[nats]
+url = "nats://127.0.0.1:{port}"
+[models.planner]
+provider = "scripted"
+script = "planner.toml"
+[models.finance]
+provider = "scripted"
+script = "finance.toml"
+[planner]
+model = "planner"
+[subagents.finance]
+description = "Computes gross margins."
+model = "finance"
+tools = ["calculate_margin"]
+concurrency = {slots}
+[local]
+workers = {workers}
+state_dir = "state"
+"#
+        );
+        let path = dir.join("flotilla.toml");
+        std::fs::write(&path, config)?;
+        let settings = Settings::load(Some(&path))?;
+        let sup = Supervisor::start(&settings, &path, Logs::Files).await.context("bench deployment")?;
+        let bus = Bus::connect(&settings.nats, "flotilla-bench", Duration::from_secs(10)).await?;
+        bus.ensure_topology().await?;
+        let rig = Self { sup, dir, bus, settings };
+        rig.wait_ready(workers).await?;
+        Ok(rig)
+    }
+
+    /// Waits until the orchestrator answers and every worker has a pull pending.
+    async fn wait_ready(&self, workers: usize) -> anyhow::Result<()> {
+        let api = self.api();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while api.list(None, 1).await.is_err() {
+            anyhow::ensure!(Instant::now() < deadline, "orchestrator did not start; logs in {}", self.sup.log_dir.display());
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let name = self.bus.subjects.task_consumer(&flotilla_shared::ids::SubagentType::new("finance")?);
+        let stream = self.bus.js.get_stream(self.bus.subjects.tasks_stream()).await?;
+        loop {
+            let mut c: async_nats::jetstream::consumer::PullConsumer =
+                stream.get_consumer(&name).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+            if c.info().await?.num_waiting as usize >= workers {
+                return Ok(());
+            }
+            anyhow::ensure!(Instant::now() < deadline, "workers did not start; logs in {}", self.sup.log_dir.display());
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    fn api(&self) -> ApiClient {
+        ApiClient { bus: self.bus.clone(), tenant: Default::default() }
+    }
+
+    /// Submits `input` and returns the wall time until the job completed.
+    pub async fn run_job(&self, input: &str) -> anyhow::Result<Duration> {
+        let api = self.api();
+        let mut events = std::pin::pin!(follow::follow(&self.bus, Scope::All, false).await?);
+        let started = Instant::now();
+        api.submit(input.to_string()).await?;
+        while let Some(ev) = events.next().await {
+            if let Event::Job(j) = ev? {
+                match j.kind {
+                    JobEventKind::Completed { .. } => return Ok(started.elapsed()),
+                    JobEventKind::Failed { error } => anyhow::bail!("bench job failed: {error}"),
+                    _ => {}
+                }
+            }
+        }
+        anyhow::bail!("event stream ended")
+    }
+
+    /// Input tokens of the first planner and first subagent model calls.
+    pub async fn first_call_tokens(&self, input: &str) -> anyhow::Result<(u64, u64)> {
+        let mut events = std::pin::pin!(follow::follow(&self.bus, Scope::All, true).await?);
+        self.api().submit(input.to_string()).await?;
+        let (mut planner, mut subagent) = (None, None);
+        while let Some(ev) = events.next().await {
+            match ev? {
+                Event::Job(j) => match j.kind {
+                    JobEventKind::PlannerStep { step: 1, usage, .. } => planner = Some(usage.input_tokens),
+                    JobEventKind::Completed { .. } | JobEventKind::Failed { .. } => break,
+                    _ => {}
+                },
+                Event::Progress(p) => {
+                    if let ProgressKind::ModelCall { step: 1, usage, .. } = p.kind {
+                        subagent.get_or_insert(usage.input_tokens);
+                    }
+                }
+            }
+        }
+        Ok((planner.unwrap_or_default(), subagent.unwrap_or_default()))
+    }
+
+    /// Resident memory of the first worker, in KiB.
+    pub fn worker_rss_kib(&self) -> anyhow::Result<u64> {
+        let pid = self.sup.pid("worker-1").context("no worker-1")?;
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+        let line = status.lines().find(|l| l.starts_with("VmRSS:")).context("no VmRSS")?;
+        Ok(line.split_whitespace().nth(1).unwrap_or("0").parse()?)
+    }
+
+    /// Stops every process and removes the temp dir.
+    pub async fn stop(self) {
+        let _ = &self.settings;
+        self.sup.stop(Duration::from_secs(10)).await;
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}

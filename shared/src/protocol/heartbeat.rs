@@ -1,0 +1,125 @@
+//! Worker heartbeats on `<prefix>.worker.heartbeat.<worker>`: who is serving
+//! which subagent types, with how many free slots, right now.
+//!
+//! A worker publishes one when it starts, then every `interval_ms`, and a last
+//! one with `state = "stopping"` when it shuts down. The latest heartbeat of
+//! each worker is also kept in the `<prefix>_workers` KV bucket whose entries
+//! expire after a few intervals, so the live set can be read at any moment
+//! without subscribing first (`flotilla workers`, the orchestrator's "no
+//! worker serves <type>" check, the dashboard). A worker killed with SIGKILL
+//! simply stops refreshing its entry and drops out when it expires.
+
+use serde::{Deserialize, Serialize};
+use time::OffsetDateTime;
+
+use super::Message;
+use crate::ids::SubagentType;
+
+/// Whether a worker takes new tasks.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WorkerState {
+    /// Serving its types.
+    #[default]
+    Running,
+    /// Shutting down: pulls no new tasks, hands running ones back after its grace period.
+    Stopping,
+}
+
+impl WorkerState {
+    /// The snake_case wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WorkerState::Running => "running",
+            WorkerState::Stopping => "stopping",
+        }
+    }
+}
+
+/// Load of one subagent type on one worker.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TypeLoad {
+    /// The type.
+    pub subagent_type: SubagentType,
+    /// Tasks of this type the worker runs at once (`[subagents.<type>] concurrency`).
+    pub capacity: u32,
+    /// Tasks of this type running now.
+    pub in_flight: u32,
+    /// Tasks of this type that ended with a report since the worker started.
+    #[serde(default)]
+    pub completed: u64,
+    /// Of those, how many did not complete (failed, rejected, cancelled).
+    #[serde(default)]
+    pub failed: u64,
+}
+
+/// Health of one MCP server as seen by the worker (filled from the MCP hub).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct McpServerHealth {
+    /// The server's name under `[mcp.<name>]`.
+    pub name: String,
+    /// Whether its session is usable now.
+    pub ok: bool,
+    /// Why not, or other detail (never a secret-bearing URL).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+}
+
+/// One worker's liveness and load.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WorkerHeartbeat {
+    /// Schema version.
+    #[serde(default = "super::schema_version")]
+    pub v: u32,
+    /// The worker id (as in reports and progress events).
+    pub worker_id: String,
+    /// Host name.
+    pub host: String,
+    /// OS process id.
+    pub pid: u32,
+    /// Flotilla version of the worker binary.
+    pub version: String,
+    /// Running or stopping.
+    #[serde(default)]
+    pub state: WorkerState,
+    /// The served types with their load.
+    pub types: Vec<TypeLoad>,
+    /// MCP servers of this worker and their health (empty when it uses none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mcp_servers: Vec<McpServerHealth>,
+    /// `http://host:port/metrics` of this worker's Prometheus endpoint, when enabled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics_url: Option<String>,
+    /// When the worker started.
+    #[serde(with = "time::serde::rfc3339")]
+    pub started_at: OffsetDateTime,
+    /// When this heartbeat was sent.
+    #[serde(with = "time::serde::rfc3339")]
+    pub at: OffsetDateTime,
+    /// Milliseconds until the next heartbeat; a worker silent for about three
+    /// intervals is gone.
+    pub interval_ms: u64,
+}
+
+impl WorkerHeartbeat {
+    /// Free slots for `ty` on this worker (0 when it does not serve it or is stopping).
+    pub fn free_slots(&self, ty: &SubagentType) -> u32 {
+        if self.state != WorkerState::Running {
+            return 0;
+        }
+        self.types
+            .iter()
+            .find(|t| &t.subagent_type == ty)
+            .map(|t| t.capacity.saturating_sub(t.in_flight))
+            .unwrap_or(0)
+    }
+
+    /// Whether this worker serves `ty` and is not stopping.
+    pub fn serves(&self, ty: &SubagentType) -> bool {
+        self.state == WorkerState::Running && self.types.iter().any(|t| &t.subagent_type == ty)
+    }
+}
+
+impl Message for WorkerHeartbeat {
+    const NAME: &'static str = "worker heartbeat";
+}
