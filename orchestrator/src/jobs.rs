@@ -7,11 +7,16 @@ use std::sync::Arc;
 
 use async_nats::jetstream::kv;
 use dashmap::DashMap;
-use flotilla_shared::bus::{Bus, BusError};
+use flotilla_shared::bus::{Bus, BusError, retry};
 use flotilla_shared::ids::{JobId, Tenant};
 use flotilla_shared::protocol::{self, JobEvent, JobEventKind, JobRecord, JobStatus, JobSummary};
 use futures::TryStreamExt;
 use tokio::sync::Mutex;
+
+use crate::metrics::OrchestratorMetrics;
+
+/// How long a job-record write is retried before the caller sees the error.
+const WRITE_BUDGET: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// Job records and job events.
 #[derive(Clone)]
@@ -19,13 +24,14 @@ pub struct JobStore {
     bus: Bus,
     kv: kv::Store,
     live: Arc<DashMap<JobId, Arc<Mutex<JobRecord>>>>,
+    metrics: Arc<OrchestratorMetrics>,
 }
 
 impl JobStore {
     /// Opens the jobs bucket.
     pub async fn open(bus: Bus) -> Result<Self, BusError> {
         let kv = bus.jobs().await?;
-        Ok(Self { bus, kv, live: Arc::default() })
+        Ok(Self { bus, kv, live: Arc::default(), metrics: Arc::new(OrchestratorMetrics::new()) })
     }
 
     /// Stores a new record and keeps it live.
@@ -70,18 +76,41 @@ impl JobStore {
         self.live.remove(id);
     }
 
+    /// Persists `rec`, riding out a short NATS outage (restart, election).
     async fn write(&self, rec: &JobRecord) -> Result<(), BusError> {
-        self.kv
-            .put(rec.id.to_string(), protocol::encode(rec))
-            .await
-            .map_err(|e| BusError::new(format!("cannot store job {}", rec.id), e))?;
+        let payload = protocol::encode(rec);
+        retry("job record write", WRITE_BUDGET, || async {
+            self.kv
+                .put(rec.id.to_string(), payload.clone())
+                .await
+                .map_err(|e| BusError::new(format!("cannot store job {}", rec.id), e))
+        })
+        .await?;
         Ok(())
     }
 
-    /// Every stored job, newest first.
+    /// Jobs that were submitted or running when the orchestrator stopped.
+    pub async fn unfinished(&self) -> Result<Vec<JobRecord>, BusError> {
+        let keys: Vec<String> = match self.kv.keys().await {
+            Ok(k) => k.try_collect().await.map_err(|e| BusError::new("cannot list jobs", e))?,
+            Err(e) => return Err(BusError::new("cannot list jobs", e)),
+        };
+        let mut out = Vec::new();
+        for id in keys.iter().filter_map(|k| k.parse::<JobId>().ok()) {
+            if let Some(rec) = self.get(&id).await?
+                && !rec.status.is_terminal()
+            {
+                out.push(rec);
+            }
+        }
+        out.sort_by_key(|r| r.id);
+        Ok(out)
+    }
+
+    /// Stored jobs of `tenant` (every tenant's when `None`, for the dashboard), newest first.
     pub async fn list(
         &self,
-        tenant: &Tenant,
+        tenant: Option<&Tenant>,
         status: Option<JobStatus>,
         limit: usize,
     ) -> Result<Vec<JobSummary>, BusError> {
@@ -97,7 +126,7 @@ impl JobStore {
                 break;
             }
             let Some(rec) = self.get(&id).await? else { continue };
-            if &rec.tenant != tenant || status.is_some_and(|s| s != rec.status) {
+            if tenant.is_some_and(|t| t != &rec.tenant) || status.is_some_and(|s| s != rec.status) {
                 continue;
             }
             out.push(JobSummary {
@@ -114,8 +143,14 @@ impl JobStore {
         Ok(out)
     }
 
+    /// Metrics derived from the events this store emits.
+    pub fn metrics(&self) -> &Arc<OrchestratorMetrics> {
+        &self.metrics
+    }
+
     /// Publishes a job event on `<prefix>.job.<id>.event`.
     pub async fn emit(&self, job_id: JobId, kind: JobEventKind) {
+        self.metrics.observe(&kind);
         let ev = JobEvent { v: protocol::SCHEMA_VERSION, job_id, at: protocol::now(), kind };
         self.bus.publish_event(self.bus.subjects.job_event(&job_id), &ev).await;
     }

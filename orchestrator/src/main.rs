@@ -6,8 +6,14 @@
 //! - `flotilla up` / `flotilla demo` run a local deployment ([`supervisor`]).
 //! - `submit`, `status`, `jobs`, `watch` are clients of the bus ([`cli`]).
 
+mod approvals;
+mod checkpoints;
 mod cli;
+mod dashboard;
+mod dead_letters;
+mod endpoints;
 mod jobs;
+mod metrics;
 mod planner;
 mod reports;
 mod service;
@@ -33,6 +39,10 @@ struct Cli {
     /// Log format: text or json.
     #[arg(long, global = true, default_value = "text")]
     log_format: LogFormat,
+    /// Also import MCP servers from a Claude Desktop / Cursor `mcpServers` JSON
+    /// file (workers started by `up`/`demo` inherit it).
+    #[arg(long, global = true, env = "FLOTILLA_MCP_CONFIG")]
+    mcp_config: Option<PathBuf>,
     /// Tenant whose jobs client commands act on.
     #[arg(long, global = true, env = "FLOTILLA_TENANT", default_value = "default")]
     tenant: Tenant,
@@ -56,14 +66,33 @@ enum Command {
     Jobs(cli::jobs::Args),
     /// Follow a job's progress live (or every job).
     Watch(cli::watch::Args),
+    /// List live workers from their heartbeats.
+    Workers(cli::workers::Args),
+    /// Cancel a job: planner, queued tasks and running subagents.
+    Cancel(cli::cancel::Args),
+    /// List tool calls waiting for a person's approval.
+    Approvals(cli::approvals::Args),
+    /// Approve, reject or edit a tool call waiting for approval.
+    Approve(cli::approve::Args),
     /// Measure overhead, throughput, fan-out and footprint on this machine.
     Bench(cli::bench::Args),
+    /// Show a job's audit trail: every tool call and approval.
+    Audit(cli::audit::Args),
+    /// Debug MCP servers without a model: list tools, call one, check health.
+    Mcp(cli::mcp::Args),
 }
 
 const LOCAL_CONFIG: &str = "deploy/local/flotilla.toml";
 
 fn main() {
-    let cli = Cli::parse();
+    let mut cli = Cli::parse();
+    if let Some(p) = cli.mcp_config.take() {
+        // Absolute, and exported so the workers `up`/`demo` start import it too.
+        let p = std::path::absolute(&p).unwrap_or(p);
+        // SAFETY: still single-threaded: no runtime or other thread exists yet.
+        unsafe { std::env::set_var("FLOTILLA_MCP_CONFIG", &p) };
+        cli.mcp_config = Some(p);
+    }
     let service = matches!(cli.command, Command::Orchestrator | Command::Up(_));
     telemetry::init(cli.log_format, if service { "info" } else { "warn" });
     flotilla_shared::tls::install_crypto_provider();
@@ -89,25 +118,40 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
     match cli.command {
         Command::Demo(args) => {
             let path = local()?;
-            cli::demo::run(Settings::load(Some(&path))?, &path, args).await
+            cli::demo::run(load(Some(&path), cli.mcp_config.as_deref())?, &path, args).await
         }
         Command::Bench(args) => cli::bench::run(args).await,
         Command::Up(args) => {
             let path = local()?;
-            cli::up::run(Settings::load(Some(&path))?, &path, args).await
+            cli::up::run(load(Some(&path), cli.mcp_config.as_deref())?, &path, args).await
         }
         command => {
-            let settings = Settings::load(cli.config.as_deref()).context("configuration")?;
+            let settings = load(cli.config.as_deref(), cli.mcp_config.as_deref()).context("configuration")?;
             match command {
                 Command::Orchestrator => service::run(settings, shutdown_signal()).await.map(|()| 0),
                 Command::Submit(a) => cli::submit::run(&settings, &cli.tenant, a).await,
                 Command::Status(a) => cli::status::run(&settings, &cli.tenant, a).await,
                 Command::Jobs(a) => cli::jobs::run(&settings, &cli.tenant, a).await,
                 Command::Watch(a) => cli::watch::run(&settings, &cli.tenant, a).await,
+                Command::Workers(a) => cli::workers::run(&settings, &cli.tenant, a).await,
+                Command::Cancel(a) => cli::cancel::run(&settings, &cli.tenant, a).await,
+                Command::Approvals(a) => cli::approvals::run(&settings, &cli.tenant, a).await,
+                Command::Approve(a) => cli::approve::run(&settings, &cli.tenant, a).await,
+                Command::Audit(a) => cli::audit::run(&settings, &cli.tenant, a).await,
+                Command::Mcp(a) => cli::mcp::run(&settings, a).await,
                 Command::Demo(_) | Command::Up(_) | Command::Bench(_) => unreachable!("handled above"),
             }
         }
     }
+}
+
+/// The config file plus, when given, an imported `mcpServers` JSON file.
+fn load(path: Option<&std::path::Path>, mcp_config: Option<&std::path::Path>) -> anyhow::Result<Settings> {
+    let mut settings = Settings::load(path)?;
+    if let Some(p) = mcp_config {
+        settings.import_mcp_config(p)?;
+    }
+    Ok(settings)
 }
 
 /// Completes on Ctrl-C or SIGTERM.

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use async_nats::jetstream::consumer::{DeliverPolicy, pull};
 use dashmap::DashMap;
 use flotilla_shared::bus::{Bus, BusError};
-use flotilla_shared::ids::TaskId;
+use flotilla_shared::ids::{JobId, TaskId};
 use flotilla_shared::protocol::{self, TaskReport};
 use futures::StreamExt;
 use tokio::sync::oneshot;
@@ -20,6 +20,7 @@ use tokio::sync::oneshot;
 /// Hands each report to the one call awaiting it.
 #[derive(Clone)]
 pub struct ReportRouter {
+    bus: Bus,
     waiters: Arc<DashMap<TaskId, oneshot::Sender<TaskReport>>>,
 }
 
@@ -40,7 +41,7 @@ impl ReportRouter {
             .await
             .map_err(|e| BusError::new("cannot follow reports", e))?;
         let mut messages = consumer.messages().await.map_err(|e| BusError::new("cannot follow reports", e))?;
-        let router = Self { waiters: Arc::default() };
+        let router = Self { bus, waiters: Arc::default() };
         let r = router.clone();
         tokio::spawn(async move {
             while let Some(m) = messages.next().await {
@@ -72,6 +73,14 @@ impl ReportRouter {
         let (tx, rx) = oneshot::channel();
         self.waiters.insert(task, tx);
         rx
+    }
+
+    /// A report already stored for `task` (one that arrived while nobody
+    /// waited, e.g. during an orchestrator restart).
+    pub async fn stored(&self, job: &JobId, task: &TaskId) -> Option<TaskReport> {
+        let stream = self.bus.js.get_stream(self.bus.subjects.reports_stream()).await.ok()?;
+        let msg = stream.get_last_raw_message_by_subject(&self.bus.subjects.report(job, task)).await.ok()?;
+        protocol::decode(&msg.payload).ok()
     }
 
     /// Stops waiting for `task`.

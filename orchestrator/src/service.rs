@@ -6,6 +6,12 @@
 //! | `submit`                         | `SubmitRequest`  | `SubmitReply`         |
 //! | `status`                         | `StatusRequest`  | `JobRecord`           |
 //! | `list`                           | `ListRequest`    | `ListReply`           |
+//! | `cancel`                         | `CancelRequest`  | `CancelReply`         |
+//! | `approvals`                      | `ApprovalsRequest` | `ApprovalsReply`    |
+//! | `approve`                        | `ApproveRequest` | `ApproveReply` ([`crate::approvals`]) |
+//!
+//! At start the service resumes every job that was submitted or running when
+//! the previous orchestrator stopped (see [`crate::checkpoints`]).
 //!
 //! The tenant comes from the subject only (NATS permissions confine each
 //! client credential to its tenant); a job of another tenant looks missing.
@@ -17,18 +23,22 @@ use std::future::Future;
 use std::sync::Arc;
 
 use async_nats::Message;
+use async_nats::jetstream::kv;
+use dashmap::DashMap;
 use flotilla_shared::bus::Bus;
 use flotilla_shared::config::Settings;
 use flotilla_shared::ids::{JobId, Tenant};
 use flotilla_shared::protocol::{
-    self, ApiReply, ErrorKind, JobEventKind, JobRecord, ListReply, ListRequest, StatusRequest, SubmitReply,
-    SubmitRequest,
+    self, ApiReply, CancelReply, CancelRequest, ErrorKind, JobEventKind, JobRecord, ListReply, ListRequest,
+    StatusRequest, SubmitReply, SubmitRequest,
 };
 use futures::StreamExt;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::checkpoints::Checkpoints;
+use crate::dead_letters;
 use crate::jobs::JobStore;
 use crate::planner::Planner;
 use crate::reports::ReportRouter;
@@ -45,7 +55,13 @@ struct Service {
     planner: Arc<Planner>,
     slots: Arc<Semaphore>,
     tracker: TaskTracker,
+    /// Fires on orchestrator shutdown: planners stop and their jobs stay
+    /// `running`, to be resumed by the next orchestrator.
     shutdown: CancellationToken,
+    /// Cancellation token of each job planned here (fires on `cancel`).
+    running: Arc<DashMap<JobId, CancellationToken>>,
+    /// Cancelled jobs, watched by every worker.
+    cancelled: kv::Store,
 }
 
 /// Runs the orchestrator until `shutdown` completes.
@@ -54,7 +70,11 @@ pub async fn run(settings: Settings, shutdown: impl Future<Output = ()>) -> anyh
     bus.ensure_topology().await?;
     let jobs = JobStore::open(bus.clone()).await?;
     let reports = ReportRouter::start(bus.clone()).await?;
-    let planner = Arc::new(Planner::new(&settings, bus.clone(), jobs.clone(), reports)?);
+    let checkpoints = Checkpoints::open(&bus).await?;
+    let cancelled = bus.cancelled().await?;
+    let files = flotilla_shared::files::JobFiles::open(&bus, &settings.files).await?;
+    let planner =
+        Arc::new(Planner::new(&settings, bus.clone(), jobs.clone(), reports, checkpoints, cancelled.clone(), files)?);
     let concurrency = settings.planner()?.concurrency.max(1);
     let service = Arc::new(Service {
         bus: bus.clone(),
@@ -63,12 +83,20 @@ pub async fn run(settings: Settings, shutdown: impl Future<Output = ()>) -> anyh
         slots: Arc::new(Semaphore::new(concurrency)),
         tracker: TaskTracker::new(),
         shutdown: CancellationToken::new(),
+        running: Arc::default(),
+        cancelled,
     });
+    for rec in service.jobs.unfinished().await? {
+        tracing::info!(job_id = %rec.id, status = rec.status.as_str(), "resuming job");
+        service.start(rec.id);
+    }
+    tokio::spawn(dead_letters::watch(bus.clone(), service.shutdown.clone()));
     let mut requests = bus
         .client
         .queue_subscribe(bus.subjects.api_all(), API_QUEUE.into())
         .await
         .map_err(|e| anyhow::anyhow!("cannot subscribe to {}: {e}", bus.subjects.api_all()))?;
+    crate::endpoints::start(&settings, &bus, &service.jobs, service.shutdown.clone()).await?;
     tracing::info!(api = %bus.subjects.api_all(), "orchestrator ready");
     tokio::pin!(shutdown);
     loop {
@@ -111,9 +139,12 @@ impl Service {
             "submit" => encode(self.submit(tenant, &msg.payload).await),
             "status" => encode(self.status(&tenant, &msg.payload).await),
             "list" => encode(self.list(&tenant, &msg.payload).await),
+            "cancel" => encode(self.cancel(&tenant, &msg.payload).await),
+            "approvals" => encode(crate::approvals::list(&self.bus, &tenant, &msg.payload).await),
+            "approve" => encode(crate::approvals::decide(&self.bus, &tenant, &msg.payload).await),
             other => encode::<()>(ApiReply::error(
                 ErrorKind::NotFound,
-                format!("unknown API operation {other:?}: use submit, status or list"),
+                format!("unknown API operation {other:?}: use submit, status, list, cancel, approvals or approve"),
             )),
         };
         if let Err(e) = self.bus.client.publish(reply_to, payload).await {
@@ -147,11 +178,60 @@ impl Service {
     }
 
     fn start(&self, id: JobId) {
-        let (planner, slots, cancel) = (self.planner.clone(), self.slots.clone(), self.shutdown.child_token());
+        let token = self.shutdown.child_token();
+        self.running.insert(id, token.clone());
+        let (planner, slots, running, shutdown) =
+            (self.planner.clone(), self.slots.clone(), self.running.clone(), self.shutdown.clone());
         self.tracker.spawn(async move {
-            let Ok(_slot) = slots.acquire_owned().await else { return };
-            planner.run(id, cancel).await;
+            // A job cancelled while it waits for a slot ends at once in `run`.
+            let _slot = tokio::select! {
+                s = slots.acquire_owned() => s.ok(),
+                _ = token.cancelled() => None,
+            };
+            planner.run(id, token, shutdown).await;
+            running.remove(&id);
         });
+    }
+
+    async fn cancel(&self, tenant: &Tenant, payload: &[u8]) -> ApiReply<CancelReply> {
+        let req: CancelRequest = match protocol::decode(payload) {
+            Ok(r) => r,
+            Err(e) => return ApiReply::error(ErrorKind::Validation, e.to_string()),
+        };
+        let rec = match self.jobs.get(&req.job_id).await {
+            Ok(Some(rec)) if &rec.tenant == tenant => rec,
+            Ok(_) => return ApiReply::error(ErrorKind::NotFound, format!("no job {}", req.job_id)),
+            Err(e) => return ApiReply::error(ErrorKind::Transient, e.to_string()),
+        };
+        if rec.status.is_terminal() {
+            return ApiReply::error(
+                ErrorKind::Validation,
+                format!("job {} already {}; nothing to cancel", rec.id, rec.status.as_str()),
+            );
+        }
+        let reason = req.reason.unwrap_or_else(|| format!("cancelled by tenant {tenant}"));
+        // 1. Every worker watches this bucket and aborts the job's running subagents.
+        if let Err(e) = self.cancelled.put(rec.id.to_string(), reason.clone().into_bytes().into()).await {
+            return ApiReply::error(ErrorKind::Transient, format!("cancel not recorded: {e}"));
+        }
+        // 2. Queued tasks of the job leave the work queue.
+        let purged = match self.bus.js.get_stream(self.bus.subjects.tasks_stream()).await {
+            Ok(stream) => {
+                stream.purge().filter(self.bus.subjects.tasks_of_job(&rec.id)).await.map(|p| p.purged).map_err(|e| e.to_string())
+            }
+            Err(e) => Err(e.to_string()),
+        };
+        let purged_tasks = purged.unwrap_or_else(|e| {
+            tracing::warn!(job_id = %rec.id, error = %e, "queued tasks not purged; workers will drop them");
+            0
+        });
+        // 3. The planner stops; its pending `task` calls return `cancelled`.
+        match self.running.get(&rec.id) {
+            Some(token) => token.cancel(),
+            None => tracing::warn!(job_id = %rec.id, "cancelled job is not planned by this orchestrator"),
+        }
+        tracing::info!(job_id = %rec.id, purged_tasks, %reason, "job cancelled");
+        ApiReply::ok(CancelReply { job_id: rec.id, purged_tasks })
     }
 
     async fn status(&self, tenant: &Tenant, payload: &[u8]) -> ApiReply<JobRecord> {
@@ -172,7 +252,7 @@ impl Service {
             Ok(r) => r,
             Err(e) => return ApiReply::error(ErrorKind::Validation, e.to_string()),
         };
-        match self.jobs.list(tenant, req.status, req.limit.unwrap_or(100)).await {
+        match self.jobs.list(Some(tenant), req.status, req.limit.unwrap_or(100)).await {
             Ok(jobs) => ApiReply::ok(ListReply { jobs }),
             Err(e) => ApiReply::error(ErrorKind::Transient, e.to_string()),
         }

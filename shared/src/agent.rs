@@ -156,7 +156,11 @@ impl Agent {
                 .model
                 .complete(ModelRequest { messages: &conv.messages, tools: &specs })
                 .await
-                .map_err(|e| ErrorInfo::new(e.kind, e.to_string()))?;
+                .map_err(|e| {
+                    // Reports and job records get a sanitized message; the log keeps the detail.
+                    let trace = ctx.traceparent.as_deref().and_then(crate::trace::trace_id);
+                    ErrorInfo::new(e.kind, crate::sanitize::sanitize_logged(&e.to_string(), "model error", trace))
+                })?;
             conv.steps += 1;
             conv.usage += response.usage;
             observer.model_called(conv.steps, response.usage, started.elapsed()).await;

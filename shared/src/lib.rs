@@ -12,19 +12,35 @@
 //! - [`tool`]: the tool trait, error contract and the per-agent tool set that
 //!   validates arguments against each tool's JSON Schema.
 //! - [`agent`]: the tool-call loop with step, time and token limits.
+//! - [`files`]: the job files every agent of a job shares (JetStream Object
+//!   Store), with the path policy; [`builtin`]: the file tools over them;
+//!   [`permissions`]: the rules those tools enforce.
+//! - [`mcp`]: MCP servers as tools (rmcp): stdio and Streamable HTTP
+//!   sessions, discovery, timeouts, reconnect-once, health.
 //! - [`bus`]: connecting to NATS and declaring the JetStream streams and buckets.
 //! - [`telemetry`]: logging setup shared by the binaries.
+//! - [`metrics`]: Prometheus families shared by the binaries and the `/metrics` endpoint.
 //! - [`trace`]: W3C traceparent helpers carried from planner to workers.
 //! - [`tls`]: installs the one rustls crypto provider (`ring`) before any
 //!   HTTPS client is built.
+//! - [`audit`]: the audit record of every tool call and approval, written
+//!   through one sink; [`sanitize`]: the one sanitizer for error text that
+//!   reaches a model or a report.
 #![deny(missing_docs)]
 
 pub mod agent;
+pub mod audit;
+pub mod builtin;
 pub mod bus;
 pub mod config;
+pub mod files;
 pub mod ids;
+pub mod mcp;
+pub mod metrics;
 pub mod model;
+pub mod permissions;
 pub mod protocol;
+pub mod sanitize;
 pub mod subjects;
 pub mod telemetry;
 pub mod tls;

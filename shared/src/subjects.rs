@@ -25,9 +25,18 @@ impl Subjects {
         self.prefix.to_ascii_uppercase().replace('-', "_")
     }
 
-    /// `<p>.task.<type>`: task messages for one subagent type.
-    pub fn task(&self, ty: &SubagentType) -> String {
-        format!("{}.task.{ty}", self.prefix)
+    /// `<p>.task.<type>.<job>`: a task message of `job` for subagent type `ty`.
+    /// The job id in the subject lets a cancelled job's queued tasks be purged.
+    pub fn task(&self, ty: &SubagentType, job: &JobId) -> String {
+        format!("{}.task.{ty}.{job}", self.prefix)
+    }
+    /// `<p>.task.<type>.*`: every task of one subagent type (its consumer's filter).
+    pub fn tasks_of_type(&self, ty: &SubagentType) -> String {
+        format!("{}.task.{ty}.*", self.prefix)
+    }
+    /// `<p>.task.*.<job>`: every queued task of one job.
+    pub fn tasks_of_job(&self, job: &JobId) -> String {
+        format!("{}.task.*.{job}", self.prefix)
     }
     /// `<p>.task.>`: every task subject (the tasks stream).
     pub fn all_tasks(&self) -> String {
@@ -48,6 +57,14 @@ impl Subjects {
     /// `<p>.job.<job>.event`: job-level events.
     pub fn job_event(&self, job: &JobId) -> String {
         format!("{}.job.{job}.event", self.prefix)
+    }
+    /// `<p>.job.<job>.approval.<task>`: approval requests of a task's tool calls.
+    pub fn approval(&self, job: &JobId, task: &TaskId) -> String {
+        format!("{}.job.{job}.approval.{task}", self.prefix)
+    }
+    /// `<p>.job.*.approval.*`: every approval request.
+    pub fn all_approvals(&self) -> String {
+        format!("{}.job.*.approval.*", self.prefix)
     }
     /// `<p>.job.<job>.>`: everything about one job.
     pub fn job_all(&self, job: &JobId) -> String {
@@ -74,6 +91,36 @@ impl Subjects {
     /// `<p>.worker.heartbeat.*`
     pub fn all_heartbeats(&self) -> String {
         format!("{}.worker.heartbeat.*", self.prefix)
+    }
+    /// KV bucket holding the latest heartbeat of each live worker (entries expire).
+    pub fn workers_bucket(&self) -> String {
+        format!("{}_workers", self.prefix)
+    }
+    /// A worker id as one subject token and KV key: characters outside
+    /// `a-z A-Z 0-9 - _` (such as the dots of a host name) become `_`.
+    pub fn worker_token(worker_id: &str) -> String {
+        let t: String =
+            worker_id.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' }).collect();
+        if t.is_empty() { "_".into() } else { t }
+    }
+
+    /// `<p>.audit.<tenant>.<job>`: audit records of one job's tool calls and
+    /// approvals. The tenant is in the subject so read access to the audit
+    /// stream can be granted per tenant (docs/SECURITY.md).
+    pub fn audit(&self, tenant: &Tenant, job: &JobId) -> String {
+        format!("{}.audit.{tenant}.{job}", self.prefix)
+    }
+    /// `<p>.audit.*.<job>`: the audit records of one job, whatever its tenant.
+    pub fn audit_of_job(&self, job: &JobId) -> String {
+        format!("{}.audit.*.{job}", self.prefix)
+    }
+    /// `<p>.audit.>`: every audit record (the audit stream).
+    pub fn all_audit(&self) -> String {
+        format!("{}.audit.>", self.prefix)
+    }
+    /// JetStream stream of audit records (limits retention, `[nats] audit_retention_days`).
+    pub fn audit_stream(&self) -> String {
+        format!("{}_AUDIT", self.upper())
     }
 
     /// `<p>.deadletter.<what>`: messages that could not be processed, with the reason
@@ -106,9 +153,29 @@ impl Subjects {
     pub fn task_consumer(&self, ty: &SubagentType) -> String {
         format!("{}-task-{ty}", self.prefix)
     }
+    /// KV bucket of planner checkpoints (conversation per running job).
+    pub fn checkpoints_bucket(&self) -> String {
+        format!("{}_checkpoints", self.prefix)
+    }
+    /// KV bucket of cancelled jobs, watched by every worker.
+    pub fn cancelled_bucket(&self) -> String {
+        format!("{}_cancelled", self.prefix)
+    }
+    /// `$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.<tasks stream>.*`: tasks given up by JetStream.
+    pub fn max_deliveries_advisory(&self) -> String {
+        format!("$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.{}.*", self.tasks_stream())
+    }
     /// KV bucket of job records.
     pub fn jobs_bucket(&self) -> String {
         format!("{}_jobs", self.prefix)
+    }
+    /// KV bucket of approval records, keyed `<job>.<task>.<call>`.
+    pub fn approvals_bucket(&self) -> String {
+        format!("{}_approvals", self.prefix)
+    }
+    /// Object Store bucket of job files (objects named `<job>/<base64url(path)>`).
+    pub fn files_bucket(&self) -> String {
+        format!("{}_files", self.prefix)
     }
 }
 
@@ -128,15 +195,21 @@ mod tests {
         let job: JobId = "0190c0de-0000-7000-8000-000000000001".parse().unwrap();
         let task: TaskId = "0190c0de-0000-7000-8000-000000000002".parse().unwrap();
         let ty = SubagentType::new("finance").unwrap();
-        assert_eq!(s.task(&ty), "flotilla.task.finance");
+        assert_eq!(s.task(&ty, &job), format!("flotilla.task.finance.{job}"));
+        assert_eq!(s.tasks_of_type(&ty), "flotilla.task.finance.*");
         assert_eq!(
             s.report(&job, &task),
             "flotilla.job.0190c0de-0000-7000-8000-000000000001.report.0190c0de-0000-7000-8000-000000000002"
         );
         assert_eq!(s.job_event(&job), format!("flotilla.job.{job}.event"));
         assert_eq!(s.api(&Tenant::default(), "submit"), "flotilla.api.default.submit");
+        assert_eq!(s.approval(&job, &task), format!("flotilla.job.{job}.approval.{task}"));
+        assert_eq!(s.approvals_bucket(), "flotilla_approvals");
         assert_eq!(s.tasks_stream(), "FLOTILLA_TASKS");
         assert_eq!(s.task_consumer(&ty), "flotilla-task-finance");
         assert_eq!(Subjects::new("my-app").tasks_stream(), "MY_APP_TASKS");
+        assert_eq!(s.files_bucket(), "flotilla_files");
+        assert_eq!(s.workers_bucket(), "flotilla_workers");
+        assert_eq!(Subjects::worker_token("host.example.com-12"), "host_example_com-12");
     }
 }

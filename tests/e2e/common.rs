@@ -49,8 +49,15 @@ impl Deployment {
     }
 
     pub fn add_worker(&mut self, id: &str) {
+        self.add_worker_with(id, &[]);
+    }
+
+    /// A worker with extra arguments (e.g. `--types finance`).
+    pub fn add_worker_with(&mut self, id: &str, extra: &[&str]) {
         let cfg = self.config_arg();
-        self.workers.push(Proc::spawn(id, "flotilla-worker", &["--config", &cfg, "--id", id, "--grace", "2"], &[]));
+        let mut args = vec!["--config", &cfg, "--id", id, "--grace", "2"];
+        args.extend_from_slice(extra);
+        self.workers.push(Proc::spawn(id, "flotilla-worker", &args, &[]));
     }
 
     pub fn start_orchestrator(&mut self) {
@@ -84,5 +91,29 @@ impl Deployment {
             .await
             .expect("status");
         r.into_result().expect("status refused")
+    }
+}
+
+impl Deployment {
+    /// The job record, or `None` while the API does not answer (e.g. during a NATS restart).
+    pub async fn status_opt(&self, job: JobId) -> Option<JobRecord> {
+        let req = StatusRequest { v: SCHEMA_VERSION, job_id: job };
+        let r: ApiReply<JobRecord> =
+            self.bus.request(&Tenant::default(), "status", &req, Duration::from_secs(2)).await.ok()?;
+        r.into_result().ok()
+    }
+
+    /// Every dead letter so far: (reason header, payload).
+    pub async fn dead_letters(&self) -> Vec<(String, Vec<u8>)> {
+        let stream = self.bus.js.get_stream(self.bus.subjects.dead_letter_stream()).await.expect("dead letter stream");
+        let last = stream.get_info().await.expect("info").state.last_sequence;
+        let mut out = Vec::new();
+        for seq in 1..=last {
+            if let Ok(m) = stream.get_raw_message(seq).await {
+                let reason = m.headers.get(flotilla_shared::bus::REASON).map(|v| v.to_string()).unwrap_or_default();
+                out.push((reason, m.payload.to_vec()));
+            }
+        }
+        out
     }
 }

@@ -1,5 +1,15 @@
 //! End-to-end tests: one binary (fast to link), one module per feature.
 //! Each test starts its own nats-server and processes, so tests run in parallel.
 
+mod approvals;
+mod bad_input;
 mod common;
+mod durability;
+mod files;
+mod operations;
+mod job_files;
+mod mcp;
+mod sandbox;
+mod security;
+mod tls;
 mod walking_skeleton;

@@ -44,14 +44,33 @@ task_timeout = 60
 "#,
         );
         c.section(&format!(
-            r#"[subagents.finance]
+            r#"[mcp_servers.finance]
+command = "{}"
+[subagents.finance]
 description = "Computes gross margins."
 model = "finance"
-tools = ["calculate_margin"]
+tools = ["mcp:finance/gross_margin"]
 concurrency = {concurrency}
-"#
+"#,
+            crate::proc::bin("finance-tools").display()
         ));
         c
+    }
+
+    /// Sets `[nats] ack_wait` and `max_deliver` (seconds, deliveries).
+    pub fn nats(&mut self, ack_wait: u64, max_deliver: i64) -> &mut Self {
+        let url = self.sections[0].lines().find(|l| l.starts_with("url")).unwrap_or_default().to_string();
+        self.sections[0] =
+            format!("[nats]\n{url}\nprefix = \"flotilla\"\nack_wait = {ack_wait}\nmax_deliver = {max_deliver}\n");
+        self
+    }
+
+    /// Replaces `from` with `to` in the sections written so far.
+    pub fn section_replace(&mut self, from: &str, to: &str) -> &mut Self {
+        for s in &mut self.sections {
+            *s = s.replace(from, to);
+        }
+        self
     }
 
     /// Adds raw TOML.

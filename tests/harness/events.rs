@@ -56,6 +56,21 @@ impl EventLog {
         }
     }
 
+    /// Waits until `n` messages matching `pred` have been seen in total.
+    pub async fn until_count(&mut self, timeout: Duration, n: usize, what: &str, pred: impl Fn(&str, &Value) -> bool) {
+        let deadline = tokio::time::Instant::now() + timeout;
+        while self.seen.iter().filter(|(s, v)| pred(s, v)).count() < n {
+            match tokio::time::timeout_at(deadline, self.rx.recv()).await {
+                Ok(Some(m)) => self.seen.push(m),
+                Ok(None) => panic!("event subscription closed while waiting for {what}"),
+                Err(_) => panic!(
+                    "timed out after {timeout:?} waiting for {n} × {what}; saw {}",
+                    self.seen.iter().filter(|(s, v)| pred(s, v)).count()
+                ),
+            }
+        }
+    }
+
     /// Waits for the job's terminal event (`completed`, `failed`, `cancelled`).
     pub async fn job_end(&mut self, timeout: Duration) -> Value {
         self.until(timeout, "the job to end", |s, v| {

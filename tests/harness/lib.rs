@@ -8,6 +8,7 @@
 pub mod config;
 pub mod events;
 pub mod nats;
+pub mod nats_conf;
 pub mod proc;
 
 pub use config::TestConfig;

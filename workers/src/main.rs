@@ -2,9 +2,14 @@
 //! many as you like, on any host that reaches NATS: replicas of a type share
 //! one durable consumer, so each task runs on exactly one of them at a time.
 
-mod finance;
+mod approval;
+mod cancel;
+mod heartbeat;
+mod large_report;
+mod metrics;
 mod progress;
 mod runtime;
+mod sandbox;
 mod task;
 mod tools;
 mod worker;
@@ -17,10 +22,14 @@ use anyhow::Context;
 use clap::Parser;
 use flotilla_shared::bus::Bus;
 use flotilla_shared::config::Settings;
+use flotilla_shared::files::JobFiles;
 use flotilla_shared::ids::SubagentType;
+use flotilla_shared::mcp::McpHub;
 use flotilla_shared::telemetry::{self, LogFormat};
 use tokio_util::sync::CancellationToken;
 
+use crate::heartbeat::{Heartbeats, Identity};
+use crate::metrics::WorkerMetrics;
 use crate::runtime::SubagentRuntime;
 use crate::task::WorkerContext;
 
@@ -31,6 +40,9 @@ struct Args {
     /// Config file (TOML). Env overrides: FLOTILLA_<SECTION>__<KEY>.
     #[arg(long, short, env = "FLOTILLA_CONFIG")]
     config: Option<PathBuf>,
+    /// Also import MCP servers from a Claude Desktop / Cursor `mcpServers` JSON file.
+    #[arg(long, env = "FLOTILLA_MCP_CONFIG")]
+    mcp_config: Option<PathBuf>,
     /// Subagent types to serve, comma separated (default: every [subagents.*] in the config).
     #[arg(long, value_delimiter = ',')]
     types: Vec<SubagentType>,
@@ -43,6 +55,13 @@ struct Args {
     /// Log format: text or json.
     #[arg(long, default_value = "text")]
     log_format: LogFormat,
+    /// Serve Prometheus metrics on this address (default: `[metrics] worker`; off when neither is set).
+    /// Port 0 picks a free port; the URL is advertised in heartbeats.
+    #[arg(long, env = "FLOTILLA_WORKER_METRICS_ADDR")]
+    metrics_addr: Option<std::net::SocketAddr>,
+    /// Seconds between heartbeats (default: `[worker] heartbeat`, 5).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=60))]
+    heartbeat: Option<u64>,
 }
 
 #[tokio::main]
@@ -50,25 +69,82 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     telemetry::init(args.log_format, "info");
     flotilla_shared::tls::install_crypto_provider();
-    let settings = Settings::load(args.config.as_deref())?;
+    let mut settings = Settings::load(args.config.as_deref())?;
+    if let Some(path) = &args.mcp_config {
+        settings.import_mcp_config(path)?;
+    }
     let types: Vec<SubagentType> =
         if args.types.is_empty() { settings.subagents.keys().cloned().collect() } else { args.types.clone() };
     if types.is_empty() {
         anyhow::bail!("nothing to serve: the config has no [subagents.<type>] sections (pass --config)");
     }
-    let runtimes = types
-        .iter()
-        .map(|ty| SubagentRuntime::build(&settings, ty).map(Arc::new))
-        .collect::<anyhow::Result<Vec<_>>>()?;
     let worker_id = args.id.unwrap_or_else(default_id);
     let bus = Bus::connect(&settings.nats, &format!("flotilla-worker {worker_id}"), Duration::from_secs(30)).await?;
     bus.ensure_topology().await.context("cannot declare JetStream topology")?;
+    let files = JobFiles::open(&bus, &settings.files).await.context("cannot open the job files bucket")?;
+    let mcp = Arc::new(McpHub::new(&settings.mcp_servers));
+    let mcp_servers = discover_mcp(&settings, &types, &mcp).await?;
+    let runtimes = types
+        .iter()
+        .map(|ty| SubagentRuntime::build(&settings, ty, &files, &mcp).map(Arc::new))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    // Every tool call and approval of every served type goes to the audit stream.
+    let audit = flotilla_shared::audit::BusAuditSink::new(bus.clone());
+    for rt in &runtimes {
+        rt.tools.set_auditor(flotilla_shared::audit::Auditor::new(audit.clone(), rt.ty.as_str(), &worker_id));
+    }
     tracing::info!(%worker_id, types = ?types.iter().map(|t| t.as_str()).collect::<Vec<_>>(), "connected");
 
     let shutdown = CancellationToken::new();
     tokio::spawn(shutdown_on_signal(shutdown.clone()));
-    let ctx = Arc::new(WorkerContext { bus, worker_id, shutdown });
-    worker::run(ctx, runtimes, Duration::from_secs(args.grace)).await
+    mcp.spawn_recovery(mcp_servers, shutdown.clone());
+    let metrics = Arc::new(WorkerMetrics::new());
+    let metrics_url = match args.metrics_addr.or(settings.metrics.worker) {
+        Some(addr) => {
+            let router = flotilla_shared::metrics::router(metrics.registry.clone(), || async {});
+            let bound = flotilla_shared::metrics::serve("worker metrics", addr, router, std::future::pending()).await?;
+            let host = if bound.ip().is_unspecified() { heartbeat::host_name() } else { bound.ip().to_string() };
+            Some(format!("http://{host}:{}/metrics", bound.port()))
+        }
+        None => None,
+    };
+    let identity = Identity {
+        worker_id: worker_id.clone(),
+        types: runtimes.iter().map(|rt| (rt.ty.clone(), rt.config.concurrency as u32)).collect(),
+        interval: Duration::from_secs(args.heartbeat.unwrap_or(settings.worker.heartbeat)),
+        metrics_url,
+    };
+    for (ty, _) in &identity.types {
+        metrics.declare(ty);
+    }
+    let heartbeats = Heartbeats::start(bus.clone(), identity, metrics.clone(), None, shutdown.clone()).await;
+    let cancels = cancel::CancelWatch::start(&bus).await.context("cannot watch job cancellations")?;
+    let ctx = Arc::new(WorkerContext { bus, worker_id, shutdown, metrics, cancels });
+    let result = worker::run(ctx, runtimes, Duration::from_secs(args.grace)).await;
+    heartbeats.finish().await;
+    mcp.shutdown().await;
+    result
+}
+
+/// Discovers the MCP servers the served types use. A server down now only
+/// loses its own tools (and is retried in the background), unless its config
+/// says `required = true`.
+async fn discover_mcp(
+    settings: &Settings,
+    types: &[SubagentType],
+    mcp: &McpHub,
+) -> anyhow::Result<std::collections::BTreeSet<String>> {
+    let names = flotilla_shared::mcp::servers_in(
+        types.iter().filter_map(|ty| settings.subagents.get(ty)).flat_map(|c| c.tools.iter()),
+    );
+    for (name, result) in mcp.discover(&names).await {
+        if let Err(e) = result
+            && settings.mcp_servers.get(&name).is_none_or(|s| s.required)
+        {
+            anyhow::bail!("{e}");
+        }
+    }
+    Ok(names)
 }
 
 fn default_id() -> String {

@@ -7,6 +7,7 @@ use async_trait::async_trait;
 use flotilla_shared::agent::{AgentObserver, Conversation};
 use flotilla_shared::bus::Bus;
 use flotilla_shared::ids::{JobId, SubagentType, TaskId};
+use flotilla_shared::metrics::AgentMetrics;
 use flotilla_shared::model::ToolCall;
 use flotilla_shared::protocol::{self, ProgressEvent, ProgressKind, Usage};
 use flotilla_shared::tool::ToolOutcome;
@@ -27,6 +28,8 @@ pub struct ProgressPublisher {
     pub worker_id: String,
     /// Delivery attempt.
     pub attempt: u32,
+    /// Model and tool latency metrics of this worker.
+    pub metrics: AgentMetrics,
 }
 
 impl ProgressPublisher {
@@ -56,6 +59,7 @@ pub fn digest(value: &serde_json::Value) -> String {
 impl AgentObserver for ProgressPublisher {
     async fn model_called(&self, step: u32, usage: Usage, latency: Duration) {
         tracing::debug!(step, input_tokens = usage.input_tokens, output_tokens = usage.output_tokens, "model call");
+        self.metrics.model_call(self.subagent_type.as_str(), &usage, latency);
         self.emit(ProgressKind::ModelCall { step, usage, latency_ms: latency.as_millis() as u64 }).await;
     }
 
@@ -70,6 +74,8 @@ impl AgentObserver for ProgressPublisher {
     }
 
     async fn tool_finished(&self, call: &ToolCall, outcome: &ToolOutcome) {
+        let error_kind = outcome.result.as_ref().err().map(|e| e.kind);
+        self.metrics.tool_call(self.subagent_type.as_str(), &call.name, error_kind, outcome.duration);
         self.emit(ProgressKind::ToolResult {
             call_id: call.id.clone(),
             tool: call.name.clone(),

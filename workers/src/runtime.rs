@@ -10,9 +10,16 @@ use flotilla_shared::agent::Limits;
 use flotilla_shared::config::{Settings, SubagentConfig};
 use flotilla_shared::ids::SubagentType;
 use flotilla_shared::model::{self, ChatModel};
-use flotilla_shared::tool::ToolSet;
+use flotilla_shared::builtin::{self, FileToolEnv};
+use flotilla_shared::files::JobFiles;
+use flotilla_shared::mcp::McpHub;
+use flotilla_shared::permissions::Permissions;
+use flotilla_shared::protocol::MAX_MESSAGE_BYTES;
+use flotilla_shared::tool::{Eviction, ToolSet};
 use tokio::sync::Semaphore;
 
+use crate::approval::ApprovalPolicy;
+use crate::sandbox::{ExecuteTool, Sandbox};
 use crate::tools;
 
 /// One served subagent type.
@@ -27,11 +34,19 @@ pub struct SubagentRuntime {
     pub tools: Arc<ToolSet>,
     /// Bounds tasks of this type in flight on this worker.
     pub slots: Arc<Semaphore>,
+    /// The job files, where oversized reports go.
+    pub files: JobFiles,
+    /// Reports whose answer exceeds this many bytes travel by reference.
+    pub report_budget: usize,
+    /// Which calls wait for a person (`interrupt_on`), and for how long.
+    pub approvals: Arc<ApprovalPolicy>,
+    /// Where `execute` runs, when the type has a sandbox.
+    pub sandbox: Option<Arc<Sandbox>>,
 }
 
 impl SubagentRuntime {
     /// Builds the runtime of `ty` from `settings`.
-    pub fn build(settings: &Settings, ty: &SubagentType) -> anyhow::Result<Self> {
+    pub fn build(settings: &Settings, ty: &SubagentType, files: &JobFiles, mcp: &McpHub) -> anyhow::Result<Self> {
         let config = settings
             .subagents
             .get(ty)
@@ -41,19 +56,55 @@ impl SubagentRuntime {
             })?
             .clone();
         let model_settings = settings.model(&config.model)?;
-        let model = model::build(&config.model, model_settings)?;
-        let tools = tools::build(ty.as_str(), &config.tools, Duration::from_secs(config.tool_timeout))?;
+        let model = model::priced(model::build(&config.model, model_settings)?, settings.price(&config.model));
+        let permissions = Permissions::compile(&config.permissions, config.default_permission)
+            .map_err(|e| anyhow::anyhow!("invalid config key `subagents.{ty}.permissions[{}]`: {}", e.rule, e.message))?;
+        let builtins = Arc::new(FileToolEnv { files: files.clone(), permissions });
+        // `execute` exists only with a sandbox; listing it in `tools` is optional.
+        let names: Vec<String> = config.tools.iter().filter(|n| n.as_str() != "execute").cloned().collect();
+        if names.len() != config.tools.len() && config.sandbox.is_none() {
+            anyhow::bail!(
+                "invalid config key `subagents.{ty}.tools`: \"execute\" needs a [subagents.{ty}.sandbox] section (docs/SANDBOX.md)"
+            );
+        }
+        let mut tools = tools::build(ty.as_str(), &names, Duration::from_secs(config.tool_timeout), &builtins, mcp)?;
+        let sandbox = match &config.sandbox {
+            Some(sb) => {
+                let sandbox = Sandbox::start(ty.as_str(), sb)?;
+                tools.add(Arc::new(ExecuteTool::new(sandbox.clone(), ty.clone())), "sandbox")?;
+                Some(sandbox)
+            }
+            None => None,
+        };
+        let approvals = Arc::new(ApprovalPolicy::apply(ty.as_str(), &config, &mut tools)?);
+        if let Some(max_bytes) = settings.files.large_result_bytes() {
+            let exempt = builtin::READ_ONLY.iter().map(|s| s.to_string()).collect();
+            tools.set_eviction(Eviction { files: files.clone(), max_bytes, exempt });
+        }
+        let report_budget = report_budget(settings.files.large_result_bytes());
         Ok(Self {
             ty: ty.clone(),
             slots: Arc::new(Semaphore::new(config.concurrency)),
             config,
             model,
             tools: Arc::new(tools),
+            files: files.clone(),
+            report_budget,
+            approvals,
+            sandbox,
         })
     }
 
     /// The agent limits of one task.
     pub fn limits(&self) -> Limits {
-        Limits { max_steps: self.config.max_steps, timeout: Duration::from_secs(self.config.timeout), max_tokens: None }
+        Limits { max_steps: self.config.max_steps, timeout: Duration::from_secs(self.config.timeout), max_tokens: self.config.max_tokens }
     }
+}
+
+/// Bytes of answer a report may carry inline: the eviction threshold when set,
+/// and never more than fits a message with room for the envelope (JSON
+/// escaping can double a string, hence the half).
+fn report_budget(large_result_bytes: Option<usize>) -> usize {
+    let fits = MAX_MESSAGE_BYTES / 2 - 16 * 1024;
+    large_result_bytes.map_or(fits, |b| b.min(fits))
 }

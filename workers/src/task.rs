@@ -10,11 +10,14 @@ use std::time::{Duration, Instant};
 
 use async_nats::jetstream::{AckKind, Message};
 use flotilla_shared::agent::{Agent, Conversation, RunContext};
-use flotilla_shared::bus::{Bus, TRACEPARENT};
+use flotilla_shared::bus::{Bus, TRACEPARENT, backoff, retry};
 use flotilla_shared::protocol::{self, ErrorInfo, ErrorKind, ProgressKind, TaskMessage, TaskReport, TaskStatus};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+use crate::metrics::{HANDED_BACK, WorkerMetrics};
+use crate::cancel::CancelWatch;
+use crate::approval::BusApprovalGate;
 use crate::progress::ProgressPublisher;
 use crate::runtime::SubagentRuntime;
 
@@ -26,6 +29,10 @@ pub struct WorkerContext {
     pub worker_id: String,
     /// Fires when the worker shuts down: running tasks are handed back (nak).
     pub shutdown: CancellationToken,
+    /// Task, model and tool metrics (also the source of heartbeat load figures).
+    pub metrics: Arc<WorkerMetrics>,
+    /// Cancelled jobs; aborts their running subagents.
+    pub cancels: Arc<CancelWatch>,
 }
 
 /// Handles one delivery. Never panics on bad input: malformed messages are
@@ -37,10 +44,21 @@ pub async fn handle(ctx: Arc<WorkerContext>, rt: Arc<SubagentRuntime>, msg: Mess
         Err(e) => {
             tracing::warn!(subject = %msg.subject, error = %e, "malformed task message dead-lettered");
             ctx.bus.dead_letter("task", msg.payload.clone(), &e.to_string()).await;
+            ctx.metrics.task_ended(&rt.ty, "dead_lettered", None);
             let _ = msg.ack_with(AckKind::Term).await;
             return;
         }
     };
+    if task.subagent_type != rt.ty {
+        let reason = format!(
+            "task {} names subagent_type {:?} but was queued for {:?}",
+            task.task_id, task.subagent_type.as_str(), rt.ty.as_str()
+        );
+        tracing::warn!(%reason, "task dead-lettered");
+        ctx.bus.dead_letter("task", msg.payload.clone(), &reason).await;
+        let _ = msg.ack_with(AckKind::Term).await;
+        return;
+    }
     let traceparent = msg
         .headers
         .as_ref()
@@ -68,6 +86,7 @@ async fn run(
 ) {
     let started_at = protocol::now();
     let started = Instant::now();
+    let _in_flight = ctx.metrics.task_started(&rt.ty);
     let progress = ProgressPublisher {
         bus: ctx.bus.clone(),
         job_id: task.job_id,
@@ -75,11 +94,13 @@ async fn run(
         subagent_type: task.subagent_type.clone(),
         worker_id: ctx.worker_id.clone(),
         attempt,
+        metrics: ctx.metrics.agent.clone(),
     };
     tracing::info!("task started");
     progress.emit(ProgressKind::Started).await;
 
     let cancel = ctx.shutdown.child_token();
+    let _registration = ctx.cancels.register(task.job_id, task.task_id, cancel.clone());
     let keepalive = keep_alive(&ctx, &msg, &progress, cancel.clone());
 
     let mut limits = rt.limits();
@@ -92,13 +113,26 @@ async fn run(
     } else {
         let agent = Agent { model: rt.model.clone(), tools: rt.tools.clone(), limits };
         let mut conv = Conversation::new(&rt.config.system_prompt, &task.description);
+        // The task's sandbox scratch dir lives exactly as long as this run.
+        let _sandbox = rt.sandbox.as_ref().and_then(|s| {
+            s.open(task.task_id, progress.clone())
+                .map_err(|e| tracing::error!(error = %e, "sandbox scratch dir not created; execute will fail"))
+                .ok()
+        });
+        let gate = BusApprovalGate::new(
+            ctx.bus.clone(),
+            rt.approvals.clone(),
+            progress.clone(),
+            task.tenant.clone(),
+            rt.tools.auditor().cloned(),
+        );
         let run_ctx = RunContext {
             job_id: task.job_id,
             task_id: Some(task.task_id),
             tenant: task.tenant.clone(),
             traceparent: traceparent.clone(),
             cancel: cancel.clone(),
-            approvals: None,
+            approvals: Some(Arc::new(gate)),
         };
         let r = agent.run(&mut conv, &run_ctx, &progress).await;
         r.map(|answer| (answer, conv.usage)).map_err(|e| (e, conv.usage))
@@ -108,15 +142,35 @@ async fn run(
     if ctx.shutdown.is_cancelled() {
         // Not the task's fault: hand it to another worker.
         tracing::info!("worker shutting down: task handed back");
+        ctx.metrics.task_ended(&rt.ty, HANDED_BACK, None);
         let _ = msg.ack_with(AckKind::Nak(None)).await;
         return;
     }
 
-    let (status, summary, error, usage) = match outcome {
-        Ok((answer, usage)) => (TaskStatus::Completed, answer, None, usage),
+    // Transient failures (a model endpoint down after its own retries) get
+    // another attempt later, elsewhere if need be; the last attempt reports.
+    if let Err((e, _)) = &outcome
+        && e.kind == ErrorKind::Transient
+    {
+        if i64::from(attempt) < ctx.bus.config.max_deliver {
+            let delay = backoff(attempt, Duration::from_secs(1), Duration::from_secs(60));
+            tracing::warn!(error = %e, ?delay, "transient failure; task handed back for another attempt");
+            let _ = msg.ack_with(AckKind::Nak(Some(delay))).await;
+            return;
+        }
+        let reason = format!("gave up after {attempt} attempts: {}", e.message);
+        ctx.bus.dead_letter("task", msg.payload.clone(), &reason).await;
+    }
+
+    let (status, summary, summary_file, error, usage) = match outcome {
+        Ok((answer, usage)) => match crate::large_report::offload(&rt, &task, answer).await {
+            Ok((summary, file)) => (TaskStatus::Completed, summary, file, None, usage),
+            Err(e) => (TaskStatus::Failed, String::new(), None, Some(e), usage),
+        },
         Err((e, usage)) => (
             if e.kind == ErrorKind::Cancelled { TaskStatus::Cancelled } else { TaskStatus::Failed },
             String::new(),
+            None,
             Some(e),
             usage,
         ),
@@ -128,6 +182,7 @@ async fn run(
         subagent_type: task.subagent_type.clone(),
         status,
         summary,
+        summary_file,
         error,
         usage,
         worker_id: ctx.worker_id.clone(),
@@ -139,13 +194,20 @@ async fn run(
     progress.emit(ProgressKind::Finished { status, usage }).await;
     let subject = ctx.bus.subjects.report(&task.job_id, &task.task_id);
     let msg_id = format!("report:{}", task.task_id);
-    match ctx.bus.publish_durable(subject, &report, Some(&msg_id), traceparent.as_deref()).await {
+    // Ride out a short NATS outage; the task stays ours meanwhile (ack_wait).
+    let budget = Duration::from_secs(ctx.bus.config.ack_wait.max(2) / 2);
+    let stored = retry("report publish", budget, || {
+        ctx.bus.publish_durable(subject.clone(), &report, Some(&msg_id), traceparent.as_deref())
+    })
+    .await;
+    match stored {
         Ok(()) => {
             // A plain ack suffices: the report is already stored, so if this ack
             // is lost the redelivered task's second report is ignored by the planner.
             if let Err(e) = msg.ack().await {
                 tracing::warn!(error = %e, "task ack failed after report was stored");
             }
+            ctx.metrics.task_ended(&rt.ty, status.as_str(), Some(started.elapsed()));
             tracing::info!(status = status.as_str(), ms = report.duration_ms, "task finished");
         }
         Err(e) => {

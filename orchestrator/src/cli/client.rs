@@ -6,7 +6,7 @@ use std::time::Duration;
 use flotilla_shared::bus::Bus;
 use flotilla_shared::ids::{JobId, Tenant};
 use flotilla_shared::protocol::{
-    ApiReply, JobRecord, JobStatus, ListReply, ListRequest, SCHEMA_VERSION, StatusRequest, SubmitReply, SubmitRequest,
+    ApiReply, CancelReply, CancelRequest, JobRecord, JobStatus, ListReply, ListRequest, SCHEMA_VERSION, StatusRequest, SubmitReply, SubmitRequest,
 };
 
 const TIMEOUT: Duration = Duration::from_secs(10);
@@ -32,6 +32,13 @@ impl ApiClient {
         let req = StatusRequest { v: SCHEMA_VERSION, job_id };
         let reply: ApiReply<JobRecord> = self.bus.request(&self.tenant, "status", &req, TIMEOUT).await?;
         reply.into_result().map_err(|e| anyhow::anyhow!("{e}"))
+    }
+
+    /// Cancels a job.
+    pub async fn cancel(&self, job_id: JobId, reason: Option<String>) -> anyhow::Result<CancelReply> {
+        let req = CancelRequest { v: SCHEMA_VERSION, job_id, reason };
+        let reply: ApiReply<CancelReply> = self.bus.request(&self.tenant, "cancel", &req, TIMEOUT).await?;
+        reply.into_result().map_err(|e| anyhow::anyhow!("cancel refused: {e}"))
     }
 
     /// Job summaries, newest first.

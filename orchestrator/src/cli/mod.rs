@@ -2,16 +2,23 @@
 //! orchestrator only through the bus (job API and event streams), so they work
 //! from any host that reaches NATS.
 
+pub mod approvals;
+pub mod approve;
+pub mod audit;
 pub mod bench;
+pub mod cancel;
 pub mod client;
 pub mod demo;
 pub mod follow;
 pub mod jobs;
+pub mod mcp;
+pub mod live;
 pub mod render;
 pub mod status;
 pub mod submit;
 pub mod up;
 pub mod watch;
+pub mod workers;
 
 use std::io::Write;
 use std::time::Duration;

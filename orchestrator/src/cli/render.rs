@@ -20,7 +20,7 @@ pub fn usage(u: &Usage) -> String {
     format!(
         "{} in / {} out tokens, {} model calls, {} tool calls",
         u.input_tokens, u.output_tokens, u.model_calls, u.tool_calls
-    )
+    ) + &if u.cost_usd > 0.0 { format!(", ${:.6}", u.cost_usd) } else { String::new() }
 }
 
 /// One line per event (todo lists take several).
@@ -76,6 +76,23 @@ pub fn event(e: &Event) -> String {
                     None => format!("tool {tool} ok ({duration_ms} ms)"),
                     Some(k) => format!("tool {tool} {k} error ({duration_ms} ms)"),
                 },
+                ProgressKind::ApprovalRequested { tool, call_id, decisions, .. } => {
+                    let d: Vec<_> = decisions.iter().map(|d| d.as_str()).collect();
+                    format!(
+                        "approval needed: {tool} ({call_id}); answer with `flotilla approve {} {call_id} --{}`",
+                        p.job_id,
+                        d.join(" | --")
+                    )
+                }
+                ProgressKind::ApprovalResolved { tool, call_id, outcome, by } => match by {
+                    Some(by) => format!("approval of {tool} ({call_id}): {outcome} by {by}"),
+                    None => format!("approval of {tool} ({call_id}): {outcome}"),
+                },
+                ProgressKind::Executed { command_sha256, exit_code, timed_out, duration_ms, .. } => format!(
+                    "execute {} -> {} ({duration_ms} ms)",
+                    &command_sha256[..12.min(command_sha256.len())],
+                    if *timed_out { "timed out".to_string() } else { format!("exit {exit_code:?}") }
+                ),
                 ProgressKind::Heartbeat => "heartbeat".into(),
                 ProgressKind::Finished { status, .. } => format!("finished: {}", status.as_str()),
             };
@@ -84,42 +101,66 @@ pub fn event(e: &Event) -> String {
     }
 }
 
-/// The whole picture of a job.
+/// The whole picture of a job: state, spend (total, planner, per subagent
+/// type), todos, tasks, each task's full report, and the answer.
 pub fn record(r: &JobRecord) -> String {
     let mut out = format!(
-        "job      {}\ntenant   {}\nstatus   {}\ncreated  {}\nupdated  {}\nusage    {}\ninput    {}\n",
+        "job      {}\ntenant   {}\nstatus   {}\ncreated  {}\nupdated  {}\ninput    {}\nusage    {}\n",
         r.id,
         r.tenant,
         r.status.as_str(),
         r.created_at,
         r.updated_at,
+        one_line(&r.input, 200),
         usage(&r.usage),
-        one_line(&r.input, 200)
     );
+    out.push_str(&format!("  {:<12} {}\n", "planner", usage(&r.planner_usage)));
+    for (ty, u) in &r.usage_by_type {
+        out.push_str(&format!("  {:<12} {}\n", ty.as_str(), usage(u)));
+    }
     if !r.todos.is_empty() {
         out.push_str("todos\n");
         for t in &r.todos {
-            out.push_str(&format!("  {:?} {}\n", t.status, one_line(&t.content, 100)));
+            let mark = match t.status {
+                TodoStatus::Pending => "[ ]",
+                TodoStatus::InProgress => "[~]",
+                TodoStatus::Completed => "[x]",
+            };
+            out.push_str(&format!("  {mark} {}\n", one_line(&t.content, 100)));
         }
     }
     if !r.tasks.is_empty() {
         out.push_str("tasks\n");
         for t in &r.tasks {
             let status = t.status.map(|s| s.as_str()).unwrap_or("running");
-            let result = match (&t.error, t.status) {
-                (Some(e), _) => format!("{e}"),
-                (None, Some(_)) => one_line(&t.summary, 100),
-                (None, None) => String::new(),
-            };
+            let attempt = if t.attempt > 1 { format!(" (attempt {})", t.attempt) } else { String::new() };
             out.push_str(&format!(
-                "  {} {:<10} {:<9} {:>6} ms  {:<14} {}\n",
+                "  {} {:<10} {:<9} {:>6} ms  {:<14} {}{attempt}\n",
                 short(t.task_id),
                 t.subagent_type,
                 status,
                 t.duration_ms,
                 t.worker_id.as_deref().unwrap_or("-"),
-                result
+                usage(&t.usage),
             ));
+        }
+        out.push_str("reports\n");
+        for t in &r.tasks {
+            let Some(status) = t.status else { continue };
+            out.push_str(&format!(
+                "  {} {} {}: {}\n",
+                short(t.task_id),
+                t.subagent_type,
+                status.as_str(),
+                one_line(&t.description, 100)
+            ));
+            let body = match &t.error {
+                Some(e) => e.to_string(),
+                None => t.summary.clone(),
+            };
+            for line in body.lines() {
+                out.push_str(&format!("    {line}\n"));
+            }
         }
     }
     if let Some(e) = &r.error {

@@ -1,13 +1,18 @@
-//! `flotilla watch [job]`: progress as it happens.
+//! `flotilla watch [job]`: progress as it happens. Three outputs from the
+//! same events: a live view when stdout is a terminal ([`super::live`]),
+//! plain lines otherwise (or with `--plain`; the format scripts parse), and
+//! `--json`, one event per line exactly as published on the bus.
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 
 use clap::Args as ClapArgs;
 use flotilla_shared::config::Settings;
 use flotilla_shared::ids::{JobId, Tenant};
 use futures::StreamExt;
 
-use super::follow::{self, Scope};
+use super::client::ApiClient;
+use super::follow::{self, Event, Scope};
+use super::live::LiveView;
 use super::{Output, connect, exit_code, follow_job, render};
 
 /// Follow a job's events (todos, dispatched tasks, each subagent's model and
@@ -19,23 +24,33 @@ pub struct Args {
     /// One JSON object per event, as published on the bus.
     #[arg(long)]
     pub json: bool,
+    /// Plain lines even when stdout is a terminal.
+    #[arg(long, conflicts_with = "json")]
+    pub plain: bool,
 }
 
 /// Runs the command; exits with the job's status (0 completed, 1 otherwise).
 pub async fn run(settings: &Settings, tenant: &Tenant, args: Args) -> anyhow::Result<i32> {
     let api = connect(settings, tenant).await?;
-    let output = if args.json { Output::Json } else { Output::Text };
+    let live = !args.json && !args.plain && std::io::stdout().is_terminal();
     let Some(job) = args.job else {
         let mut events = std::pin::pin!(follow::follow(&api.bus, Scope::All, true).await?);
+        let mut view = live.then(LiveView::new);
         let mut stdout = std::io::stdout();
         while let Some(ev) = events.next().await {
             let ev = ev?;
-            let line = if args.json { ev.to_json() } else { render::event(&ev) };
-            writeln!(stdout, "{line}")?;
+            match &mut view {
+                Some(v) => v.apply(&ev),
+                None => writeln!(stdout, "{}", if args.json { ev.to_json() } else { render::event(&ev) })?,
+            }
         }
         return Ok(0);
     };
-    let rec = follow_job(&api, job, output).await?;
+    let rec = if live {
+        follow_live(&api, job).await?
+    } else {
+        follow_job(&api, job, if args.json { Output::Json } else { Output::Text }).await?
+    };
     if !args.json {
         if let Some(answer) = &rec.answer {
             println!("\n{answer}");
@@ -45,4 +60,26 @@ pub async fn run(settings: &Settings, tenant: &Tenant, args: Args) -> anyhow::Re
         }
     }
     Ok(exit_code(rec.status))
+}
+
+/// Draws the live view of `job` until it ends; returns its final record.
+async fn follow_live(api: &ApiClient, job: JobId) -> anyhow::Result<flotilla_shared::protocol::JobRecord> {
+    let current = api.status(job).await?;
+    if current.status.is_terminal() {
+        println!("job {job} already {}", current.status.as_str());
+        return Ok(current);
+    }
+    let mut events = std::pin::pin!(follow::follow(&api.bus, Scope::Job(job), true).await?);
+    let mut view = LiveView::new();
+    while let Some(ev) = events.next().await {
+        let ev = ev?;
+        view.apply(&ev);
+        if let Event::Job(j) = &ev
+            && j.kind.is_terminal()
+        {
+            break;
+        }
+    }
+    drop(view);
+    api.status(job).await
 }

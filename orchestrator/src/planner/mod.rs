@@ -1,5 +1,6 @@
 //! The planner: one agent run per job, with `write_todos` and `task` as its
-//! tools. It owns the job's lifecycle: submitted -> running -> completed |
+//! tools, plus the built-in file tools `[planner] tools` names (read-only by
+//! default) over the job's files. It owns the job's lifecycle: submitted -> running -> completed |
 //! failed, written to the job record and published as job events.
 
 mod observer;
@@ -10,15 +11,20 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use async_nats::jetstream::kv;
 use flotilla_shared::agent::{Agent, Conversation, Limits, RunContext};
 use flotilla_shared::bus::Bus;
 use flotilla_shared::config::{PlannerConfig, Settings};
 use flotilla_shared::ids::{JobId, SubagentType};
 use flotilla_shared::model::{self, ChatModel};
 use flotilla_shared::protocol::{ErrorKind, JobEventKind, JobRecord, JobStatus};
-use flotilla_shared::tool::ToolSet;
+use flotilla_shared::builtin::{self, FileToolEnv};
+use flotilla_shared::files::JobFiles;
+use flotilla_shared::permissions::Permissions;
+use flotilla_shared::tool::{Eviction, ToolSet};
 use tokio_util::sync::CancellationToken;
 
+use crate::checkpoints::Checkpoints;
 use crate::jobs::JobStore;
 use crate::reports::ReportRouter;
 use observer::PlannerObserver;
@@ -31,17 +37,32 @@ pub struct Planner {
     model: Arc<dyn ChatModel>,
     tools: Arc<ToolSet>,
     jobs: JobStore,
+    checkpoints: Checkpoints,
+    /// Cancelled jobs with their reasons.
+    cancelled: kv::Store,
     system_prompt: String,
 }
 
 impl Planner {
     /// Builds the planner from config.
-    pub fn new(settings: &Settings, bus: Bus, jobs: JobStore, reports: ReportRouter) -> anyhow::Result<Self> {
+    pub fn new(
+        settings: &Settings,
+        bus: Bus,
+        jobs: JobStore,
+        reports: ReportRouter,
+        checkpoints: Checkpoints,
+        cancelled: kv::Store,
+        files: JobFiles,
+    ) -> anyhow::Result<Self> {
         let config = settings.planner()?.clone();
-        let model = model::build(&config.model, settings.model(&config.model)?)?;
+        let model = model::priced(model::build(&config.model, settings.model(&config.model)?)?, settings.price(&config.model));
         let types: BTreeMap<SubagentType, String> =
             settings.subagents.iter().map(|(t, c)| (t.clone(), c.description.clone())).collect();
-        let mut tools = ToolSet::new(Duration::from_secs(config.task_timeout + 60));
+        let tools = ToolSet::new(Duration::from_secs(config.task_timeout + 60));
+        // Every planner tool call goes to the audit stream (docs/SECURITY.md).
+        let audit = flotilla_shared::audit::BusAuditSink::new(bus.clone());
+        tools.set_auditor(flotilla_shared::audit::Auditor::new(audit, "planner", "orchestrator"));
+        let mut tools = tools;
         tools.add(Arc::new(WriteTodos { jobs: jobs.clone() }), "planner")?;
         tools.add(
             Arc::new(TaskTool {
@@ -50,15 +71,31 @@ impl Planner {
                 reports,
                 types,
                 task_timeout: Duration::from_secs(config.task_timeout),
+                no_worker_timeout: Duration::from_secs(config.no_worker_timeout.max(1)),
             }),
             "planner",
         )?;
+        // Built-in file tools (read-only by default) over the job's files, under the planner's rules.
+        let permissions = Permissions::compile(&config.permissions, config.default_permission)
+            .map_err(|e| anyhow::anyhow!("invalid config key `planner.permissions[{}]`: {}", e.rule, e.message))?;
+        let env = Arc::new(FileToolEnv { files: files.clone(), permissions });
+        for name in &config.tools {
+            let tool = builtin::tool(name, &env)
+                .ok_or_else(|| anyhow::anyhow!("invalid config key `planner.tools`: unknown built-in {name:?}"))?;
+            tools.add(tool, "builtin")?;
+        }
+        if let Some(max_bytes) = settings.files.large_result_bytes() {
+            let exempt = builtin::READ_ONLY.iter().map(|s| s.to_string()).collect();
+            tools.set_eviction(Eviction { files, max_bytes, exempt });
+        }
         let system_prompt = config.system_prompt.clone();
-        Ok(Self { config, model, tools: Arc::new(tools), jobs, system_prompt })
+        Ok(Self { config, model, tools: Arc::new(tools), jobs, checkpoints, cancelled, system_prompt })
     }
 
     /// Runs job `id` to its end. Errors are recorded in the job, not returned.
-    pub async fn run(&self, id: JobId, cancel: CancellationToken) {
+    /// `cancel` fires when the job is cancelled; `shutdown` when the
+    /// orchestrator stops, which leaves the job `running` for the next one.
+    pub async fn run(&self, id: JobId, cancel: CancellationToken, shutdown: CancellationToken) {
         let rec = match self
             .jobs
             .update(&id, |rec| {
@@ -74,7 +111,15 @@ impl Planner {
             }
         };
         self.jobs.emit(id, JobEventKind::Running).await;
-        let outcome = self.plan(&rec, cancel).await;
+        // Every log line of the planner run (dispatches included) carries the job and trace ids.
+        let trace_id = rec.traceparent.as_deref().and_then(flotilla_shared::trace::trace_id).unwrap_or("-");
+        let span = tracing::info_span!("job", job_id = %id, trace_id);
+        let outcome = tracing::Instrument::instrument(self.plan(&rec, cancel), span).await;
+        if shutdown.is_cancelled() {
+            tracing::info!(job_id = %id, "orchestrator stopping; the job resumes from its checkpoint on restart");
+            self.jobs.release(&id);
+            return;
+        }
         let (status, kind) = match outcome {
             Ok(answer) => {
                 let stored = answer.clone();
@@ -103,7 +148,11 @@ impl Planner {
                     tracing::error!(job_id = %id, error = %e, "job outcome not stored");
                 }
                 let kind = if status == JobStatus::Cancelled {
-                    JobEventKind::Cancelled { reason: error.message }
+                    let reason = match self.cancelled.get(id.to_string()).await {
+                        Ok(Some(r)) => String::from_utf8_lossy(&r).into_owned(),
+                        _ => error.message,
+                    };
+                    JobEventKind::Cancelled { reason }
                 } else {
                     JobEventKind::Failed { error }
                 };
@@ -113,6 +162,7 @@ impl Planner {
         tracing::info!(job_id = %id, status = status.as_str(), "job finished");
         self.jobs.emit(id, kind).await;
         self.jobs.release(&id);
+        self.checkpoints.remove(&id).await;
     }
 
     async fn plan(
@@ -126,19 +176,25 @@ impl Planner {
             limits: Limits {
                 max_steps: self.config.max_steps,
                 timeout: Duration::from_secs(self.config.timeout),
-                max_tokens: None,
+                max_tokens: self.config.max_tokens,
             },
         };
-        let mut conv = Conversation::new(&self.system_prompt, &rec.input);
+        let mut conv = match self.checkpoints.load(&rec.id).await {
+            Some(conv) => {
+                tracing::info!(job_id = %rec.id, steps = conv.steps, "resuming the planner from its checkpoint");
+                conv
+            }
+            None => Conversation::new(&self.system_prompt, &rec.input),
+        };
         let ctx = RunContext {
             job_id: rec.id,
             task_id: None,
             tenant: rec.tenant.clone(),
-            traceparent: Some(flotilla_shared::trace::new_traceparent()),
+            traceparent: Some(rec.traceparent.clone().unwrap_or_else(flotilla_shared::trace::new_traceparent)),
             cancel,
             approvals: None,
         };
-        let observer = PlannerObserver { jobs: self.jobs.clone(), job_id: rec.id };
+        let observer = PlannerObserver { jobs: self.jobs.clone(), checkpoints: self.checkpoints.clone(), job_id: rec.id };
         agent.run(&mut conv, &ctx, &observer).await
     }
 }

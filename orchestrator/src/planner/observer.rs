@@ -1,19 +1,22 @@
 //! What the planner's agent loop reports: each model call becomes a job event
-//! and is added to the job's planner usage.
+//! and is added to the job's planner usage; every step is checkpointed.
 
 use std::time::Duration;
 
 use async_trait::async_trait;
-use flotilla_shared::agent::AgentObserver;
+use flotilla_shared::agent::{AgentObserver, Conversation};
 use flotilla_shared::ids::JobId;
 use flotilla_shared::protocol::{JobEventKind, Usage};
 
+use crate::checkpoints::Checkpoints;
 use crate::jobs::JobStore;
 
 /// Observer of one job's planner run.
 pub struct PlannerObserver {
     /// Job records and events.
     pub jobs: JobStore,
+    /// Where the conversation is saved after every step.
+    pub checkpoints: Checkpoints,
     /// The job.
     pub job_id: JobId,
 }
@@ -34,5 +37,9 @@ impl AgentObserver for PlannerObserver {
         self.jobs
             .emit(self.job_id, JobEventKind::PlannerStep { step, usage, latency_ms: latency.as_millis() as u64 })
             .await;
+    }
+
+    async fn checkpoint(&self, conversation: &Conversation) {
+        self.checkpoints.save(&self.job_id, conversation).await;
     }
 }

@@ -7,9 +7,9 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use flotilla_shared::bus::Bus;
+use flotilla_shared::bus::{Bus, retry};
 use flotilla_shared::ids::{SubagentType, TaskId};
-use flotilla_shared::protocol::{self, ErrorKind, JobEventKind, TaskEntry, TaskMessage, TaskReport, TaskStatus, Usage};
+use flotilla_shared::protocol::{self, ErrorInfo, ErrorKind, JobEventKind, TaskEntry, TaskMessage, TaskReport, TaskStatus, Usage};
 use flotilla_shared::tool::{Tool, ToolContext, ToolError, ToolSpec};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -29,6 +29,8 @@ pub struct TaskTool {
     pub types: BTreeMap<SubagentType, String>,
     /// Deadline of each task.
     pub task_timeout: Duration,
+    /// How long a task may wait with no live worker of its type.
+    pub no_worker_timeout: Duration,
 }
 
 #[derive(Deserialize)]
@@ -78,55 +80,115 @@ impl Tool for TaskTool {
                 )));
             }
         };
-        let task_id = TaskId::new();
-        let entry = TaskEntry {
-            task_id,
-            subagent_type: ty.clone(),
-            description: description.clone(),
-            status: None,
-            summary: String::new(),
-            error: None,
-            usage: Usage::default(),
-            worker_id: None,
-            attempt: 0,
-            duration_ms: 0,
-        };
         let transient = |e: flotilla_shared::bus::BusError| ToolError::transient(format!("task not dispatched: {e}"));
-        self.jobs.update(&ctx.job_id, |rec| rec.tasks.push(entry)).await.map_err(transient)?;
-        let msg = TaskMessage {
-            v: protocol::SCHEMA_VERSION,
-            job_id: ctx.job_id,
-            task_id,
-            subagent_type: ty.clone(),
-            description: description.clone(),
-            tenant: ctx.tenant.clone(),
-            attempt: 1,
-            deadline: Some(protocol::now() + self.task_timeout),
-            traceparent: ctx.traceparent.clone(),
-            created_at: protocol::now(),
+        // A resumed planner replays its pending calls: find the task this call
+        // already created instead of dispatching it again.
+        let existing = self
+            .jobs
+            .get(&ctx.job_id)
+            .await
+            .map_err(transient)?
+            .and_then(|rec| rec.tasks.into_iter().find(|t| t.call_id.as_deref() == Some(ctx.call_id.as_str())));
+        let (task_id, published) = match existing {
+            Some(entry) if entry.status.is_some() => return outcome_of(&entry),
+            Some(entry) => (entry.task_id, entry.published),
+            None => {
+                let task_id = TaskId::new();
+                let entry = TaskEntry {
+                    task_id,
+                    subagent_type: ty.clone(),
+                    description: description.clone(),
+                    status: None,
+                    summary: String::new(),
+                    error: None,
+                    usage: Usage::default(),
+                    worker_id: None,
+                    attempt: 0,
+                    duration_ms: 0,
+                    dispatched_at: Some(protocol::now()),
+                    started_at: None,
+                    finished_at: None,
+                    call_id: Some(ctx.call_id.clone()),
+                    published: false,
+                };
+                self.jobs.update(&ctx.job_id, |rec| rec.tasks.push(entry)).await.map_err(transient)?;
+                (task_id, false)
+            }
         };
         let waiter = self.reports.expect(task_id);
-        if let Err(e) = self
-            .bus
-            .publish_durable(self.bus.subjects.task(&ty), &msg, Some(&task_id.to_string()), ctx.traceparent.as_deref())
-            .await
-        {
-            self.reports.forget(&task_id);
-            return Err(transient(e));
-        }
-        self.jobs
-            .emit(ctx.job_id, JobEventKind::TaskDispatched { task_id, subagent_type: ty.clone(), description })
+        if published {
+            tracing::info!(%task_id, "re-attached to a task dispatched before a restart");
+            if let Some(report) = self.reports.stored(&ctx.job_id, &task_id).await {
+                self.reports.forget(&task_id);
+                self.consolidate(&report).await;
+                return outcome_of_report(&report, &ty);
+            }
+        } else {
+            let msg = TaskMessage {
+                v: protocol::SCHEMA_VERSION,
+                job_id: ctx.job_id,
+                task_id,
+                subagent_type: ty.clone(),
+                description: description.clone(),
+                tenant: ctx.tenant.clone(),
+                attempt: 1,
+                deadline: Some(protocol::now() + self.task_timeout),
+                traceparent: ctx.traceparent.clone(),
+                created_at: protocol::now(),
+            };
+            // Nats-Msg-Id = task id: a publish repeated after a crash inside the
+            // duplicate window is dropped by JetStream.
+            let subject = self.bus.subjects.task(&ty, &ctx.job_id);
+            let msg_id = task_id.to_string();
+            let published = retry("task publish", Duration::from_secs(30), || {
+                self.bus.publish_durable(subject.clone(), &msg, Some(&msg_id), ctx.traceparent.as_deref())
+            })
             .await;
-        tracing::info!(%task_id, subagent_type = %ty, "task dispatched");
+            if let Err(e) = published {
+                self.reports.forget(&task_id);
+                return Err(transient(e));
+            }
+            self.jobs
+                .update(&ctx.job_id, |rec| {
+                    if let Some(t) = rec.task_mut(&task_id) {
+                        t.published = true;
+                    }
+                })
+                .await
+                .map_err(transient)?;
+            self.jobs
+                .emit(ctx.job_id, JobEventKind::TaskDispatched { task_id, subagent_type: ty.clone(), description })
+                .await;
+            tracing::info!(%task_id, subagent_type = %ty, "task dispatched");
+        }
 
         // Wait a little past the task's own deadline: the worker reports the timeout itself.
         let wait = self.task_timeout + Duration::from_secs(30);
-        let report = tokio::select! {
-            r = waiter => r.ok(),
-            _ = tokio::time::sleep(wait) => None,
-            _ = ctx.cancel.cancelled() => {
-                self.reports.forget(&task_id);
-                return Err(ToolError::new(ErrorKind::Cancelled, "cancelled"));
+        let give_up = tokio::time::sleep(wait);
+        tokio::pin!(waiter, give_up);
+        // Queueing behind busy workers is fine; a type nobody serves is not.
+        let mut served = tokio::time::interval_at(tokio::time::Instant::now() + self.no_worker_timeout, self.no_worker_timeout);
+        let report = loop {
+            tokio::select! {
+                r = &mut waiter => break r.ok(),
+                _ = &mut give_up => break None,
+                _ = served.tick() => {
+                    if !self.served(&ty).await {
+                        self.reports.forget(&task_id);
+                        self.drop_queued(&ty, &ctx.job_id).await;
+                        return Err(ToolError::new(
+                            ErrorKind::Transient,
+                            format!(
+                                "no worker serves {ty}: no live worker of that type for {}s; start `flotilla-worker` with a [subagents.{ty}] section",
+                                self.no_worker_timeout.as_secs()
+                            ),
+                        ));
+                    }
+                }
+                _ = ctx.cancel.cancelled() => {
+                    self.reports.forget(&task_id);
+                    return Err(ToolError::new(ErrorKind::Cancelled, "cancelled"));
+                }
             }
         };
         let Some(report) = report else {
@@ -137,19 +199,58 @@ impl Tool for TaskTool {
             ));
         };
         self.consolidate(&report).await;
-        match report.status {
-            TaskStatus::Completed => Ok(Value::String(report.summary)),
-            _ => {
-                let e = report.error.unwrap_or_else(|| {
-                    flotilla_shared::protocol::ErrorInfo::new(ErrorKind::Bug, "report without error")
-                });
-                Err(ToolError::new(e.kind, format!("task {task_id} ({ty}) {}: {}", report.status.as_str(), e.message)))
-            }
-        }
+        outcome_of_report(&report, &ty)
     }
 }
 
+/// The tool result of a task from its report: the summary, or its error.
+fn outcome_of_report(report: &TaskReport, ty: &SubagentType) -> Result<Value, ToolError> {
+    match report.status {
+        // Too large for a message: the planner gets the reference and reads what it needs.
+        TaskStatus::Completed if report.summary_file.is_some() => Ok(json!({
+            "report_file": report.summary_file,
+            "note": "the report is too large to show here; read report_file.path with read_file or grep",
+        })),
+        TaskStatus::Completed => Ok(Value::String(report.summary.clone())),
+        status => Err(task_error(report.task_id, ty, status, report.error.as_ref())),
+    }
+}
+
+/// The tool result of an already consolidated task (a resumed planner).
+fn outcome_of(entry: &TaskEntry) -> Result<Value, ToolError> {
+    match entry.status {
+        Some(TaskStatus::Completed) | None => Ok(Value::String(entry.summary.clone())),
+        Some(status) => Err(task_error(entry.task_id, &entry.subagent_type, status, entry.error.as_ref())),
+    }
+}
+
+fn task_error(task_id: TaskId, ty: &SubagentType, status: TaskStatus, error: Option<&ErrorInfo>) -> ToolError {
+    let (kind, message) = error.map(|e| (e.kind, e.message.as_str())).unwrap_or((ErrorKind::Bug, "report without error"));
+    ToolError::new(kind, format!("task {task_id} ({ty}) {}: {message}", status.as_str()))
+}
+
 impl TaskTool {
+    /// Whether a live worker (by heartbeat) serves `ty`. A failed lookup
+    /// counts as served: an unreadable bucket must not fail tasks.
+    async fn served(&self, ty: &SubagentType) -> bool {
+        match self.bus.live_workers().await {
+            Ok(workers) => workers.iter().any(|w| w.serves(ty)),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read live workers");
+                true
+            }
+        }
+    }
+
+    /// Removes the job's queued tasks of a type nobody serves.
+    async fn drop_queued(&self, ty: &SubagentType, job: &flotilla_shared::ids::JobId) {
+        if let Ok(stream) = self.bus.js.get_stream(self.bus.subjects.tasks_stream()).await
+            && let Err(e) = stream.purge().filter(self.bus.subjects.task(ty, job)).await
+        {
+            tracing::warn!(error = %e, "queued tasks of an unserved type not purged");
+        }
+    }
+
     /// Folds a report into the job record, once.
     async fn consolidate(&self, report: &TaskReport) {
         let r = report.clone();
@@ -161,13 +262,19 @@ impl TaskTool {
                     return false;
                 }
                 entry.status = Some(r.status);
-                entry.summary = r.summary.clone();
+                entry.summary = match &r.summary_file {
+                    Some(f) => format!("{}\n[full report: {} ({} bytes)]", r.summary, f.path, f.size_bytes),
+                    None => r.summary.clone(),
+                };
                 entry.error = r.error.clone();
                 entry.usage = r.usage;
                 entry.worker_id = Some(r.worker_id.clone());
                 entry.attempt = r.attempt;
                 entry.duration_ms = r.duration_ms;
+                entry.started_at = Some(r.started_at);
+                entry.finished_at = Some(r.finished_at);
                 rec.usage += r.usage;
+                *rec.usage_by_type.entry(r.subagent_type.clone()).or_default() += r.usage;
                 true
             })
             .await;

@@ -6,21 +6,37 @@
 //! | name (prefix `flotilla`)   | kind                 | holds                                  |
 //! |----------------------------|----------------------|----------------------------------------|
 //! | `FLOTILLA_TASKS`           | stream, work queue   | `flotilla.task.>`                      |
-//! | `flotilla-task-<type>`     | durable pull consumer| tasks of one subagent type             |
+//! | `flotilla-task-<type>`     | durable pull consumer| `flotilla.task.<type>.*`               |
 //! | `FLOTILLA_REPORTS`         | stream, limits 7 d   | `flotilla.job.*.report.*`              |
 //! | `FLOTILLA_EVENTS`          | stream, limits 24 h  | `flotilla.job.*.event`, `.progress.*`  |
 //! | `FLOTILLA_DEADLETTER`      | stream, limits 30 d  | `flotilla.deadletter.>` + reason header |
 //! | `flotilla_jobs`            | KV bucket            | job records by job id                  |
+//! | `flotilla_files`           | Object Store bucket  | job files, `[files] max_age` retention |
+//! | `flotilla_workers`         | KV bucket, memory    | latest heartbeat per live worker (TTL) |
+//! | `flotilla_approvals`       | KV bucket, 7 d       | approval records `<job>.<task>.<call>` |
+
+mod approvals;
+pub mod auth;
+pub mod denials;
+mod workers;
+
+pub use approvals::{APPROVAL_RETENTION, ApprovalStore, DecisionError, Versioned, Write, check_decision};
+pub use workers::TTL_INTERVALS;
+
+mod retry;
 
 use std::time::Duration;
 
-use async_nats::jetstream::{self, consumer, kv, stream};
+use async_nats::jetstream::{self, consumer, kv, object_store, stream};
 use bytes::Bytes;
 
 use crate::config::NatsConfig;
 use crate::ids::{SubagentType, Tenant};
 use crate::protocol::{self, MAX_MESSAGE_BYTES, Message};
 use crate::subjects::Subjects;
+use denials::{Denial, DenialKind, Denials, GuardError};
+
+pub use retry::{backoff, retry};
 
 /// A bus operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -57,6 +73,8 @@ pub struct Bus {
     pub subjects: Subjects,
     /// The `[nats]` settings.
     pub config: NatsConfig,
+    /// Permission denials the server reported on this connection.
+    pub denials: Denials,
 }
 
 impl Bus {
@@ -64,13 +82,40 @@ impl Bus {
     /// for up to `wait` so processes may start before the server.
     pub async fn connect(config: &NatsConfig, name: &str, wait: Duration) -> Result<Self, BusError> {
         let deadline = tokio::time::Instant::now() + wait;
+        let denials = Denials::default();
         let client = loop {
+            let seen = denials.clone();
             let opts = async_nats::ConnectOptions::new()
                 .name(name)
                 .connection_timeout(Duration::from_secs(2))
-                .max_reconnects(None);
+                .max_reconnects(None)
+                .custom_inbox_prefix(&config.inbox_prefix)
+                .event_callback(move |event| {
+                    let seen = seen.clone();
+                    async move {
+                        match event {
+                            async_nats::Event::ServerError(async_nats::ServerError::Other(e)) if seen.observe(&e) => {}
+                            other => tracing::debug!(event = %other, "NATS connection event"),
+                        }
+                    }
+                });
+            let opts = auth::apply(config, opts)
+                .await
+                .map_err(|e| BusError::new(format!("cannot load NATS credentials ({})", auth::method(config)), e))?;
             match opts.connect(config.url.as_str()).await {
                 Ok(c) => break c,
+                // Retrying cannot fix refused credentials or a TLS mismatch: say so at once.
+                Err(e) if is_auth_error(&e) || is_tls_error(&e) => {
+                    let what = if is_tls_error(&e) {
+                        "TLS handshake with NATS failed (check [nats.tls] ca_file, cert_file and the server's tls block)"
+                    } else {
+                        "NATS refused the credentials (check [nats.auth] and the server's users)"
+                    };
+                    return Err(BusError::new(
+                        format!("{what}; server {}, auth method {}", redact_url(&config.url), auth::method(config)),
+                        e,
+                    ));
+                }
                 Err(e) if tokio::time::Instant::now() < deadline => {
                     tracing::debug!(error = %e, "NATS not reachable yet, retrying");
                     tokio::time::sleep(Duration::from_millis(200)).await;
@@ -87,11 +132,32 @@ impl Bus {
             }
         };
         let js = jetstream::new(client.clone());
-        Ok(Self { client, js, subjects: Subjects::new(&config.prefix), config: config.clone() })
+        Ok(Self { client, js, subjects: Subjects::new(&config.prefix), config: config.clone(), denials })
     }
 
-    /// Declares the streams and the jobs bucket (idempotent).
+    /// Runs `op`, turning a permission denial the server reports for a subject
+    /// `concerns` accepts into an immediate error instead of a timeout.
+    pub async fn guarded<T, E>(
+        &self,
+        context: impl Into<String>,
+        op: impl std::future::Future<Output = Result<T, E>>,
+        concerns: impl Fn(&Denial) -> bool,
+    ) -> Result<T, BusError>
+    where
+        E: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        self.denials.guard(op, concerns).await.map_err(|e| match e {
+            GuardError::Denied(d) => BusError::new(context, d),
+            GuardError::Op(e) => BusError::new(context, e),
+        })
+    }
+
+    /// Declares the streams and buckets (idempotent). With
+    /// `[nats] manage_topology = false` it only waits for them to exist.
     pub async fn ensure_topology(&self) -> Result<(), BusError> {
+        if !self.config.manage_topology {
+            return self.await_topology().await;
+        }
         let s = &self.subjects;
         let streams = [
             stream::Config {
@@ -127,15 +193,29 @@ impl Bus {
                 max_age: Duration::from_secs(30 * 24 * 3600),
                 ..Default::default()
             },
+            stream::Config {
+                name: s.audit_stream(),
+                subjects: vec![s.all_audit()],
+                storage: stream::StorageType::File,
+                max_age: Duration::from_secs(self.config.audit_retention_days * 24 * 3600),
+                max_message_size: MAX_MESSAGE_BYTES as i32,
+                ..Default::default()
+            },
         ];
-        for config in streams {
+        for mut config in streams {
             let name = config.name.clone();
-            self.js
-                .create_or_update_stream(config)
-                .await
-                .map_err(|e| BusError::new(format!("cannot declare stream {name}"), e))?;
+            config.num_replicas = self.config.replicas;
+            self.guarded(
+                format!("cannot declare stream {name}"),
+                self.js.create_or_update_stream(config),
+                |d| d.subject.starts_with("$JS.API.STREAM."),
+            )
+            .await?;
         }
         self.jobs().await?;
+        self.cancelled().await?;
+        self.workers().await?;
+        self.approvals().await?;
         Ok(())
     }
 
@@ -148,21 +228,112 @@ impl Bus {
                 history: 1,
                 storage: stream::StorageType::File,
                 max_value_size: MAX_MESSAGE_BYTES as i32,
+                num_replicas: self.config.replicas,
                 ..Default::default()
             })
             .await
             .map_err(|e| BusError::new(format!("cannot open KV bucket {bucket}"), e))
     }
 
+    /// The bucket of cancelled jobs (key = job id, value = reason), watched by
+    /// every worker; entries expire after a day.
+    pub async fn cancelled(&self) -> Result<kv::Store, BusError> {
+        self.bucket(self.subjects.cancelled_bucket(), Duration::from_secs(24 * 3600)).await
+    }
+
+    /// The bucket of planner checkpoints (key = job id, value = conversation).
+    pub async fn checkpoints(&self) -> Result<kv::Store, BusError> {
+        self.bucket(self.subjects.checkpoints_bucket(), Duration::ZERO).await
+    }
+
+    /// A single-revision KV bucket, created when missing; `max_age` zero = forever.
+    async fn bucket(&self, bucket: String, max_age: Duration) -> Result<kv::Store, BusError> {
+        self.js
+            .create_or_update_key_value(kv::Config {
+                bucket: bucket.clone(),
+                history: 1,
+                max_age,
+                storage: stream::StorageType::File,
+                max_value_size: MAX_MESSAGE_BYTES as i32,
+                num_replicas: self.config.replicas,
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| BusError::new(format!("cannot open KV bucket {bucket}"), e))
+    }
+
+    /// Waits (up to a minute) until the streams a worker needs exist, declared
+    /// by a process allowed to manage them, normally the orchestrator.
+    async fn await_topology(&self) -> Result<(), BusError> {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        for name in [self.subjects.tasks_stream(), self.subjects.reports_stream(), self.subjects.audit_stream()] {
+            let mut logged = false;
+            loop {
+                let r = self
+                    .guarded(format!("stream {name} is not available"), self.js.get_stream(&name), |d| {
+                        d.subject.starts_with("$JS.API.STREAM.INFO.")
+                    })
+                    .await;
+                match r {
+                    Ok(_) => break,
+                    Err(e) if e.source.is::<Denial>() || tokio::time::Instant::now() >= deadline => {
+                        return Err(e);
+                    }
+                    Err(e) => {
+                        if !logged {
+                            tracing::info!(stream = %name, error = %e, "waiting for the orchestrator to declare the stream");
+                            logged = true;
+                        }
+                        tokio::time::sleep(Duration::from_millis(500)).await;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The job files bucket (docs/TOOLS.md), created when missing. An existing
+    /// bucket takes `max_age` when it differs: keep `[files] max_age` equal
+    /// across processes. With `manage_topology = false` it is only opened.
+    pub async fn files(&self, max_age: Duration) -> Result<object_store::ObjectStore, BusError> {
+        let bucket = self.subjects.files_bucket();
+        let open = |e: Box<dyn std::error::Error + Send + Sync>| {
+            BusError::new(format!("cannot open Object Store bucket {bucket}"), e)
+        };
+        if !self.config.manage_topology {
+            return self.js.get_object_store(&bucket).await.map_err(|e| open(e.into()));
+        }
+        let config = object_store::Config {
+            bucket: bucket.clone(),
+            description: Some("Flotilla job files".into()),
+            max_age,
+            storage: stream::StorageType::File,
+            num_replicas: self.config.replicas,
+            ..Default::default()
+        };
+        if let Ok(store) = self.js.create_object_store(config).await {
+            return Ok(store);
+        }
+        // It exists with another configuration: adopt our retention, keep the rest.
+        let name = format!("OBJ_{bucket}");
+        let mut stream = self.js.get_stream(&name).await.map_err(|e| open(e.into()))?;
+        let mut cfg = stream.info().await.map_err(|e| open(e.into()))?.config.clone();
+        if cfg.max_age != max_age {
+            cfg.max_age = max_age;
+            self.js.update_stream(cfg).await.map_err(|e| open(e.into()))?;
+        }
+        self.js.get_object_store(&bucket).await.map_err(|e| open(e.into()))
+    }
+
     /// The durable pull consumer shared by every worker serving `ty`.
     pub async fn task_consumer(&self, ty: &SubagentType) -> Result<consumer::PullConsumer, BusError> {
         let name = self.subjects.task_consumer(ty);
         let stream = self.subjects.tasks_stream();
-        self.js
-            .create_consumer_on_stream(
+        let api = format!("$JS.API.CONSUMER.CREATE.{stream}.{name}");
+        let create = self.js.create_consumer_on_stream(
                 consumer::pull::Config {
                     durable_name: Some(name.clone()),
-                    filter_subject: self.subjects.task(ty),
+                    filter_subject: self.subjects.tasks_of_type(ty),
                     ack_policy: consumer::AckPolicy::Explicit,
                     ack_wait: Duration::from_secs(self.config.ack_wait),
                     max_deliver: self.config.max_deliver,
@@ -170,9 +341,9 @@ impl Bus {
                     ..Default::default()
                 },
                 &stream,
-            )
+        );
+        self.guarded(format!("cannot declare consumer {name} on {stream}"), create, |d| d.subject.starts_with(&api))
             .await
-            .map_err(|e| BusError::new(format!("cannot declare consumer {name} on {stream}"), e))
     }
 
     /// Publishes `msg` through JetStream and waits for the stream's ack.
@@ -192,12 +363,18 @@ impl Bus {
         if let Some(tp) = traceparent {
             headers.insert(TRACEPARENT, tp);
         }
-        self.js
-            .publish_with_headers(subject.clone(), headers, payload)
-            .await
-            .map_err(|e| BusError::new(format!("cannot publish to {subject}"), e))?
-            .await
-            .map_err(|e| BusError::new(format!("no JetStream ack for {subject}"), e))?;
+        let publish = async {
+            self.js
+                .publish_with_headers(subject.clone(), headers, payload)
+                .await
+                .map_err(|e| BusError::new(format!("cannot publish to {subject}"), e))?
+                .await
+                .map_err(|e| BusError::new(format!("no JetStream ack for {subject}"), e))
+        };
+        self.guarded(format!("cannot publish to {subject}"), publish, |d| {
+            d.kind == DenialKind::Publish && d.subject == subject
+        })
+        .await?;
         Ok(())
     }
 
@@ -242,8 +419,22 @@ impl Bus {
     ) -> Result<Rep, BusError> {
         let subject = self.subjects.api(tenant, op);
         let payload = checked(protocol::encode(req), Req::NAME)?;
-        let reply = tokio::time::timeout(timeout, self.client.request(subject.clone(), payload))
-            .await
+        let call = async {
+            Ok::<_, std::convert::Infallible>(
+                tokio::time::timeout(timeout, self.client.request(subject.clone(), payload)).await,
+            )
+        };
+        let inbox = format!("{}.", self.config.inbox_prefix);
+        let concerns = |d: &Denial| match d.kind {
+            DenialKind::Publish => d.subject == subject,
+            DenialKind::Subscribe => d.subject.starts_with(&inbox),
+        };
+        let reply = match self.denials.guard(call, concerns).await {
+            Ok(r) => r,
+            Err(GuardError::Denied(d)) => return Err(BusError::new(format!("request on {subject} refused"), d)),
+            Err(GuardError::Op(never)) => match never {},
+        };
+        let reply = reply
             .map_err(|_| {
                 BusError::new(
                     format!("no reply on {subject} within {}s", timeout.as_secs()),
@@ -260,6 +451,18 @@ impl Bus {
             })?;
         protocol::decode(&reply.payload).map_err(|e| BusError::new(format!("bad reply on {subject}"), e))
     }
+}
+
+fn is_auth_error(e: &async_nats::ConnectError) -> bool {
+    matches!(e.kind(), async_nats::ConnectErrorKind::AuthorizationViolation | async_nats::ConnectErrorKind::Authentication)
+}
+
+/// TLS failures surface as `Tls` or, from the handshake, as `Io` errors.
+fn is_tls_error(e: &async_nats::ConnectError) -> bool {
+    let text = e.to_string().to_ascii_lowercase();
+    matches!(e.kind(), async_nats::ConnectErrorKind::Tls)
+        || (matches!(e.kind(), async_nats::ConnectErrorKind::Io)
+            && ["certificate", "tls", "handshake"].iter().any(|w| text.contains(w)))
 }
 
 fn checked(payload: Bytes, what: &str) -> Result<Bytes, BusError> {

@@ -6,13 +6,23 @@
 //!
 //! The keys are a public contract, documented in `docs/CONFIG.md`.
 
+pub mod files;
+pub mod interrupt;
+pub mod nats_auth;
+pub mod operations;
 pub mod raw;
+pub mod sandbox;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+pub use nats_auth::{NatsAuthConfig, NatsTlsConfig};
+pub use operations::{DashboardConfig, MetricsConfig, WorkerConfig};
 pub use raw::{LocalConfig, NatsConfig, PlannerConfig, SubagentConfig};
+pub use files::FilesConfig;
+pub use interrupt::InterruptConfig;
+pub use sandbox::SandboxConfig;
 
 use crate::ids::{SubagentType, is_valid_token};
 
@@ -85,6 +95,18 @@ pub struct Settings {
     pub subagents: BTreeMap<SubagentType, SubagentConfig>,
     /// Local all-in-one mode (`flotilla up`).
     pub local: LocalConfig,
+    /// Prices of the models that have them, by model name.
+    pub prices: BTreeMap<String, crate::model::priced::Price>,
+    /// `[worker]`: heartbeats.
+    pub worker: WorkerConfig,
+    /// `[metrics]`: Prometheus endpoints.
+    pub metrics: MetricsConfig,
+    /// `[dashboard]`: the orchestrator's web dashboard.
+    pub dashboard: DashboardConfig,
+    /// `[files]`: job files and large-result eviction.
+    pub files: FilesConfig,
+    /// `[mcp_servers.<name>]`, plus servers imported with `--mcp-config`.
+    pub mcp_servers: BTreeMap<String, crate::mcp::McpServerSettings>,
 }
 
 impl Settings {
@@ -126,9 +148,27 @@ impl Settings {
         if !is_valid_token(&raw.nats.prefix) {
             return Err(invalid("nats.prefix", "use 1-64 characters from a-z, A-Z, 0-9, '-' and '_'"));
         }
+        let mut raw = raw;
+        Self::validate_nats(&mut raw.nats, base)?;
         let mut models = BTreeMap::new();
+        let mut prices = BTreeMap::new();
         for (name, m) in raw.models {
             let key = |k: &str| format!("models.{name}.{k}");
+            if m.price_input_per_mtok.is_some() || m.price_output_per_mtok.is_some() {
+                for (k, v) in [
+                    ("price_input_per_mtok", m.price_input_per_mtok),
+                    ("price_output_per_mtok", m.price_output_per_mtok),
+                ] {
+                    if v.is_some_and(|v| !v.is_finite() || v < 0.0) {
+                        return Err(invalid(key(k), "must be a number >= 0 (US dollars per million tokens)"));
+                    }
+                }
+                let price = crate::model::priced::Price {
+                    input_per_mtok: m.price_input_per_mtok.unwrap_or(0.0),
+                    output_per_mtok: m.price_output_per_mtok.unwrap_or(0.0),
+                };
+                prices.insert(name.clone(), price);
+            }
             let settings = match m.provider.as_str() {
                 "openai" => ModelSettings::OpenAi {
                     base_url: m.base_url.unwrap_or_else(|| "https://api.openai.com/v1".into()),
@@ -169,6 +209,13 @@ impl Settings {
             if p.max_steps == 0 {
                 return Err(invalid("planner.max_steps", "must be at least 1"));
             }
+            if let Some(t) = p.tools.iter().find(|t| !crate::builtin::ALL.contains(&t.as_str())) {
+                return Err(invalid(
+                    "planner.tools",
+                    format!("unknown built-in tool {t:?} (built-ins: {})", crate::builtin::ALL.join(", ")),
+                ));
+            }
+            check_permissions("planner", &p.permissions, p.default_permission)?;
         }
         let mut subagents = BTreeMap::new();
         for (name, s) in raw.subagents {
@@ -180,23 +227,81 @@ impl Settings {
             if s.max_steps == 0 {
                 return Err(invalid(format!("subagents.{name}.max_steps"), "must be at least 1"));
             }
+            for (tool, i) in &s.interrupt_on {
+                if i.decisions.is_empty() {
+                    return Err(invalid(
+                        format!("subagents.{name}.interrupt_on.{tool}.decisions"),
+                        "list at least one of \"approve\", \"reject\", \"edit\"",
+                    ));
+                }
+            }
+            if s.approval_timeout == 0 || (!s.interrupt_on.is_empty() && s.approval_timeout >= s.timeout) {
+                return Err(invalid(
+                    format!("subagents.{name}.approval_timeout"),
+                    format!("must be at least 1 and below the task timeout ({}s)", s.timeout),
+                ));
+            }
+            if let Some(sb) = &s.sandbox
+                && let Err((k, m)) = sb.check()
+            {
+                return Err(invalid(format!("subagents.{name}.sandbox.{k}"), m));
+            }
+            check_permissions(&format!("subagents.{name}"), &s.permissions, s.default_permission)?;
             subagents.insert(ty, s);
         }
         let mut local = raw.local;
         local.state_dir = base.join(&local.state_dir);
+        if raw.files.max_file_bytes == 0 {
+            return Err(invalid("files.max_file_bytes", "must be at least 1 (bytes)"));
+        }
+        if !(1..=60).contains(&raw.worker.heartbeat) {
+            return Err(invalid("worker.heartbeat", "must be 1 to 60 (seconds between worker heartbeats)"));
+        }
+        let mut mcp_servers = BTreeMap::new();
+        for (name, server) in raw.mcp_servers {
+            let s = crate::mcp::config::validate(&name, server, base).map_err(|p| invalid(p.key, p.message))?;
+            mcp_servers.insert(name, s);
+        }
         Ok(Settings {
+            mcp_servers,
             source: path.map(Path::to_path_buf),
             nats: raw.nats,
             models,
             planner: raw.planner,
             subagents,
             local,
+            prices,
+            worker: raw.worker,
+            metrics: raw.metrics,
+            dashboard: raw.dashboard,
+            files: raw.files,
         })
+    }
+
+    fn validate_nats(nats: &mut NatsConfig, base: &Path) -> Result<(), ConfigError> {
+        if !(1..=5).contains(&nats.replicas) {
+            return Err(invalid("nats.replicas", "must be 1 to 5 (3 on a 3-node JetStream cluster)"));
+        }
+        let inbox_ok = !nats.inbox_prefix.is_empty()
+            && nats.inbox_prefix.split('.').all(|t| !t.is_empty() && !t.contains(['*', '>', ' ']));
+        if !inbox_ok {
+            return Err(invalid("nats.inbox_prefix", "use dot-separated tokens without wildcards, e.g. _INBOX.worker"));
+        }
+        if nats.audit_retention_days == 0 {
+            return Err(invalid("nats.audit_retention_days", "must be at least 1"));
+        }
+        nats.auth.validate(base)?;
+        nats.tls.validate(base)
     }
 
     /// The model `name`, which validation guarantees exists when referenced.
     pub fn model(&self, name: &str) -> Result<&ModelSettings, ConfigError> {
         self.models.get(name).ok_or_else(|| invalid(format!("models.{name}"), "no such model"))
+    }
+
+    /// The price of model `name`, when configured.
+    pub fn price(&self, name: &str) -> Option<crate::model::priced::Price> {
+        self.prices.get(name).copied()
     }
 
     /// The planner section, or an error saying it is needed.
@@ -205,6 +310,17 @@ impl Settings {
             invalid("planner", "missing: the orchestrator needs a [planner] section (see docs/CONFIG.md)")
         })
     }
+}
+
+/// Checks an agent's file permission rules, naming the failing rule's key.
+fn check_permissions(
+    section: &str,
+    rules: &[crate::permissions::PermissionRule],
+    default: crate::permissions::Mode,
+) -> Result<(), ConfigError> {
+    crate::permissions::Permissions::compile(rules, default)
+        .map(|_| ())
+        .map_err(|e| invalid(format!("{section}.permissions[{}]", e.rule), e.message))
 }
 
 #[cfg(test)]

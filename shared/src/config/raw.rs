@@ -20,10 +20,20 @@ pub struct RawConfig {
     pub subagents: BTreeMap<String, SubagentConfig>,
     /// `[local]`
     pub local: LocalConfig,
+    /// `[files]`
+    pub files: super::files::FilesConfig,
+    /// `[worker]`
+    pub worker: super::operations::WorkerConfig,
+    /// `[metrics]`
+    pub metrics: super::operations::MetricsConfig,
+    /// `[dashboard]`
+    pub dashboard: super::operations::DashboardConfig,
+    /// `[mcp_servers.<name>]`
+    pub mcp_servers: BTreeMap<String, crate::mcp::RawMcpServer>,
 }
 
 /// `[nats]`: where the bus is and how names are prefixed.
-#[derive(Clone, Debug, Deserialize, Serialize)]
+#[derive(Clone, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct NatsConfig {
     /// Server URL(s), comma separated.
@@ -35,11 +45,56 @@ pub struct NatsConfig {
     pub ack_wait: u64,
     /// Deliveries of a task before it is dead-lettered.
     pub max_deliver: i64,
+    /// Replicas of every stream and bucket (3 on a 3-node cluster).
+    pub replicas: usize,
+    /// Prefix of this process's reply subjects. Give each role its own
+    /// (`_INBOX.worker`, `_INBOX.client-acme`) so NATS permissions can keep
+    /// one credential from reading another's replies (docs/SECURITY.md).
+    pub inbox_prefix: String,
+    /// Declare streams and buckets at start (`true`), or only wait for them
+    /// to exist (`false`: for credentials without JetStream admin rights,
+    /// such as the `worker` role of deploy/nats).
+    pub manage_topology: bool,
+    /// Days the audit stream keeps tool-call and approval records.
+    pub audit_retention_days: u64,
+    /// `[nats.auth]`: credentials.
+    pub auth: super::nats_auth::NatsAuthConfig,
+    /// `[nats.tls]`: TLS towards the server.
+    pub tls: super::nats_auth::NatsTlsConfig,
 }
 
 impl Default for NatsConfig {
     fn default() -> Self {
-        Self { url: "nats://127.0.0.1:4222".into(), prefix: "flotilla".into(), ack_wait: 30, max_deliver: 5 }
+        Self {
+            url: "nats://127.0.0.1:4222".into(),
+            prefix: "flotilla".into(),
+            ack_wait: 30,
+            max_deliver: 5,
+            replicas: 1,
+            inbox_prefix: "_INBOX".into(),
+            manage_topology: true,
+            audit_retention_days: 90,
+            auth: Default::default(),
+            tls: Default::default(),
+        }
+    }
+}
+
+/// Hides credentials a URL may carry (`nats://user:pass@host`).
+impl std::fmt::Debug for NatsConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NatsConfig")
+            .field("url", &crate::bus::redact_url(&self.url))
+            .field("prefix", &self.prefix)
+            .field("ack_wait", &self.ack_wait)
+            .field("max_deliver", &self.max_deliver)
+            .field("replicas", &self.replicas)
+            .field("inbox_prefix", &self.inbox_prefix)
+            .field("manage_topology", &self.manage_topology)
+            .field("audit_retention_days", &self.audit_retention_days)
+            .field("auth", &self.auth.method())
+            .field("tls", &self.tls)
+            .finish()
     }
 }
 
@@ -63,6 +118,10 @@ pub struct RawModel {
     pub temperature: Option<f32>,
     /// scripted: the script file.
     pub script: Option<PathBuf>,
+    /// US dollars per million prompt tokens (cost accounting; optional).
+    pub price_input_per_mtok: Option<f64>,
+    /// US dollars per million completion tokens (cost accounting; optional).
+    pub price_output_per_mtok: Option<f64>,
 }
 
 /// `[planner]`: the agent that owns a job's todo list.
@@ -86,6 +145,28 @@ pub struct PlannerConfig {
     /// Jobs planned at once by one orchestrator.
     #[serde(default = "default_planner_concurrency")]
     pub concurrency: usize,
+    /// Seconds a task may wait while no live worker (by heartbeat) serves its
+    /// type before it fails with "no worker serves <type>".
+    #[serde(default = "default_no_worker_timeout")]
+    pub no_worker_timeout: u64,
+    /// Token budget of the planner's own conversation per job, when set
+    /// (each task has its own budget, `[subagents.<type>] max_tokens`).
+    #[serde(default)]
+    pub max_tokens: Option<u64>,
+    /// Built-in tools the planner gets besides `write_todos` and `task`
+    /// (default: the read-only file tools; docs/TOOLS.md).
+    #[serde(default = "default_planner_tools")]
+    pub tools: Vec<String>,
+    /// File permission rules of the planner's built-in file tools, first match wins.
+    #[serde(default)]
+    pub permissions: Vec<crate::permissions::PermissionRule>,
+    /// Mode when no rule matches: `allow` (default), `deny` or `interrupt`.
+    #[serde(default)]
+    pub default_permission: crate::permissions::Mode,
+}
+
+fn default_planner_tools() -> Vec<String> {
+    crate::builtin::READ_ONLY.iter().map(|s| s.to_string()).collect()
 }
 
 fn default_planner_prompt() -> String {
@@ -101,6 +182,9 @@ fn default_job_timeout() -> u64 {
 }
 fn default_task_timeout() -> u64 {
     600
+}
+fn default_no_worker_timeout() -> u64 {
+    60
 }
 fn default_planner_concurrency() -> usize {
     16
@@ -132,6 +216,24 @@ pub struct SubagentConfig {
     /// Per tool-call timeout in seconds.
     #[serde(default = "default_tool_timeout")]
     pub tool_timeout: u64,
+    /// Tools whose calls wait for a person, by final tool name (docs/APPROVALS.md).
+    #[serde(default)]
+    pub interrupt_on: BTreeMap<String, super::interrupt::InterruptConfig>,
+    /// Seconds an approval request waits before the call is rejected.
+    #[serde(default = "super::interrupt::default_approval_timeout")]
+    pub approval_timeout: u64,
+    /// `[subagents.<type>.sandbox]`: gives this type the `execute` tool (docs/SANDBOX.md).
+    #[serde(default)]
+    pub sandbox: Option<super::sandbox::SandboxConfig>,
+    /// Token budget of one task, when set.
+    #[serde(default)]
+    pub max_tokens: Option<u64>,
+    /// File permission rules of this type's built-in file tools, first match wins.
+    #[serde(default)]
+    pub permissions: Vec<crate::permissions::PermissionRule>,
+    /// Mode when no rule matches: `allow` (default), `deny` or `interrupt`.
+    #[serde(default)]
+    pub default_permission: crate::permissions::Mode,
 }
 
 fn default_subagent_steps() -> u32 {

@@ -7,6 +7,7 @@
 //! only become strings inside the `openai` provider.
 
 pub mod openai;
+pub mod priced;
 pub mod scripted;
 
 use std::sync::Arc;
@@ -18,6 +19,7 @@ use serde_json::Value;
 use crate::config::ModelSettings;
 use crate::protocol::{ErrorKind, Usage};
 use crate::tool::ToolSpec;
+pub use priced::{Price, priced};
 
 /// One message of a conversation.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

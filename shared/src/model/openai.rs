@@ -296,7 +296,7 @@ impl OpenAiModel {
                 input_tokens: usage.prompt_tokens.unwrap_or_else(|| estimate_tokens(request_chars)),
                 output_tokens: usage.completion_tokens.unwrap_or_else(|| estimate_tokens(output_chars)),
                 model_calls: 1,
-                tool_calls: 0,
+                ..Usage::default()
             },
         })
     }

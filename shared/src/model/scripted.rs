@@ -271,7 +271,7 @@ impl ChatModel for ScriptedModel {
                 input_tokens: estimate_tokens(prompt_chars),
                 output_tokens: estimate_tokens(output_chars),
                 model_calls: 1,
-                tool_calls: 0,
+                ..Usage::default()
             },
         })
     }

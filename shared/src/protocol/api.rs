@@ -51,6 +51,30 @@ pub struct ListRequest {
     pub limit: Option<usize>,
 }
 
+/// `<prefix>.api.<tenant>.cancel`: stop a job, its queued and running tasks.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CancelRequest {
+    /// Schema version.
+    #[serde(default = "super::schema_version")]
+    pub v: u32,
+    /// The job.
+    pub job_id: JobId,
+    /// Why; recorded in the job and its `cancelled` event.
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
+/// Reply to a cancel.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CancelReply {
+    /// The job.
+    pub job_id: JobId,
+    /// Task messages removed from the work queue: the queued ones and those
+    /// of running tasks (whose workers report `cancelled`).
+    pub purged_tasks: u64,
+}
+
 /// One line of a job list.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct JobSummary {
@@ -127,6 +151,9 @@ impl Message for SubmitRequest {
 }
 impl Message for StatusRequest {
     const NAME: &'static str = "status request";
+}
+impl Message for CancelRequest {
+    const NAME: &'static str = "cancel request";
 }
 impl Message for ListRequest {
     const NAME: &'static str = "list request";

@@ -107,11 +107,7 @@ impl WorkerHeartbeat {
         if self.state != WorkerState::Running {
             return 0;
         }
-        self.types
-            .iter()
-            .find(|t| &t.subagent_type == ty)
-            .map(|t| t.capacity.saturating_sub(t.in_flight))
-            .unwrap_or(0)
+        self.types.iter().find(|t| &t.subagent_type == ty).map(|t| t.capacity.saturating_sub(t.in_flight)).unwrap_or(0)
     }
 
     /// Whether this worker serves `ty` and is not stopping.
@@ -122,4 +118,51 @@ impl WorkerHeartbeat {
 
 impl Message for WorkerHeartbeat {
     const NAME: &'static str = "worker heartbeat";
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::{decode, encode, now};
+
+    fn beat(state: WorkerState) -> WorkerHeartbeat {
+        WorkerHeartbeat {
+            v: 1,
+            worker_id: "w1".into(),
+            host: "h".into(),
+            pid: 42,
+            version: "0.1.0".into(),
+            state,
+            types: vec![TypeLoad {
+                subagent_type: SubagentType::new("finance").unwrap(),
+                capacity: 4,
+                in_flight: 3,
+                completed: 7,
+                failed: 1,
+            }],
+            mcp_servers: vec![],
+            metrics_url: None,
+            started_at: now(),
+            at: now(),
+            interval_ms: 5000,
+        }
+    }
+
+    #[test]
+    fn heartbeats_round_trip_and_tell_free_slots() {
+        let hb = beat(WorkerState::Running);
+        let back: WorkerHeartbeat = decode(&encode(&hb)).unwrap();
+        assert_eq!(back, hb);
+        let fin = SubagentType::new("finance").unwrap();
+        let legal = SubagentType::new("legal").unwrap();
+        assert_eq!(hb.free_slots(&fin), 1);
+        assert!(hb.serves(&fin) && !hb.serves(&legal));
+        assert_eq!(hb.free_slots(&legal), 0);
+        let stopping = beat(WorkerState::Stopping);
+        assert!(!stopping.serves(&fin));
+        assert_eq!(stopping.free_slots(&fin), 0);
+        let json: serde_json::Value = serde_json::from_slice(&encode(&stopping)).unwrap();
+        assert_eq!(json["state"], "stopping");
+        assert!(json.get("mcp_servers").is_none(), "empty optional fields are omitted: {json}");
+    }
 }

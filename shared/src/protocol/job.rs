@@ -1,5 +1,7 @@
 //! The job record: a job's durable state, kept in the jobs KV bucket.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
@@ -77,6 +79,22 @@ pub struct TaskEntry {
     /// Subagent wall time.
     #[serde(default)]
     pub duration_ms: u64,
+    /// When the planner published the task.
+    #[serde(default, with = "time::serde::rfc3339::option", skip_serializing_if = "Option::is_none")]
+    pub dispatched_at: Option<OffsetDateTime>,
+    /// When the subagent of the consolidated report started.
+    #[serde(default, with = "time::serde::rfc3339::option", skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<OffsetDateTime>,
+    /// When that report was written.
+    #[serde(default, with = "time::serde::rfc3339::option", skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<OffsetDateTime>,
+    /// The planner's tool-call id that dispatched it: a resumed planner finds
+    /// its task here instead of dispatching it again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call_id: Option<String>,
+    /// Whether the task message was stored in JetStream.
+    #[serde(default)]
+    pub published: bool,
 }
 
 /// Everything known about a job.
@@ -111,6 +129,12 @@ pub struct JobRecord {
     /// Planner plus every consolidated task.
     #[serde(default)]
     pub usage: Usage,
+    /// Spend of the consolidated tasks per subagent type.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub usage_by_type: BTreeMap<SubagentType, Usage>,
+    /// W3C traceparent of the job's planner run, kept so a resumed job keeps its trace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
     /// Submission time.
     #[serde(with = "time::serde::rfc3339")]
     pub created_at: OffsetDateTime,
@@ -135,6 +159,8 @@ impl JobRecord {
             error: None,
             planner_usage: Usage::default(),
             usage: Usage::default(),
+            usage_by_type: BTreeMap::new(),
+            traceparent: Some(crate::trace::new_traceparent()),
             created_at: now,
             updated_at: now,
         }

@@ -7,7 +7,11 @@
 //! hand-written request is an error, not a silently ignored option.
 
 mod api;
+mod approval;
+mod audit;
 mod error;
+mod file_ref;
+mod heartbeat;
 mod job;
 mod job_event;
 mod progress;
@@ -17,7 +21,14 @@ mod todo;
 mod usage;
 
 pub use api::*;
+pub use approval::{
+    ApprovalRecord, ApprovalRequest, ApprovalState, ApprovalsReply, ApprovalsRequest, ApproveReply, ApproveRequest, Decision,
+    DecisionKind,
+};
+pub use audit::{AuditAction, AuditOutcome, AuditRecord};
 pub use error::{ErrorInfo, ErrorKind};
+pub use file_ref::{FileRef, line_count, sha256_hex};
+pub use heartbeat::{McpServerHealth, TypeLoad, WorkerHeartbeat, WorkerState};
 pub use job::{JobRecord, JobStatus, TaskEntry};
 pub use job_event::{JobEvent, JobEventKind};
 pub use progress::{ProgressEvent, ProgressKind};
@@ -86,6 +97,10 @@ pub trait Message: Serialize + DeserializeOwned {
 pub fn decode<T: Message>(bytes: &[u8]) -> Result<T, DecodeError> {
     if bytes.len() > MAX_MESSAGE_BYTES {
         return Err(DecodeError::TooLarge { size: bytes.len(), max: MAX_MESSAGE_BYTES });
+    }
+    // serde would also accept a struct written as a JSON array: refuse it.
+    if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return Err(DecodeError::Malformed("expected a JSON object".into()));
     }
     let probe: VersionProbe =
         serde_json::from_slice(bytes).map_err(|e| DecodeError::Malformed(format!("expected a JSON object: {e}")))?;

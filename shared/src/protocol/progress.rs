@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
-use super::{ErrorKind, Message, TaskStatus, Usage};
+use super::{DecisionKind, ErrorKind, Message, TaskStatus, Usage};
 use crate::ids::{JobId, SubagentType, TaskId};
 
 /// One observation of a task's run.
@@ -66,6 +66,48 @@ pub enum ProgressKind {
         /// Size of the result as given to the model, in bytes.
         size: usize,
         /// How long the call took.
+        duration_ms: u64,
+    },
+    /// A tool call waits for a person (see docs/APPROVALS.md).
+    ApprovalRequested {
+        /// The model's call id.
+        call_id: String,
+        /// Tool name.
+        tool: String,
+        /// sha256 of the arguments' JSON text.
+        args_sha256: String,
+        /// What the reviewer may answer.
+        decisions: Vec<DecisionKind>,
+        /// When the call is rejected unanswered.
+        #[serde(with = "time::serde::rfc3339")]
+        expires_at: OffsetDateTime,
+    },
+    /// A person answered, or nobody did in time.
+    ApprovalResolved {
+        /// The model's call id.
+        call_id: String,
+        /// Tool name.
+        tool: String,
+        /// `approve`, `reject`, `edit`, or `expired`.
+        outcome: String,
+        /// Who answered, as recorded.
+        by: Option<String>,
+    },
+    /// A sandboxed command ran (the audit record of `execute`, docs/SANDBOX.md).
+    Executed {
+        /// The model's call id.
+        call_id: String,
+        /// sha256 of the command text (the command itself may hold secrets).
+        command_sha256: String,
+        /// Exit status, when the command exited.
+        exit_code: Option<i32>,
+        /// Signal that ended it, when one did (e.g. 9 after a timeout).
+        signal: Option<i32>,
+        /// Killed at its wall-time limit.
+        timed_out: bool,
+        /// Output was cut at the configured cap.
+        truncated: bool,
+        /// Wall time.
         duration_ms: u64,
     },
     /// Still alive (emitted with each in-progress ack).

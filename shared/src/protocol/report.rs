@@ -47,8 +47,13 @@ pub struct TaskReport {
     pub subagent_type: SubagentType,
     /// How it ended.
     pub status: TaskStatus,
-    /// The subagent's final answer (empty when it failed).
+    /// The subagent's final answer (empty when it failed). When the answer
+    /// was too large for a message, only its beginning (see `summary_file`).
     pub summary: String,
+    /// Set when the answer exceeded the report budget: the whole answer is in
+    /// the job files at this reference, and `summary` holds its head only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary_file: Option<super::FileRef>,
     /// Why it did not complete.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<ErrorInfo>,

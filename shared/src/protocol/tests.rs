@@ -33,8 +33,9 @@ fn every_message_round_trips() {
         subagent_type: t.subagent_type.clone(),
         status: TaskStatus::Failed,
         summary: String::new(),
+        summary_file: Some(super::FileRef::describe("/reports/t.md", "big\nanswer")),
         error: Some(ErrorInfo::new(ErrorKind::Transient, "model returned 503")),
-        usage: Usage { input_tokens: 10, output_tokens: 5, model_calls: 1, tool_calls: 2 },
+        usage: Usage { input_tokens: 10, output_tokens: 5, model_calls: 1, tool_calls: 2, ..Usage::default() },
         worker_id: "w1".into(),
         attempt: 2,
         started_at: now(),
@@ -76,6 +77,11 @@ fn every_message_round_trips() {
         worker_id: None,
         attempt: 0,
         duration_ms: 0,
+        dispatched_at: Some(now()),
+        started_at: None,
+        finished_at: None,
+        call_id: Some("call_1_0".into()),
+        published: true,
     });
     round_trip(&rec);
     round_trip(&SubmitRequest { v: 1, input: "x".into() });
@@ -101,6 +107,7 @@ fn decode_explains_what_is_wrong() {
     let err = |b: &[u8]| decode::<TaskMessage>(b).unwrap_err().to_string();
     assert!(err(b"not json").contains("malformed message"));
     assert!(err(b"[1,2]").contains("malformed message"));
+    assert!(err(b"[1]").contains("expected a JSON object"), "a struct as an array is refused");
     assert!(err(b"{}").contains("missing schema version"));
     assert!(err(br#"{"v":2}"#).contains("unsupported schema version 2"));
     assert!(err(br#"{"v":1}"#).contains("invalid task message: missing field"));
@@ -112,4 +119,76 @@ fn decode_explains_what_is_wrong() {
     assert!(err(&serde_json::to_vec(&v).unwrap()).contains("invalid subagent type"));
     let big = vec![b' '; MAX_MESSAGE_BYTES + 1];
     assert!(err(&big).contains("exceeds"));
+}
+
+mod fuzz {
+    //! Property tests of decoding: no input makes it panic, and what it
+    //! accepts re-encodes to an equivalent message.
+    use proptest::prelude::*;
+
+    use super::super::*;
+
+    fn json_value() -> impl Strategy<Value = serde_json::Value> {
+        let leaf = prop_oneof![
+            Just(serde_json::Value::Null),
+            any::<bool>().prop_map(serde_json::Value::from),
+            any::<i64>().prop_map(serde_json::Value::from),
+            any::<f64>().prop_filter("finite", |f| f.is_finite()).prop_map(serde_json::Value::from),
+            "[a-z0-9_.:-]{0,40}".prop_map(serde_json::Value::from),
+        ];
+        leaf.prop_recursive(4, 64, 8, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..6).prop_map(serde_json::Value::Array),
+                prop::collection::btree_map(
+                    prop_oneof![
+                        Just("v".to_string()),
+                        Just("job_id".to_string()),
+                        Just("task_id".to_string()),
+                        Just("subagent_type".to_string()),
+                        Just("description".to_string()),
+                        Just("created_at".to_string()),
+                        "[a-z_]{1,12}",
+                    ],
+                    inner,
+                    0..8
+                )
+                .prop_map(|m| serde_json::Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..512)) {
+            let _ = decode::<TaskMessage>(&bytes);
+            let _ = decode::<TaskReport>(&bytes);
+            let _ = decode::<SubmitRequest>(&bytes);
+            let _ = decode::<JobEvent>(&bytes);
+        }
+
+        #[test]
+        fn arbitrary_json_is_accepted_only_when_well_formed(mut v in json_value(), version in 0u32..3) {
+            if let serde_json::Value::Object(m) = &mut v {
+                m.insert("v".into(), version.into());
+            }
+            let bytes = serde_json::to_vec(&v).unwrap();
+            match decode::<TaskMessage>(&bytes) {
+                Ok(t) => {
+                    prop_assert_eq!(version, SCHEMA_VERSION);
+                    let again: TaskMessage = decode(&encode(&t)).unwrap();
+                    prop_assert_eq!(again, t);
+                }
+                Err(e) => prop_assert!(!e.to_string().is_empty()),
+            }
+        }
+
+        #[test]
+        fn valid_tasks_with_any_text_round_trip(description in any::<String>(), attempt in 1u32..100) {
+            let mut t = super::task();
+            t.description = description;
+            t.attempt = attempt;
+            let back: TaskMessage = decode(&encode(&t)).unwrap();
+            prop_assert_eq!(back, t);
+        }
+    }
 }

@@ -7,8 +7,10 @@
 //! a panic, stack trace or host path: a defect becomes a `bug` error that
 //! carries only the trace id (the detail goes to the log).
 
+mod evict;
 mod set;
 
+pub use evict::{Eviction, LARGE_RESULTS_DIR};
 pub use set::{ToolOutcome, ToolSet, ToolSetError};
 
 use std::sync::Arc;
@@ -73,6 +75,8 @@ pub struct ToolContext {
     /// The model's call id.
     pub call_id: String,
     /// Stable across redeliveries of the same call: `<task or job>:<call id>`.
+    /// A tool with side effects (send, charge, publish) uses it to do the
+    /// effect once when the model or the runtime retries (seed 000 section 3.6).
     pub idempotency_key: String,
     /// W3C traceparent of the run.
     pub traceparent: Option<String>,
@@ -111,4 +115,11 @@ pub trait Tool: Send + Sync {
     fn spec(&self) -> ToolSpec;
     /// Runs the call. `args` already matches the input schema.
     async fn call(&self, ctx: &ToolContext, args: Value) -> Result<Value, ToolError>;
+
+    /// Like [`Tool::call`], plus an artifact for the application that the
+    /// model never reads, on success and on error alike (MCP
+    /// `structuredContent`, seed 003 section 8). Default: no artifact.
+    async fn call_with_artifact(&self, ctx: &ToolContext, args: Value) -> (Result<Value, ToolError>, Option<Value>) {
+        (self.call(ctx, args).await, None)
+    }
 }

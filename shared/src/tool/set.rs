@@ -24,6 +24,14 @@ pub enum ToolSetError {
         /// Where the second came from.
         second: String,
     },
+    /// An approval requirement names a tool the set does not have.
+    #[error("no tool {name:?} to require approval for (tools: {available})")]
+    UnknownTool {
+        /// The name.
+        name: String,
+        /// The tools there are.
+        available: String,
+    },
     /// A tool's input schema is not a valid JSON Schema.
     #[error("tool {name:?} has an invalid input schema: {message}")]
     Schema {
@@ -47,6 +55,9 @@ pub struct ToolOutcome {
     pub result: Result<Value, ToolError>,
     /// How long it took.
     pub duration: Duration,
+    /// What the tool kept for the application, never shown to the model
+    /// (see [`Tool::call_with_artifact`]).
+    pub artifact: Option<Value>,
 }
 
 impl ToolOutcome {
@@ -65,12 +76,53 @@ pub struct ToolSet {
     tools: BTreeMap<String, Entry>,
     sources: BTreeMap<String, String>,
     timeout: Duration,
+    eviction: Option<super::Eviction>,
+    /// Tools whose calls go through [`ToolContext::approvals`] first.
+    gated: std::collections::BTreeSet<String>,
+    /// Where every call and approval decision is recorded (set once, after
+    /// the process has connected to the bus).
+    auditor: std::sync::OnceLock<crate::audit::Auditor>,
 }
 
 impl ToolSet {
     /// An empty set whose calls time out after `timeout`.
     pub fn new(timeout: Duration) -> Self {
-        Self { tools: BTreeMap::new(), sources: BTreeMap::new(), timeout }
+        Self {
+            tools: BTreeMap::new(),
+            sources: BTreeMap::new(),
+            timeout,
+            eviction: None,
+            gated: Default::default(),
+            auditor: Default::default(),
+        }
+    }
+
+    /// Records every call (and approval decision) of this set through
+    /// `auditor` from now on. Takes `&self` so a shared set can be audited once
+    /// the bus is up; returns false (and changes nothing) when already set.
+    pub fn set_auditor(&self, auditor: crate::audit::Auditor) -> bool {
+        self.auditor.set(auditor).is_ok()
+    }
+
+    /// The auditor, for code that records approval decisions itself.
+    pub fn auditor(&self) -> Option<&crate::audit::Auditor> {
+        self.auditor.get()
+    }
+
+    /// Evicts oversized results to the job's files (see [`super::Eviction`]).
+    pub fn set_eviction(&mut self, eviction: super::Eviction) {
+        self.eviction = Some(eviction);
+    }
+
+    /// Makes every call of `name` wait for the context's approval gate before
+    /// it runs (human in the loop). The wait does not count against the tool
+    /// timeout; arguments edited by the reviewer are validated again.
+    pub fn require_approval(&mut self, name: &str) -> Result<(), ToolSetError> {
+        if !self.tools.contains_key(name) {
+            return Err(ToolSetError::UnknownTool { name: name.into(), available: self.names().join(", ") });
+        }
+        self.gated.insert(name.to_string());
+        Ok(())
     }
 
     /// Adds a tool; `source` names where it came from for collision errors.
@@ -99,48 +151,126 @@ impl ToolSet {
     /// Validates and runs one call. Never panics, never hangs past the timeout.
     pub async fn invoke(&self, ctx: &ToolContext, name: &str, args: &Value) -> ToolOutcome {
         let started = Instant::now();
-        let result = self.invoke_inner(ctx, name, args).await;
-        ToolOutcome { result, duration: started.elapsed() }
+        let (result, artifact) = self.invoke_inner(ctx, name, args).await;
+        let mut outcome = ToolOutcome { result, duration: started.elapsed(), artifact };
+        if let Some(eviction) = &self.eviction {
+            eviction.apply(ctx, name, &mut outcome).await;
+            outcome.duration = started.elapsed();
+        }
+        if let Some(auditor) = self.auditor.get() {
+            auditor.tool_call(ctx, name, args, &outcome).await;
+        }
+        outcome
     }
 
-    async fn invoke_inner(&self, ctx: &ToolContext, name: &str, args: &Value) -> Result<Value, ToolError> {
+    async fn invoke_inner(
+        &self,
+        ctx: &ToolContext,
+        name: &str,
+        args: &Value,
+    ) -> (Result<Value, ToolError>, Option<Value>) {
         let Some(entry) = self.tools.get(name) else {
-            return Err(ToolError::validation(format!(
-                "unknown tool {name:?}; available tools: {}",
-                self.names().join(", ")
-            )));
+            return (
+                Err(ToolError::validation(format!(
+                    "unknown tool {name:?}; available tools: {}",
+                    self.names().join(", ")
+                ))),
+                None,
+            );
         };
-        validate(&entry.validator, args)?;
+        if let Err(e) = validate(&entry.validator, args) {
+            return (Err(e), None);
+        }
+        let args = if self.gated.contains(name) {
+            match approve(entry, ctx, name, args, self.auditor.get()).await {
+                Ok(a) => a,
+                Err(e) => return (Err(e), None),
+            }
+        } else {
+            args.clone()
+        };
         let tool = entry.tool.clone();
-        let (ctx2, args2) = (ctx.clone(), args.clone());
-        // Spawned so a panicking tool becomes a `bug` result, not a dead agent.
-        let handle = tokio::spawn(async move { tool.call(&ctx2, args2).await });
+        let (ctx2, args2) = (ctx.clone(), args);
+        // Spawned so a panicking tool becomes a `bug` result, not a dead agent;
+        // in the caller's span so the tool's log lines keep job, task and trace ids.
+        let handle = tokio::spawn(tracing::Instrument::in_current_span(async move {
+            tool.call_with_artifact(&ctx2, args2).await
+        }));
         let abort = handle.abort_handle();
         let outcome = tokio::select! {
             r = handle => r,
             _ = tokio::time::sleep(self.timeout) => {
                 abort.abort();
-                return Err(ToolError::new(ErrorKind::Timeout, format!("tool {name} timed out after {}s", self.timeout.as_secs_f32())));
+                return (Err(ToolError::new(ErrorKind::Timeout, format!("tool {name} timed out after {}s", self.timeout.as_secs_f32()))), None);
             }
             _ = ctx.cancel.cancelled() => {
                 abort.abort();
-                return Err(ToolError::new(ErrorKind::Cancelled, "cancelled"));
+                return (Err(ToolError::new(ErrorKind::Cancelled, "cancelled")), None);
             }
         };
         match outcome {
+            // The tool's own error text may carry paths, traces or secrets: the
+            // model reads a sanitized copy, the log keeps the detail (seed 000 3.4).
+            Ok((Err(e), artifact)) => {
+                let trace = ctx.traceparent.as_deref().and_then(crate::trace::trace_id);
+                let message = crate::sanitize::sanitize_logged(&e.message, &format!("error of tool {name}"), trace);
+                (Err(ToolError { kind: e.kind, message }), artifact)
+            }
             Ok(r) => r,
             Err(join) => {
                 tracing::error!(tool = name, call_id = %ctx.call_id, traceparent = ?ctx.traceparent, error = %join, "tool panicked");
-                Err(ToolError::new(
-                    ErrorKind::Bug,
-                    format!(
-                        "internal error in tool {name}; reported under trace {}",
-                        ctx.traceparent.as_deref().unwrap_or("-")
-                    ),
-                ))
+                (
+                    Err(ToolError::new(
+                        ErrorKind::Bug,
+                        format!(
+                            "internal error in tool {name}; reported under trace {}",
+                            ctx.traceparent.as_deref().unwrap_or("-")
+                        ),
+                    )),
+                    None,
+                )
             }
         }
     }
+}
+
+/// Waits for the approval gate; returns the arguments to run with. The
+/// decision is audited when the set has an auditor.
+async fn approve(
+    entry: &Entry,
+    ctx: &ToolContext,
+    name: &str,
+    args: &Value,
+    auditor: Option<&crate::audit::Auditor>,
+) -> Result<Value, ToolError> {
+    let Some(gate) = &ctx.approvals else {
+        return Err(ToolError::new(
+            ErrorKind::Permission,
+            format!("tool {name} requires human approval and no approval gate is available; the call was not run"),
+        ));
+    };
+    let asked = Instant::now();
+    let decided = tokio::select! {
+        r = gate.approve(ctx, name, args) => r,
+        _ = ctx.cancel.cancelled() => return Err(ToolError::new(ErrorKind::Cancelled, "cancelled")),
+    };
+    if let Some(auditor) = auditor {
+        use crate::protocol::AuditOutcome;
+        let outcome = match &decided {
+            Ok(a) if a == args => Some((AuditOutcome::Approved, a)),
+            Ok(a) => Some((AuditOutcome::Edited, a)),
+            Err(e) if e.kind == ErrorKind::Permission => Some((AuditOutcome::Rejected, args)),
+            Err(_) => None, // no decision (timeout, cancelled): the tool call record says why
+        };
+        if let Some((outcome, a)) = outcome {
+            auditor.approval(ctx, name, a, outcome, asked.elapsed()).await;
+        }
+    }
+    let args = decided?;
+    validate(&entry.validator, &args).map_err(|e| {
+        ToolError::validation(format!("the reviewer's edited arguments do not fit the tool: {}", e.message))
+    })?;
+    Ok(args)
 }
 
 fn validate(validator: &jsonschema::Validator, args: &Value) -> Result<(), ToolError> {
@@ -258,5 +388,35 @@ mod tests {
         let mut s = set();
         let err = s.add(Arc::new(Echo), "mcp:x").unwrap_err().to_string();
         assert!(err.contains("builtin") && err.contains("mcp:x"), "{err}");
+    }
+
+    struct Gate(Result<Value, ToolError>);
+    #[async_trait]
+    impl crate::tool::ApprovalGate for Gate {
+        async fn approve(&self, _: &ToolContext, _: &str, _: &Value) -> Result<Value, ToolError> {
+            self.0.clone()
+        }
+    }
+
+    #[tokio::test]
+    async fn gated_calls_wait_for_the_gate_and_edits_are_revalidated() {
+        let mut s = set();
+        assert!(matches!(s.require_approval("nope"), Err(ToolSetError::UnknownTool { .. })));
+        s.require_approval("echo").unwrap();
+        let with = |g: Result<Value, ToolError>| {
+            let mut c = ctx();
+            c.approvals = Some(Arc::new(Gate(g)));
+            c
+        };
+        // No gate: refused, never run.
+        let e = s.invoke(&ctx(), "echo", &json!({"x": 1})).await.result.unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Permission);
+        let ok = s.invoke(&with(Ok(json!({"x": 7}))), "echo", &json!({"x": 1})).await;
+        assert_eq!(ok.result.unwrap(), json!(7), "edited arguments are the ones run");
+        let e = s.invoke(&with(Err(ToolError::new(ErrorKind::Permission, "no"))), "echo", &json!({"x": 1})).await;
+        assert_eq!(e.result.unwrap_err().message, "no");
+        let e = s.invoke(&with(Ok(json!({"x": "seven"}))), "echo", &json!({"x": 1})).await.result.unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Validation);
+        assert!(e.message.contains("edited arguments"), "{}", e.message);
     }
 }

@@ -1,4 +1,4 @@
-//! `calculate_margin`: the tool adapter over [`crate::finance::gross_margin`]
+//! `calculate_margin`: the tool adapter over [`finance_tools::gross_margin`]
 //! (seed 000 section 3.2). The adapter only translates: JSON arguments in, a
 //! small result or a business error out.
 
@@ -7,7 +7,7 @@ use flotilla_shared::tool::{Tool, ToolContext, ToolError, ToolSpec};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::finance::gross_margin;
+use finance_tools::gross_margin;
 
 /// Calculates gross margin from revenue and cost.
 pub struct CalculateMargin;

@@ -10,7 +10,9 @@
 //! - `fanout`: a whole job of 20 parallel tasks through the planner with
 //!   200 ms per model call and 4 workers (ideal 1.0 s: 3 planner + 2 subagent calls).
 //! - `footprint`: first-call prompt tokens of planner and subagent, idle worker RSS.
+//! - `mcp`: MCP stdio tool-call latency, persistent session vs per call ([`mcp`]).
 
+pub mod mcp;
 mod setup;
 
 use std::time::{Duration, Instant};
@@ -28,7 +30,7 @@ pub struct Args {
     /// Tasks per overhead/throughput run.
     #[arg(long, default_value_t = 300)]
     pub tasks: usize,
-    /// Only these scenarios (overhead, throughput, fanout, footprint).
+    /// Only these scenarios (overhead, throughput, fanout, footprint, mcp).
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
 }
@@ -69,6 +71,10 @@ pub async fn run(args: Args) -> anyhow::Result<i32> {
         rows.push(("idle worker RSS".into(), format!("{:.1} MiB", rig.worker_rss_kib()? as f64 / 1024.0), "<= 30 MiB".into()));
         rig.stop().await;
     }
+    if wanted(&args, "mcp") {
+        let settings = flotilla_shared::config::Settings::load(None)?;
+        rows.extend(mcp::measure(&settings, 500).await?);
+    }
     let width = rows.iter().map(|r| r.0.len()).max().unwrap_or(10);
     println!("{:<width$}  {:>14}  target", "measure", "result");
     for (m, r, t) in rows {
@@ -106,7 +112,7 @@ async fn overhead(rig: &Rig, n: usize) -> anyhow::Result<Vec<Duration>> {
     let job = JobId::new();
     let ty = SubagentType::new("finance")?;
     let mut reports = rig.bus.client.subscribe(format!("{}.job.{job}.report.*", rig.bus.subjects.prefix())).await?;
-    let subject = rig.bus.subjects.task(&ty);
+    let subject = rig.bus.subjects.task(&ty, &job);
     let mut out = Vec::with_capacity(n);
     for i in 0..n + 20 {
         let t = task(job, &ty);
@@ -126,7 +132,7 @@ async fn throughput(rig: &Rig, n: usize) -> anyhow::Result<f64> {
     let job = JobId::new();
     let ty = SubagentType::new("finance")?;
     let mut reports = rig.bus.client.subscribe(format!("{}.job.{job}.report.*", rig.bus.subjects.prefix())).await?;
-    let subject = rig.bus.subjects.task(&ty);
+    let subject = rig.bus.subjects.task(&ty, &job);
     let started = Instant::now();
     let publishes = (0..n).map(|_| {
         let t = task(job, &ty);

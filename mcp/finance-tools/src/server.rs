@@ -1,0 +1,133 @@
+//! The MCP face of the finance functions, written with rmcp's server macros.
+//! Each tool only translates: arguments in, the pure function's result out as
+//! text plus `structuredContent`, a business refusal out as `isError` with the
+//! rule's text (seed 000 section 5.6), which the calling model can read and
+//! recover from.
+//!
+//! `sleep_ms` and `environment` are test aids, off unless the server is started
+//! with `--test-tools`: they let tests hit a client timeout and check that a
+//! stdio child sees only the environment its config declares.
+
+use std::time::Duration;
+
+use rmcp::handler::server::router::tool::ToolRouter;
+use rmcp::handler::server::wrapper::Parameters;
+use rmcp::model::{CallToolResult, ContentBlock, ServerCapabilities, ServerConfig};
+use rmcp::{ServerHandler, tool, tool_handler, tool_router};
+use serde::Deserialize;
+use serde_json::json;
+
+/// Arguments of `gross_margin`.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct MarginArgs {
+    /// Revenue of the period; must be greater than zero.
+    pub revenue: f64,
+    /// Cost of goods sold in the period.
+    pub cost: f64,
+}
+
+/// Arguments of `add` and `multiply`.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct PairArgs {
+    /// First integer.
+    pub a: i64,
+    /// Second integer.
+    pub b: i64,
+}
+
+/// Arguments of the `sleep_ms` test aid.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct SleepArgs {
+    /// Milliseconds to sleep before answering.
+    pub ms: u64,
+}
+
+/// The finance MCP server.
+#[derive(Clone)]
+pub struct FinanceTools {
+    tool_router: ToolRouter<Self>,
+}
+
+/// Tools that exist only with `--test-tools`.
+pub const TEST_TOOLS: &[&str] = &["sleep_ms", "environment"];
+
+impl FinanceTools {
+    /// The server; `test_tools` adds `sleep_ms` and `environment`.
+    pub fn new(test_tools: bool) -> Self {
+        let mut tool_router = Self::tool_router();
+        if !test_tools {
+            for name in TEST_TOOLS {
+                tool_router.remove_route(name);
+            }
+        }
+        Self { tool_router }
+    }
+}
+
+fn ok_number(value: serde_json::Value) -> CallToolResult {
+    let mut r = CallToolResult::success(vec![ContentBlock::text(value.to_string())]);
+    r.structured_content = Some(json!({ "result": value }));
+    r
+}
+
+fn refused(message: String, code: &str) -> CallToolResult {
+    let mut r = CallToolResult::error(vec![ContentBlock::text(message.clone())]);
+    r.structured_content = Some(json!({ "error": { "code": code, "message": message } }));
+    r
+}
+
+#[tool_router]
+impl FinanceTools {
+    /// Gross margin `(revenue - cost) / revenue`, rounded to 4 decimals.
+    #[tool(description = "Calculate gross margin (revenue - cost) / revenue, rounded to 4 decimals. \
+                          Revenue must be greater than zero.")]
+    fn gross_margin(&self, Parameters(MarginArgs { revenue, cost }): Parameters<MarginArgs>) -> CallToolResult {
+        match crate::gross_margin(revenue, cost) {
+            Ok(m) => ok_number(json!(m)),
+            Err(e) => refused(e.to_string(), "non_positive_revenue"),
+        }
+    }
+
+    /// `a + b`.
+    #[tool(description = "Add two integers exactly.")]
+    fn add(&self, Parameters(PairArgs { a, b }): Parameters<PairArgs>) -> CallToolResult {
+        match crate::add(a, b) {
+            Ok(v) => ok_number(json!(v)),
+            Err(e) => refused(e.to_string(), "overflow"),
+        }
+    }
+
+    /// `a * b`.
+    #[tool(description = "Multiply two integers exactly.")]
+    fn multiply(&self, Parameters(PairArgs { a, b }): Parameters<PairArgs>) -> CallToolResult {
+        match crate::multiply(a, b) {
+            Ok(v) => ok_number(json!(v)),
+            Err(e) => refused(e.to_string(), "overflow"),
+        }
+    }
+
+    /// Test aid: answers after `ms` milliseconds.
+    #[tool(description = "Test aid: sleep for ms milliseconds, then answer.")]
+    async fn sleep_ms(&self, Parameters(SleepArgs { ms }): Parameters<SleepArgs>) -> CallToolResult {
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+        CallToolResult::success(vec![ContentBlock::text(format!("slept {ms} ms"))])
+    }
+
+    /// Test aid: the server's environment variables.
+    #[tool(description = "Test aid: report this server's environment variables.")]
+    fn environment(&self) -> CallToolResult {
+        let vars: serde_json::Map<String, serde_json::Value> =
+            std::env::vars().map(|(k, v)| (k, serde_json::Value::String(v))).collect();
+        let names: Vec<&String> = vars.keys().collect();
+        let mut r = CallToolResult::success(vec![ContentBlock::text(json!(names).to_string())]);
+        r.structured_content = Some(serde_json::Value::Object(vars));
+        r
+    }
+}
+
+#[tool_handler(router = self.tool_router)]
+impl ServerHandler for FinanceTools {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+    }
+}

@@ -1,0 +1,152 @@
+//! The approval API: `<prefix>.api.<tenant>.approvals` lists a tenant's open
+//! requests, `<prefix>.api.<tenant>.approve` records a decision (see
+//! docs/APPROVALS.md).
+//!
+//! Deciding goes through the orchestrator rather than straight to KV so the
+//! tenant check and the decision rules (pending, not expired, allowed by the
+//! tool's policy, edits that fit the schema) live in one place, and clients
+//! need no write access to the approvals bucket. The write is a
+//! compare-and-set: a decision racing the worker's expiry or another reviewer
+//! either wins or gets a clear error, never a silent overwrite.
+
+use flotilla_shared::bus::{ApprovalStore, Bus, DecisionError, Versioned, Write, check_decision};
+use flotilla_shared::ids::Tenant;
+use flotilla_shared::protocol::{
+    self, ApiReply, ApprovalState, ApprovalsReply, ApprovalsRequest, ApproveReply, ApproveRequest, ErrorKind,
+};
+
+/// Longest accepted reason or reviewer name.
+const MAX_TEXT: usize = 2000;
+
+/// `approvals`: open (pending, unexpired) requests of `tenant`, oldest first.
+pub async fn list(bus: &Bus, tenant: &Tenant, payload: &[u8]) -> ApiReply<ApprovalsReply> {
+    let req: ApprovalsRequest = match protocol::decode(payload) {
+        Ok(r) => r,
+        Err(e) => return ApiReply::error(ErrorKind::Validation, e.to_string()),
+    };
+    let records = match open_store(bus).await {
+        Ok(store) => store.list(req.job_id.as_ref()).await,
+        Err(e) => Err(e),
+    };
+    let now = protocol::now();
+    match records {
+        Ok(records) => {
+            let mut approvals: Vec<_> = records
+                .into_iter()
+                .filter(|v| &v.record.request.tenant == tenant && v.record.is_open(now))
+                .map(|v| v.record.request)
+                .collect();
+            approvals.sort_by_key(|r| r.requested_at);
+            ApiReply::ok(ApprovalsReply { approvals })
+        }
+        Err(e) => ApiReply::error(ErrorKind::Transient, e.to_string()),
+    }
+}
+
+/// `approve`: records one decision.
+pub async fn decide(bus: &Bus, tenant: &Tenant, payload: &[u8]) -> ApiReply<ApproveReply> {
+    let req: ApproveRequest = match protocol::decode(payload) {
+        Ok(r) => r,
+        Err(e) => return ApiReply::error(ErrorKind::Validation, e.to_string()),
+    };
+    let too_long = |s: &Option<String>| s.as_ref().is_some_and(|s| s.len() > MAX_TEXT);
+    if too_long(&req.by) || matches!(&req.decision, protocol::Decision::Reject { reason } if too_long(reason)) {
+        return ApiReply::error(
+            ErrorKind::Validation,
+            format!("reason and reviewer name are limited to {MAX_TEXT} bytes"),
+        );
+    }
+    let store = match open_store(bus).await {
+        Ok(s) => s,
+        Err(e) => return ApiReply::error(ErrorKind::Transient, e.to_string()),
+    };
+    for _ in 0..3 {
+        let found = match find(&store, tenant, &req).await {
+            Ok(v) => v,
+            Err(reply) => return reply,
+        };
+        let Versioned { mut record, revision } = found;
+        if let Err(e) = check_decision(&record, &req.decision, protocol::now()) {
+            let kind = match e {
+                DecisionError::InvalidEdit { .. } | DecisionError::NotAllowed { .. } => ErrorKind::Validation,
+                _ => ErrorKind::Business,
+            };
+            return ApiReply::error(kind, e.to_string());
+        }
+        let key = ApprovalStore::key(&record.request.job_id, &record.request.task_id, &record.request.call_id);
+        record.state =
+            ApprovalState::Decided { decision: req.decision.clone(), by: req.by.clone(), decided_at: protocol::now() };
+        match store.update(&key, &record, revision).await {
+            Ok(Write::Stored(_)) => {
+                let r = &record.request;
+                tracing::info!(
+                    %tenant, job_id = %r.job_id, task_id = %r.task_id, call_id = %r.call_id, tool = %r.tool,
+                    decision = %req.decision.kind(), by = ?req.by, "approval decided"
+                );
+                return ApiReply::ok(ApproveReply { record });
+            }
+            Ok(Write::Conflict) => continue, // changed under us: check again
+            Err(e) => return ApiReply::error(ErrorKind::Transient, e.to_string()),
+        }
+    }
+    ApiReply::error(ErrorKind::Transient, "the request kept changing while deciding; try again")
+}
+
+async fn open_store(bus: &Bus) -> Result<ApprovalStore, flotilla_shared::bus::BusError> {
+    bus.approvals().await
+}
+
+/// The record the request means: by task when given, else the one pending
+/// record of that call id in the job. Another tenant's job looks missing.
+async fn find(
+    store: &ApprovalStore,
+    tenant: &Tenant,
+    req: &ApproveRequest,
+) -> Result<Versioned, ApiReply<ApproveReply>> {
+    let missing = || {
+        ApiReply::error(
+            ErrorKind::NotFound,
+            format!("no approval request for call {:?} in job {}", req.call_id, req.job_id),
+        )
+    };
+    let transient = |e: flotilla_shared::bus::BusError| ApiReply::error(ErrorKind::Transient, e.to_string());
+    let mut candidates: Vec<Versioned> = match req.task_id {
+        Some(task) => store
+            .get(&ApprovalStore::key(&req.job_id, &task, &req.call_id))
+            .await
+            .map_err(transient)?
+            .into_iter()
+            .collect(),
+        None => store
+            .list(Some(&req.job_id))
+            .await
+            .map_err(transient)?
+            .into_iter()
+            .filter(|v| v.record.request.call_id == req.call_id)
+            .collect(),
+    };
+    candidates.retain(|v| &v.record.request.tenant == tenant);
+    let now = protocol::now();
+    let open: Vec<usize> = (0..candidates.len()).filter(|i| candidates[*i].record.is_open(now)).collect();
+    match (open.len(), candidates.len()) {
+        (1, _) => Ok(candidates.swap_remove(open[0])),
+        (0, 0) => Err(missing()),
+        (0, 1) => Ok(candidates.remove(0)), // settled: check_decision says how
+        (0, _) => Err(ApiReply::error(
+            ErrorKind::Business,
+            format!("call {:?} of job {} has no open approval request", req.call_id, req.job_id),
+        )),
+        _ => {
+            let tasks: Vec<String> = open.iter().map(|i| candidates[*i].record.request.task_id.to_string()).collect();
+            Err(ApiReply::error(
+                ErrorKind::Validation,
+                format!(
+                    "call {:?} is pending in several tasks of job {}; pass --task with one of: {}",
+                    req.call_id,
+                    req.job_id,
+                    tasks.join(", ")
+                ),
+            ))
+        }
+    }
+}

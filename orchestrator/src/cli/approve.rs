@@ -1,0 +1,65 @@
+//! `flotilla approve <job> <call_id> --approve | --reject [--reason R] | --edit '<json>'`:
+//! answers one approval request through the job API.
+
+use std::time::Duration;
+
+use clap::{ArgGroup, Args as ClapArgs};
+use flotilla_shared::config::Settings;
+use flotilla_shared::ids::{JobId, TaskId, Tenant};
+use flotilla_shared::protocol::{ApiReply, ApproveReply, ApproveRequest, Decision, SCHEMA_VERSION};
+
+use super::connect;
+
+/// Answer an approval request.
+#[derive(ClapArgs, Debug)]
+#[command(group(ArgGroup::new("decision").required(true).args(["approve", "reject", "edit"])))]
+pub struct Args {
+    /// The job.
+    pub job: JobId,
+    /// The tool call id, as `flotilla approvals` shows it.
+    pub call_id: String,
+    /// The task, when the call id is pending in several tasks of the job.
+    #[arg(long)]
+    pub task: Option<TaskId>,
+    /// Run the call as requested.
+    #[arg(long)]
+    pub approve: bool,
+    /// Refuse the call; the model reads the reason.
+    #[arg(long)]
+    pub reject: bool,
+    /// Why (with --reject).
+    #[arg(long, requires = "reject")]
+    pub reason: Option<String>,
+    /// Run the call with these arguments instead (a JSON object).
+    #[arg(long, value_name = "JSON")]
+    pub edit: Option<String>,
+    /// Your name for the audit trail (default: $USER).
+    #[arg(long)]
+    pub by: Option<String>,
+}
+
+/// Runs the command.
+pub async fn run(settings: &Settings, tenant: &Tenant, args: Args) -> anyhow::Result<i32> {
+    let decision = if args.approve {
+        Decision::Approve
+    } else if args.reject {
+        Decision::Reject { reason: args.reason.clone() }
+    } else {
+        let text = args.edit.as_deref().unwrap_or_default();
+        let parsed: serde_json::Value =
+            serde_json::from_str(text).map_err(|e| anyhow::anyhow!("--edit is not valid JSON: {e}"))?;
+        if !parsed.is_object() {
+            anyhow::bail!("--edit must be a JSON object of tool arguments, e.g. '{{\"path\": \"/out.txt\"}}'");
+        }
+        Decision::Edit { args: parsed }
+    };
+    let by = args.by.clone().or_else(|| std::env::var("USER").ok());
+    let api = connect(settings, tenant).await?;
+    let req =
+        ApproveRequest { v: SCHEMA_VERSION, job_id: args.job, call_id: args.call_id, task_id: args.task, decision, by };
+    let reply: ApiReply<ApproveReply> = api.bus.request(tenant, "approve", &req, Duration::from_secs(10)).await?;
+    let rec = reply.into_result().map_err(|e| anyhow::anyhow!("not recorded: {e}"))?.record;
+    let r = &rec.request;
+    println!("{} call {} ({}) of job {}, task {}", req.decision.kind(), r.call_id, r.tool, r.job_id, r.task_id);
+    Ok(0)
+}

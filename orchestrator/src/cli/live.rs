@@ -1,0 +1,253 @@
+//! The live terminal view of `flotilla watch` (stdout is a terminal, no
+//! `--json`): per job a header line, its todos with statuses, and one line per
+//! task showing worker, elapsed time, step count, last tool and tokens. A
+//! finished task collapses to one summary line. Everything is derived from
+//! the same events the plain and JSON outputs print, so the three never
+//! disagree about what happened.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use flotilla_shared::ids::{JobId, TaskId};
+use flotilla_shared::protocol::{JobEventKind, ProgressKind, TaskStatus, Todo, TodoStatus, Usage};
+use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+use super::follow::Event;
+use super::render::short;
+
+const TICK: Duration = Duration::from_millis(120);
+
+fn style(template: &str) -> ProgressStyle {
+    ProgressStyle::with_template(template).expect("static progress template")
+}
+
+fn running_style() -> ProgressStyle {
+    style("  {spinner:.cyan} {msg} {elapsed:.dim}")
+        .tick_strings(&["⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧", "⠇", "⠏", "✔"])
+}
+
+fn line_style() -> ProgressStyle {
+    style("{msg}")
+}
+
+struct TaskLine {
+    bar: ProgressBar,
+    ty: String,
+    worker: String,
+    started: bool,
+    steps: u32,
+    last_tool: String,
+    usage: Usage,
+}
+
+impl TaskLine {
+    fn message(&self, id: &TaskId) -> String {
+        let mut m = format!("[{}] {:<10}", short(id), self.ty);
+        if !self.started {
+            m.push_str(" queued");
+            return m;
+        }
+        m.push_str(&format!(" {:<14} step {}", self.worker, self.steps));
+        if !self.last_tool.is_empty() {
+            m.push_str(&format!("  last {}", self.last_tool));
+        }
+        m.push_str(&format!("  {} tok", self.usage.total_tokens()));
+        m
+    }
+}
+
+struct JobLines {
+    header: ProgressBar,
+    todos: Vec<ProgressBar>,
+    tasks: Vec<TaskId>,
+    lines: HashMap<TaskId, TaskLine>,
+    planner_steps: u32,
+    status: &'static str,
+}
+
+impl JobLines {
+    /// The bar new task lines go after.
+    fn last(&self, lines: &HashMap<TaskId, TaskLine>) -> ProgressBar {
+        if let Some(t) = self.tasks.last().and_then(|t| lines.get(t)) {
+            return t.bar.clone();
+        }
+        self.todos.last().unwrap_or(&self.header).clone()
+    }
+}
+
+/// Live view of one or more jobs.
+pub struct LiveView {
+    multi: MultiProgress,
+    jobs: HashMap<JobId, JobLines>,
+    order: Vec<JobId>,
+}
+
+impl LiveView {
+    /// A view drawing on stdout.
+    pub fn new() -> Self {
+        Self {
+            multi: MultiProgress::with_draw_target(ProgressDrawTarget::stdout()),
+            jobs: HashMap::new(),
+            order: Vec::new(),
+        }
+    }
+
+    fn job(&mut self, id: JobId) -> &mut JobLines {
+        if !self.jobs.contains_key(&id) {
+            let header = match self.order.last().and_then(|j| self.jobs.get(j)) {
+                Some(prev) => {
+                    let after = prev.last(&prev.lines);
+                    self.multi.insert_after(&after, ProgressBar::new_spinner())
+                }
+                None => self.multi.add(ProgressBar::new_spinner()),
+            };
+            header.set_style(line_style());
+            self.order.push(id);
+            self.jobs.insert(
+                id,
+                JobLines {
+                    header,
+                    todos: Vec::new(),
+                    tasks: Vec::new(),
+                    lines: HashMap::new(),
+                    planner_steps: 0,
+                    status: "submitted",
+                },
+            );
+        }
+        self.jobs.get_mut(&id).expect("inserted above")
+    }
+
+    fn header(job: &JobLines, id: &JobId, usage: Option<&Usage>) {
+        let mut m = format!("job {id}  {}  planner step {}", job.status, job.planner_steps);
+        let done = job.lines.values().filter(|l| l.bar.is_finished()).count();
+        m.push_str(&format!("  tasks {done}/{}", job.tasks.len()));
+        if let Some(u) = usage {
+            m.push_str(&format!("  {} tok", u.total_tokens()));
+            if u.cost_usd > 0.0 {
+                m.push_str(&format!("  ${:.4}", u.cost_usd));
+            }
+        }
+        job.header.set_message(m);
+    }
+
+    fn todos(multi: &MultiProgress, job: &mut JobLines, todos: &[Todo]) {
+        while job.todos.len() > todos.len() {
+            let bar = job.todos.pop().expect("non-empty");
+            bar.finish_and_clear();
+            multi.remove(&bar);
+        }
+        while job.todos.len() < todos.len() {
+            let after = job.todos.last().unwrap_or(&job.header).clone();
+            let bar = multi.insert_after(&after, ProgressBar::new_spinner());
+            bar.set_style(line_style());
+            job.todos.push(bar);
+        }
+        for (bar, t) in job.todos.iter().zip(todos) {
+            let mark = match t.status {
+                TodoStatus::Pending => "[ ]",
+                TodoStatus::InProgress => "[~]",
+                TodoStatus::Completed => "[x]",
+            };
+            bar.set_message(format!("  {mark} {}", t.content));
+        }
+    }
+
+    /// Applies one event to the view.
+    pub fn apply(&mut self, ev: &Event) {
+        match ev {
+            Event::Job(j) => {
+                let multi = self.multi.clone();
+                let id = j.job_id;
+                let job = self.job(id);
+                let mut usage = None;
+                match &j.kind {
+                    JobEventKind::Submitted { .. } => job.status = "submitted",
+                    JobEventKind::Running => job.status = "running",
+                    JobEventKind::PlannerStep { step, .. } => job.planner_steps = *step,
+                    JobEventKind::TodosChanged { todos } => Self::todos(&multi, job, todos),
+                    JobEventKind::TaskDispatched { task_id, subagent_type, .. } => {
+                        if !job.lines.contains_key(task_id) {
+                            let after = job.last(&job.lines);
+                            let bar = multi.insert_after(&after, ProgressBar::new_spinner());
+                            bar.set_style(running_style());
+                            bar.enable_steady_tick(TICK);
+                            let line = TaskLine {
+                                bar,
+                                ty: subagent_type.to_string(),
+                                worker: String::new(),
+                                started: false,
+                                steps: 0,
+                                last_tool: String::new(),
+                                usage: Usage::default(),
+                            };
+                            line.bar.set_message(line.message(task_id));
+                            job.tasks.push(*task_id);
+                            job.lines.insert(*task_id, line);
+                        }
+                    }
+                    JobEventKind::TaskReported { task_id, status, summary } => {
+                        if let Some(line) = job.lines.get(task_id) {
+                            finish(line, task_id, *status, summary);
+                        }
+                    }
+                    JobEventKind::Completed { usage: u, .. } => {
+                        job.status = "completed";
+                        usage = Some(*u);
+                    }
+                    JobEventKind::Failed { .. } => job.status = "failed",
+                    JobEventKind::Cancelled { .. } => job.status = "cancelled",
+                    #[allow(unreachable_patterns)] // events added by later schema revisions
+                    _ => {}
+                }
+                Self::header(job, &id, usage.as_ref());
+                if j.kind.is_terminal() {
+                    job.header.finish();
+                    for (tid, l) in job.lines.iter().filter(|(_, l)| !l.bar.is_finished()) {
+                        l.bar.finish_with_message(format!("{} (no report)", l.message(tid)));
+                    }
+                }
+            }
+            Event::Progress(p) => {
+                let job = self.job(p.job_id);
+                let Some(line) = job.lines.get_mut(&p.task_id) else { return };
+                if line.bar.is_finished() {
+                    return;
+                }
+                match &p.kind {
+                    ProgressKind::Started => {
+                        line.started = true;
+                        line.worker = p.worker_id.clone();
+                        line.bar.reset_elapsed();
+                    }
+                    ProgressKind::ModelCall { step, usage, .. } => {
+                        line.steps = *step;
+                        line.usage += *usage;
+                    }
+                    ProgressKind::ToolCall { tool, .. } => line.last_tool = tool.clone(),
+                    #[allow(unreachable_patterns)]
+                    _ => {}
+                }
+                line.bar.set_message(line.message(&p.task_id));
+            }
+        }
+    }
+}
+
+/// Collapses a task to one line: status, worker, time, steps, tokens, result.
+fn finish(line: &TaskLine, id: &TaskId, status: TaskStatus, summary: &str) {
+    let mark = if status == TaskStatus::Completed { "✔" } else { "✘" };
+    let secs = line.bar.elapsed().as_secs_f64();
+    let flat: String = summary.split_whitespace().collect::<Vec<_>>().join(" ");
+    let result: String = flat.chars().take(60).collect();
+    line.bar.set_style(line_style());
+    line.bar.finish_with_message(format!(
+        "  {mark} [{}] {:<10} {:<9} {:<14} {secs:>5.1}s  {} steps  {} tok  {result}",
+        short(id),
+        line.ty,
+        status.as_str(),
+        line.worker,
+        line.steps,
+        line.usage.total_tokens(),
+    ));
+}

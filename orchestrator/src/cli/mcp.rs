@@ -1,0 +1,95 @@
+//! `flotilla mcp`: layered debugging of MCP servers without a model (seed 003
+//! sections 4 and 11). Uses the same config (and `--mcp-config`) as the
+//! workers, so what works here works for a subagent:
+//!
+//! - `flotilla mcp tools <server>`: names, descriptions and input schemas as
+//!   the server lists them (add `--json` for the raw list);
+//! - `flotilla mcp call <server> <tool> '<json args>'`: the raw result
+//!   (content, isError, structuredContent); exit code 1 when isError, 2 when
+//!   the server could not be reached or refused the request;
+//! - `flotilla mcp health`: connect to every configured server and report.
+
+use clap::{Args as ClapArgs, Subcommand};
+use flotilla_shared::config::Settings;
+use flotilla_shared::mcp::McpHub;
+use rmcp::model::RequestMetaObject;
+use serde_json::Value;
+
+/// Inspect and call MCP servers from the config.
+#[derive(ClapArgs, Debug)]
+pub struct Args {
+    #[command(subcommand)]
+    command: McpCommand,
+}
+
+#[derive(Subcommand, Debug)]
+enum McpCommand {
+    /// List a server's tools: names, descriptions, input schemas.
+    Tools {
+        /// Server name ([mcp_servers.<name>] or an imported mcpServers entry).
+        server: String,
+        /// Print the raw tools/list result as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Call one tool and print the raw result; exit 1 on isError.
+    Call {
+        /// Server name.
+        server: String,
+        /// Tool name as the server knows it (no prefix).
+        tool: String,
+        /// Arguments as a JSON object.
+        #[arg(default_value = "{}")]
+        args: String,
+    },
+    /// Connect to every configured server; print its health as JSON.
+    Health,
+}
+
+/// Runs the subcommand.
+pub async fn run(settings: &Settings, args: Args) -> anyhow::Result<i32> {
+    let hub = McpHub::new(&settings.mcp_servers);
+    let code = match args.command {
+        McpCommand::Tools { server, json } => {
+            let conn = hub.server(&server)?;
+            conn.discover().await?;
+            let tools = conn.tools().unwrap_or_default();
+            if json {
+                println!("{}", serde_json::to_string_pretty(&tools)?);
+            } else {
+                for t in &tools {
+                    let exposed =
+                        if conn.settings.prefix { format!("{server}_{}", t.name) } else { t.name.to_string() };
+                    println!("{}  (model sees: {exposed})", t.name);
+                    if let Some(d) = &t.description {
+                        println!("  {d}");
+                    }
+                    println!("  input schema: {}", Value::Object((*t.input_schema).clone()));
+                }
+                if tools.is_empty() {
+                    println!("(no tools)");
+                }
+            }
+            0
+        }
+        McpCommand::Call { server, tool, args } => {
+            let arguments: Value =
+                serde_json::from_str(&args).map_err(|e| anyhow::anyhow!("arguments are not valid JSON: {e}"))?;
+            let Value::Object(arguments) = arguments else {
+                anyhow::bail!("arguments must be a JSON object, e.g. '{{\"a\": 1}}'");
+            };
+            let conn = hub.server(&server)?;
+            let result = conn.call(&tool, arguments, RequestMetaObject::new()).await?;
+            println!("{}", serde_json::to_string_pretty(&result)?);
+            if result.is_error == Some(true) { 1 } else { 0 }
+        }
+        McpCommand::Health => {
+            let names = settings.mcp_servers.keys().cloned().collect();
+            let results = hub.discover(&names).await;
+            println!("{}", serde_json::to_string_pretty(&hub.health())?);
+            if results.iter().all(|(_, r)| r.is_ok()) { 0 } else { 1 }
+        }
+    };
+    hub.shutdown().await;
+    Ok(code)
+}

@@ -1,0 +1,187 @@
+//! The web dashboard (`[dashboard] listen`, off by default): a jobs list and,
+//! per job, its todos, a task timeline, spend and each task's report, kept
+//! live by Server-Sent Events read from the events stream. Pages are rendered
+//! on the server ([`view`]); the only script is a few lines that append
+//! events to a log and re-fetch the page fragment when something happens.
+//!
+//! | route | what |
+//! |---|---|
+//! | `GET /` | jobs of every tenant, newest first (`?status=running` filters) |
+//! | `GET /jobs/<id>` | one job |
+//! | `GET /fragment/jobs`, `/fragment/jobs/<id>` | the same without the page around it |
+//! | `GET /events` | SSE of every job's job-level events, from now on |
+//! | `GET /jobs/<id>/events` | SSE of one job's job and progress events, from its first |
+//! | `GET /api/jobs`, `/api/jobs/<id>`, `/api/workers` | JSON |
+//!
+//! The dashboard has no login and shows every tenant: bind it to loopback or
+//! put an authenticating reverse proxy in front of it.
+
+mod view;
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+
+use axum::Json;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::get;
+use flotilla_shared::bus::Bus;
+use flotilla_shared::ids::JobId;
+use flotilla_shared::protocol::{JobRecord, JobStatus, JobSummary, ProgressKind};
+use futures::{Stream, StreamExt};
+use serde::Deserialize;
+
+use crate::cli::follow::{self, Event, Scope};
+use crate::jobs::JobStore;
+
+#[derive(Clone)]
+struct Dash {
+    bus: Bus,
+    jobs: JobStore,
+}
+
+/// Serves the dashboard on `addr` until `shutdown` completes; returns the bound address.
+pub async fn serve(
+    addr: SocketAddr,
+    bus: Bus,
+    jobs: JobStore,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<SocketAddr, flotilla_shared::metrics::ListenError> {
+    flotilla_shared::metrics::serve("dashboard", addr, router(Dash { bus, jobs }), shutdown).await
+}
+
+fn router(state: Dash) -> axum::Router {
+    axum::Router::new()
+        .route("/", get(jobs_page))
+        .route("/fragment/jobs", get(jobs_fragment))
+        .route("/jobs/{id}", get(job_page))
+        .route("/fragment/jobs/{id}", get(job_fragment))
+        .route("/events", get(all_events))
+        .route("/jobs/{id}/events", get(job_events))
+        .route("/api/jobs", get(api_jobs))
+        .route("/api/jobs/{id}", get(api_job))
+        .route("/api/workers", get(api_workers))
+        .with_state(state)
+}
+
+/// An error page with a status code.
+struct Failure(StatusCode, String);
+
+impl IntoResponse for Failure {
+    fn into_response(self) -> Response {
+        (self.0, self.1).into_response()
+    }
+}
+
+fn unavailable(e: impl std::fmt::Display) -> Failure {
+    Failure(StatusCode::SERVICE_UNAVAILABLE, format!("the bus did not answer: {e}"))
+}
+
+fn template_failure(e: minijinja::Error) -> Failure {
+    tracing::error!(error = %e, "dashboard template failed");
+    Failure(StatusCode::INTERNAL_SERVER_ERROR, "template error (see the orchestrator log)".into())
+}
+
+#[derive(Deserialize)]
+struct ListQuery {
+    status: Option<String>,
+}
+
+impl Dash {
+    async fn list(&self, q: &ListQuery) -> Result<Vec<JobSummary>, Failure> {
+        let status = match q.status.as_deref().filter(|s| !s.is_empty()) {
+            Some(s) => Some(s.parse::<JobStatus>().map_err(|e| Failure(StatusCode::BAD_REQUEST, e))?),
+            None => None,
+        };
+        self.jobs.list(None, status, 200).await.map_err(unavailable)
+    }
+
+    async fn job(&self, id: &str) -> Result<JobRecord, Failure> {
+        let id: JobId = id.parse().map_err(|_| Failure(StatusCode::BAD_REQUEST, format!("{id:?} is not a job id")))?;
+        self.jobs.get(&id).await.map_err(unavailable)?.ok_or(Failure(StatusCode::NOT_FOUND, format!("no job {id}")))
+    }
+}
+
+fn page(title: &str, fragment_url: &str, events_url: &str, body: String) -> Result<Html<String>, Failure> {
+    view::render(
+        "layout.html",
+        minijinja::context! {
+            title, fragment_url, events_url,
+            body => minijinja::Value::from_safe_string(body),
+        },
+    )
+    .map(Html)
+    .map_err(template_failure)
+}
+
+async fn jobs_fragment(State(d): State<Dash>, Query(q): Query<ListQuery>) -> Result<Html<String>, Failure> {
+    let jobs = d.list(&q).await?;
+    view::render("jobs.html", minijinja::context! { jobs => view::value(view::job_rows(&jobs)) })
+        .map(Html)
+        .map_err(template_failure)
+}
+
+async fn jobs_page(State(d): State<Dash>, Query(q): Query<ListQuery>) -> Result<Html<String>, Failure> {
+    let filter = q.status.clone().unwrap_or_default();
+    let Html(body) = jobs_fragment(State(d), Query(q)).await?;
+    let fragment =
+        if filter.is_empty() { "/fragment/jobs".to_string() } else { format!("/fragment/jobs?status={filter}") };
+    page("jobs", &fragment, "/events", body)
+}
+
+async fn job_fragment(State(d): State<Dash>, Path(id): Path<String>) -> Result<Html<String>, Failure> {
+    let rec = d.job(&id).await?;
+    view::render(
+        "job.html",
+        minijinja::context! { job => view::value(view::job_view(&rec, flotilla_shared::protocol::now())) },
+    )
+    .map(Html)
+    .map_err(template_failure)
+}
+
+async fn job_page(State(d): State<Dash>, Path(id): Path<String>) -> Result<Html<String>, Failure> {
+    let Html(body) = job_fragment(State(d.clone()), Path(id.clone())).await?;
+    let id = d.job(&id).await?.id;
+    page(&format!("job {id}"), &format!("/fragment/jobs/{id}"), &format!("/jobs/{id}/events"), body)
+}
+
+async fn api_jobs(State(d): State<Dash>, Query(q): Query<ListQuery>) -> Result<Json<Vec<JobSummary>>, Failure> {
+    d.list(&q).await.map(Json)
+}
+
+async fn api_job(State(d): State<Dash>, Path(id): Path<String>) -> Result<Json<JobRecord>, Failure> {
+    d.job(&id).await.map(Json)
+}
+
+async fn api_workers(State(d): State<Dash>) -> Result<Response, Failure> {
+    let workers = d.bus.live_workers().await.map_err(unavailable)?;
+    Ok(Json(workers).into_response())
+}
+
+/// Turns followed bus events into SSE messages named `job` or `progress`
+/// (data: the event's JSON wire form); heartbeats are left out.
+fn sse(events: impl Stream<Item = anyhow::Result<Event>> + Send + 'static) -> Response {
+    let stream = events.take_while(|e| futures::future::ready(e.is_ok())).filter_map(|e| async move {
+        let ev = e.ok()?;
+        let name = match &ev {
+            Event::Job(_) => "job",
+            Event::Progress(p) if p.kind == ProgressKind::Heartbeat => return None,
+            Event::Progress(_) => "progress",
+        };
+        Some(Ok::<_, Infallible>(SseEvent::default().event(name).data(ev.to_json())))
+    });
+    Sse::new(stream).keep_alive(KeepAlive::default()).into_response()
+}
+
+async fn all_events(State(d): State<Dash>) -> Result<Response, Failure> {
+    let events = follow::follow(&d.bus, Scope::All, false).await.map_err(unavailable)?;
+    Ok(sse(events))
+}
+
+async fn job_events(State(d): State<Dash>, Path(id): Path<String>) -> Result<Response, Failure> {
+    let id = d.job(&id).await?.id;
+    let events = follow::follow(&d.bus, Scope::Job(id), true).await.map_err(unavailable)?;
+    Ok(sse(events))
+}

@@ -1,0 +1,230 @@
+//! Server-rendered HTML of the dashboard: minijinja templates with HTML
+//! auto-escaping (job text, summaries and answers are untrusted model or user
+//! output), fed by view models computed here from job records.
+
+use std::sync::LazyLock;
+
+use flotilla_shared::protocol::{JobRecord, JobSummary, TodoStatus, Usage};
+use minijinja::Environment;
+use serde::Serialize;
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
+
+static TEMPLATES: LazyLock<Environment<'static>> = LazyLock::new(|| {
+    let mut env = Environment::new();
+    // Names end in .html, so minijinja escapes every interpolation.
+    for (name, text) in [
+        ("layout.html", include_str!("templates/layout.html")),
+        ("jobs.html", include_str!("templates/jobs.html")),
+        ("job.html", include_str!("templates/job.html")),
+    ] {
+        env.add_template(name, text).expect("dashboard templates parse");
+    }
+    env
+});
+
+/// Any serializable value as a template value.
+pub fn value(v: impl Serialize) -> minijinja::Value {
+    minijinja::Value::from(minijinja::value::Serde(v))
+}
+
+/// Renders `template` with `ctx`.
+pub fn render(template: &str, ctx: impl Serialize) -> Result<String, minijinja::Error> {
+    TEMPLATES.get_template(template)?.render(value(ctx))
+}
+
+fn ts(t: OffsetDateTime) -> String {
+    let s = t.format(&Rfc3339).unwrap_or_default();
+    s.get(..19).unwrap_or(&s).replace('T', " ")
+}
+
+fn cost(u: &Usage) -> String {
+    if u.cost_usd > 0.0 { format!("${:.4}", u.cost_usd) } else { String::new() }
+}
+
+/// One row of the jobs list.
+#[derive(Serialize)]
+pub struct JobRow {
+    id: String,
+    tenant: String,
+    status: &'static str,
+    input: String,
+    tasks: usize,
+    tokens: u64,
+    cost: String,
+    created: String,
+}
+
+/// Rows of the jobs list.
+pub fn job_rows(jobs: &[JobSummary]) -> Vec<JobRow> {
+    jobs.iter()
+        .map(|j| JobRow {
+            id: j.id.to_string(),
+            tenant: j.tenant.to_string(),
+            status: j.status.as_str(),
+            input: j.input.clone(),
+            tasks: j.tasks,
+            tokens: j.usage.total_tokens(),
+            cost: cost(&j.usage),
+            created: ts(j.created_at),
+        })
+        .collect()
+}
+
+#[derive(Serialize)]
+struct UsageView {
+    input_tokens: u64,
+    output_tokens: u64,
+    model_calls: u64,
+    tool_calls: u64,
+    cost: String,
+}
+
+impl From<&Usage> for UsageView {
+    fn from(u: &Usage) -> Self {
+        Self {
+            input_tokens: u.input_tokens,
+            output_tokens: u.output_tokens,
+            model_calls: u.model_calls,
+            tool_calls: u.tool_calls,
+            cost: cost(u),
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct TodoView {
+    content: String,
+    status: &'static str,
+    mark: &'static str,
+}
+
+#[derive(Serialize)]
+struct TaskView {
+    id: String,
+    short: String,
+    subagent_type: String,
+    description: String,
+    status: &'static str,
+    worker: String,
+    attempt: u32,
+    duration_ms: u64,
+    summary: String,
+    error: String,
+    usage: UsageView,
+    /// Timeline bar: start and width in percent of the job's span.
+    offset: f64,
+    width: f64,
+}
+
+#[derive(Serialize)]
+struct TypeUsageView {
+    subagent_type: String,
+    usage: UsageView,
+}
+
+/// Everything the job page shows.
+#[derive(Serialize)]
+pub struct JobView {
+    id: String,
+    tenant: String,
+    status: &'static str,
+    terminal: bool,
+    input: String,
+    answer: Option<String>,
+    error: Option<String>,
+    created: String,
+    updated: String,
+    elapsed_s: String,
+    usage: UsageView,
+    planner_usage: UsageView,
+    by_type: Vec<TypeUsageView>,
+    todos: Vec<TodoView>,
+    tasks: Vec<TaskView>,
+}
+
+/// The job page's view of `rec` at `now`.
+pub fn job_view(rec: &JobRecord, now: OffsetDateTime) -> JobView {
+    let start = rec.created_at;
+    let end = if rec.status.is_terminal() { rec.updated_at.max(start) } else { now.max(start) };
+    let span = (end - start).as_seconds_f64().max(0.001);
+    let pct = |t: OffsetDateTime| (((t - start).as_seconds_f64() / span) * 100.0).clamp(0.0, 100.0);
+    let tasks = rec
+        .tasks
+        .iter()
+        .map(|t| {
+            let from = t.started_at.or(t.dispatched_at).unwrap_or(start);
+            let to = t.finished_at.unwrap_or(end);
+            let offset = (pct(from) * 10.0).round() / 10.0;
+            let width = ((pct(to) - offset).max(0.5) * 10.0).round() / 10.0;
+            TaskView {
+                id: t.task_id.to_string(),
+                short: t.task_id.to_string().chars().rev().take(8).collect::<Vec<_>>().into_iter().rev().collect(),
+                subagent_type: t.subagent_type.to_string(),
+                description: t.description.clone(),
+                status: t.status.map(|s| s.as_str()).unwrap_or("running"),
+                worker: t.worker_id.clone().unwrap_or_default(),
+                attempt: t.attempt,
+                duration_ms: t.duration_ms,
+                summary: t.summary.clone(),
+                error: t.error.as_ref().map(|e| e.to_string()).unwrap_or_default(),
+                usage: (&t.usage).into(),
+                offset,
+                width,
+            }
+        })
+        .collect();
+    JobView {
+        id: rec.id.to_string(),
+        tenant: rec.tenant.to_string(),
+        status: rec.status.as_str(),
+        terminal: rec.status.is_terminal(),
+        input: rec.input.clone(),
+        answer: rec.answer.clone(),
+        error: rec.error.as_ref().map(|e| e.to_string()),
+        created: ts(rec.created_at),
+        updated: ts(rec.updated_at),
+        elapsed_s: format!("{:.1}", (end - start).as_seconds_f64()),
+        usage: (&rec.usage).into(),
+        planner_usage: (&rec.planner_usage).into(),
+        by_type: rec
+            .usage_by_type
+            .iter()
+            .map(|(ty, u)| TypeUsageView { subagent_type: ty.to_string(), usage: u.into() })
+            .collect(),
+        todos: rec
+            .todos
+            .iter()
+            .map(|t| TodoView {
+                content: t.content.clone(),
+                status: match t.status {
+                    TodoStatus::Pending => "pending",
+                    TodoStatus::InProgress => "in_progress",
+                    TodoStatus::Completed => "completed",
+                },
+                mark: match t.status {
+                    TodoStatus::Pending => "○",
+                    TodoStatus::InProgress => "◐",
+                    TodoStatus::Completed => "●",
+                },
+            })
+            .collect(),
+        tasks,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flotilla_shared::ids::{JobId, Tenant};
+
+    #[test]
+    fn untrusted_text_is_escaped() {
+        let mut rec = JobRecord::new(JobId::new(), Tenant::default(), "<script>alert(1)</script>".into());
+        rec.answer = Some("<img src=x onerror=alert(2)>".into());
+        let html = render("job.html", minijinja::context! { job => value(job_view(&rec, rec.created_at)) }).unwrap();
+        assert!(!html.contains("<script>alert"), "{html}");
+        assert!(html.contains("&lt;script&gt;"), "{html}");
+        assert!(!html.contains("<img src=x"), "{html}");
+    }
+}

@@ -1,0 +1,157 @@
+//! The orchestrator's Prometheus metrics. Job and task counters are derived
+//! from the job events the orchestrator publishes (one choke point:
+//! `JobStore::emit`); queue depths and the worker fleet are read when
+//! scraped, from JetStream consumer info and the workers bucket.
+//!
+//! | name | labels | what |
+//! |---|---|---|
+//! | `flotilla_jobs_running` | | jobs whose planner is running here |
+//! | `flotilla_jobs_total` | `status` | jobs ended: `completed`, `failed`, `cancelled` |
+//! | `flotilla_tasks_dispatched_total` | `subagent_type` | task messages published |
+//! | `flotilla_task_reports_total` | `status` | reports consolidated |
+//! | `flotilla_task_queue_pending` | `subagent_type` | tasks waiting for a worker (consumer `num_pending`) |
+//! | `flotilla_task_queue_unacked` | `subagent_type` | tasks delivered and running (consumer `num_ack_pending`) |
+//! | `flotilla_workers_live` | | workers with a live heartbeat |
+//! | `flotilla_worker_slots` | `subagent_type` | live capacity for the type |
+//! | `flotilla_worker_slots_busy` | `subagent_type` | of which in use |
+//! | `flotilla_model_*` | `agent="planner"` | see `flotilla_shared::metrics::AgentMetrics` |
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use flotilla_shared::bus::Bus;
+use flotilla_shared::ids::SubagentType;
+use flotilla_shared::metrics::AgentMetrics;
+use flotilla_shared::protocol::{JobEventKind, WorkerState};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StatusLabel {
+    status: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TypeLabel {
+    subagent_type: String,
+}
+
+/// Metrics of one orchestrator process.
+pub struct OrchestratorMetrics {
+    /// Served on `/metrics`.
+    pub registry: Arc<Registry>,
+    agent: AgentMetrics,
+    jobs_running: Gauge,
+    jobs_ended: Family<StatusLabel, Counter>,
+    dispatched: Family<TypeLabel, Counter>,
+    reports: Family<StatusLabel, Counter>,
+    queue_pending: Family<TypeLabel, Gauge>,
+    queue_unacked: Family<TypeLabel, Gauge>,
+    workers_live: Gauge,
+    slots: Family<TypeLabel, Gauge>,
+    slots_busy: Family<TypeLabel, Gauge>,
+}
+
+impl OrchestratorMetrics {
+    /// Registers every family.
+    pub fn new() -> Self {
+        let mut r = Registry::default();
+        let m = Self {
+            agent: AgentMetrics::register(&mut r),
+            jobs_running: Gauge::default(),
+            jobs_ended: Family::default(),
+            dispatched: Family::default(),
+            reports: Family::default(),
+            queue_pending: Family::default(),
+            queue_unacked: Family::default(),
+            workers_live: Gauge::default(),
+            slots: Family::default(),
+            slots_busy: Family::default(),
+            registry: Arc::new(Registry::default()),
+        };
+        r.register("flotilla_jobs_running", "Jobs whose planner runs in this orchestrator", m.jobs_running.clone());
+        r.register("flotilla_jobs", "Jobs ended, by status", m.jobs_ended.clone());
+        r.register("flotilla_tasks_dispatched", "Task messages published", m.dispatched.clone());
+        r.register("flotilla_task_reports", "Task reports consolidated, by status", m.reports.clone());
+        r.register("flotilla_task_queue_pending", "Tasks waiting for a worker", m.queue_pending.clone());
+        r.register(
+            "flotilla_task_queue_unacked",
+            "Tasks delivered to a worker, not yet acked",
+            m.queue_unacked.clone(),
+        );
+        r.register("flotilla_workers_live", "Workers with a live heartbeat", m.workers_live.clone());
+        r.register("flotilla_worker_slots", "Task slots of live workers", m.slots.clone());
+        r.register("flotilla_worker_slots_busy", "Task slots of live workers in use", m.slots_busy.clone());
+        Self { registry: Arc::new(r), ..m }
+    }
+
+    /// Counts what a job event says.
+    pub fn observe(&self, kind: &JobEventKind) {
+        match kind {
+            JobEventKind::Running => {
+                self.jobs_running.inc();
+            }
+            JobEventKind::PlannerStep { usage, latency_ms, .. } => {
+                self.agent.model_call("planner", usage, Duration::from_millis(*latency_ms));
+            }
+            JobEventKind::TaskDispatched { subagent_type, .. } => {
+                self.dispatched.get_or_create(&TypeLabel { subagent_type: subagent_type.to_string() }).inc();
+            }
+            JobEventKind::TaskReported { status, .. } => {
+                self.reports.get_or_create(&StatusLabel { status: status.as_str().into() }).inc();
+            }
+            JobEventKind::Completed { .. } => self.ended("completed"),
+            JobEventKind::Failed { .. } => self.ended("failed"),
+            JobEventKind::Cancelled { .. } => self.ended("cancelled"),
+            _ => {}
+        }
+    }
+
+    fn ended(&self, status: &str) {
+        self.jobs_running.dec();
+        self.jobs_ended.get_or_create(&StatusLabel { status: status.into() }).inc();
+    }
+
+    /// Reads queue depths of `types` and the live worker set (on each scrape).
+    pub async fn refresh(&self, bus: &Bus, types: &[SubagentType]) {
+        match bus.js.get_stream(bus.subjects.tasks_stream()).await {
+            Ok(stream) => {
+                for ty in types {
+                    let label = TypeLabel { subagent_type: ty.to_string() };
+                    match stream.consumer_info(bus.subjects.task_consumer(ty)).await {
+                        Ok(info) => {
+                            self.queue_pending.get_or_create(&label).set(info.num_pending as i64);
+                            self.queue_unacked.get_or_create(&label).set(info.num_ack_pending as i64);
+                        }
+                        // No worker of this type ever started: nothing to report yet.
+                        Err(e) => tracing::debug!(subagent_type = %ty, error = %e, "no consumer info"),
+                    }
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "tasks stream not readable for metrics"),
+        }
+        match bus.live_workers().await {
+            Ok(workers) => {
+                self.workers_live.set(workers.len() as i64);
+                let mut per_type: BTreeMap<String, (i64, i64)> =
+                    types.iter().map(|t| (t.to_string(), (0, 0))).collect();
+                for w in workers.iter().filter(|w| w.state == WorkerState::Running) {
+                    for t in &w.types {
+                        let e = per_type.entry(t.subagent_type.to_string()).or_default();
+                        e.0 += t.capacity as i64;
+                        e.1 += t.in_flight as i64;
+                    }
+                }
+                for (ty, (cap, busy)) in per_type {
+                    self.slots.get_or_create(&TypeLabel { subagent_type: ty.clone() }).set(cap);
+                    self.slots_busy.get_or_create(&TypeLabel { subagent_type: ty }).set(busy);
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "workers bucket not readable for metrics"),
+        }
+    }
+}

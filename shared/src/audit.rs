@@ -1,0 +1,235 @@
+//! Writing audit records: every tool call passes through [`crate::tool::ToolSet`],
+//! which hands it to the tool set's [`Auditor`]; approval code writes its
+//! decisions through the same auditor ([`Auditor::approval`]), so one sink sees
+//! every tool call and approval of a process.
+//!
+//! An [`Auditor`] knows who is calling (agent and process) and builds the
+//! [`AuditRecord`]; an [`AuditSink`] stores it. [`BusAuditSink`] publishes to
+//! the audit stream (`<prefix>.audit.<tenant>.<job>`): the publish is queued
+//! before the call's result goes back to the model and the stream's ack is
+//! awaited in the background, so auditing adds no round trip to a tool call; a
+//! missing ack is logged as an error with the record's trace id.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use crate::bus::{Bus, BusError};
+use crate::protocol::{self, AuditAction, AuditOutcome, AuditRecord, ErrorKind};
+use crate::tool::{ToolContext, ToolOutcome};
+
+/// Stores audit records.
+#[async_trait]
+pub trait AuditSink: Send + Sync {
+    /// Stores one record. Never fails the audited call: problems are logged.
+    async fn write(&self, record: AuditRecord);
+}
+
+/// Who is calling, and where records go.
+#[derive(Clone)]
+pub struct Auditor {
+    sink: Arc<dyn AuditSink>,
+    agent: String,
+    worker: String,
+}
+
+impl std::fmt::Debug for Auditor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Auditor").field("agent", &self.agent).field("worker", &self.worker).finish_non_exhaustive()
+    }
+}
+
+impl Auditor {
+    /// Records of `agent` (`planner` or a subagent type) in process `worker`.
+    pub fn new(sink: Arc<dyn AuditSink>, agent: impl Into<String>, worker: impl Into<String>) -> Self {
+        Self { sink, agent: agent.into(), worker: worker.into() }
+    }
+
+    fn record(
+        &self,
+        ctx: &ToolContext,
+        action: AuditAction,
+        tool: &str,
+        args: &Value,
+        outcome: AuditOutcome,
+        error_kind: Option<ErrorKind>,
+        duration: Duration,
+    ) -> AuditRecord {
+        AuditRecord {
+            v: protocol::SCHEMA_VERSION,
+            at: protocol::now(),
+            action,
+            tenant: ctx.tenant.clone(),
+            job_id: ctx.job_id,
+            task_id: ctx.task_id,
+            agent: self.agent.clone(),
+            worker: self.worker.clone(),
+            tool: tool.to_string(),
+            call_id: ctx.call_id.clone(),
+            args_sha256: args_digest(args),
+            outcome,
+            error_kind,
+            duration_ms: duration.as_millis() as u64,
+            trace_id: ctx.traceparent.as_deref().and_then(crate::trace::trace_id).map(str::to_string),
+        }
+    }
+
+    /// Records one finished tool call.
+    pub async fn tool_call(&self, ctx: &ToolContext, tool: &str, args: &Value, outcome: &ToolOutcome) {
+        let (result, kind) = match &outcome.result {
+            Ok(_) => (AuditOutcome::Ok, None),
+            Err(e) => (AuditOutcome::Error, Some(e.kind)),
+        };
+        let rec = self.record(ctx, AuditAction::ToolCall, tool, args, result, kind, outcome.duration);
+        self.sink.write(rec).await;
+    }
+
+    /// Records an approval decision on a gated call: `outcome` is `approved`,
+    /// `edited` (then `args` are the edited arguments) or `rejected`;
+    /// `waited` is how long the call waited for the decision.
+    pub async fn approval(&self, ctx: &ToolContext, tool: &str, args: &Value, outcome: AuditOutcome, waited: Duration) {
+        let rec = self.record(ctx, AuditAction::Approval, tool, args, outcome, None, waited);
+        self.sink.write(rec).await;
+    }
+}
+
+/// Hex SHA-256 of `args` as canonical JSON (object keys sorted at every level).
+pub fn args_digest(args: &Value) -> String {
+    let bytes = serde_json::to_vec(&canonical(args)).unwrap_or_default();
+    Sha256::digest(&bytes).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn canonical(v: &Value) -> Value {
+    match v {
+        Value::Object(m) => {
+            let mut keys: Vec<&String> = m.keys().collect();
+            keys.sort();
+            Value::Object(keys.into_iter().map(|k| (k.clone(), canonical(&m[k]))).collect())
+        }
+        Value::Array(a) => Value::Array(a.iter().map(canonical).collect()),
+        other => other.clone(),
+    }
+}
+
+/// Publishes records to the audit stream.
+pub struct BusAuditSink {
+    bus: Bus,
+}
+
+impl BusAuditSink {
+    /// A sink on `bus`.
+    pub fn new(bus: Bus) -> Arc<Self> {
+        Arc::new(Self { bus })
+    }
+}
+
+#[async_trait]
+impl AuditSink for BusAuditSink {
+    async fn write(&self, record: AuditRecord) {
+        let subject = self.bus.subjects.audit(&record.tenant, &record.job_id);
+        let trace_id = record.trace_id.clone().unwrap_or_else(|| "-".into());
+        match self.bus.js.publish(subject.clone(), protocol::encode(&record)).await {
+            Ok(ack) => {
+                tokio::spawn(async move {
+                    if let Err(e) = ack.await {
+                        tracing::error!(%subject, %trace_id, error = %e, "audit record not stored");
+                    }
+                });
+            }
+            Err(e) => tracing::error!(%subject, %trace_id, error = %e, "audit record not published"),
+        }
+    }
+}
+
+/// Reads every stored audit record of `job` (of `tenant`), oldest first.
+///
+/// Uses a named ephemeral consumer filtered on `<prefix>.audit.<tenant>.<job>`:
+/// the filter is part of the `$JS.API.CONSUMER.CREATE` subject, so NATS
+/// permissions can let a tenant's credential read its own audit trail only.
+pub async fn read(bus: &Bus, tenant: &crate::ids::Tenant, job: &crate::ids::JobId) -> Result<Vec<AuditRecord>, BusError> {
+    use async_nats::jetstream::consumer::{AckPolicy, DeliverPolicy, pull};
+    use futures::StreamExt;
+
+    let stream = bus.subjects.audit_stream();
+    let filter = bus.subjects.audit(tenant, job);
+    let name = format!("audit-{}", uuid::Uuid::now_v7().simple());
+    let create = bus.js.create_consumer_on_stream(
+        pull::Config {
+            name: Some(name.clone()),
+            filter_subject: filter.clone(),
+            deliver_policy: DeliverPolicy::All,
+            ack_policy: AckPolicy::None,
+            inactive_threshold: Duration::from_secs(30),
+            ..Default::default()
+        },
+        &stream,
+    );
+    let api = format!("$JS.API.CONSUMER.CREATE.{stream}.{name}");
+    let consumer = bus.guarded(format!("cannot read the audit stream {stream}"), create, |d| d.subject.starts_with(&api)).await?;
+    let total = consumer.cached_info().num_pending as usize;
+    let (mut records, mut seen) = (Vec::with_capacity(total), 0);
+    while seen < total {
+        let batch = consumer
+            .fetch()
+            .max_messages(total - seen)
+            .expires(Duration::from_secs(5))
+            .messages()
+            .await
+            .map_err(|e| BusError::new(format!("cannot read {filter}"), e))?;
+        let before = seen;
+        let mut batch = std::pin::pin!(batch);
+        while let Some(m) = batch.next().await {
+            let m = m.map_err(|e| BusError::new(format!("cannot read {filter}"), e))?;
+            seen += 1;
+            match protocol::decode::<AuditRecord>(&m.payload) {
+                Ok(r) => records.push(r),
+                Err(e) => tracing::warn!(subject = %m.subject, error = %e, "unreadable audit record skipped"),
+            }
+        }
+        if seen == before {
+            return Err(BusError::new(format!("cannot read {filter}"), "the audit stream stopped delivering"));
+        }
+    }
+    let _ = bus.js.delete_consumer_from_stream(&name, &stream).await;
+    Ok(records)
+}
+
+/// Keeps records in memory (tests, and tools that want to inspect them).
+#[derive(Default)]
+pub struct MemoryAuditSink {
+    records: Mutex<Vec<AuditRecord>>,
+}
+
+impl MemoryAuditSink {
+    /// Every record so far.
+    pub fn records(&self) -> Vec<AuditRecord> {
+        self.records.lock().expect("audit records").clone()
+    }
+}
+
+#[async_trait]
+impl AuditSink for MemoryAuditSink {
+    async fn write(&self, record: AuditRecord) {
+        self.records.lock().expect("audit records").push(record);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn digest_ignores_key_order_but_not_values() {
+        let a = args_digest(&json!({"revenue": 120, "cost": {"x": 1, "y": [1, 2]}}));
+        let b = args_digest(&json!({"cost": {"y": [1, 2], "x": 1}, "revenue": 120}));
+        assert_eq!(a, b);
+        assert_eq!(a.len(), 64);
+        assert_ne!(a, args_digest(&json!({"revenue": 121, "cost": {"x": 1, "y": [1, 2]}})));
+        // Known vector: sha256("{}").
+        assert_eq!(args_digest(&json!({})), "44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a");
+    }
+}

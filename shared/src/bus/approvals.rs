@@ -1,0 +1,320 @@
+//! The approvals KV bucket (`<prefix>_approvals`): one [`ApprovalRecord`] per
+//! gated tool call, keyed `<job>.<task>.<call>`.
+//!
+//! Every state change is a compare-and-set on the entry's revision, so a
+//! reviewer's decision and a worker's expiry cannot both win: whichever writes
+//! first is what the other reads back. Entries outlive the task (so a
+//! redelivered task finds its answered calls) and expire with the bucket's
+//! `max_age` of seven days.
+
+use std::time::Duration;
+
+use async_nats::jetstream::kv::{self, CreateErrorKind, Operation, UpdateErrorKind};
+use async_nats::jetstream::stream;
+use futures::{Stream, StreamExt, TryStreamExt};
+use sha2::{Digest, Sha256};
+
+use super::{Bus, BusError};
+use crate::ids::{JobId, TaskId};
+use crate::protocol::{self, ApprovalRecord, ApprovalState, Decision, DecisionKind, MAX_MESSAGE_BYTES};
+
+/// How long an approval record is kept.
+pub const APPROVAL_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// A record and the KV revision it was read at (for compare-and-set).
+#[derive(Clone, Debug)]
+pub struct Versioned {
+    /// The record.
+    pub record: ApprovalRecord,
+    /// Its revision.
+    pub revision: u64,
+}
+
+/// The outcome of a compare-and-set write.
+#[derive(Debug)]
+pub enum Write {
+    /// Stored at this revision.
+    Stored(u64),
+    /// Someone else wrote first: re-read and decide again.
+    Conflict,
+}
+
+/// Typed access to the approvals bucket.
+#[derive(Clone)]
+pub struct ApprovalStore {
+    kv: kv::Store,
+}
+
+impl Bus {
+    /// The approvals bucket, declared when this process manages the topology,
+    /// otherwise opened as declared by the orchestrator.
+    pub async fn approvals(&self) -> Result<ApprovalStore, BusError> {
+        let bucket = self.subjects.approvals_bucket();
+        let kv = if self.config.manage_topology {
+            self.js
+                .create_or_update_key_value(kv::Config {
+                    bucket: bucket.clone(),
+                    history: 1,
+                    storage: stream::StorageType::File,
+                    max_age: APPROVAL_RETENTION,
+                    max_value_size: MAX_MESSAGE_BYTES as i32,
+                    num_replicas: self.config.replicas,
+                    ..Default::default()
+                })
+                .await
+                .map_err(|e| BusError::new(format!("cannot open KV bucket {bucket}"), e))?
+        } else {
+            self.js
+                .get_key_value(&bucket)
+                .await
+                .map_err(|e| BusError::new(format!("cannot open KV bucket {bucket}"), e))?
+        };
+        Ok(ApprovalStore { kv })
+    }
+}
+
+impl ApprovalStore {
+    /// `<job>.<task>.<call>`. A call id made only of `A-Z a-z 0-9 - _` (at most
+    /// 128 characters) is used as is; any other is replaced by `=` and its
+    /// sha256, which keeps keys valid whatever a model puts in its call ids.
+    pub fn key(job: &JobId, task: &TaskId, call_id: &str) -> String {
+        let plain = !call_id.is_empty()
+            && call_id.len() <= 128
+            && call_id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+        if plain {
+            format!("{job}.{task}.{call_id}")
+        } else {
+            let digest: String = Sha256::digest(call_id.as_bytes()).iter().map(|b| format!("{b:02x}")).collect();
+            format!("{job}.{task}.={digest}")
+        }
+    }
+
+    /// The record under `key`, if any.
+    pub async fn get(&self, key: &str) -> Result<Option<Versioned>, BusError> {
+        let entry = self.kv.entry(key).await.map_err(|e| BusError::new(format!("cannot read approval {key}"), e))?;
+        match entry {
+            Some(e) if e.operation == Operation::Put => Ok(Some(decode(&e)?)),
+            _ => Ok(None),
+        }
+    }
+
+    /// Stores a new record; `Conflict` when the key already exists.
+    pub async fn create(&self, key: &str, record: &ApprovalRecord) -> Result<Write, BusError> {
+        match self.kv.create(key, protocol::encode(record)).await {
+            Ok(rev) => Ok(Write::Stored(rev)),
+            Err(e) if e.kind() == CreateErrorKind::AlreadyExists => Ok(Write::Conflict),
+            Err(e) => Err(BusError::new(format!("cannot store approval {key}"), e)),
+        }
+    }
+
+    /// Replaces the record read at `revision`; `Conflict` when it changed since.
+    pub async fn update(&self, key: &str, record: &ApprovalRecord, revision: u64) -> Result<Write, BusError> {
+        match self.kv.update(key, protocol::encode(record), revision).await {
+            Ok(rev) => Ok(Write::Stored(rev)),
+            Err(e) if e.kind() == UpdateErrorKind::WrongLastRevision => Ok(Write::Conflict),
+            Err(e) => Err(BusError::new(format!("cannot update approval {key}"), e)),
+        }
+    }
+
+    /// The current record of `key`, then every change to it.
+    pub async fn watch(&self, key: &str) -> Result<impl Stream<Item = Result<Versioned, BusError>> + use<>, BusError> {
+        let watch = self
+            .kv
+            .watch_with_history(key)
+            .await
+            .map_err(|e| BusError::new(format!("cannot watch approval {key}"), e))?;
+        let key = key.to_string();
+        Ok(watch.filter_map(move |e| {
+            let key = key.clone();
+            async move {
+                match e {
+                    Ok(e) if e.operation == Operation::Put => Some(decode(&e)),
+                    Ok(_) => None,
+                    Err(e) => Some(Err(BusError::new(format!("watch of approval {key} failed"), e))),
+                }
+            }
+        }))
+    }
+
+    /// Every record, or only `job`'s, in key order.
+    pub async fn list(&self, job: Option<&JobId>) -> Result<Vec<Versioned>, BusError> {
+        let prefix = job.map(|j| format!("{j}."));
+        let mut keys: Vec<String> = self
+            .kv
+            .keys()
+            .await
+            .map_err(|e| BusError::new("cannot list approvals", e))?
+            .try_collect()
+            .await
+            .map_err(|e| BusError::new("cannot list approvals", e))?;
+        keys.retain(|k| prefix.as_deref().is_none_or(|p| k.starts_with(p)));
+        keys.sort();
+        let mut out = Vec::with_capacity(keys.len());
+        for k in keys {
+            if let Some(v) = self.get(&k).await? {
+                out.push(v);
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Why a decision cannot be recorded.
+#[derive(Debug, thiserror::Error, PartialEq)]
+#[non_exhaustive]
+pub enum DecisionError {
+    /// The request was answered already.
+    #[error("call {call_id} was already answered ({how})")]
+    Settled {
+        /// The call.
+        call_id: String,
+        /// What happened to it.
+        how: String,
+    },
+    /// The request's deadline passed.
+    #[error("the approval request for call {call_id} expired at {at}; the call was rejected")]
+    Expired {
+        /// The call.
+        call_id: String,
+        /// Its deadline.
+        at: String,
+    },
+    /// The policy does not offer this decision for the tool.
+    #[error("{decision} is not allowed for {tool} (allowed: {allowed})")]
+    NotAllowed {
+        /// The refused decision.
+        decision: DecisionKind,
+        /// The tool.
+        tool: String,
+        /// What is allowed.
+        allowed: String,
+    },
+    /// Edited arguments do not fit the tool's input schema.
+    #[error("the edited arguments do not fit {tool}: {problems}")]
+    InvalidEdit {
+        /// The tool.
+        tool: String,
+        /// What is wrong.
+        problems: String,
+    },
+}
+
+/// Checks that `decision` may be recorded on `record` at `now`: still pending,
+/// not expired, allowed by the tool's policy and, for an edit, arguments that
+/// fit the tool's input schema (the worker validates them again).
+pub fn check_decision(
+    record: &ApprovalRecord,
+    decision: &Decision,
+    now: time::OffsetDateTime,
+) -> Result<(), DecisionError> {
+    let r = &record.request;
+    match &record.state {
+        ApprovalState::Pending => {}
+        ApprovalState::Decided { decision, by, .. } => {
+            let by = by.as_deref().map(|b| format!(" by {b}")).unwrap_or_default();
+            return Err(DecisionError::Settled { call_id: r.call_id.clone(), how: format!("{}{by}", decision.kind()) });
+        }
+        ApprovalState::Expired { .. } => {
+            return Err(DecisionError::Settled { call_id: r.call_id.clone(), how: "expired unanswered".into() });
+        }
+    }
+    if now >= r.expires_at {
+        let at = r.expires_at.format(&time::format_description::well_known::Rfc3339).unwrap_or_default();
+        return Err(DecisionError::Expired { call_id: r.call_id.clone(), at });
+    }
+    if !r.decisions.contains(&decision.kind()) {
+        let allowed: Vec<_> = r.decisions.iter().map(|d| d.as_str()).collect();
+        return Err(DecisionError::NotAllowed {
+            decision: decision.kind(),
+            tool: r.tool.clone(),
+            allowed: allowed.join(", "),
+        });
+    }
+    if let Decision::Edit { args } = decision {
+        let invalid = |problems: String| DecisionError::InvalidEdit { tool: r.tool.clone(), problems };
+        if !args.is_object() {
+            return Err(invalid("arguments must be a JSON object".into()));
+        }
+        if !r.input_schema.is_null() {
+            let validator = jsonschema::validator_for(&r.input_schema).map_err(|e| invalid(e.to_string()))?;
+            let problems: Vec<String> = validator
+                .iter_errors(args)
+                .take(5)
+                .map(|e| {
+                    let at = e.instance_path().to_string();
+                    if at.is_empty() { e.to_string() } else { format!("{at}: {e}") }
+                })
+                .collect();
+            if !problems.is_empty() {
+                return Err(invalid(problems.join("; ")));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn decode(e: &kv::Entry) -> Result<Versioned, BusError> {
+    let record = protocol::decode::<ApprovalRecord>(&e.value)
+        .map_err(|err| BusError::new(format!("bad approval record under {}", e.key), err))?;
+    Ok(Versioned { record, revision: e.revision })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_valid_whatever_the_call_id() {
+        let (job, task) = (JobId::new(), TaskId::new());
+        assert_eq!(ApprovalStore::key(&job, &task, "call_0_1"), format!("{job}.{task}.call_0_1"));
+        for odd in ["call.1", "a b", "*", ">", "", &"x".repeat(200), "ü"] {
+            let k = ApprovalStore::key(&job, &task, odd);
+            let last = k.rsplit('.').next().unwrap();
+            assert!(last.starts_with('=') && last.len() == 65, "{odd:?} -> {k}");
+        }
+        assert_ne!(ApprovalStore::key(&job, &task, "a b"), ApprovalStore::key(&job, &task, "a_b"));
+    }
+
+    #[test]
+    fn decisions_are_checked_against_state_deadline_policy_and_schema() {
+        use crate::protocol::{ApprovalRequest, SCHEMA_VERSION};
+        use serde_json::json;
+        let now = protocol::now();
+        let rec = |decisions: Vec<DecisionKind>| ApprovalRecord {
+            v: SCHEMA_VERSION,
+            request: ApprovalRequest {
+                v: SCHEMA_VERSION,
+                job_id: JobId::new(),
+                task_id: TaskId::new(),
+                tenant: Default::default(),
+                subagent_type: crate::ids::SubagentType::new("ops").unwrap(),
+                worker_id: "w".into(),
+                call_id: "c1".into(),
+                tool: "deploy".into(),
+                args: json!({"env": "staging"}),
+                input_schema: json!({"type": "object", "properties": {"env": {"enum": ["staging", "prod"]}},
+                                     "required": ["env"], "additionalProperties": false}),
+                decisions,
+                requested_at: now,
+                expires_at: now + Duration::from_secs(60),
+            },
+            state: ApprovalState::Pending,
+        };
+        let all = rec(DecisionKind::ALL.to_vec());
+        assert_eq!(check_decision(&all, &Decision::Approve, now), Ok(()));
+        assert_eq!(check_decision(&all, &Decision::Edit { args: json!({"env": "prod"}) }, now), Ok(()));
+        let e = check_decision(&all, &Decision::Edit { args: json!({"env": "moon"}) }, now).unwrap_err();
+        assert!(matches!(e, DecisionError::InvalidEdit { .. }), "{e}");
+        let e = check_decision(&all, &Decision::Edit { args: json!("prod") }, now).unwrap_err();
+        assert!(e.to_string().contains("JSON object"), "{e}");
+        let e = check_decision(&all, &Decision::Approve, now + Duration::from_secs(61)).unwrap_err();
+        assert!(matches!(e, DecisionError::Expired { .. }), "{e}");
+        let narrow = rec(vec![DecisionKind::Approve, DecisionKind::Reject]);
+        let e = check_decision(&narrow, &Decision::Edit { args: json!({"env": "prod"}) }, now).unwrap_err();
+        assert_eq!(e.to_string(), "edit is not allowed for deploy (allowed: approve, reject)");
+        let mut done = all.clone();
+        done.state = ApprovalState::Decided { decision: Decision::Approve, by: Some("ana".into()), decided_at: now };
+        let e = check_decision(&done, &Decision::Reject { reason: None }, now).unwrap_err();
+        assert_eq!(e.to_string(), "call c1 was already answered (approve by ana)");
+    }
+}

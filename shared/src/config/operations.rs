@@ -1,0 +1,44 @@
+//! The operator-facing sections: `[worker]` (heartbeats), `[metrics]`
+//! (Prometheus endpoints) and `[dashboard]` (the orchestrator's web page).
+//! Everything here is off or harmless by default: an endpoint is only opened
+//! when an address is configured (or given on the command line).
+
+use std::net::SocketAddr;
+
+use serde::{Deserialize, Serialize};
+
+/// `[worker]`: behaviour of every `flotilla-worker` reading this file.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct WorkerConfig {
+    /// Seconds between heartbeats on `<prefix>.worker.heartbeat.<worker>`.
+    /// A worker's entry in the workers bucket expires after three of them.
+    pub heartbeat: u64,
+}
+
+impl Default for WorkerConfig {
+    fn default() -> Self {
+        Self { heartbeat: 5 }
+    }
+}
+
+/// `[metrics]`: Prometheus text endpoints (`GET /metrics`). Unset = off.
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MetricsConfig {
+    /// Listen address of the orchestrator's endpoint, e.g. `"127.0.0.1:9464"`.
+    pub orchestrator: Option<SocketAddr>,
+    /// Listen address of each worker's endpoint. Port 0 picks a free port per
+    /// worker (several workers on one host share one config); the actual URL
+    /// is advertised in the worker's heartbeat and shown by `flotilla workers`.
+    pub worker: Option<SocketAddr>,
+}
+
+/// `[dashboard]`: the orchestrator's web dashboard. Unset = off. It has no
+/// login of its own: bind it to loopback or put an authenticating proxy in front.
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DashboardConfig {
+    /// Listen address, e.g. `"127.0.0.1:8080"`.
+    pub listen: Option<SocketAddr>,
+}

@@ -1,0 +1,119 @@
+//! `[subagents.<type>.sandbox]`: where `execute` runs (docs/SANDBOX.md). A
+//! type without this section has no `execute` tool at all.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+/// The sandbox of one subagent type.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SandboxConfig {
+    /// Backend; only `"bubblewrap"` exists.
+    pub backend: String,
+    /// The `bwrap` binary (looked up on PATH when not a path).
+    pub bwrap: String,
+    /// Wall-time seconds of a command when the model gives no `timeout`.
+    pub timeout: u64,
+    /// Largest `timeout` the model may ask for.
+    pub max_timeout: u64,
+    /// CPU seconds of each process (RLIMIT_CPU).
+    pub cpu_seconds: u64,
+    /// Address space of each process in MiB (RLIMIT_AS).
+    pub memory_mb: u64,
+    /// Largest file a command may write, in MiB (RLIMIT_FSIZE).
+    pub file_size_mb: u64,
+    /// Processes of the sandbox user (RLIMIT_NPROC; counted per host uid).
+    pub max_processes: u64,
+    /// Size of the sandbox's private `/tmp` (tmpfs) in MiB.
+    pub tmp_mb: u64,
+    /// Bytes of stdout and of stderr kept each; the rest is dropped and the
+    /// result says `truncated: true`.
+    pub max_output_bytes: usize,
+    /// Where per-task scratch dirs are created (default: the system temp dir).
+    pub scratch_root: Option<PathBuf>,
+    /// Host paths mounted read-only at the same place (missing ones are skipped,
+    /// symlinks such as `/bin -> usr/bin` are recreated as symlinks).
+    pub ro_binds: Vec<PathBuf>,
+    /// `uid:gid` the sandbox runs as when the worker runs as root (a worker
+    /// running as another user runs sandboxes as itself).
+    pub user: String,
+}
+
+impl Default for SandboxConfig {
+    fn default() -> Self {
+        Self {
+            backend: "bubblewrap".into(),
+            bwrap: "bwrap".into(),
+            timeout: 30,
+            max_timeout: 300,
+            cpu_seconds: 60,
+            memory_mb: 1024,
+            file_size_mb: 64,
+            max_processes: 256,
+            tmp_mb: 64,
+            max_output_bytes: 64 * 1024,
+            scratch_root: None,
+            ro_binds: [
+                "/usr",
+                "/bin",
+                "/sbin",
+                "/lib",
+                "/lib32",
+                "/lib64",
+                "/libx32",
+                "/etc/alternatives",
+                "/etc/ld.so.cache",
+                "/etc/ld.so.conf",
+                "/etc/ld.so.conf.d",
+                "/etc/passwd",
+                "/etc/group",
+                "/etc/localtime",
+            ]
+            .into_iter()
+            .map(PathBuf::from)
+            .collect(),
+            user: "65534:65534".into(),
+        }
+    }
+}
+
+impl SandboxConfig {
+    /// Checks values that cannot work; `key` is the section's dotted key.
+    pub fn check(&self) -> Result<(), (String, String)> {
+        let bad = |k: &str, m: &str| Err((k.to_string(), m.to_string()));
+        if self.backend != "bubblewrap" {
+            return bad("backend", "unknown backend: use \"bubblewrap\"");
+        }
+        if self.timeout == 0 || self.timeout > self.max_timeout {
+            return bad("timeout", "must be at least 1 and at most max_timeout");
+        }
+        for (k, v) in [
+            ("cpu_seconds", self.cpu_seconds),
+            ("memory_mb", self.memory_mb),
+            ("file_size_mb", self.file_size_mb),
+            ("max_processes", self.max_processes),
+            ("tmp_mb", self.tmp_mb),
+        ] {
+            if v == 0 {
+                return bad(k, "must be at least 1");
+            }
+        }
+        if self.max_output_bytes == 0 {
+            return bad("max_output_bytes", "must be at least 1");
+        }
+        if self.ro_binds.iter().any(|p| !p.is_absolute()) {
+            return bad("ro_binds", "every path must be absolute");
+        }
+        if self.parse_user().is_none() {
+            return bad("user", "use \"<uid>:<gid>\" with numbers, e.g. \"65534:65534\"");
+        }
+        Ok(())
+    }
+
+    /// `user` as (uid, gid).
+    pub fn parse_user(&self) -> Option<(u32, u32)> {
+        let (u, g) = self.user.split_once(':')?;
+        Some((u.parse().ok()?, g.parse().ok()?))
+    }
+}

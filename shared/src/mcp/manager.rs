@@ -1,0 +1,271 @@
+//! One configured server as the process sees it: its session (shared by every
+//! concurrent task when persistent), its discovered tools, and its health.
+//!
+//! Failure handling (seed 000 section 5.6, DESIGN.md "MCP"): a call on a dead
+//! persistent session reconnects once and retries once; if that fails too,
+//! the call fails with a `transient` error, the server is reported down, and
+//! nothing else is affected. A timeout is not retried: the server may have
+//! acted, and the request carries an idempotency key for servers that dedupe.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rmcp::model::{CallToolResult, JsonObject, RequestMetaObject};
+use serde::{Deserialize, Serialize};
+
+use super::config::{McpServerSettings, SessionMode};
+use super::error::McpError;
+use super::session::Session;
+
+/// `_meta` key carrying the tool call's idempotency key (stable across
+/// redeliveries of the same task and call).
+pub const IDEMPOTENCY_META_KEY: &str = "flotilla/idempotency_key";
+
+/// A server's state as reported to operators and in worker heartbeats.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HealthStatus {
+    /// Not tried yet.
+    Pending,
+    /// Last contact succeeded.
+    Up,
+    /// Last contact failed; discovery or the next call retries.
+    Down,
+}
+
+/// Health of one MCP server.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ServerHealth {
+    /// Server name.
+    pub server: String,
+    /// `stdio` or `http`.
+    pub transport: String,
+    /// Command file name or redacted URL.
+    pub endpoint: String,
+    /// State.
+    pub status: HealthStatus,
+    /// Whether tools/list has succeeded (its tools are offered).
+    pub discovered: bool,
+    /// Tools discovered.
+    pub tools: usize,
+    /// Failures since the last success.
+    pub consecutive_failures: u32,
+    /// Sessions opened so far (more than one means reconnects).
+    pub sessions_opened: u64,
+    /// The current stdio child's pid.
+    pub pid: Option<u32>,
+    /// The last error, redacted.
+    pub last_error: Option<String>,
+}
+
+#[derive(Default)]
+struct State {
+    status: Option<bool>,
+    failures: u32,
+    opened: u64,
+    last_error: Option<String>,
+    tools: Option<Vec<rmcp::model::Tool>>,
+    pid: Option<u32>,
+    next_retry: Option<Instant>,
+}
+
+/// One configured server.
+pub struct ServerConn {
+    /// Its config.
+    pub settings: McpServerSettings,
+    session: tokio::sync::Mutex<Option<Arc<Session>>>,
+    state: Mutex<State>,
+}
+
+impl ServerConn {
+    /// A server not contacted yet.
+    pub fn new(settings: McpServerSettings) -> Self {
+        Self { settings, session: tokio::sync::Mutex::new(None), state: Mutex::new(State::default()) }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn record(&self, r: Result<(), &McpError>) {
+        let mut s = self.state();
+        match r {
+            Ok(()) => {
+                s.status = Some(true);
+                s.failures = 0;
+                s.next_retry = None;
+            }
+            Err(e) => {
+                s.status = Some(false);
+                s.failures += 1;
+                s.last_error = Some(e.to_string());
+                let backoff = Duration::from_secs(1 << s.failures.min(6)).min(Duration::from_secs(60));
+                s.next_retry = Some(Instant::now() + backoff);
+            }
+        }
+    }
+
+    async fn open(&self) -> Result<Session, McpError> {
+        let r = Session::open(&self.settings).await;
+        if let Ok(s) = &r {
+            let mut st = self.state();
+            st.opened += 1;
+            st.pid = s.pid;
+        }
+        r
+    }
+
+    /// The live persistent session, opening one when there is none or the
+    /// current one has closed. Concurrent callers share one open attempt.
+    async fn session(&self) -> Result<Arc<Session>, McpError> {
+        let mut slot = self.session.lock().await;
+        if let Some(s) = slot.as_ref()
+            && !s.is_closed()
+        {
+            return Ok(s.clone());
+        }
+        if slot.take().is_some() {
+            tracing::warn!(server = %self.settings.name, "MCP session closed; reconnecting");
+        }
+        let s = Arc::new(self.open().await?);
+        *slot = Some(s.clone());
+        Ok(s)
+    }
+
+    /// Drops `dead` if it is still the current session.
+    async fn discard(&self, dead: &Arc<Session>) {
+        let mut slot = self.session.lock().await;
+        if slot.as_ref().is_some_and(|s| Arc::ptr_eq(s, dead)) {
+            *slot = None;
+        }
+    }
+
+    /// Connects and lists tools; remembers them for [`ServerConn::tools`].
+    pub async fn discover(&self) -> Result<usize, McpError> {
+        let r = self.discover_inner().await;
+        self.record(r.as_ref().map(|_| ()));
+        r
+    }
+
+    async fn discover_inner(&self) -> Result<usize, McpError> {
+        let timeout = self.settings.init_timeout;
+        let tools = match self.settings.session {
+            SessionMode::Persistent => {
+                let s = self.session().await?;
+                match s.list_tools(&self.settings, timeout).await {
+                    Err(e) => {
+                        self.discard(&s).await;
+                        return Err(e);
+                    }
+                    Ok(t) => t,
+                }
+            }
+            SessionMode::PerCall => {
+                let s = self.open().await?;
+                let r = s.list_tools(&self.settings, timeout).await;
+                s.close().await;
+                r?
+            }
+        };
+        let n = tools.len();
+        self.state().tools = Some(tools);
+        Ok(n)
+    }
+
+    /// Tools from the last successful discovery, `None` before one.
+    pub fn tools(&self) -> Option<Vec<rmcp::model::Tool>> {
+        self.state().tools.clone()
+    }
+
+    /// Whether the background loop should try this server now.
+    pub fn due_for_retry(&self) -> bool {
+        let s = self.state();
+        s.status == Some(false) && s.next_retry.is_none_or(|t| Instant::now() >= t)
+    }
+
+    /// Calls `tool` (its name on the server) with the request `_meta`.
+    pub async fn call(
+        &self,
+        tool: &str,
+        arguments: JsonObject,
+        meta: RequestMetaObject,
+    ) -> Result<CallToolResult, McpError> {
+        let r = self.call_inner(tool, arguments, meta).await;
+        // A refusal or a timeout still proves the server answers or lives.
+        self.record(match &r {
+            Err(e) if e.is_session_failure() => Err(e),
+            _ => Ok(()),
+        });
+        r
+    }
+
+    async fn call_inner(
+        &self,
+        tool: &str,
+        arguments: JsonObject,
+        meta: RequestMetaObject,
+    ) -> Result<CallToolResult, McpError> {
+        let timeout = self.settings.call_timeout;
+        match self.settings.session {
+            SessionMode::PerCall => {
+                let s = self.open().await?;
+                let r = s.call_tool(&self.settings, tool, arguments, meta, timeout).await;
+                s.close().await;
+                r
+            }
+            SessionMode::Persistent => {
+                let mut retried = false;
+                loop {
+                    let s = match self.session().await {
+                        Ok(s) => s,
+                        Err(e) if !retried && e.is_session_failure() => {
+                            retried = true;
+                            continue;
+                        }
+                        Err(e) => return Err(e),
+                    };
+                    match s.call_tool(&self.settings, tool, arguments.clone(), meta.clone(), timeout).await {
+                        Err(e) if e.is_session_failure() => {
+                            self.discard(&s).await;
+                            if retried {
+                                return Err(e);
+                            }
+                            tracing::warn!(server = %self.settings.name, tool, error = %e, "MCP session failed; reconnecting once");
+                            retried = true;
+                        }
+                        r => return r,
+                    }
+                }
+            }
+        }
+    }
+
+    /// Health for reports.
+    pub fn health(&self) -> ServerHealth {
+        let s = self.state();
+        ServerHealth {
+            server: self.settings.name.clone(),
+            transport: self.settings.transport_name().into(),
+            endpoint: self.settings.endpoint(),
+            status: match s.status {
+                None => HealthStatus::Pending,
+                Some(true) => HealthStatus::Up,
+                Some(false) => HealthStatus::Down,
+            },
+            discovered: s.tools.is_some(),
+            tools: s.tools.as_ref().map_or(0, Vec::len),
+            consecutive_failures: s.failures,
+            sessions_opened: s.opened,
+            pid: if self.settings.session == SessionMode::Persistent { s.pid } else { None },
+            last_error: s.last_error.clone(),
+        }
+    }
+
+    /// Closes the persistent session, if any.
+    pub async fn shutdown(&self) {
+        let s = self.session.lock().await.take();
+        if let Some(s) = s.and_then(|s| Arc::try_unwrap(s).ok()) {
+            s.close().await;
+        }
+    }
+}

@@ -1,0 +1,35 @@
+//! MCP tools for agents, through rmcp (seed 000 sections 4-6, seed 003).
+//!
+//! - [`config`]: `[mcp_servers.<name>]` (stdio or Streamable HTTP, timeouts,
+//!   session mode, name prefix) and its validation.
+//! - [`import`]: the Claude Desktop / Cursor `mcpServers` JSON (`--mcp-config`).
+//! - [`url_policy`]: which HTTP endpoints are allowed, and URL redaction.
+//! - [`session`]: opening one session (minimal child environment, stderr
+//!   drained to tracing), requests with timeouts and `_meta`.
+//! - [`manager`]: one server: shared persistent session with reconnect-once,
+//!   per-call sessions, discovered tools, health.
+//! - [`content`]: `CallToolResult` -> tool result + `structuredContent` artifact.
+//! - [`tool`]: an MCP tool as a [`crate::tool::Tool`].
+//! - [`hub`]: every server of a process; `mcp:<server>[/<tool>]` entries,
+//!   background recovery, health for heartbeats.
+//!
+//! What the seeds' Python adapters got wrong and this module does not: stdio
+//! calls without timeouts, one dead server dropping every tool, silent name
+//! overwrites (collisions are [`crate::tool::ToolSet`] errors naming both
+//! sources), `structuredContent` lost on errors.
+
+pub mod config;
+pub mod content;
+pub mod error;
+pub mod hub;
+pub mod import;
+pub mod manager;
+pub mod session;
+pub mod tool;
+pub mod url_policy;
+
+pub use config::{McpServerSettings, McpTransport, RawMcpServer, SessionMode};
+pub use error::McpError;
+pub use hub::{McpEntry, McpHub, servers_in};
+pub use manager::{HealthStatus, ServerHealth};
+pub use tool::McpTool;

@@ -1,0 +1,232 @@
+//! Opening one MCP session: start the stdio child (or reach the HTTP
+//! endpoint), run `initialize` under a timeout, and send requests with a
+//! timeout and `_meta` (rmcp itself waits forever by default).
+//!
+//! A stdio child runs with a cleared environment: `PATH`, the variables the
+//! config declares, and nothing else, so worker secrets (NATS credentials,
+//! model keys) never reach a third-party server. Its stderr is drained into
+//! tracing line by line on its own task, so a chatty server never blocks and
+//! never mixes logs with the protocol on stdout.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use rmcp::RoleClient;
+use rmcp::model::{
+    CallToolRequest, CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, ClientRequest,
+    Implementation, JsonObject, RequestMetaObject, ServerResult,
+};
+use rmcp::service::{PeerRequestOptions, RunningService, ServiceError, ServiceExt};
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+use tokio::io::AsyncBufReadExt;
+
+use super::config::{McpServerSettings, McpTransport};
+use super::error::McpError;
+use super::url_policy;
+
+/// Longest stderr line logged; the rest is cut.
+const STDERR_LINE_MAX: usize = 2000;
+
+/// One open session.
+pub struct Session {
+    service: RunningService<RoleClient, ClientConfig>,
+    /// The stdio child's pid, for health reports and operators.
+    pub pid: Option<u32>,
+}
+
+fn client_info() -> ClientConfig {
+    ClientConfig::new(ClientCapabilities::default(), Implementation::new("flotilla", env!("CARGO_PKG_VERSION")))
+}
+
+/// What an error says about `settings`' server, with URL paths redacted.
+pub(crate) fn redacted(settings: &McpServerSettings, text: impl std::fmt::Display) -> String {
+    let text = text.to_string();
+    match &settings.transport {
+        McpTransport::Http { url, .. } => url_policy::scrub(&text, url),
+        McpTransport::Stdio { .. } => text,
+    }
+}
+
+impl Session {
+    /// Starts or reaches the server and completes `initialize`, all within
+    /// `settings.init_timeout`.
+    pub async fn open(settings: &McpServerSettings) -> Result<Self, McpError> {
+        let server = settings.name.clone();
+        let timeout = settings.init_timeout;
+        match tokio::time::timeout(timeout, Self::open_inner(settings)).await {
+            Ok(r) => r,
+            Err(_) => Err(McpError::Timeout { server, what: "start and initialize".into(), timeout }),
+        }
+    }
+
+    async fn open_inner(settings: &McpServerSettings) -> Result<Self, McpError> {
+        let server = settings.name.clone();
+        let connect_err = |m: String| McpError::Connect { server: server.clone(), message: m };
+        match &settings.transport {
+            McpTransport::Stdio { command, args, env, env_passthrough, cwd } => {
+                let mut cmd = tokio::process::Command::new(command);
+                cmd.args(args).env_clear().kill_on_drop(true);
+                if let Ok(path) = std::env::var("PATH") {
+                    cmd.env("PATH", path);
+                }
+                for name in env_passthrough {
+                    if let Ok(v) = std::env::var(name) {
+                        cmd.env(name, v);
+                    }
+                }
+                cmd.envs(env);
+                if let Some(dir) = cwd {
+                    cmd.current_dir(dir);
+                }
+                let (proc, stderr) = TokioChildProcess::builder(cmd)
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .map_err(|e| connect_err(format!("cannot start {}: {e}", command.display())))?;
+                let pid = proc.id();
+                if let Some(stderr) = stderr {
+                    tokio::spawn(drain_stderr(server.clone(), stderr));
+                }
+                let service = client_info()
+                    .serve(proc)
+                    .await
+                    .map_err(|e| connect_err(format!("initialize failed: {e} (see the server's stderr in the log)")))?;
+                Ok(Session { service, pid })
+            }
+            McpTransport::Http { url, headers_from_env, bearer_token_env, allow_insecure_http } => {
+                let parsed = url_policy::check(url, *allow_insecure_http)
+                    .map_err(|e| McpError::Config { server: server.clone(), message: e.to_string() })?;
+                url_policy::check_resolved(&parsed)
+                    .await
+                    .map_err(|e| McpError::Config { server: server.clone(), message: e.to_string() })?;
+                let env = |var: &str| {
+                    std::env::var(var).map_err(|_| McpError::Config {
+                        server: server.clone(),
+                        message: format!("environment variable {var} is not set"),
+                    })
+                };
+                let mut headers = std::collections::HashMap::new();
+                for (name, var) in headers_from_env {
+                    let value = reqwest::header::HeaderValue::from_str(&env(var)?).map_err(|_| McpError::Config {
+                        server: server.clone(),
+                        message: format!("{var} does not hold a valid header value"),
+                    })?;
+                    let name = reqwest::header::HeaderName::from_bytes(name.as_bytes())
+                        .map_err(|e| McpError::Config { server: server.clone(), message: e.to_string() })?;
+                    headers.insert(name, value);
+                }
+                let mut config = StreamableHttpClientTransportConfig::with_uri(url.as_str()).custom_headers(headers);
+                if let Some(var) = bearer_token_env {
+                    config = config.auth_header(env(var)?);
+                }
+                crate::tls::install_crypto_provider(); // rmcp builds its reqwest client now
+                let transport = StreamableHttpClientTransport::from_config(config);
+                let service = client_info()
+                    .serve(transport)
+                    .await
+                    .map_err(|e| connect_err(redacted(settings, format!("initialize failed: {e}"))))?;
+                Ok(Session { service, pid: None })
+            }
+        }
+    }
+
+    /// Whether the transport has closed (the child exited, the stream broke).
+    pub fn is_closed(&self) -> bool {
+        self.service.is_closed() || self.service.peer().is_transport_closed()
+    }
+
+    /// `tools/list`, every page, within `timeout`.
+    pub async fn list_tools(
+        &self,
+        settings: &McpServerSettings,
+        timeout: Duration,
+    ) -> Result<Vec<rmcp::model::Tool>, McpError> {
+        match tokio::time::timeout(timeout, self.service.peer().list_all_tools()).await {
+            Ok(r) => r.map_err(|e| classify(settings, e)),
+            Err(_) => Err(McpError::Timeout { server: settings.name.clone(), what: "tools/list".into(), timeout }),
+        }
+    }
+
+    /// One `tools/call` with a timeout and request `_meta`.
+    pub async fn call_tool(
+        &self,
+        settings: &McpServerSettings,
+        tool: &str,
+        arguments: JsonObject,
+        meta: RequestMetaObject,
+        timeout: Duration,
+    ) -> Result<CallToolResult, McpError> {
+        let params = CallToolRequestParams::new(tool.to_string()).with_arguments(arguments);
+        let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+        let options = PeerRequestOptions::with_timeout(timeout).with_meta(meta);
+        let handle =
+            self.service.peer().send_request_with_option(request, options).await.map_err(|e| classify(settings, e))?;
+        match handle.await_response().await {
+            Ok(ServerResult::CallToolResult(r)) => Ok(r),
+            Ok(other) => Err(McpError::Rpc {
+                server: settings.name.clone(),
+                code: -32603,
+                message: format!("unexpected reply to tools/call: {}", reply_kind(&other)),
+            }),
+            Err(ServiceError::Timeout { .. }) => {
+                Err(McpError::Timeout { server: settings.name.clone(), what: format!("tools/call {tool}"), timeout })
+            }
+            Err(e) => Err(classify(settings, e)),
+        }
+    }
+
+    /// Closes the session (for stdio: ends the child).
+    pub async fn close(mut self) {
+        let _ = self.service.close_with_timeout(Duration::from_secs(2)).await;
+    }
+}
+
+fn reply_kind(r: &ServerResult) -> String {
+    serde_json::to_value(r)
+        .ok()
+        .and_then(|v| v.as_object().map(|o| o.keys().cloned().collect::<Vec<_>>().join(",")))
+        .unwrap_or_default()
+}
+
+/// Maps rmcp's error onto ours.
+pub(crate) fn classify(settings: &McpServerSettings, e: ServiceError) -> McpError {
+    let server = settings.name.clone();
+    match e {
+        ServiceError::McpError(data) => {
+            McpError::Rpc { server, code: data.code.0, message: redacted(settings, data.message) }
+        }
+        ServiceError::Timeout { timeout } => McpError::Timeout { server, what: "request".into(), timeout },
+        other => McpError::Session { server, message: redacted(settings, other) },
+    }
+}
+
+fn cut(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+async fn drain_stderr(server: String, stderr: tokio::process::ChildStderr) {
+    let mut lines = tokio::io::BufReader::new(stderr).lines();
+    loop {
+        match lines.next_line().await {
+            Ok(Some(line)) => {
+                let line = cut(&line, STDERR_LINE_MAX);
+                tracing::info!(target: "flotilla::mcp::stderr", server = %server, "{line}");
+            }
+            Ok(None) => return,
+            Err(e) => {
+                // Not UTF-8 or a broken pipe: stop logging, keep nothing blocked.
+                tracing::debug!(server = %server, error = %e, "stopped reading MCP server stderr");
+                let mut rest = lines.into_inner();
+                let _ = tokio::io::copy(&mut rest, &mut tokio::io::sink()).await;
+                return;
+            }
+        }
+    }
+}

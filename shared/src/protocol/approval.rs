@@ -1,0 +1,243 @@
+//! Human approval of tool calls (seed 000 section 3.6, seed 003 `interrupt_on`).
+//!
+//! A worker about to run a gated call stores an [`ApprovalRecord`] in the
+//! `<prefix>_approvals` KV bucket (state `pending`) and announces the
+//! [`ApprovalRequest`] on `<prefix>.job.<job>.approval.<task>`. A person answers
+//! through the job API (`approvals` / `approve`, see docs/APPROVALS.md); the
+//! orchestrator checks the tenant and the allowed decisions and moves the
+//! record to `decided`. The worker watches the key and runs, edits or refuses
+//! the call. KV is the source of truth: a redelivered task finds the answered
+//! record and never asks twice for the same call.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use time::OffsetDateTime;
+
+use super::Message;
+use crate::ids::{JobId, SubagentType, TaskId, Tenant};
+
+/// A decision a reviewer may take on one request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DecisionKind {
+    /// Run the call as requested.
+    Approve,
+    /// Do not run it; the model reads a `permission` error.
+    Reject,
+    /// Run it with other arguments (validated against the tool's schema).
+    Edit,
+}
+
+impl DecisionKind {
+    /// Every decision, the default of an `interrupt_on` entry.
+    pub const ALL: [DecisionKind; 3] = [DecisionKind::Approve, DecisionKind::Reject, DecisionKind::Edit];
+
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DecisionKind::Approve => "approve",
+            DecisionKind::Reject => "reject",
+            DecisionKind::Edit => "edit",
+        }
+    }
+}
+
+impl std::fmt::Display for DecisionKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A reviewer's answer. Tagged by `"decision"`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "decision", rename_all = "snake_case")]
+pub enum Decision {
+    /// Run the call as requested.
+    Approve,
+    /// Refuse it, optionally saying why (the model reads the reason).
+    Reject {
+        /// Shown to the model.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+    },
+    /// Run it with these arguments instead.
+    Edit {
+        /// The replacement arguments object.
+        args: Value,
+    },
+}
+
+impl Decision {
+    /// Which kind of decision this is.
+    pub fn kind(&self) -> DecisionKind {
+        match self {
+            Decision::Approve => DecisionKind::Approve,
+            Decision::Reject { .. } => DecisionKind::Reject,
+            Decision::Edit { .. } => DecisionKind::Edit,
+        }
+    }
+}
+
+/// One tool call waiting for a person, as announced on
+/// `<prefix>.job.<job>.approval.<task>` and kept in the approvals bucket.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ApprovalRequest {
+    /// Schema version.
+    #[serde(default = "super::schema_version")]
+    pub v: u32,
+    /// The job.
+    pub job_id: JobId,
+    /// The task whose subagent made the call.
+    pub task_id: TaskId,
+    /// Owner of the job: only this tenant may decide.
+    pub tenant: Tenant,
+    /// The subagent type.
+    pub subagent_type: SubagentType,
+    /// The worker that asked.
+    pub worker_id: String,
+    /// The model's tool call id (unique within a task, not within a job).
+    pub call_id: String,
+    /// Final tool name, as the model sees it.
+    pub tool: String,
+    /// The arguments the model gave (already valid against the schema).
+    pub args: Value,
+    /// The tool's input schema, so an edit is checked before it is accepted.
+    pub input_schema: Value,
+    /// What the reviewer may answer.
+    pub decisions: Vec<DecisionKind>,
+    /// When the worker first asked.
+    #[serde(with = "time::serde::rfc3339")]
+    pub requested_at: OffsetDateTime,
+    /// After this the call is rejected unanswered.
+    #[serde(with = "time::serde::rfc3339")]
+    pub expires_at: OffsetDateTime,
+}
+
+/// Where a request stands.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum ApprovalState {
+    /// Waiting for a person.
+    Pending,
+    /// Answered.
+    Decided {
+        /// The answer.
+        #[serde(flatten)]
+        decision: Decision,
+        /// Who answered, as they named themselves (`--by`, else `$USER`); the
+        /// tenant check is what authorizes, this is for the audit trail.
+        by: Option<String>,
+        /// When.
+        #[serde(with = "time::serde::rfc3339")]
+        decided_at: OffsetDateTime,
+    },
+    /// Nobody answered in time: the call was rejected.
+    Expired {
+        /// When the worker gave up.
+        #[serde(with = "time::serde::rfc3339")]
+        at: OffsetDateTime,
+    },
+}
+
+/// The value stored under `<job>.<task>.<call>` in the approvals bucket.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ApprovalRecord {
+    /// Schema version.
+    #[serde(default = "super::schema_version")]
+    pub v: u32,
+    /// What was asked.
+    pub request: ApprovalRequest,
+    /// Where it stands.
+    pub state: ApprovalState,
+}
+
+impl ApprovalRecord {
+    /// Pending and not past its deadline at `now`.
+    pub fn is_open(&self, now: OffsetDateTime) -> bool {
+        matches!(self.state, ApprovalState::Pending) && now < self.request.expires_at
+    }
+}
+
+/// `<prefix>.api.<tenant>.approvals`: the tenant's open requests, oldest first.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApprovalsRequest {
+    /// Schema version.
+    #[serde(default = "super::schema_version")]
+    pub v: u32,
+    /// Only this job's requests.
+    #[serde(default)]
+    pub job_id: Option<JobId>,
+}
+
+/// Reply to `approvals`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ApprovalsReply {
+    /// Open requests (pending, not expired), oldest first.
+    pub approvals: Vec<ApprovalRequest>,
+}
+
+/// `<prefix>.api.<tenant>.approve`: answer one request.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApproveRequest {
+    /// Schema version.
+    #[serde(default = "super::schema_version")]
+    pub v: u32,
+    /// The job.
+    pub job_id: JobId,
+    /// The model's call id.
+    pub call_id: String,
+    /// The task, needed only when the call id is pending in several tasks of
+    /// the job (scripted models reuse call ids across tasks).
+    #[serde(default)]
+    pub task_id: Option<TaskId>,
+    /// The answer.
+    pub decision: Decision,
+    /// Who answers (audit only).
+    #[serde(default)]
+    pub by: Option<String>,
+}
+
+/// Reply to `approve`: the record as stored.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ApproveReply {
+    /// The decided record.
+    pub record: ApprovalRecord,
+}
+
+impl Message for ApprovalRequest {
+    const NAME: &'static str = "approval request";
+}
+impl Message for ApprovalRecord {
+    const NAME: &'static str = "approval record";
+}
+impl Message for ApprovalsRequest {
+    const NAME: &'static str = "approvals request";
+}
+impl Message for ApproveRequest {
+    const NAME: &'static str = "approve request";
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn decisions_have_the_documented_wire_form() {
+        let d: Decision = serde_json::from_value(json!({"decision": "reject", "reason": "no"})).unwrap();
+        assert_eq!(d, Decision::Reject { reason: Some("no".into()) });
+        let d: Decision = serde_json::from_value(json!({"decision": "edit", "args": {"x": 1}})).unwrap();
+        assert_eq!(d.kind(), DecisionKind::Edit);
+        assert_eq!(serde_json::to_value(Decision::Approve).unwrap(), json!({"decision": "approve"}));
+        let err = serde_json::from_value::<Decision>(json!({"decision": "maybe"})).unwrap_err();
+        assert!(err.to_string().contains("unknown variant"), "{err}");
+        let state =
+            ApprovalState::Decided { decision: Decision::Approve, by: None, decided_at: crate::protocol::now() };
+        let v = serde_json::to_value(&state).unwrap();
+        assert_eq!(v["state"], "decided");
+        assert_eq!(v["decision"], "approve");
+        assert_eq!(serde_json::from_value::<ApprovalState>(v).unwrap(), state);
+    }
+}

@@ -1,0 +1,213 @@
+//! Issue 4 item 6: human approval of tool calls through separate processes.
+//! A scripted subagent calls `calculate_margin`, which its type lists under
+//! `interrupt_on`; the test answers with the `flotilla` CLI as a person would.
+
+use flotilla_shared::protocol::JobStatus;
+use flotilla_tests::{EventLog, TestConfig, proc::run_cli};
+use serde_json::Value;
+
+use crate::common::{Deployment, TIMEOUT};
+
+const PLANNER: &str = r#"
+[[turns]]
+[[turns.calls]]
+tool = "task"
+args = '{"subagent_type": "finance", "description": "margin: revenue 120, cost 75"}'
+
+[[turns]]
+content = "{% set r = last[0] %}{% if r.ok %}{{ r.value }}{% else %}task failed: {{ r.error.message }}{% endif %}"
+"#;
+
+const SUBAGENT: &str = r#"
+[vars]
+nums = "captures(input, 'revenue (-?[0-9]+), cost (-?[0-9]+)')"
+
+[[turns]]
+[[turns.calls]]
+tool = "calculate_margin"
+args = '{"revenue": {{ nums[0][1] }}, "cost": {{ nums[0][2] }}}'
+
+[[turns]]
+content = "{% set r = last[0] %}{% if r.ok %}margin={{ r.value.margin }}{% else %}{{ r.error.kind }}: {{ r.error.message }}{% endif %}"
+"#;
+
+/// One finance subagent whose `calculate_margin` calls need approval.
+fn config(url: &str, decisions: &str, approval_timeout: u64) -> TestConfig {
+    let mut c = TestConfig::new(url);
+    c.script("planner.toml", PLANNER).script("finance.toml", SUBAGENT);
+    c.section(&format!(
+        r#"[models.planner]
+provider = "scripted"
+script = "planner.toml"
+[models.finance]
+provider = "scripted"
+script = "finance.toml"
+[planner]
+model = "planner"
+task_timeout = 120
+[subagents.finance]
+description = "Computes gross margins."
+model = "finance"
+tools = ["calculate_margin"]
+approval_timeout = {approval_timeout}
+[subagents.finance.interrupt_on.calculate_margin]
+decisions = {decisions}
+"#
+    ));
+    c
+}
+
+/// Runs `flotilla <args> --config <cfg>` off the async runtime.
+async fn cli(d: &Deployment, args: &[&str]) -> (i32, String, String) {
+    let mut all: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+    all.extend(["--config".into(), d.config_arg()]);
+    tokio::task::spawn_blocking(move || {
+        let refs: Vec<&str> = all.iter().map(String::as_str).collect();
+        run_cli(&refs, &[("USER", "tester")])
+    })
+    .await
+    .unwrap()
+}
+
+async fn request(log: &mut EventLog) -> Value {
+    log.until(TIMEOUT, "an approval request", |s, _| s.contains(".approval.")).await
+}
+
+async fn answer_of(d: &Deployment, log: &mut EventLog) -> String {
+    let end = log.job_end(TIMEOUT).await;
+    assert_eq!(end["event"], "completed", "{end}");
+    log.drain();
+    let rec = d.status(end["job_id"].as_str().unwrap().parse().unwrap()).await;
+    assert_eq!(rec.status, JobStatus::Completed);
+    rec.answer.unwrap_or_default()
+}
+
+fn progress<'a>(log: &'a EventLog, event: &str) -> Vec<&'a Value> {
+    log.seen.iter().filter(|(s, v)| s.contains(".progress.") && v["event"] == event).map(|(_, v)| v).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn approved_call_runs_after_a_person_approves_it() {
+    let d = Deployment::start(1, |url| config(url, r#"["approve", "reject", "edit"]"#, 60)).await;
+    let mut log = EventLog::subscribe(&d.bus.client, "flotilla.job.>").await;
+    let job = d.submit("one margin").await;
+    let req = request(&mut log).await;
+    assert_eq!(req["job_id"], job.to_string());
+    assert_eq!(req["tool"], "calculate_margin");
+    assert_eq!(req["args"], serde_json::json!({"revenue": 120, "cost": 75}));
+    let call = req["call_id"].as_str().unwrap().to_string();
+
+    // The pending request is listed for its tenant only.
+    let (code, out, err) = cli(&d, &["approvals", "--json"]).await;
+    assert_eq!(code, 0, "{err}");
+    let listed: Vec<Value> = serde_json::from_str(&out).unwrap();
+    assert_eq!(listed.len(), 1, "{out}");
+    assert_eq!(listed[0]["call_id"], call.as_str());
+    assert_eq!(listed[0]["decisions"], serde_json::json!(["approve", "reject", "edit"]));
+    let (_, out, _) = cli(&d, &["--tenant", "acme", "approvals", "--json"]).await;
+    assert_eq!(out.trim(), "[]", "another tenant sees nothing");
+    let (code, _, err) = cli(&d, &["--tenant", "acme", "approve", &job.to_string(), &call, "--approve"]).await;
+    assert_eq!(code, 2);
+    assert!(err.contains("no approval request"), "another tenant cannot decide: {err}");
+
+    // Nothing ran yet: the task waits for a person.
+    log.drain();
+    assert!(progress(&log, "tool_result").is_empty(), "the tool ran before approval");
+
+    let (code, out, err) = cli(&d, &["approve", &job.to_string(), &call, "--approve"]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("approve call"), "{out}");
+    assert_eq!(answer_of(&d, &mut log).await, "margin=0.375");
+
+    let resolved = progress(&log, "approval_resolved");
+    assert_eq!(resolved.len(), 1);
+    assert_eq!(resolved[0]["outcome"], "approve");
+    assert_eq!(resolved[0]["by"], "tester");
+    let (code, _, err) = cli(&d, &["approve", &job.to_string(), &call, "--reject"]).await;
+    assert_eq!(code, 2);
+    assert!(err.contains("already answered (approve by tester)"), "{err}");
+    let (_, out, _) = cli(&d, &["approvals", "--json"]).await;
+    assert_eq!(out.trim(), "[]");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rejected_call_is_an_error_the_model_reads() {
+    let d = Deployment::start(1, |url| config(url, r#"["approve", "reject"]"#, 60)).await;
+    let mut log = EventLog::subscribe(&d.bus.client, "flotilla.job.>").await;
+    let job = d.submit("one margin").await.to_string();
+    let call = request(&mut log).await["call_id"].as_str().unwrap().to_string();
+
+    let (code, _, err) = cli(&d, &["approve", &job, &call, "--edit", r#"{"revenue": 1, "cost": 1}"#]).await;
+    assert_eq!(code, 2);
+    assert!(err.contains("edit is not allowed for calculate_margin (allowed: approve, reject)"), "{err}");
+
+    let (code, _, err) = cli(&d, &["approve", &job, &call, "--reject", "--reason", "too risky"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        answer_of(&d, &mut log).await,
+        "permission: a reviewer rejected this call to calculate_margin: too risky"
+    );
+    let results = progress(&log, "tool_result");
+    assert_eq!(results.len(), 1);
+    assert_eq!(results[0]["error_kind"], "permission", "the call did not run");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn edited_call_runs_with_the_reviewers_arguments() {
+    let d = Deployment::start(1, |url| config(url, r#"["approve", "reject", "edit"]"#, 60)).await;
+    let mut log = EventLog::subscribe(&d.bus.client, "flotilla.job.>").await;
+    let job = d.submit("one margin").await.to_string();
+    let call = request(&mut log).await["call_id"].as_str().unwrap().to_string();
+
+    for (bad, why) in [
+        (r#"{"revenue": "lots", "cost": 50}"#, "do not fit calculate_margin"),
+        (r#"{"revenue": 200}"#, "\"cost\" is a required property"),
+        ("not json", "--edit is not valid JSON"),
+    ] {
+        let (code, _, err) = cli(&d, &["approve", &job, &call, "--edit", bad]).await;
+        assert_eq!(code, 2, "{bad} was accepted");
+        assert!(err.contains(why), "{bad}: {err}");
+    }
+    let (code, _, err) = cli(&d, &["approve", &job, &call, "--edit", r#"{"revenue": 200, "cost": 50}"#]).await;
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(answer_of(&d, &mut log).await, "margin=0.75");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unanswered_call_is_rejected_after_the_timeout() {
+    let d = Deployment::start(1, |url| config(url, r#"["approve", "reject"]"#, 2)).await;
+    let mut log = EventLog::subscribe(&d.bus.client, "flotilla.job.>").await;
+    let job = d.submit("one margin").await.to_string();
+    let call = request(&mut log).await["call_id"].as_str().unwrap().to_string();
+    assert_eq!(
+        answer_of(&d, &mut log).await,
+        "permission: no reviewer answered within 2s, so this call to calculate_margin was rejected and not run"
+    );
+    assert_eq!(progress(&log, "approval_resolved")[0]["outcome"], "expired");
+    let (code, _, err) = cli(&d, &["approve", &job, &call, "--approve"]).await;
+    assert_eq!(code, 2);
+    assert!(err.contains("already answered (expired unanswered)"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answered_call_is_not_asked_again_after_the_worker_dies() {
+    let mut d = Deployment::start(1, |url| config(url, r#"["approve", "reject", "edit"]"#, 60)).await;
+    let mut log = EventLog::subscribe(&d.bus.client, "flotilla.job.>").await;
+    let job = d.submit("one margin").await.to_string();
+    let call = request(&mut log).await["call_id"].as_str().unwrap().to_string();
+
+    // The worker dies while waiting; the person answers while no worker runs.
+    d.workers[0].kill();
+    let (code, _, err) = cli(&d, &["approve", &job, &call, "--edit", r#"{"revenue": 100, "cost": 40}"#]).await;
+    assert_eq!(code, 0, "{err}");
+
+    // The redelivered task replays the same call and finds the answer in KV.
+    d.add_worker("w2");
+    assert_eq!(answer_of(&d, &mut log).await, "margin=0.6");
+    let started: Vec<_> = progress(&log, "started").into_iter().map(|v| v["attempt"].as_u64().unwrap()).collect();
+    assert_eq!(started, [1, 2], "the task ran twice");
+    let asked = log.seen.iter().filter(|(s, _)| s.contains(".approval.")).count();
+    assert_eq!(asked, 1, "asked once, not again on redelivery");
+    assert_eq!(progress(&log, "approval_requested").len(), 1);
+    assert_eq!(progress(&log, "approval_resolved").len(), 1, "only the second attempt saw the decision");
+}

@@ -1,0 +1,241 @@
+//! Issue 5: long jobs survive worker, orchestrator and NATS failures; every
+//! bad input gets a clear answer. Faults are injected into real processes.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use flotilla_shared::protocol::{JobStatus, TaskStatus};
+use flotilla_tests::{EventLog, TestConfig, eventually, proc::run_cli};
+use serde_json::Value;
+
+use crate::common::{Deployment, TIMEOUT};
+
+/// `n` regions in the demo job format.
+pub fn regions(n: usize) -> String {
+    let parts: Vec<String> = (0..n).map(|i| format!("r{i}: revenue {}, cost {}", 100 + i, 50 + i)).collect();
+    format!("Margins: {}.", parts.join("; "))
+}
+
+fn is_started(s: &str, v: &Value) -> bool {
+    s.contains(".progress.") && v["event"] == "started"
+}
+
+fn is_dispatched(s: &str, v: &Value) -> bool {
+    s.ends_with(".event") && v["event"] == "task_dispatched"
+}
+
+fn starts_per_task(log: &EventLog) -> HashMap<String, usize> {
+    let mut m = HashMap::new();
+    for (s, v) in &log.seen {
+        if is_started(s, v) {
+            *m.entry(v["task_id"].as_str().unwrap().to_string()).or_default() += 1;
+        }
+    }
+    m
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn worker_crashes_lose_no_task_and_count_none_twice() {
+    // ack_wait 2 s: a killed worker's tasks come back quickly.
+    let mut d = Deployment::start(3, |url| {
+        let mut c = TestConfig::demo(url, 4, 60);
+        c.nats(2, 10);
+        c
+    })
+    .await;
+    let mut log = EventLog::subscribe(&d.bus.client, "flotilla.job.>").await;
+    let job = d.submit(&regions(100)).await;
+    // Three SIGKILLs at random moments of the run, each replaced by a fresh worker.
+    let mut kills: Vec<usize> = (0..3).map(|_| fastrand::usize(5..90)).collect();
+    kills.sort_unstable();
+    let mut killed = Vec::new();
+    for (i, at) in kills.into_iter().enumerate() {
+        log.until_count(TIMEOUT, at, "task starts", is_started).await;
+        let mut w = d.workers.remove(fastrand::usize(..d.workers.len()));
+        killed.push(w.name.clone());
+        w.kill();
+        d.add_worker(&format!("replacement-{i}"));
+    }
+    let end = log.job_end(Duration::from_secs(120)).await;
+    assert_eq!(end["event"], "completed", "{end}");
+    log.drain();
+    let rec = d.status(job).await;
+    assert_eq!(rec.status, JobStatus::Completed);
+    assert_eq!(rec.tasks.len(), 100);
+    assert!(rec.tasks.iter().all(|t| t.status == Some(TaskStatus::Completed)), "every task completed");
+    assert_eq!(log.events("task_reported").len(), 100, "each report consolidated exactly once");
+    let redelivered: Vec<_> = rec.tasks.iter().filter(|t| t.attempt > 1).collect();
+    assert!(!redelivered.is_empty(), "the killed workers had tasks in flight that another worker finished");
+    for t in &redelivered {
+        assert!(!killed.contains(t.worker_id.as_ref().unwrap()), "finished by a live worker: {t:?}");
+    }
+    assert!(rec.answer.unwrap().contains("| r0 | 100 | 50 | 0.5 |"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nats_restart_mid_job_is_survived() {
+    let mut d = Deployment::start(2, |url| TestConfig::demo(url, 4, 300)).await;
+    let mut log = EventLog::subscribe(&d.bus.client, "flotilla.job.>").await;
+    let job = d.submit(&regions(12)).await;
+    log.until_count(TIMEOUT, 2, "task starts", is_started).await;
+    d.nats.restart().await; // SIGKILL, then the same port and store
+    let rec = eventually(Duration::from_secs(90), "the job to end after the NATS restart", || async {
+        let r = d.status_opt(job).await?;
+        r.status.is_terminal().then_some(r)
+    })
+    .await;
+    assert_eq!(rec.status, JobStatus::Completed, "{:?}", rec.error);
+    assert_eq!(rec.tasks.len(), 12);
+    assert!(rec.tasks.iter().all(|t| t.status == Some(TaskStatus::Completed)));
+    for w in &mut d.workers {
+        assert!(w.running(), "{} survived the outage", w.name);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_orchestrator_crash_resumes_the_job_without_dispatching_twice() {
+    let mut d = Deployment::start(2, |url| TestConfig::demo(url, 4, 400)).await;
+    let mut log = EventLog::subscribe(&d.bus.client, "flotilla.job.>").await;
+    let job = d.submit(&regions(10)).await;
+    log.until_count(TIMEOUT, 5, "dispatches", is_dispatched).await;
+    d.orchestrator.as_mut().unwrap().kill();
+    d.start_orchestrator();
+    let end = log.job_end(TIMEOUT).await;
+    assert_eq!(end["event"], "completed", "{end}");
+    log.drain();
+    let rec = d.status(job).await;
+    assert_eq!(rec.tasks.len(), 10, "no task dispatched twice: {:?}", rec.tasks);
+    assert!(rec.tasks.iter().all(|t| t.status == Some(TaskStatus::Completed)));
+    let starts = starts_per_task(&log);
+    assert_eq!(starts.len(), 10);
+    assert!(starts.values().all(|n| *n == 1), "every task delivered once: {starts:?}");
+    assert!(rec.answer.unwrap().contains("| r9 | 109 | 59 |"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_stops_the_planner_queued_tasks_and_running_subagents() {
+    // 2 workers × 2 slots, 10 s per model call: 4 tasks run, 4 wait in the queue.
+    let d = Deployment::start(2, |url| TestConfig::demo(url, 2, 10_000)).await;
+    let mut log = EventLog::subscribe(&d.bus.client, "flotilla.job.>").await;
+    let job = d.submit(&regions(8)).await;
+    log.until_count(TIMEOUT, 4, "task starts", is_started).await;
+    let (code, out, err) = run_cli(&["--config", &d.config_arg(), "cancel", &job.to_string(), "--json"], &[]);
+    assert_eq!(code, 0, "{out}{err}");
+    let reply: Value = serde_json::from_str(&out).unwrap();
+    let end = log.job_end(Duration::from_secs(10)).await;
+    assert_eq!(end["event"], "cancelled", "{end}");
+    // Every running subagent stops within seconds and says so.
+    log.until_count(Duration::from_secs(5), 4, "cancelled finishes", |s, v| {
+        s.contains(".progress.") && v["event"] == "finished" && v["status"] == "cancelled"
+    })
+    .await;
+    let purged = reply["purged_tasks"].as_u64().unwrap();
+    // A work queue keeps a message until it is acked: the 4 running tasks' messages
+    // go too (their workers report `cancelled`), with the 4 still queued.
+    assert_eq!(purged, 8, "the job's task messages left the work queue");
+    assert_eq!(log.events("started").len(), 4, "no queued task started after the cancel");
+    let rec = d.status(job).await;
+    assert_eq!(rec.status, JobStatus::Cancelled);
+    let (code, _, err) = run_cli(&["--config", &d.config_arg(), "cancel", &job.to_string()], &[]);
+    assert_eq!(code, 2);
+    assert!(err.contains("already cancelled"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_model_endpoint_that_stays_down_ends_in_a_failed_report_and_a_dead_letter() {
+    let dead_port = flotilla_tests::free_port();
+    let d = Deployment::start(1, |url| {
+        let mut c = TestConfig::demo(url, 2, 0);
+        c.nats(5, 2);
+        c.section(&format!(
+            "[models.down]\nprovider = \"openai\"\nbase_url = \"http://127.0.0.1:{dead_port}/v1\"\nmodel = \"m\"\nmax_retries = 0\n\
+             [subagents.research]\ndescription = \"Looks things up.\"\nmodel = \"down\"\n"
+        ));
+        c.script(
+            "planner.toml",
+            r#"
+[[turns]]
+[[turns.calls]]
+tool = "task"
+args = '{"subagent_type": "research", "description": "find it"}'
+[[turns]]
+content = "{% set r = last[0] %}{% if r.ok %}ok{% else %}{{ r.error.kind }}: {{ r.error.message }}{% endif %}"
+"#,
+        );
+        c
+    })
+    .await;
+    let mut log = EventLog::subscribe(&d.bus.client, "flotilla.job.>").await;
+    let job = d.submit("anything").await;
+    assert_eq!(log.job_end(TIMEOUT).await["event"], "completed");
+    let rec = d.status(job).await;
+    let task = &rec.tasks[0];
+    assert_eq!(task.status, Some(TaskStatus::Failed));
+    assert_eq!(task.attempt, 2, "retried once (max_deliver 2), then reported");
+    let answer = rec.answer.unwrap();
+    assert!(answer.starts_with("transient: "), "{answer}");
+    let dl = d.dead_letters().await;
+    assert_eq!(dl.len(), 1, "{dl:?}");
+    assert!(dl[0].0.contains("gave up after 2 attempts"), "{dl:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_that_kills_every_worker_still_gets_a_failed_report() {
+    // Every delivery's worker is SIGKILLed; after max_deliver JetStream gives
+    // up and the orchestrator turns the advisory into a failed report.
+    let mut d = Deployment::start(1, |url| {
+        let mut c = TestConfig::demo(url, 1, 30_000);
+        c.nats(1, 2);
+        c
+    })
+    .await;
+    let mut log = EventLog::subscribe(&d.bus.client, "flotilla.job.>").await;
+    let job = d.submit("only: revenue 10, cost 5").await;
+    for i in 1..=2 {
+        log.until_count(TIMEOUT, i, "task starts", is_started).await;
+        d.workers.remove(0).kill();
+        d.add_worker(&format!("next-{i}"));
+    }
+    let end = log.job_end(TIMEOUT).await;
+    assert_eq!(end["event"], "completed", "{end}");
+    let rec = d.status(job).await;
+    let t = &rec.tasks[0];
+    assert_eq!(t.status, Some(TaskStatus::Failed));
+    assert_eq!(t.worker_id.as_deref(), Some("orchestrator"));
+    assert!(t.error.as_ref().unwrap().message.contains("given up after 2 deliveries"), "{t:?}");
+    assert!(rec.answer.unwrap().contains("failed: "), "the planner saw the failure");
+    assert_eq!(d.dead_letters().await.len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_for_a_type_no_worker_serves_fails_with_that_reason() {
+    let mut d = Deployment::start(0, |url| {
+        let mut c = TestConfig::demo(url, 2, 0);
+        // The planner knows `legal`, but the only worker serves `finance`.
+        c.section("[subagents.legal]\ndescription = \"Reviews contracts.\"\nmodel = \"finance\"\n");
+        c.script(
+            "planner.toml",
+            r#"
+[[turns]]
+[[turns.calls]]
+tool = "task"
+args = '{"subagent_type": "legal", "description": "review"}'
+[[turns.calls]]
+tool = "task"
+args = '{"subagent_type": "finance", "description": "revenue 120, cost 75"}'
+[[turns]]
+content = "{% for r in last %}{% if r.ok %}ok {{ r.value }}{% else %}{{ r.error.message }}{% endif %}\n{% endfor %}"
+"#,
+        );
+        c.section_replace("task_timeout = 60", "task_timeout = 60\nno_worker_timeout = 2");
+        c
+    })
+    .await;
+    d.add_worker_with("finance-only", &["--types", "finance"]);
+    let mut log = EventLog::subscribe(&d.bus.client, "flotilla.job.>").await;
+    let job = d.submit("x").await;
+    assert_eq!(log.job_end(TIMEOUT).await["event"], "completed");
+    let answer = d.status(job).await.answer.unwrap();
+    assert!(answer.contains("no worker serves legal"), "{answer}");
+    assert!(answer.contains("ok 0.375"), "{answer}");
+}

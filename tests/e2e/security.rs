@@ -1,0 +1,263 @@
+//! Least privilege with the real role config of `deploy/nats/roles.conf`: a
+//! job runs end to end with each process holding only its role's
+//! permissions, every tool call lands in the audit stream, and every step
+//! outside a role is refused by the server with an error the caller sees.
+
+use std::time::Duration;
+
+use flotilla_shared::bus::Bus;
+use flotilla_shared::config::NatsConfig;
+use flotilla_shared::ids::{JobId, SubagentType, Tenant};
+use flotilla_shared::protocol::{
+    ApiReply, AuditAction, AuditOutcome, ErrorKind, JobRecord, JobStatus, ListReply, ListRequest, SCHEMA_VERSION,
+    StatusRequest, SubmitReply, SubmitRequest,
+};
+use flotilla_tests::nats_conf::{ConfiguredNats, deploy_dir, password};
+use flotilla_tests::proc::run_cli;
+use flotilla_tests::{Proc, TestConfig};
+use futures::StreamExt;
+
+const T: Duration = Duration::from_secs(10);
+
+/// Planner: one todo list, one finance task per region in parallel, a table.
+pub const PLANNER: &str = r#"
+[vars]
+regions = "captures(input, '([A-Za-z]+): revenue ([0-9]+), cost ([0-9]+)')"
+[[turns]]
+[[turns.calls]]
+tool = "write_todos"
+args = '''{"todos": [{"content": "margins", "status": "in_progress"}]}'''
+[[turns]]
+[[turns.calls]]
+tool = "task"
+for_each = "regions"
+args = '''{"subagent_type": "finance", "description": {{ ("Region " ~ item[1] ~ ": revenue " ~ item[2] ~ ", cost " ~ item[3]) | tojson }}}'''
+[[turns]]
+content = "{% for r in results %}{{ r.value }};{% endfor %}"
+"#;
+
+/// Finance subagent: one calculate_margin call, then the value.
+pub const FINANCE: &str = r#"
+[vars]
+nums = "captures(input, 'revenue ([0-9]+), cost ([0-9]+)')"
+[[turns]]
+[[turns.calls]]
+tool = "calculate_margin"
+args = '{"revenue": {{ nums[0][1] }}, "cost": {{ nums[0][2] }}}'
+[[turns]]
+content = "{{ last[0].value }}"
+"#;
+
+pub const JOB: &str = "north: revenue 120, cost 75; east: revenue 250, cost 190; west: revenue 80, cost 20";
+
+/// A config for `url` with the scripted planner and finance subagent.
+pub fn config(url: &str) -> TestConfig {
+    let mut c = TestConfig::new(url);
+    c.script("planner.toml", PLANNER).script("finance.toml", FINANCE).section(
+        r#"[models.planner]
+provider = "scripted"
+script = "planner.toml"
+[models.finance]
+provider = "scripted"
+script = "finance.toml"
+[planner]
+model = "planner"
+task_timeout = 60
+[subagents.finance]
+description = "Computes gross margins."
+model = "finance"
+tools = ["calculate_margin"]
+"#,
+    );
+    c
+}
+
+/// Environment that makes a process authenticate as `user` through
+/// `[nats.auth]` (password from an environment variable) with its own inbox.
+pub fn role_env(user: &str) -> Vec<(String, String)> {
+    let mut env = vec![
+        ("FLOTILLA_NATS__AUTH__USER".to_string(), user.to_string()),
+        ("FLOTILLA_NATS__AUTH__PASSWORD_ENV".to_string(), "ROLE_PASSWORD".to_string()),
+        ("ROLE_PASSWORD".to_string(), password(user).to_string()),
+        ("FLOTILLA_NATS__INBOX_PREFIX".to_string(), format!("_INBOX.{user}")),
+    ];
+    if user.starts_with("worker-") {
+        env.push(("FLOTILLA_NATS__MANAGE_TOPOLOGY".to_string(), "false".to_string()));
+    }
+    env
+}
+
+fn refs(env: &[(String, String)]) -> Vec<(&str, &str)> {
+    env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect()
+}
+
+/// An in-process connection as a role user (credentials in the URL).
+pub async fn connect_as(nats: &ConfiguredNats, user: &str) -> Bus {
+    let config = NatsConfig {
+        url: nats.url_as(user),
+        inbox_prefix: format!("_INBOX.{user}"),
+        manage_topology: false,
+        ..Default::default()
+    };
+    Bus::connect(&config, &format!("test {user}"), T).await.unwrap_or_else(|e| panic!("connect as {user}: {e:#}"))
+}
+
+pub async fn submit(bus: &Bus, tenant: &Tenant, input: &str) -> JobId {
+    let req = SubmitRequest { v: SCHEMA_VERSION, input: input.into() };
+    flotilla_tests::eventually(Duration::from_secs(60), "the orchestrator to accept a job", || {
+        let req = req.clone();
+        async move {
+            let r: Result<ApiReply<SubmitReply>, _> = bus.request(tenant, "submit", &req, Duration::from_secs(5)).await;
+            r.ok().map(|r| r.into_result().expect("submit refused").job_id)
+        }
+    })
+    .await
+}
+
+pub async fn status(bus: &Bus, tenant: &Tenant, job: JobId) -> Result<JobRecord, flotilla_shared::protocol::ErrorInfo> {
+    let r: ApiReply<JobRecord> =
+        bus.request(tenant, "status", &StatusRequest { v: SCHEMA_VERSION, job_id: job }, T).await.expect("status");
+    r.into_result()
+}
+
+pub async fn finished(bus: &Bus, tenant: &Tenant, job: JobId) -> JobRecord {
+    flotilla_tests::eventually(Duration::from_secs(60), "the job to finish", || async move {
+        status(bus, tenant, job).await.ok().filter(|r| r.status.is_terminal())
+    })
+    .await
+}
+
+async fn list(bus: &Bus, tenant: &Tenant) -> Vec<JobId> {
+    let req = ListRequest { v: SCHEMA_VERSION, status: None, limit: Some(100) };
+    let r: ApiReply<ListReply> = bus.request(tenant, "list", &req, T).await.expect("list");
+    r.into_result().expect("list refused").jobs.into_iter().map(|j| j.id).collect()
+}
+
+fn violations(log: &str, user: &str) -> Vec<String> {
+    log.lines().filter(|l| l.contains("Violation") && l.contains(&format!("\"{user}\""))).map(str::to_string).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn roles_confine_every_process_and_audit_every_tool_call() {
+    let nats = ConfiguredNats::start("nats", &deploy_dir().join("nats/nats-server.conf"), &[]).await;
+    let config = config(&nats.url());
+    let path = config.write();
+    let cfg = path.display().to_string();
+    let orch_env = role_env("orchestrator");
+    let _orchestrator = Proc::spawn("orchestrator", "flotilla", &["orchestrator", "--config", &cfg], &refs(&orch_env));
+    let worker_env = role_env("worker-finance");
+    let _worker = Proc::spawn(
+        "worker",
+        "flotilla-worker",
+        &["--config", &cfg, "--id", "w-finance", "--types", "finance", "--grace", "1"],
+        &refs(&worker_env),
+    );
+
+    // The job runs with each process holding only its role's permissions.
+    let acme_tenant = Tenant::new("acme").unwrap();
+    let globex_tenant = Tenant::new("globex").unwrap();
+    let acme = connect_as(&nats, "client-acme").await;
+    let job = submit(&acme, &acme_tenant, JOB).await;
+    let rec = finished(&acme, &acme_tenant, job).await;
+    assert_eq!(rec.status, JobStatus::Completed, "{rec:?}");
+    assert_eq!(rec.tenant, acme_tenant);
+    let answer = rec.answer.clone().unwrap_or_default();
+    assert!(answer.contains("0.375") && answer.contains("0.24") && answer.contains("0.75"), "{answer}");
+    let log = nats.log();
+    for user in ["orchestrator", "worker-finance", "client-acme"] {
+        let v = violations(&log, user);
+        assert!(v.is_empty(), "role {user} lacks permissions the job needed:\n{}", v.join("\n"));
+    }
+
+    // N tool calls -> N audit records: planner 1 write_todos + 3 task, workers 3 calculate_margin.
+    let records = flotilla_tests::eventually(Duration::from_secs(10), "7 audit records", || {
+        let acme = acme.clone();
+        let t = acme_tenant.clone();
+        async move { flotilla_shared::audit::read(&acme, &t, &job).await.ok().filter(|r| r.len() >= 7) }
+    })
+    .await;
+    assert_eq!(records.len(), 7, "{records:#?}");
+    let count = |agent: &str, tool: &str| records.iter().filter(|r| r.agent == agent && r.tool == tool).count();
+    assert_eq!(count("planner", "write_todos"), 1);
+    assert_eq!(count("planner", "task"), 3);
+    assert_eq!(count("finance", "calculate_margin"), 3);
+    let trace = records[0].trace_id.clone().expect("trace id");
+    for r in &records {
+        assert_eq!((r.action, r.outcome, &r.tenant, r.job_id), (AuditAction::ToolCall, AuditOutcome::Ok, &acme_tenant, job));
+        assert_eq!(r.trace_id.as_ref(), Some(&trace), "one trace across planner and workers");
+        assert_eq!(r.args_sha256.len(), 64);
+        if r.agent == "finance" {
+            assert_eq!(r.worker, "w-finance");
+            assert!(r.task_id.is_some());
+        } else {
+            assert!(r.task_id.is_none());
+        }
+    }
+    let north = flotilla_shared::audit::args_digest(&serde_json::json!({"revenue": 120, "cost": 75}));
+    assert!(records.iter().any(|r| r.tool == "calculate_margin" && r.args_sha256 == north), "digest of north's args");
+
+    // The CLI reads the same trail with the tenant's credential.
+    let client_env = role_env("client-acme");
+    let mut cli_env = refs(&client_env);
+    cli_env.push(("FLOTILLA_TENANT", "acme"));
+    let job_arg = job.to_string();
+    let (code, out, err) = run_cli(&["audit", &job_arg, "--json", "--config", &cfg], &cli_env);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.lines().count(), 7, "{out}");
+    let (code, out, _) = run_cli(&["audit", &job_arg, "--config", &cfg], &cli_env);
+    assert_eq!(code, 0);
+    assert!(out.contains("calculate_margin") && out.contains(&trace), "{out}");
+
+    // Tenants: another tenant's job reads as not found and is not listed...
+    let globex = connect_as(&nats, "client-globex").await;
+    let e = status(&globex, &globex_tenant, job).await.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::NotFound, "{e:?}");
+    assert!(!list(&globex, &globex_tenant).await.contains(&job));
+    assert!(list(&acme, &acme_tenant).await.contains(&job));
+    // ...and a credential cannot even ask on another tenant's API subject.
+    for op in ["submit", "status", "list"] {
+        let req = StatusRequest { v: SCHEMA_VERSION, job_id: job };
+        let e = acme.request::<_, ApiReply<JobRecord>>(&globex_tenant, op, &req, T).await.unwrap_err();
+        let msg = format!("{e:#}");
+        assert!(msg.contains("permission denied") && msg.contains("flotilla.api.globex"), "{msg}");
+    }
+    let (code, _, err) = run_cli(&["submit", "--config", &cfg, "--tenant", "globex", "hello"], &refs(&client_env));
+    assert_ne!(code, 0);
+    assert!(err.contains("permission denied") && err.contains("flotilla.api.globex.submit"), "{err}");
+    // Its audit trail too: the consumer filter names the tenant.
+    let e = flotilla_shared::audit::read(&acme, &globex_tenant, &job).await.unwrap_err();
+    assert!(format!("{e:#}").contains("permission denied"), "{e:#}");
+
+    // The worker credential: no job API, no other type's queue, no raw task subjects.
+    let worker = connect_as(&nats, "worker-finance").await;
+    let req = SubmitRequest { v: SCHEMA_VERSION, input: "x".into() };
+    let e = worker.request::<_, ApiReply<SubmitReply>>(&acme_tenant, "submit", &req, T).await.unwrap_err();
+    assert!(format!("{e:#}").contains("permission denied"), "{e:#}");
+    let research = SubagentType::new("research").unwrap();
+    let e = worker.task_consumer(&research).await.err().expect("other type's queue refused");
+    let msg = format!("{e:#}");
+    assert!(msg.contains("permission denied") && msg.contains("flotilla-task-research"), "{msg}");
+    assert_subscription_denied(&worker, "flotilla.task.>").await;
+    let e = worker.publish_durable(format!("flotilla.task.finance.{job}"), &req, None, None).await.unwrap_err();
+    assert!(format!("{e:#}").contains("permission denied"), "{e:#}");
+
+    // The client credential: no task queue, no task subjects.
+    let finance = SubagentType::new("finance").unwrap();
+    let e = acme.task_consumer(&finance).await.err().expect("client cannot consume tasks");
+    assert!(format!("{e:#}").contains("permission denied"), "{e:#}");
+    assert_subscription_denied(&acme, "flotilla.task.>").await;
+    let e = acme.publish_durable(format!("flotilla.task.finance.{job}"), &req, None, None).await.unwrap_err();
+    assert!(format!("{e:#}").contains("permission denied"), "{e:#}");
+}
+
+/// Subscribes to `subject` and expects the server's refusal to surface as a
+/// permission error (instead of a subscription that silently never delivers).
+async fn assert_subscription_denied(bus: &Bus, subject: &str) {
+    let mut sub = bus.client.subscribe(subject.to_string()).await.expect("subscribe is sent");
+    let wait = async move {
+        let _ = tokio::time::timeout(T, sub.next()).await;
+        Ok::<_, std::io::Error>(())
+    };
+    let e = bus.guarded(format!("subscribe to {subject}"), wait, |d| d.subject == subject).await.unwrap_err();
+    assert!(format!("{e:#}").contains("permission denied"), "{e:#}");
+}

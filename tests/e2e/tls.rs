@@ -1,0 +1,91 @@
+//! TLS to NATS with a CA made in the test: `[nats.tls]` with the CA and a
+//! client certificate connects to a server that verifies clients (mutual
+//! TLS) and JetStream works over it; without the CA, or without the client
+//! certificate, connecting fails at once with an error that names the fix.
+
+use std::time::Duration;
+
+use flotilla_shared::bus::Bus;
+use flotilla_shared::config::{NatsConfig, NatsTlsConfig};
+use flotilla_tests::TempDir;
+use flotilla_tests::nats_conf::ConfiguredNats;
+use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair};
+
+struct Pki {
+    dir: TempDir,
+}
+
+impl Pki {
+    /// A CA, a server certificate for 127.0.0.1/localhost and a client certificate.
+    fn new() -> Self {
+        let dir = TempDir::new("pki");
+        let write = |name: &str, pem: String| std::fs::write(dir.path().join(name), pem).expect("pem");
+        let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        ca.distinguished_name.push(DnType::CommonName, "Flotilla test CA");
+        let ca = CertifiedIssuer::self_signed(ca, KeyPair::generate().unwrap()).unwrap();
+        write("ca.pem", ca.pem());
+        for (name, sans, usage) in [
+            ("server", vec!["127.0.0.1".to_string(), "localhost".to_string()], ExtendedKeyUsagePurpose::ServerAuth),
+            ("client", vec!["worker.flotilla.test".to_string()], ExtendedKeyUsagePurpose::ClientAuth),
+        ] {
+            let key = KeyPair::generate().unwrap();
+            let mut p = CertificateParams::new(sans).unwrap();
+            p.distinguished_name.push(DnType::CommonName, name);
+            p.extended_key_usages = vec![usage];
+            let cert = p.signed_by(&key, &ca).unwrap();
+            write(&format!("{name}.pem"), cert.pem());
+            write(&format!("{name}-key.pem"), key.serialize_pem());
+        }
+        Self { dir }
+    }
+
+    fn path(&self, name: &str) -> std::path::PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// A server config with JetStream and mutual TLS.
+    fn server_conf(&self) -> std::path::PathBuf {
+        let conf = self.path("tls.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "jetstream {{}}\ntls {{\n  cert_file: \"{}\"\n  key_file: \"{}\"\n  ca_file: \"{}\"\n  verify: true\n  timeout: 2\n}}\n",
+                self.path("server.pem").display(),
+                self.path("server-key.pem").display(),
+                self.path("ca.pem").display()
+            ),
+        )
+        .unwrap();
+        conf
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutual_tls_with_a_test_ca() {
+    let pki = Pki::new();
+    let nats = ConfiguredNats::start("nats-tls", &pki.server_conf(), &[]).await;
+    let tls = NatsTlsConfig {
+        ca_file: Some(pki.path("ca.pem")),
+        cert_file: Some(pki.path("client.pem")),
+        key_file: Some(pki.path("client-key.pem")),
+        required: true,
+    };
+    let config = NatsConfig { url: format!("tls://127.0.0.1:{}", nats.port), tls: tls.clone(), ..Default::default() };
+    let bus = Bus::connect(&config, "tls-test", Duration::from_secs(10)).await.expect("mutual TLS connects");
+    bus.ensure_topology().await.expect("JetStream works over TLS");
+    assert!(bus.client.server_info().tls_required, "the server asked for TLS");
+
+    // Without the test CA the server certificate is not trusted: fail fast, say what to fix.
+    let started = std::time::Instant::now();
+    let no_ca = NatsConfig { tls: NatsTlsConfig { ca_file: None, ..tls.clone() }, ..config.clone() };
+    let e = Bus::connect(&no_ca, "tls-test", Duration::from_secs(30)).await.err().expect("untrusted server refused");
+    let msg = format!("{e:#}");
+    assert!(msg.contains("TLS") && msg.contains("ca_file"), "{msg}");
+    assert!(started.elapsed() < Duration::from_secs(15), "a TLS failure is not retried until the deadline");
+
+    // Without a client certificate the server refuses us (verify: true).
+    let no_cert = NatsConfig { tls: NatsTlsConfig { cert_file: None, key_file: None, ..tls }, ..config };
+    let e = Bus::connect(&no_cert, "tls-test", Duration::from_secs(3)).await.err().expect("client without cert refused");
+    assert!(!format!("{e:#}").is_empty());
+}

@@ -1,0 +1,134 @@
+//! Worker heartbeats: one when the worker is ready, one every `[worker]
+//! heartbeat` seconds, one with state `stopping` when shutdown begins, and
+//! the worker's entry removed from the workers bucket once its tasks are
+//! done. Each beat goes out on `<prefix>.worker.heartbeat.<worker>` and into
+//! the `<prefix>_workers` KV bucket with a TTL of three intervals (see
+//! `flotilla_shared::bus::Bus::publish_heartbeat`), so a SIGKILLed worker
+//! leaves the live set by itself.
+//!
+//! Load figures (in flight, completed, failed) come from the worker's metrics,
+//! so `flotilla workers` and `/metrics` never disagree.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use flotilla_shared::bus::Bus;
+use flotilla_shared::ids::SubagentType;
+use flotilla_shared::protocol::{self, McpServerHealth, TypeLoad, WorkerHeartbeat, WorkerState};
+use time::OffsetDateTime;
+use tokio_util::sync::CancellationToken;
+
+use crate::metrics::WorkerMetrics;
+
+/// Reports the health of the worker's MCP servers for each heartbeat
+/// (plugged in by the MCP hub; empty when the worker uses none).
+pub type McpHealth = Arc<dyn Fn() -> Vec<McpServerHealth> + Send + Sync>;
+
+/// What every heartbeat of this worker says.
+#[derive(Clone)]
+pub struct Identity {
+    /// The worker id.
+    pub worker_id: String,
+    /// Served types with their per-worker concurrency.
+    pub types: Vec<(SubagentType, u32)>,
+    /// Time between beats.
+    pub interval: Duration,
+    /// URL of the worker's `/metrics`, when served.
+    pub metrics_url: Option<String>,
+}
+
+/// A running heartbeat publisher.
+pub struct Heartbeats {
+    bus: Bus,
+    worker_id: String,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Heartbeats {
+    /// Publishes the first heartbeat now (so the worker is visible once this
+    /// returns), then keeps beating until `shutdown` fires, when it sends the
+    /// `stopping` beat.
+    pub async fn start(
+        bus: Bus,
+        id: Identity,
+        metrics: Arc<WorkerMetrics>,
+        mcp: Option<McpHealth>,
+        shutdown: CancellationToken,
+    ) -> Self {
+        let beat = Beat { id, metrics, mcp, started_at: protocol::now() };
+        send(&bus, &beat.make(WorkerState::Running)).await;
+        let (b, worker_id) = (bus.clone(), beat.id.worker_id.clone());
+        let task = tokio::spawn(async move {
+            let every = beat.id.interval;
+            let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = tick.tick() => send(&b, &beat.make(WorkerState::Running)).await,
+                    _ = shutdown.cancelled() => break,
+                }
+            }
+            send(&b, &beat.make(WorkerState::Stopping)).await;
+        });
+        Self { bus, worker_id, task }
+    }
+
+    /// Waits for the `stopping` beat, then removes the worker from the live set.
+    pub async fn finish(self) {
+        let _ = self.task.await;
+        if let Err(e) = self.bus.remove_worker(&self.worker_id).await {
+            tracing::warn!(error = %e, "worker entry not removed; it expires by itself");
+        }
+    }
+}
+
+struct Beat {
+    id: Identity,
+    metrics: Arc<WorkerMetrics>,
+    mcp: Option<McpHealth>,
+    started_at: OffsetDateTime,
+}
+
+impl Beat {
+    fn make(&self, state: WorkerState) -> WorkerHeartbeat {
+        let types = self
+            .id
+            .types
+            .iter()
+            .map(|(ty, capacity)| {
+                let (in_flight, completed, failed) = self.metrics.load(ty);
+                TypeLoad { subagent_type: ty.clone(), capacity: *capacity, in_flight, completed, failed }
+            })
+            .collect();
+        WorkerHeartbeat {
+            v: protocol::SCHEMA_VERSION,
+            worker_id: self.id.worker_id.clone(),
+            host: host_name(),
+            pid: std::process::id(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            state,
+            types,
+            mcp_servers: self.mcp.as_ref().map(|f| f()).unwrap_or_default(),
+            metrics_url: self.id.metrics_url.clone(),
+            started_at: self.started_at,
+            at: protocol::now(),
+            interval_ms: self.id.interval.as_millis() as u64,
+        }
+    }
+}
+
+async fn send(bus: &Bus, hb: &WorkerHeartbeat) {
+    if let Err(e) = bus.publish_heartbeat(hb).await {
+        tracing::warn!(error = %e, "heartbeat not stored");
+    }
+}
+
+/// The host name (`HOSTNAME`, else `/etc/hostname`, else `unknown`).
+pub fn host_name() -> String {
+    std::env::var("HOSTNAME")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "unknown".into())
+}

@@ -1,0 +1,140 @@
+//! The worker's Prometheus metrics, which also feed its heartbeats (one
+//! source of truth for "in flight", "completed" and "failed"):
+//!
+//! | name | labels | what |
+//! |---|---|---|
+//! | `flotilla_worker_tasks_in_flight` | `subagent_type` | tasks running now |
+//! | `flotilla_worker_tasks_total` | `subagent_type`, `status` | tasks ended: `completed`, `failed`, `rejected`, `cancelled`, `handed_back` |
+//! | `flotilla_worker_task_duration_seconds` | `subagent_type` | wall time of reported tasks |
+//! | `flotilla_model_*`, `flotilla_tool_*` | see [`AgentMetrics`] | model and tool calls of the subagents |
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use flotilla_shared::ids::SubagentType;
+use flotilla_shared::metrics::{AgentMetrics, latency_histogram};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+/// `{subagent_type}`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TypeLabel {
+    subagent_type: String,
+}
+
+/// `{subagent_type, status}`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    subagent_type: String,
+    status: String,
+}
+
+/// How a task attempt ended on this worker.
+pub const HANDED_BACK: &str = "handed_back";
+
+/// Metrics of one worker process.
+pub struct WorkerMetrics {
+    /// The registry served on `/metrics`.
+    pub registry: Arc<Registry>,
+    /// Model and tool calls of the subagents.
+    pub agent: AgentMetrics,
+    in_flight: Family<TypeLabel, Gauge>,
+    ended: Family<OutcomeLabels, Counter>,
+    duration: Family<TypeLabel, Histogram, fn() -> Histogram>,
+}
+
+impl WorkerMetrics {
+    /// Registers every family.
+    pub fn new() -> Self {
+        let mut registry = Registry::default();
+        let agent = AgentMetrics::register(&mut registry);
+        let in_flight = Family::<TypeLabel, Gauge>::default();
+        let ended = Family::<OutcomeLabels, Counter>::default();
+        let duration = Family::<TypeLabel, Histogram, fn() -> Histogram>::new_with_constructor(latency_histogram);
+        registry.register("flotilla_worker_tasks_in_flight", "Tasks running now", in_flight.clone());
+        registry.register("flotilla_worker_tasks", "Task attempts ended, by status", ended.clone());
+        registry.register("flotilla_worker_task_duration_seconds", "Wall time of reported tasks", duration.clone());
+        Self { registry: Arc::new(registry), agent, in_flight, ended, duration }
+    }
+
+    /// Makes `ty` appear (at zero) before its first task.
+    pub fn declare(&self, ty: &SubagentType) {
+        let _ = self.in_flight.get_or_create(&label(ty));
+    }
+
+    /// A task of `ty` started; the guard counts it in flight until dropped.
+    pub fn task_started(self: &Arc<Self>, ty: &SubagentType) -> InFlight {
+        self.in_flight.get_or_create(&label(ty)).inc();
+        InFlight { metrics: self.clone(), ty: ty.clone() }
+    }
+
+    /// A task of `ty` ended with `status` (a `TaskStatus` name or [`HANDED_BACK`]).
+    pub fn task_ended(&self, ty: &SubagentType, status: &str, duration: Option<Duration>) {
+        self.ended.get_or_create(&OutcomeLabels { subagent_type: ty.to_string(), status: status.into() }).inc();
+        if let Some(d) = duration {
+            self.duration.get_or_create(&label(ty)).observe(d.as_secs_f64());
+        }
+    }
+
+    /// `(in flight, reported, reported without completing)` of `ty`, for heartbeats.
+    pub fn load(&self, ty: &SubagentType) -> (u32, u64, u64) {
+        let in_flight = self.in_flight.get(&label(ty)).map(|g| g.get().max(0) as u32).unwrap_or(0);
+        let count = |status: &str| {
+            self.ended
+                .get(&OutcomeLabels { subagent_type: ty.to_string(), status: status.into() })
+                .map(|c| c.get())
+                .unwrap_or(0)
+        };
+        let failed = count("failed") + count("rejected") + count("cancelled");
+        (in_flight, count("completed") + failed, failed)
+    }
+}
+
+fn label(ty: &SubagentType) -> TypeLabel {
+    TypeLabel { subagent_type: ty.to_string() }
+}
+
+/// Counts one task in flight while alive.
+pub struct InFlight {
+    metrics: Arc<WorkerMetrics>,
+    ty: SubagentType,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.metrics.in_flight.get_or_create(&label(&self.ty)).dec();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn load_follows_task_starts_and_ends() {
+        let m = Arc::new(WorkerMetrics::new());
+        let ty = SubagentType::new("finance").unwrap();
+        m.declare(&ty);
+        assert_eq!(m.load(&ty), (0, 0, 0));
+        let a = m.task_started(&ty);
+        let b = m.task_started(&ty);
+        assert_eq!(m.load(&ty).0, 2);
+        m.task_ended(&ty, "completed", Some(Duration::from_millis(5)));
+        drop(a);
+        m.task_ended(&ty, "failed", Some(Duration::from_millis(5)));
+        drop(b);
+        m.task_ended(&ty, HANDED_BACK, None);
+        assert_eq!(m.load(&ty), (0, 2, 1));
+        let text = flotilla_shared::metrics::render(&m.registry);
+        assert!(
+            text.contains("flotilla_worker_tasks_total{subagent_type=\"finance\",status=\"completed\"} 1"),
+            "{text}"
+        );
+        assert!(text.contains("flotilla_worker_task_duration_seconds_count{subagent_type=\"finance\"} 2"), "{text}");
+        assert!(text.contains("flotilla_worker_tasks_in_flight{subagent_type=\"finance\"} 0"), "{text}");
+    }
+}

@@ -1,0 +1,108 @@
+//! `execute(command, timeout)`: runs `/bin/sh -c <command>` in the task's
+//! sandbox and returns its exit status and (capped) output.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use flotilla_shared::ids::SubagentType;
+use flotilla_shared::tool::{ErrorKind, Tool, ToolContext, ToolError, ToolSpec};
+use serde_json::{Value, json};
+
+use super::audit::{self, ExecutionAudit};
+use super::{Sandbox, SandboxError};
+
+/// Longest accepted command text.
+const MAX_COMMAND_BYTES: usize = 16 * 1024;
+
+/// The `execute` tool of one subagent type.
+pub struct ExecuteTool {
+    sandbox: Arc<Sandbox>,
+    subagent_type: SubagentType,
+}
+
+impl ExecuteTool {
+    /// The tool over `sandbox`.
+    pub fn new(sandbox: Arc<Sandbox>, subagent_type: SubagentType) -> Self {
+        Self { sandbox, subagent_type }
+    }
+}
+
+#[async_trait]
+impl Tool for ExecuteTool {
+    fn spec(&self) -> ToolSpec {
+        ToolSpec {
+            name: "execute".into(),
+            description: format!(
+                "Run a shell command (sh -c) in an isolated sandbox: no network, read-only system, \
+                 writable /scratch (kept for this task) and /tmp. Returns exit_code, stdout, stderr \
+                 (each cut at {} bytes; truncated says so).",
+                self.sandbox.config.max_output_bytes
+            ),
+            input_schema: json!({
+                "type": "object",
+                "properties": {
+                    "command": {"type": "string", "minLength": 1, "maxLength": MAX_COMMAND_BYTES},
+                    "timeout": {"type": "integer", "minimum": 1, "maximum": self.sandbox.config.max_timeout,
+                                "description": format!("seconds, default {}", self.sandbox.config.timeout)}
+                },
+                "required": ["command"],
+                "additionalProperties": false
+            }),
+        }
+    }
+
+    async fn call(&self, ctx: &ToolContext, args: Value) -> Result<Value, ToolError> {
+        let command = args["command"].as_str().unwrap_or_default();
+        let Some(task) = ctx.task_id else {
+            return Err(ToolError::new(ErrorKind::Permission, "execute runs only inside a task"));
+        };
+        let Some(session) = self.sandbox.session(&task) else {
+            return Err(ToolError::new(ErrorKind::Bug, "no sandbox session for this task"));
+        };
+        let limits = self.sandbox.limits(args["timeout"].as_u64());
+        let run = self.sandbox.backend.run(&session.scratch, command, &limits, &ctx.cancel).await;
+        let mut record = ExecutionAudit {
+            tenant: ctx.tenant.clone(),
+            job_id: ctx.job_id,
+            task_id: task,
+            subagent_type: self.subagent_type.clone(),
+            worker_id: session.progress.worker_id.clone(),
+            call_id: ctx.call_id.clone(),
+            command_sha256: audit::command_digest(command),
+            execution: None,
+        };
+        let e = match run {
+            Ok(e) => e,
+            Err(SandboxError::Cancelled) => {
+                audit::record(&record, &session.progress).await;
+                return Err(ToolError::new(ErrorKind::Cancelled, "cancelled"));
+            }
+            Err(err) => {
+                tracing::error!(error = %err, "sandbox failed to start");
+                audit::record(&record, &session.progress).await;
+                return Err(ToolError::transient("the sandbox could not start; try again later"));
+            }
+        };
+        record.execution = Some(e.clone());
+        audit::record(&record, &session.progress).await;
+        if e.timed_out {
+            return Err(ToolError::new(
+                ErrorKind::Timeout,
+                format!(
+                    "the command ran out of its {}s wall-time limit and was killed with all its processes",
+                    limits.wall.as_secs()
+                ),
+            ));
+        }
+        let mut out = json!({
+            "exit_code": e.exit_code,
+            "stdout": e.stdout,
+            "stderr": e.stderr,
+            "truncated": e.truncated,
+        });
+        if let Some(sig) = e.signal {
+            out["signal"] = json!(sig);
+        }
+        Ok(out)
+    }
+}
