@@ -55,15 +55,24 @@ impl JobStore {
         }
     }
 
+    /// Reads the live record of `id` (loading it when needed) without copying it.
+    pub async fn read<R>(&self, id: &JobId, look: impl FnOnce(&JobRecord) -> R) -> Result<R, BusError> {
+        let rec = self.live_record(id).await?;
+        let guard = rec.lock().await;
+        Ok(look(&guard))
+    }
+
+    async fn live_record(&self, id: &JobId) -> Result<Arc<Mutex<JobRecord>>, BusError> {
+        if let Some(r) = self.live.get(id).map(|r| r.clone()) {
+            return Ok(r);
+        }
+        let rec = self.get(id).await?.ok_or_else(|| BusError::new(format!("job {id}"), "not found"))?;
+        Ok(self.live.entry(*id).or_insert_with(|| Arc::new(Mutex::new(rec))).clone())
+    }
+
     /// Applies `change` to the live record of `id` and persists it.
     pub async fn update<R>(&self, id: &JobId, change: impl FnOnce(&mut JobRecord) -> R) -> Result<R, BusError> {
-        let rec = match self.live.get(id).map(|r| r.clone()) {
-            Some(r) => r,
-            None => {
-                let rec = self.get(id).await?.ok_or_else(|| BusError::new(format!("job {id}"), "not found"))?;
-                self.live.entry(*id).or_insert_with(|| Arc::new(Mutex::new(rec))).clone()
-            }
-        };
+        let rec = self.live_record(id).await?;
         let mut guard = rec.lock().await;
         let out = change(&mut guard);
         guard.updated_at = protocol::now();

@@ -149,7 +149,11 @@ impl AuditSink for BusAuditSink {
 /// Uses a named ephemeral consumer filtered on `<prefix>.audit.<tenant>.<job>`:
 /// the filter is part of the `$JS.API.CONSUMER.CREATE` subject, so NATS
 /// permissions can let a tenant's credential read its own audit trail only.
-pub async fn read(bus: &Bus, tenant: &crate::ids::Tenant, job: &crate::ids::JobId) -> Result<Vec<AuditRecord>, BusError> {
+pub async fn read(
+    bus: &Bus,
+    tenant: &crate::ids::Tenant,
+    job: &crate::ids::JobId,
+) -> Result<Vec<AuditRecord>, BusError> {
     use async_nats::jetstream::consumer::{AckPolicy, DeliverPolicy, pull};
     use futures::StreamExt;
 
@@ -168,7 +172,8 @@ pub async fn read(bus: &Bus, tenant: &crate::ids::Tenant, job: &crate::ids::JobI
         &stream,
     );
     let api = format!("$JS.API.CONSUMER.CREATE.{stream}.{name}");
-    let consumer = bus.guarded(format!("cannot read the audit stream {stream}"), create, |d| d.subject.starts_with(&api)).await?;
+    let consumer =
+        bus.guarded(format!("cannot read the audit stream {stream}"), create, |d| d.subject.starts_with(&api)).await?;
     let total = consumer.cached_info().num_pending as usize;
     let (mut records, mut seen) = (Vec::with_capacity(total), 0);
     while seen < total {

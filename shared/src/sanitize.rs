@@ -38,7 +38,10 @@ fn rules(list: &[(&str, &'static str)]) -> Vec<Rule> {
 static SECRETS: LazyLock<Vec<Rule>> = LazyLock::new(|| {
     rules(&[
         // PEM private keys, whole block.
-        (r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----[\s\S]*?(-----END [A-Z0-9 ]*PRIVATE KEY-----|$)", "[redacted private key]"),
+        (
+            r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----[\s\S]*?(-----END [A-Z0-9 ]*PRIVATE KEY-----|$)",
+            "[redacted private key]",
+        ),
         // Credentials in URLs: scheme://user:pass@host and scheme://token@host.
         (r"(?i)\b([a-z][a-z0-9+.\-]*://)[^/\s@]+@", "${1}[redacted]@"),
         // Tokens in query strings.
@@ -73,7 +76,10 @@ static TRACES: LazyLock<Vec<Rule>> = LazyLock::new(|| {
         // Rust: panics, backtraces and their frames.
         (r"(?m)^.*thread '[^']*' panicked at .*$", "[stack trace removed]"),
         (r"(?m)^\s*stack backtrace:\s*$", "[stack trace removed]"),
-        (r"(?m)^\s*\d+:\s+(?:0x[0-9a-f]+ - )?(?:[\w<>\[\]{}$.,&*'\- ]*::[\w<>\[\]{}$:.,&*'\- ]*|rust_begin_unwind|__\w+|_start)$", ""),
+        (
+            r"(?m)^\s*\d+:\s+(?:0x[0-9a-f]+ - )?(?:[\w<>\[\]{}$.,&*'\- ]*::[\w<>\[\]{}$:.,&*'\- ]*|rust_begin_unwind|__\w+|_start)$",
+            "",
+        ),
         (r"(?m)^\s*note: run with `RUST_BACKTRACE=.*$", ""),
         // JVM, JavaScript, Go: `at frame (file:line)` and goroutine dumps.
         (r"(?m)^\s+at \S+(?: \(.*\)|:\d+\S*)?\s*$", ""),
@@ -163,9 +169,31 @@ mod tests {
     fn clean(s: &str) -> String {
         let out = sanitize(s);
         for leak in [
-            "sk-live", "hunter2", "s3cr3t", "AKIAABCDEFGHIJKLMNOP", "ghp_", "eyJhbGci", "10.0.3.7", "169.254",
-            "localhost", "billing-db", "/home/", "/root/", "/etc/", "C:\\", "src/main.rs", "panicked", "Traceback",
-            "at com.", "MIIE", "SUAM", "xoxb-", "svc.cluster.local", "tok3n", "/var/", "bt0k",
+            "sk-live",
+            "hunter2",
+            "s3cr3t",
+            "AKIAABCDEFGHIJKLMNOP",
+            "ghp_",
+            "eyJhbGci",
+            "10.0.3.7",
+            "169.254",
+            "localhost",
+            "billing-db",
+            "/home/",
+            "/root/",
+            "/etc/",
+            "C:\\",
+            "src/main.rs",
+            "panicked",
+            "Traceback",
+            "at com.",
+            "MIIE",
+            "SUAM",
+            "xoxb-",
+            "svc.cluster.local",
+            "tok3n",
+            "/var/",
+            "bt0k",
         ] {
             assert!(!out.contains(leak), "{leak:?} survived in {out:?} (from {s:?})");
         }

@@ -137,9 +137,10 @@ async fn cancel_stops_the_planner_queued_tasks_and_running_subagents() {
     })
     .await;
     let purged = reply["purged_tasks"].as_u64().unwrap();
-    // A work queue keeps a message until it is acked: the 4 running tasks' messages
-    // go too (their workers report `cancelled`), with the 4 still queued.
-    assert_eq!(purged, 8, "the job's task messages left the work queue");
+    // A work queue keeps a message until it is acked: the running tasks' messages
+    // go too (their workers report `cancelled`), with those still queued; tasks
+    // the planner had not published yet never are.
+    assert!((4..=8).contains(&purged), "the job's task messages left the work queue: {purged}");
     assert_eq!(log.events("started").len(), 4, "no queued task started after the cancel");
     let rec = d.status(job).await;
     assert_eq!(rec.status, JobStatus::Cancelled);

@@ -3,7 +3,9 @@
 
 mod approvals;
 mod bad_input;
+mod cluster;
 mod common;
+mod deploy_manifests;
 mod durability;
 mod files;
 mod operations;

@@ -334,15 +334,14 @@ async fn the_dashboard_shows_a_running_job_live_in_chromium() {
     assert!(seen.starts_with("event: job\ndata: {"), "{seen}");
     assert!(seen.contains("\"event\":\"submitted\""), "{seen}");
 
-    // The browser: the running job's page, after its script has read the live events.
+    // The browser, as served: the running job's todos and tasks.
     let profile = TempDir::new("chromium");
     let url = format!("{base}/jobs/{job}");
-    let dom = headless(&bin, &profile, &["--virtual-time-budget=3000", "--dump-dom", &url]);
-    assert!(dom.contains("data-status=\"running\""), "job shown running:\n{dom}");
+    let dom = headless(&bin, &profile, &["--dump-dom", &url]);
+    assert!(dom.contains("id=\"job\" data-status=\"running\""), "job shown running:\n{dom}");
     assert_eq!(dom.matches("class=\"todo t-in_progress\"").count(), 4, "four todos in progress:\n{dom}");
     assert_eq!(dom.matches("class=\"task\"").count(), 4, "four task rows:\n{dom}");
-    assert!(dom.contains("class=\"ev ev-started\""), "the script appended live events from SSE:\n{dom}");
-    assert!(dom.contains("id=\"live\" class=\"on\""), "the event source connected:\n{dom}");
+    assert_eq!(dom.matches("data-status=\"running\"").count(), 5, "job and its four tasks running:\n{dom}");
     let shot = std::env::var_os("FLOTILLA_SCREENSHOT")
         .map(PathBuf::from)
         .unwrap_or_else(|| profile.path().join("dashboard.png"));
@@ -350,10 +349,18 @@ async fn the_dashboard_shows_a_running_job_live_in_chromium() {
     let png = std::fs::read(&shot).expect("screenshot written");
     assert!(png.starts_with(b"\x89PNG") && png.len() > 20_000, "a real screenshot ({} bytes)", png.len());
 
-    // When the job ends, the page shows the answer and the jobs list shows it completed.
+    // Live: a page opened while the job runs follows its events (SSE) until the
+    // job ends, then re-renders itself completed without a reload. Virtual
+    // time only runs out once the page's event stream has ended with the job.
+    let dom = headless(&bin, &profile, &["--virtual-time-budget=5000", "--dump-dom", &url]);
+    assert!(dom.contains("id=\"job\" data-status=\"completed\""), "re-rendered completed:\n{dom}");
+    for ev in
+        ["submitted", "todos_changed", "task_dispatched", "started", "model_call", "tool_call", "finished", "completed"]
+    {
+        assert!(dom.contains(&format!("class=\"ev ev-{ev}\"")), "the script logged a live {ev} event:\n{dom}");
+    }
+    assert!(dom.contains("id=\"live\" class=\"ended\""), "the event source closed with the job:\n{dom}");
     assert_eq!(log.job_end(TIMEOUT).await["event"], "completed");
-    let dom = headless(&bin, &profile, &["--dump-dom", &url]);
-    assert!(dom.contains("data-status=\"completed\""), "{dom}");
     assert!(dom.contains("id=\"answer\"") && dom.contains("| north | 120 | 75 | 0.375 |"), "{dom}");
     assert_eq!(dom.matches("class=\"report\"").count(), 4, "{dom}");
     let list = headless(&bin, &profile, &["--dump-dom", &format!("{base}/")]);

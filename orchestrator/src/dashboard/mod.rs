@@ -10,7 +10,7 @@
 //! | `GET /jobs/<id>` | one job |
 //! | `GET /fragment/jobs`, `/fragment/jobs/<id>` | the same without the page around it |
 //! | `GET /events` | SSE of every job's job-level events, from now on |
-//! | `GET /jobs/<id>/events` | SSE of one job's job and progress events, from its first |
+//! | `GET /jobs/<id>/events` | SSE of one job's job and progress events, from its first to its last |
 //! | `GET /api/jobs`, `/api/jobs/<id>`, `/api/workers` | JSON |
 //!
 //! The dashboard has no login and shows every tenant: bind it to loopback or
@@ -183,5 +183,12 @@ async fn all_events(State(d): State<Dash>) -> Result<Response, Failure> {
 async fn job_events(State(d): State<Dash>, Path(id): Path<String>) -> Result<Response, Failure> {
     let id = d.job(&id).await?.id;
     let events = follow::follow(&d.bus, Scope::Job(id), true).await.map_err(unavailable)?;
+    // The stream ends after the job's terminal event: nothing follows it.
+    let mut ended = false;
+    let events = events.take_while(move |e| {
+        let go = !ended;
+        ended |= matches!(e, Ok(Event::Job(j)) if j.kind.is_terminal());
+        futures::future::ready(go)
+    });
     Ok(sse(events))
 }

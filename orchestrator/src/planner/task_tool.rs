@@ -85,10 +85,11 @@ impl Tool for TaskTool {
         // already created instead of dispatching it again.
         let existing = self
             .jobs
-            .get(&ctx.job_id)
+            .read(&ctx.job_id, |rec| {
+                rec.tasks.iter().find(|t| t.call_id.as_deref() == Some(ctx.call_id.as_str())).cloned()
+            })
             .await
-            .map_err(transient)?
-            .and_then(|rec| rec.tasks.into_iter().find(|t| t.call_id.as_deref() == Some(ctx.call_id.as_str())));
+            .map_err(transient)?;
         let (task_id, published) = match existing {
             Some(entry) if entry.status.is_some() => return outcome_of(&entry),
             Some(entry) => (entry.task_id, entry.published),

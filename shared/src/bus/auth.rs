@@ -60,7 +60,10 @@ fn decode(s: &str) -> String {
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
     while i < bytes.len() {
-        match (bytes[i], bytes.get(i + 1..i + 3).and_then(|h| u8::from_str_radix(std::str::from_utf8(h).ok()?, 16).ok())) {
+        match (
+            bytes[i],
+            bytes.get(i + 1..i + 3).and_then(|h| u8::from_str_radix(std::str::from_utf8(h).ok()?, 16).ok()),
+        ) {
             (b'%', Some(b)) => {
                 out.push(b);
                 i += 3;
@@ -99,7 +102,8 @@ pub async fn apply(config: &NatsConfig, mut opts: ConnectOptions) -> Result<Conn
         opts = opts.token(env_secret("nats.auth.token_env", var)?);
     }
     if let Some(path) = &auth.nkey_seed_file {
-        let file_err = |reason: String| AuthError::File { what: "nkey seed file", path: path.display().to_string(), reason };
+        let file_err =
+            |reason: String| AuthError::File { what: "nkey seed file", path: path.display().to_string(), reason };
         let seed = tokio::fs::read_to_string(path).await.map_err(|e| file_err(e.to_string()))?;
         let seed = seed.trim().to_string();
         // Check the seed here so a bad file is a clear error, not a failed handshake.

@@ -52,7 +52,8 @@ impl Denial {
     /// `Permissions Violation for Publish to "a.b"` (case-insensitive prefix).
     pub fn parse(error: &str) -> Option<Self> {
         let lower = error.to_ascii_lowercase();
-        let rest = lower.find("permissions violation for ").map(|i| &error[i + "permissions violation for ".len()..])?;
+        let rest =
+            lower.find("permissions violation for ").map(|i| &error[i + "permissions violation for ".len()..])?;
         let kind = if rest.to_ascii_lowercase().starts_with("publish") {
             DenialKind::Publish
         } else if rest.to_ascii_lowercase().starts_with("subscription") {
@@ -131,7 +132,8 @@ mod tests {
     fn parses_server_permission_errors() {
         let d = Denial::parse(r#"Permissions Violation for Publish to "flotilla.api.b.submit""#).unwrap();
         assert_eq!(d, Denial { kind: DenialKind::Publish, subject: "flotilla.api.b.submit".into() });
-        let d = Denial::parse(r#"permissions violation for subscription to "flotilla.task.>" using queue "q""#).unwrap();
+        let d =
+            Denial::parse(r#"permissions violation for subscription to "flotilla.task.>" using queue "q""#).unwrap();
         assert_eq!(d.kind, DenialKind::Subscribe);
         assert_eq!(d.subject, "flotilla.task.>");
         assert!(Denial::parse("authorization violation").is_none());

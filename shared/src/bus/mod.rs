@@ -83,6 +83,13 @@ impl Bus {
     pub async fn connect(config: &NatsConfig, name: &str, wait: Duration) -> Result<Self, BusError> {
         let deadline = tokio::time::Instant::now() + wait;
         let denials = Denials::default();
+        // `url` may list several servers (a cluster); async-nats wants them one by one.
+        let servers = config
+            .url
+            .split(',')
+            .map(|u| u.trim().parse::<async_nats::ServerAddr>())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| BusError::new(format!("invalid [nats] url {}", redact_url(&config.url)), e))?;
         let client = loop {
             let seen = denials.clone();
             let opts = async_nats::ConnectOptions::new()
@@ -102,7 +109,7 @@ impl Bus {
             let opts = auth::apply(config, opts)
                 .await
                 .map_err(|e| BusError::new(format!("cannot load NATS credentials ({})", auth::method(config)), e))?;
-            match opts.connect(config.url.as_str()).await {
+            match opts.connect(servers.clone()).await {
                 Ok(c) => break c,
                 // Retrying cannot fix refused credentials or a TLS mismatch: say so at once.
                 Err(e) if is_auth_error(&e) || is_tls_error(&e) => {
@@ -266,7 +273,8 @@ impl Bus {
     /// by a process allowed to manage them, normally the orchestrator.
     async fn await_topology(&self) -> Result<(), BusError> {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-        for name in [self.subjects.tasks_stream(), self.subjects.reports_stream(), self.subjects.audit_stream()] {
+        let files = format!("OBJ_{}", self.subjects.files_bucket());
+        for name in [self.subjects.tasks_stream(), self.subjects.reports_stream(), self.subjects.audit_stream(), files] {
             let mut logged = false;
             loop {
                 let r = self

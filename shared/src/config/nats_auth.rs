@@ -59,7 +59,8 @@ impl NatsAuthConfig {
 
     /// Checks the combination and resolves files against `base`.
     pub(crate) fn validate(&mut self, base: &Path) -> Result<(), ConfigError> {
-        let set = [self.user.is_some(), self.token_env.is_some(), self.nkey_seed_file.is_some(), self.creds_file.is_some()];
+        let set =
+            [self.user.is_some(), self.token_env.is_some(), self.nkey_seed_file.is_some(), self.creds_file.is_some()];
         if set.iter().filter(|s| **s).count() > 1 {
             return Err(invalid(
                 "nats.auth",
