@@ -54,8 +54,7 @@ impl Auditor {
         action: AuditAction,
         tool: &str,
         args: &Value,
-        outcome: AuditOutcome,
-        error_kind: Option<ErrorKind>,
+        (outcome, error_kind): (AuditOutcome, Option<ErrorKind>),
         duration: Duration,
     ) -> AuditRecord {
         AuditRecord {
@@ -79,11 +78,11 @@ impl Auditor {
 
     /// Records one finished tool call.
     pub async fn tool_call(&self, ctx: &ToolContext, tool: &str, args: &Value, outcome: &ToolOutcome) {
-        let (result, kind) = match &outcome.result {
+        let result = match &outcome.result {
             Ok(_) => (AuditOutcome::Ok, None),
             Err(e) => (AuditOutcome::Error, Some(e.kind)),
         };
-        let rec = self.record(ctx, AuditAction::ToolCall, tool, args, result, kind, outcome.duration);
+        let rec = self.record(ctx, AuditAction::ToolCall, tool, args, result, outcome.duration);
         self.sink.write(rec).await;
     }
 
@@ -91,7 +90,7 @@ impl Auditor {
     /// `edited` (then `args` are the edited arguments) or `rejected`;
     /// `waited` is how long the call waited for the decision.
     pub async fn approval(&self, ctx: &ToolContext, tool: &str, args: &Value, outcome: AuditOutcome, waited: Duration) {
-        let rec = self.record(ctx, AuditAction::Approval, tool, args, outcome, None, waited);
+        let rec = self.record(ctx, AuditAction::Approval, tool, args, (outcome, None), waited);
         self.sink.write(rec).await;
     }
 }

@@ -99,8 +99,10 @@ impl Subjects {
     /// A worker id as one subject token and KV key: characters outside
     /// `a-z A-Z 0-9 - _` (such as the dots of a host name) become `_`.
     pub fn worker_token(worker_id: &str) -> String {
-        let t: String =
-            worker_id.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' }).collect();
+        let t: String = worker_id
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' })
+            .collect();
         if t.is_empty() { "_".into() } else { t }
     }
 

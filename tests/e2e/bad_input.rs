@@ -115,7 +115,7 @@ async fn a_corpus_of_bad_messages_is_rejected_with_reasons_and_crashes_nothing()
     }
     // An oversized message never reaches the bus: the client refuses it with a reason.
     let huge = vec![b'x'; 2 * 1024 * 1024];
-    let err = d.bus.client.publish(subject.clone(), huge.into()).await.err().expect("refused");
+    let err = d.bus.client.publish(subject.clone(), huge.into()).await.expect_err("refused");
     assert!(err.to_string().contains("payload"), "{err}");
 
     let dead = flotilla_tests::eventually(TIMEOUT, "every bad task to be dead-lettered", || async {

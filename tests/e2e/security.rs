@@ -240,7 +240,7 @@ async fn roles_confine_every_process_and_audit_every_tool_call() {
     let e = worker.request::<_, ApiReply<SubmitReply>>(&acme_tenant, "submit", &req, T).await.unwrap_err();
     assert!(format!("{e:#}").contains("permission denied"), "{e:#}");
     let research = SubagentType::new("research").unwrap();
-    let e = worker.task_consumer(&research).await.err().expect("other type's queue refused");
+    let e = worker.task_consumer(&research).await.map(|_| ()).expect_err("other type's queue refused");
     let msg = format!("{e:#}");
     assert!(msg.contains("permission denied") && msg.contains("flotilla-task-research"), "{msg}");
     assert_subscription_denied(&worker, "flotilla.task.>").await;
@@ -249,7 +249,7 @@ async fn roles_confine_every_process_and_audit_every_tool_call() {
 
     // The client credential: no task queue, no task subjects.
     let finance = SubagentType::new("finance").unwrap();
-    let e = acme.task_consumer(&finance).await.err().expect("client cannot consume tasks");
+    let e = acme.task_consumer(&finance).await.map(|_| ()).expect_err("client cannot consume tasks");
     assert!(format!("{e:#}").contains("permission denied"), "{e:#}");
     assert_subscription_denied(&acme, "flotilla.task.>").await;
     let e = acme.publish_durable(format!("flotilla.task.finance.{job}"), &req, None, None).await.unwrap_err();

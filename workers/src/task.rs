@@ -15,9 +15,9 @@ use flotilla_shared::protocol::{self, ErrorInfo, ErrorKind, ProgressKind, TaskMe
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::metrics::{HANDED_BACK, WorkerMetrics};
-use crate::cancel::CancelWatch;
 use crate::approval::BusApprovalGate;
+use crate::cancel::CancelWatch;
+use crate::metrics::{HANDED_BACK, WorkerMetrics};
 use crate::progress::ProgressPublisher;
 use crate::runtime::SubagentRuntime;
 

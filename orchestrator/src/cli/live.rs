@@ -186,6 +186,9 @@ impl LiveView {
                 Self::header(job, &id, usage.as_ref());
                 if j.kind.is_terminal() {
                     job.header.finish();
+                    for bar in &job.todos {
+                        bar.finish();
+                    }
                     for (tid, l) in job.lines.iter().filter(|(_, l)| !l.bar.is_finished()) {
                         l.bar.finish_with_message(format!("{} (no report)", l.message(tid)));
                     }
