@@ -210,11 +210,18 @@ impl Service {
             );
         }
         let reason = req.reason.unwrap_or_else(|| format!("cancelled by tenant {tenant}"));
-        // 1. Every worker watches this bucket and aborts the job's running subagents.
+        // 1. Every worker watches this bucket: it aborts the job's running subagents
+        //    and reports any later task of the job `cancelled` without starting it.
         if let Err(e) = self.cancelled.put(rec.id.to_string(), reason.clone().into_bytes().into()).await {
             return ApiReply::error(ErrorKind::Transient, format!("cancel not recorded: {e}"));
         }
-        // 2. Queued tasks of the job leave the work queue.
+        // 2. The planner stops, so it publishes no more tasks; its pending `task`
+        //    calls return `cancelled` (and it reads the reason recorded above).
+        match self.running.get(&rec.id) {
+            Some(token) => token.cancel(),
+            None => tracing::warn!(job_id = %rec.id, "cancelled job is not planned by this orchestrator"),
+        }
+        // 3. Queued tasks of the job leave the work queue.
         let purged = match self.bus.js.get_stream(self.bus.subjects.tasks_stream()).await {
             Ok(stream) => {
                 stream.purge().filter(self.bus.subjects.tasks_of_job(&rec.id)).await.map(|p| p.purged).map_err(|e| e.to_string())
@@ -225,11 +232,6 @@ impl Service {
             tracing::warn!(job_id = %rec.id, error = %e, "queued tasks not purged; workers will drop them");
             0
         });
-        // 3. The planner stops; its pending `task` calls return `cancelled`.
-        match self.running.get(&rec.id) {
-            Some(token) => token.cancel(),
-            None => tracing::warn!(job_id = %rec.id, "cancelled job is not planned by this orchestrator"),
-        }
         tracing::info!(job_id = %rec.id, purged_tasks, %reason, "job cancelled");
         ApiReply::ok(CancelReply { job_id: rec.id, purged_tasks })
     }

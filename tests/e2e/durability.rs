@@ -136,11 +136,13 @@ async fn cancel_stops_the_planner_queued_tasks_and_running_subagents() {
         s.contains(".progress.") && v["event"] == "finished" && v["status"] == "cancelled"
     })
     .await;
-    let purged = reply["purged_tasks"].as_u64().unwrap();
-    // A work queue keeps a message until it is acked: the running tasks' messages
-    // go too (their workers report `cancelled`), with those still queued; tasks
-    // the planner had not published yet never are.
-    assert!((4..=8).contains(&purged), "the job's task messages left the work queue: {purged}");
+    // Queued messages were purged (running ones may already have been acked by
+    // their cancelled workers, so the count varies); none of the job's is left.
+    assert!(reply["purged_tasks"].as_u64().is_some(), "{reply}");
+    let stream = d.bus.js.get_stream(d.bus.subjects.tasks_stream()).await.unwrap();
+    let left = stream.info_with_subjects(d.bus.subjects.tasks_of_job(&job)).await.unwrap();
+    let left: Vec<_> = futures::StreamExt::collect::<Vec<_>>(left).await;
+    assert!(left.is_empty(), "no task of the job left in the work queue: {left:?}");
     assert_eq!(log.events("started").len(), 4, "no queued task started after the cancel");
     let rec = d.status(job).await;
     assert_eq!(rec.status, JobStatus::Cancelled);

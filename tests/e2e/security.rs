@@ -122,7 +122,10 @@ pub async fn status(bus: &Bus, tenant: &Tenant, job: JobId) -> Result<JobRecord,
 
 pub async fn finished(bus: &Bus, tenant: &Tenant, job: JobId) -> JobRecord {
     flotilla_tests::eventually(Duration::from_secs(60), "the job to finish", || async move {
-        status(bus, tenant, job).await.ok().filter(|r| r.status.is_terminal())
+        // A request may fail while a cluster node is down: ask again.
+        let req = StatusRequest { v: SCHEMA_VERSION, job_id: job };
+        let r: ApiReply<JobRecord> = bus.request(tenant, "status", &req, T).await.ok()?;
+        r.into_result().ok().filter(|r| r.status.is_terminal())
     })
     .await
 }

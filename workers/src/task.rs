@@ -96,11 +96,14 @@ async fn run(
         attempt,
         metrics: ctx.metrics.agent.clone(),
     };
-    tracing::info!("task started");
-    progress.emit(ProgressKind::Started).await;
-
     let cancel = ctx.shutdown.child_token();
     let _registration = ctx.cancels.register(task.job_id, task.task_id, cancel.clone());
+    // A task of an already cancelled job reports `cancelled` without starting.
+    let job_cancelled = cancel.is_cancelled() && !ctx.shutdown.is_cancelled();
+    if !job_cancelled {
+        tracing::info!("task started");
+        progress.emit(ProgressKind::Started).await;
+    }
     let keepalive = keep_alive(&ctx, &msg, &progress, cancel.clone());
 
     let mut limits = rt.limits();
@@ -108,7 +111,9 @@ async fn run(
         let left = (deadline - started_at).try_into().unwrap_or(Duration::ZERO);
         limits.timeout = limits.timeout.min(left);
     }
-    let outcome = if limits.timeout.is_zero() {
+    let outcome = if job_cancelled {
+        Err((ErrorInfo::new(ErrorKind::Cancelled, "the job was cancelled before this task started"), Default::default()))
+    } else if limits.timeout.is_zero() {
         Err((ErrorInfo::new(ErrorKind::Timeout, "task deadline passed before it started"), Default::default()))
     } else {
         let agent = Agent { model: rt.model.clone(), tools: rt.tools.clone(), limits };

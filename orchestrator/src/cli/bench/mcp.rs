@@ -71,7 +71,7 @@ async fn latencies(server: McpServerSettings, calls: usize) -> anyhow::Result<Ve
 pub async fn measure(settings: &Settings, calls: usize) -> anyhow::Result<Vec<(String, String, String)>> {
     let server = finance(settings)?;
     let persistent = latencies(McpServerSettings { session: SessionMode::Persistent, ..server.clone() }, calls).await?;
-    let per_call_n = calls.min(100);
+    let per_call_n = calls;
     let per_call = latencies(McpServerSettings { session: SessionMode::PerCall, ..server }, per_call_n).await?;
     Ok(vec![
         (
