@@ -70,7 +70,9 @@ async fn give_up(bus: &Bus, advisory: MaxDeliverAdvisory) {
                 duration_ms: 0,
             };
             let msg_id = format!("report:{}", task.task_id);
-            if let Err(e) = bus.publish_durable(report_subject, &report, Some(&msg_id), task.traceparent.as_deref()).await {
+            if let Err(e) =
+                bus.publish_durable(report_subject, &report, Some(&msg_id), task.traceparent.as_deref()).await
+            {
                 tracing::error!(task_id = %task.task_id, error = %e, "failed report for a given-up task not stored");
                 return;
             }

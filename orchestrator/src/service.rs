@@ -223,9 +223,12 @@ impl Service {
         }
         // 3. Queued tasks of the job leave the work queue.
         let purged = match self.bus.js.get_stream(self.bus.subjects.tasks_stream()).await {
-            Ok(stream) => {
-                stream.purge().filter(self.bus.subjects.tasks_of_job(&rec.id)).await.map(|p| p.purged).map_err(|e| e.to_string())
-            }
+            Ok(stream) => stream
+                .purge()
+                .filter(self.bus.subjects.tasks_of_job(&rec.id))
+                .await
+                .map(|p| p.purged)
+                .map_err(|e| e.to_string()),
             Err(e) => Err(e.to_string()),
         };
         let purged_tasks = purged.unwrap_or_else(|e| {

@@ -152,11 +152,8 @@ impl Agent {
                 return Err(ErrorInfo::new(ErrorKind::Limit, format!("token budget of {max} exhausted")));
             }
             let started = Instant::now();
-            let response = self
-                .model
-                .complete(ModelRequest { messages: &conv.messages, tools: &specs })
-                .await
-                .map_err(|e| {
+            let response =
+                self.model.complete(ModelRequest { messages: &conv.messages, tools: &specs }).await.map_err(|e| {
                     // Reports and job records get a sanitized message; the log keeps the detail.
                     let trace = ctx.traceparent.as_deref().and_then(crate::trace::trace_id);
                     ErrorInfo::new(e.kind, crate::sanitize::sanitize_logged(&e.to_string(), "model error", trace))

@@ -30,8 +30,24 @@ fn without(mut v: Value, key: &str) -> Vec<u8> {
 
 fn task_corpus() -> Vec<Vec<u8>> {
     let mut c: Vec<Vec<u8>> = [
-        "", " ", "not json", "{", "}", "[]", "null", "1", "\"task\"", "{}", "{\"v\":2}", "{\"v\":\"1\"}", "{\"v\":1}",
-        "{\"v\":1,}", "{\"v\":null}", "\u{feff}{\"v\":1}", "{\"v\":1}\u{0}", "[[[[[[[[[[[[[[[[[[[[[[[[",
+        "",
+        " ",
+        "not json",
+        "{",
+        "}",
+        "[]",
+        "null",
+        "1",
+        "\"task\"",
+        "{}",
+        "{\"v\":2}",
+        "{\"v\":\"1\"}",
+        "{\"v\":1}",
+        "{\"v\":1,}",
+        "{\"v\":null}",
+        "\u{feff}{\"v\":1}",
+        "{\"v\":1}\u{0}",
+        "[[[[[[[[[[[[[[[[[[[[[[[[",
     ]
     .iter()
     .map(|s| s.as_bytes().to_vec())
@@ -99,12 +115,15 @@ async fn a_corpus_of_bad_messages_is_rejected_with_reasons_and_crashes_nothing()
 
     for (op, body) in &apis {
         let subject = d.bus.subjects.api(&Tenant::default(), op);
-        let reply = tokio::time::timeout(Duration::from_secs(10), d.bus.client.request(subject.clone(), body.clone().into()))
-            .await
-            .unwrap_or_else(|_| panic!("no reply on {subject} for {:?}", String::from_utf8_lossy(body)))
-            .unwrap_or_else(|e| panic!("request on {subject} failed: {e}"));
+        let reply =
+            tokio::time::timeout(Duration::from_secs(10), d.bus.client.request(subject.clone(), body.clone().into()))
+                .await
+                .unwrap_or_else(|_| panic!("no reply on {subject} for {:?}", String::from_utf8_lossy(body)))
+                .unwrap_or_else(|e| panic!("request on {subject} failed: {e}"));
         let v: Value = serde_json::from_slice(&reply.payload).expect("replies are JSON");
-        let msg = v["error"]["message"].as_str().unwrap_or_else(|| panic!("{op} {:?} got {v}", String::from_utf8_lossy(body)));
+        let msg = v["error"]["message"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{op} {:?} got {v}", String::from_utf8_lossy(body)));
         assert!(!msg.is_empty() && msg.len() < 1000, "{msg}");
     }
 

@@ -390,6 +390,15 @@ tools = ["mcp:finance/gross_margin", "mcp:dead"]
     assert!(answer.contains("not computable: revenue must be greater than zero"), "{answer}");
     let log = d.workers[0].log();
     assert!(log.contains("dead") && log.contains("unavailable"), "{log}");
+    // Heartbeats carry each server's health, and `flotilla workers` shows it.
+    let beat = d.bus.live_workers().await.unwrap().remove(0);
+    let health: Vec<(&str, bool)> = beat.mcp_servers.iter().map(|m| (m.name.as_str(), m.ok)).collect();
+    assert_eq!(health, [("dead", false), ("finance", true)], "{:?}", beat.mcp_servers);
+    let dead = beat.mcp_servers[0].detail.as_deref().unwrap_or_default();
+    assert!(dead.contains("down") && dead.contains("cannot start"), "{dead}");
+    let (code, table, _) = run_cli(&["--config", &d.config_arg(), "workers"], &[]);
+    assert_eq!(code, 0);
+    assert!(table.contains("dead:down,finance:ok"), "{table}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

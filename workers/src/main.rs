@@ -117,7 +117,10 @@ async fn main() -> anyhow::Result<()> {
     for (ty, _) in &identity.types {
         metrics.declare(ty);
     }
-    let heartbeats = Heartbeats::start(bus.clone(), identity, metrics.clone(), None, shutdown.clone()).await;
+    let hub = mcp.clone();
+    let mcp_health: heartbeat::McpHealth = Arc::new(move || hub.health().into_iter().map(mcp_health_entry).collect());
+    let heartbeats =
+        Heartbeats::start(bus.clone(), identity, metrics.clone(), Some(mcp_health), shutdown.clone()).await;
     let cancels = cancel::CancelWatch::start(&bus).await.context("cannot watch job cancellations")?;
     let ctx = Arc::new(WorkerContext { bus, worker_id, shutdown, metrics, cancels });
     let result = worker::run(ctx, runtimes, Duration::from_secs(args.grace)).await;
@@ -145,6 +148,24 @@ async fn discover_mcp(
         }
     }
     Ok(names)
+}
+
+/// One MCP server's health as a heartbeat reports it.
+fn mcp_health_entry(h: flotilla_shared::mcp::ServerHealth) -> flotilla_shared::protocol::McpServerHealth {
+    use flotilla_shared::mcp::HealthStatus;
+    let ok = h.status == HealthStatus::Up;
+    let detail = match h.status {
+        HealthStatus::Up => format!("{} {}: {} tools", h.transport, h.endpoint, h.tools),
+        HealthStatus::Pending => format!("{} {}: not contacted yet", h.transport, h.endpoint),
+        HealthStatus::Down => format!(
+            "{} {}: down ({} failures): {}",
+            h.transport,
+            h.endpoint,
+            h.consecutive_failures,
+            h.last_error.as_deref().unwrap_or("unknown error")
+        ),
+    };
+    flotilla_shared::protocol::McpServerHealth { name: h.server, ok, detail: Some(detail) }
 }
 
 fn default_id() -> String {

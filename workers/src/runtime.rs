@@ -7,12 +7,12 @@ use std::time::Duration;
 
 use anyhow::Context;
 use flotilla_shared::agent::Limits;
-use flotilla_shared::config::{Settings, SubagentConfig};
-use flotilla_shared::ids::SubagentType;
-use flotilla_shared::model::{self, ChatModel};
 use flotilla_shared::builtin::{self, FileToolEnv};
+use flotilla_shared::config::{Settings, SubagentConfig};
 use flotilla_shared::files::JobFiles;
+use flotilla_shared::ids::SubagentType;
 use flotilla_shared::mcp::McpHub;
+use flotilla_shared::model::{self, ChatModel};
 use flotilla_shared::permissions::Permissions;
 use flotilla_shared::protocol::MAX_MESSAGE_BYTES;
 use flotilla_shared::tool::{Eviction, ToolSet};
@@ -57,8 +57,9 @@ impl SubagentRuntime {
             .clone();
         let model_settings = settings.model(&config.model)?;
         let model = model::priced(model::build(&config.model, model_settings)?, settings.price(&config.model));
-        let permissions = Permissions::compile(&config.permissions, config.default_permission)
-            .map_err(|e| anyhow::anyhow!("invalid config key `subagents.{ty}.permissions[{}]`: {}", e.rule, e.message))?;
+        let permissions = Permissions::compile(&config.permissions, config.default_permission).map_err(|e| {
+            anyhow::anyhow!("invalid config key `subagents.{ty}.permissions[{}]`: {}", e.rule, e.message)
+        })?;
         let builtins = Arc::new(FileToolEnv { files: files.clone(), permissions });
         // `execute` exists only with a sandbox; listing it in `tools` is optional.
         let names: Vec<String> = config.tools.iter().filter(|n| n.as_str() != "execute").cloned().collect();
@@ -97,7 +98,11 @@ impl SubagentRuntime {
 
     /// The agent limits of one task.
     pub fn limits(&self) -> Limits {
-        Limits { max_steps: self.config.max_steps, timeout: Duration::from_secs(self.config.timeout), max_tokens: self.config.max_tokens }
+        Limits {
+            max_steps: self.config.max_steps,
+            timeout: Duration::from_secs(self.config.timeout),
+            max_tokens: self.config.max_tokens,
+        }
     }
 }
 

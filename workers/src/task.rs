@@ -52,7 +52,9 @@ pub async fn handle(ctx: Arc<WorkerContext>, rt: Arc<SubagentRuntime>, msg: Mess
     if task.subagent_type != rt.ty {
         let reason = format!(
             "task {} names subagent_type {:?} but was queued for {:?}",
-            task.task_id, task.subagent_type.as_str(), rt.ty.as_str()
+            task.task_id,
+            task.subagent_type.as_str(),
+            rt.ty.as_str()
         );
         tracing::warn!(%reason, "task dead-lettered");
         ctx.bus.dead_letter("task", msg.payload.clone(), &reason).await;
@@ -112,7 +114,10 @@ async fn run(
         limits.timeout = limits.timeout.min(left);
     }
     let outcome = if job_cancelled {
-        Err((ErrorInfo::new(ErrorKind::Cancelled, "the job was cancelled before this task started"), Default::default()))
+        Err((
+            ErrorInfo::new(ErrorKind::Cancelled, "the job was cancelled before this task started"),
+            Default::default(),
+        ))
     } else if limits.timeout.is_zero() {
         Err((ErrorInfo::new(ErrorKind::Timeout, "task deadline passed before it started"), Default::default()))
     } else {

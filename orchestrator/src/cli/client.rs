@@ -6,7 +6,8 @@ use std::time::Duration;
 use flotilla_shared::bus::Bus;
 use flotilla_shared::ids::{JobId, Tenant};
 use flotilla_shared::protocol::{
-    ApiReply, CancelReply, CancelRequest, JobRecord, JobStatus, ListReply, ListRequest, SCHEMA_VERSION, StatusRequest, SubmitReply, SubmitRequest,
+    ApiReply, CancelReply, CancelRequest, JobRecord, JobStatus, ListReply, ListRequest, SCHEMA_VERSION, StatusRequest,
+    SubmitReply, SubmitRequest,
 };
 
 const TIMEOUT: Duration = Duration::from_secs(10);

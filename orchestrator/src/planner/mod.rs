@@ -13,14 +13,14 @@ use std::time::Duration;
 
 use async_nats::jetstream::kv;
 use flotilla_shared::agent::{Agent, Conversation, Limits, RunContext};
+use flotilla_shared::builtin::{self, FileToolEnv};
 use flotilla_shared::bus::Bus;
 use flotilla_shared::config::{PlannerConfig, Settings};
+use flotilla_shared::files::JobFiles;
 use flotilla_shared::ids::{JobId, SubagentType};
 use flotilla_shared::model::{self, ChatModel};
-use flotilla_shared::protocol::{ErrorKind, JobEventKind, JobRecord, JobStatus};
-use flotilla_shared::builtin::{self, FileToolEnv};
-use flotilla_shared::files::JobFiles;
 use flotilla_shared::permissions::Permissions;
+use flotilla_shared::protocol::{ErrorKind, JobEventKind, JobRecord, JobStatus};
 use flotilla_shared::tool::{Eviction, ToolSet};
 use tokio_util::sync::CancellationToken;
 
@@ -55,7 +55,8 @@ impl Planner {
         files: JobFiles,
     ) -> anyhow::Result<Self> {
         let config = settings.planner()?.clone();
-        let model = model::priced(model::build(&config.model, settings.model(&config.model)?)?, settings.price(&config.model));
+        let model =
+            model::priced(model::build(&config.model, settings.model(&config.model)?)?, settings.price(&config.model));
         let types: BTreeMap<SubagentType, String> =
             settings.subagents.iter().map(|(t, c)| (t.clone(), c.description.clone())).collect();
         let tools = ToolSet::new(Duration::from_secs(config.task_timeout + 60));
@@ -194,7 +195,8 @@ impl Planner {
             cancel,
             approvals: None,
         };
-        let observer = PlannerObserver { jobs: self.jobs.clone(), checkpoints: self.checkpoints.clone(), job_id: rec.id };
+        let observer =
+            PlannerObserver { jobs: self.jobs.clone(), checkpoints: self.checkpoints.clone(), job_id: rec.id };
         agent.run(&mut conv, &ctx, &observer).await
     }
 }

@@ -9,7 +9,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use flotilla_shared::bus::{Bus, retry};
 use flotilla_shared::ids::{SubagentType, TaskId};
-use flotilla_shared::protocol::{self, ErrorInfo, ErrorKind, JobEventKind, TaskEntry, TaskMessage, TaskReport, TaskStatus, Usage};
+use flotilla_shared::protocol::{
+    self, ErrorInfo, ErrorKind, JobEventKind, TaskEntry, TaskMessage, TaskReport, TaskStatus, Usage,
+};
 use flotilla_shared::tool::{Tool, ToolContext, ToolError, ToolSpec};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -168,7 +170,8 @@ impl Tool for TaskTool {
         let give_up = tokio::time::sleep(wait);
         tokio::pin!(waiter, give_up);
         // Queueing behind busy workers is fine; a type nobody serves is not.
-        let mut served = tokio::time::interval_at(tokio::time::Instant::now() + self.no_worker_timeout, self.no_worker_timeout);
+        let mut served =
+            tokio::time::interval_at(tokio::time::Instant::now() + self.no_worker_timeout, self.no_worker_timeout);
         let report = loop {
             tokio::select! {
                 r = &mut waiter => break r.ok(),
@@ -226,7 +229,8 @@ fn outcome_of(entry: &TaskEntry) -> Result<Value, ToolError> {
 }
 
 fn task_error(task_id: TaskId, ty: &SubagentType, status: TaskStatus, error: Option<&ErrorInfo>) -> ToolError {
-    let (kind, message) = error.map(|e| (e.kind, e.message.as_str())).unwrap_or((ErrorKind::Bug, "report without error"));
+    let (kind, message) =
+        error.map(|e| (e.kind, e.message.as_str())).unwrap_or((ErrorKind::Bug, "report without error"));
     ToolError::new(kind, format!("task {task_id} ({ty}) {}: {message}", status.as_str()))
 }
 

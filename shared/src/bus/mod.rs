@@ -212,11 +212,9 @@ impl Bus {
         for mut config in streams {
             let name = config.name.clone();
             config.num_replicas = self.config.replicas;
-            self.guarded(
-                format!("cannot declare stream {name}"),
-                self.js.create_or_update_stream(config),
-                |d| d.subject.starts_with("$JS.API.STREAM."),
-            )
+            self.guarded(format!("cannot declare stream {name}"), self.js.create_or_update_stream(config), |d| {
+                d.subject.starts_with("$JS.API.STREAM.")
+            })
             .await?;
         }
         self.jobs().await?;
@@ -274,7 +272,8 @@ impl Bus {
     async fn await_topology(&self) -> Result<(), BusError> {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
         let files = format!("OBJ_{}", self.subjects.files_bucket());
-        for name in [self.subjects.tasks_stream(), self.subjects.reports_stream(), self.subjects.audit_stream(), files] {
+        for name in [self.subjects.tasks_stream(), self.subjects.reports_stream(), self.subjects.audit_stream(), files]
+        {
             let mut logged = false;
             loop {
                 let r = self
@@ -339,16 +338,16 @@ impl Bus {
         let stream = self.subjects.tasks_stream();
         let api = format!("$JS.API.CONSUMER.CREATE.{stream}.{name}");
         let create = self.js.create_consumer_on_stream(
-                consumer::pull::Config {
-                    durable_name: Some(name.clone()),
-                    filter_subject: self.subjects.tasks_of_type(ty),
-                    ack_policy: consumer::AckPolicy::Explicit,
-                    ack_wait: Duration::from_secs(self.config.ack_wait),
-                    max_deliver: self.config.max_deliver,
-                    max_ack_pending: 10_000,
-                    ..Default::default()
-                },
-                &stream,
+            consumer::pull::Config {
+                durable_name: Some(name.clone()),
+                filter_subject: self.subjects.tasks_of_type(ty),
+                ack_policy: consumer::AckPolicy::Explicit,
+                ack_wait: Duration::from_secs(self.config.ack_wait),
+                max_deliver: self.config.max_deliver,
+                max_ack_pending: 10_000,
+                ..Default::default()
+            },
+            &stream,
         );
         self.guarded(format!("cannot declare consumer {name} on {stream}"), create, |d| d.subject.starts_with(&api))
             .await
@@ -462,7 +461,10 @@ impl Bus {
 }
 
 fn is_auth_error(e: &async_nats::ConnectError) -> bool {
-    matches!(e.kind(), async_nats::ConnectErrorKind::AuthorizationViolation | async_nats::ConnectErrorKind::Authentication)
+    matches!(
+        e.kind(),
+        async_nats::ConnectErrorKind::AuthorizationViolation | async_nats::ConnectErrorKind::Authentication
+    )
 }
 
 /// TLS failures surface as `Tls` or, from the handshake, as `Io` errors.

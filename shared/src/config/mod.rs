@@ -17,11 +17,11 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+pub use files::FilesConfig;
+pub use interrupt::InterruptConfig;
 pub use nats_auth::{NatsAuthConfig, NatsTlsConfig};
 pub use operations::{DashboardConfig, MetricsConfig, WorkerConfig};
 pub use raw::{LocalConfig, NatsConfig, PlannerConfig, SubagentConfig};
-pub use files::FilesConfig;
-pub use interrupt::InterruptConfig;
 pub use sandbox::SandboxConfig;
 
 use crate::ids::{SubagentType, is_valid_token};

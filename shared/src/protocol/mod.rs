@@ -22,8 +22,8 @@ mod usage;
 
 pub use api::*;
 pub use approval::{
-    ApprovalRecord, ApprovalRequest, ApprovalState, ApprovalsReply, ApprovalsRequest, ApproveReply, ApproveRequest, Decision,
-    DecisionKind,
+    ApprovalRecord, ApprovalRequest, ApprovalState, ApprovalsReply, ApprovalsRequest, ApproveReply, ApproveRequest,
+    Decision, DecisionKind,
 };
 pub use audit::{AuditAction, AuditOutcome, AuditRecord};
 pub use error::{ErrorInfo, ErrorKind};

@@ -193,9 +193,10 @@ impl ToolSet {
         let (ctx2, args2) = (ctx.clone(), args);
         // Spawned so a panicking tool becomes a `bug` result, not a dead agent;
         // in the caller's span so the tool's log lines keep job, task and trace ids.
-        let handle = tokio::spawn(tracing::Instrument::in_current_span(async move {
-            tool.call_with_artifact(&ctx2, args2).await
-        }));
+        let handle =
+            tokio::spawn(tracing::Instrument::in_current_span(
+                async move { tool.call_with_artifact(&ctx2, args2).await },
+            ));
         let abort = handle.abort_handle();
         let outcome = tokio::select! {
             r = handle => r,

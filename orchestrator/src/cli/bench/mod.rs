@@ -53,14 +53,22 @@ pub async fn run(args: Args) -> anyhow::Result<i32> {
         for workers in [1, 2] {
             let rig = Rig::start(workers, 8, 0).await?;
             let tps = throughput(&rig, args.tasks).await?;
-            rows.push((format!("throughput, {} tasks at once, {workers} worker(s) x 8 slots", args.tasks), format!("{tps:.0} tasks/s"), String::new()));
+            rows.push((
+                format!("throughput, {} tasks at once, {workers} worker(s) x 8 slots", args.tasks),
+                format!("{tps:.0} tasks/s"),
+                String::new(),
+            ));
             rig.stop().await;
         }
     }
     if wanted(&args, "fanout") {
         let rig = Rig::start(4, 5, 200).await?;
         let wall = rig.run_job(&setup::regions(20)).await?;
-        rows.push(("job: 20 parallel tasks, 200 ms/model call, 4 workers (ideal 1.0 s)".into(), format!("{:.3} s", wall.as_secs_f64()), "<= 1.11 s".into()));
+        rows.push((
+            "job: 20 parallel tasks, 200 ms/model call, 4 workers (ideal 1.0 s)".into(),
+            format!("{:.3} s", wall.as_secs_f64()),
+            "<= 1.11 s".into(),
+        ));
         rig.stop().await;
     }
     if wanted(&args, "footprint") {
@@ -68,7 +76,11 @@ pub async fn run(args: Args) -> anyhow::Result<i32> {
         let (planner, subagent) = rig.first_call_tokens(&setup::regions(4)).await?;
         rows.push(("input tokens, first planner model call (demo job)".into(), planner.to_string(), "<= 1300".into()));
         rows.push(("input tokens, first subagent model call".into(), subagent.to_string(), "<= 780".into()));
-        rows.push(("idle worker RSS".into(), format!("{:.1} MiB", rig.worker_rss_kib()? as f64 / 1024.0), "<= 30 MiB".into()));
+        rows.push((
+            "idle worker RSS".into(),
+            format!("{:.1} MiB", rig.worker_rss_kib()? as f64 / 1024.0),
+            "<= 30 MiB".into(),
+        ));
         rig.stop().await;
     }
     if wanted(&args, "mcp") {
@@ -118,7 +130,9 @@ async fn overhead(rig: &Rig, n: usize) -> anyhow::Result<Vec<Duration>> {
         let t = task(job, &ty);
         let started = Instant::now();
         rig.bus.publish_durable(subject.clone(), &t, Some(&t.task_id.to_string()), None).await?;
-        tokio::time::timeout(Duration::from_secs(30), reports.next()).await?.ok_or_else(|| anyhow::anyhow!("report stream ended"))?;
+        tokio::time::timeout(Duration::from_secs(30), reports.next())
+            .await?
+            .ok_or_else(|| anyhow::anyhow!("report stream ended"))?;
         if i >= 20 {
             out.push(started.elapsed()); // the first 20 warm up connections and caches
         }
@@ -143,7 +157,9 @@ async fn throughput(rig: &Rig, n: usize) -> anyhow::Result<f64> {
         r?;
     }
     for _ in 0..n {
-        tokio::time::timeout(Duration::from_secs(60), reports.next()).await?.ok_or_else(|| anyhow::anyhow!("report stream ended"))?;
+        tokio::time::timeout(Duration::from_secs(60), reports.next())
+            .await?
+            .ok_or_else(|| anyhow::anyhow!("report stream ended"))?;
     }
     Ok(n as f64 / started.elapsed().as_secs_f64())
 }

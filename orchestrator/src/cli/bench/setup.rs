@@ -105,7 +105,11 @@ state_dir = "state"
         let api = self.api();
         let deadline = Instant::now() + Duration::from_secs(30);
         while api.list(None, 1).await.is_err() {
-            anyhow::ensure!(Instant::now() < deadline, "orchestrator did not start; logs in {}", self.sup.log_dir.display());
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "orchestrator did not start; logs in {}",
+                self.sup.log_dir.display()
+            );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         let name = self.bus.subjects.task_consumer(&flotilla_shared::ids::SubagentType::new("finance")?);
