@@ -6,6 +6,7 @@ mod approval;
 mod cancel;
 mod heartbeat;
 mod large_report;
+mod mcp_context;
 mod metrics;
 mod progress;
 mod runtime;

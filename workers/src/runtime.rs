@@ -42,11 +42,13 @@ pub struct SubagentRuntime {
     pub approvals: Arc<ApprovalPolicy>,
     /// Where `execute` runs, when the type has a sandbox.
     pub sandbox: Option<Arc<Sandbox>>,
+    /// MCP resources and prompt loaded into each task's system prompt.
+    pub mcp_context: Option<crate::mcp_context::McpContext>,
 }
 
 impl SubagentRuntime {
     /// Builds the runtime of `ty` from `settings`.
-    pub fn build(settings: &Settings, ty: &SubagentType, files: &JobFiles, mcp: &McpHub) -> anyhow::Result<Self> {
+    pub fn build(settings: &Settings, ty: &SubagentType, files: &JobFiles, mcp: &Arc<McpHub>) -> anyhow::Result<Self> {
         let config = settings
             .subagents
             .get(ty)
@@ -83,6 +85,7 @@ impl SubagentRuntime {
             tools.set_eviction(Eviction { files: files.clone(), max_bytes, exempt });
         }
         let report_budget = report_budget(settings.files.large_result_bytes());
+        let mcp_context = crate::mcp_context::McpContext::build(ty.as_str(), &config, mcp)?;
         Ok(Self {
             ty: ty.clone(),
             slots: Arc::new(Semaphore::new(config.concurrency)),
@@ -93,6 +96,7 @@ impl SubagentRuntime {
             report_budget,
             approvals,
             sandbox,
+            mcp_context,
         })
     }
 

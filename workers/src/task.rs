@@ -113,6 +113,12 @@ async fn run(
         let left = (deadline - started_at).try_into().unwrap_or(Duration::ZERO);
         limits.timeout = limits.timeout.min(left);
     }
+    // App-controlled MCP context (resources, prompt), before the subagent starts.
+    let system = if job_cancelled {
+        Ok(String::new())
+    } else {
+        crate::mcp_context::system_prompt(rt.mcp_context.as_ref(), &rt.config, &task, &cancel).await
+    };
     let outcome = if job_cancelled {
         Err((
             ErrorInfo::new(ErrorKind::Cancelled, "the job was cancelled before this task started"),
@@ -120,9 +126,11 @@ async fn run(
         ))
     } else if limits.timeout.is_zero() {
         Err((ErrorInfo::new(ErrorKind::Timeout, "task deadline passed before it started"), Default::default()))
+    } else if let Err(e) = &system {
+        Err((e.clone(), Default::default()))
     } else {
         let agent = Agent { model: rt.model.clone(), tools: rt.tools.clone(), limits };
-        let mut conv = Conversation::new(&rt.config.system_prompt, &task.description);
+        let mut conv = Conversation::new(system.as_deref().unwrap_or_default(), &task.description);
         // The task's sandbox scratch dir lives exactly as long as this run.
         let _sandbox = rt.sandbox.as_ref().and_then(|s| {
             s.open(task.task_id, progress.clone())

@@ -11,6 +11,8 @@
 #![deny(missing_docs)]
 
 #[cfg(feature = "server")]
+pub mod context;
+#[cfg(feature = "server")]
 pub mod server;
 
 /// Why a margin cannot be computed.

@@ -234,6 +234,12 @@ pub struct SubagentConfig {
     /// Mode when no rule matches: `allow` (default), `deny` or `interrupt`.
     #[serde(default)]
     pub default_permission: crate::permissions::Mode,
+    /// MCP resources (`"<server>/<uri>"`) appended to the system prompt before each task (docs/MCP.md).
+    #[serde(default)]
+    pub mcp_resources: Vec<String>,
+    /// An MCP prompt that becomes the system prompt of each task (docs/MCP.md).
+    #[serde(default)]
+    pub mcp_prompt: Option<crate::mcp::app_context::McpPromptConfig>,
 }
 
 fn default_subagent_steps() -> u32 {

@@ -240,6 +240,65 @@ impl ServerConn {
         }
     }
 
+    /// Runs one request made by `op` on the server's peer within
+    /// `call_timeout`: on the shared session (reconnecting once when it has
+    /// died) or, with `per_call`, on a fresh one. Used for the app-controlled
+    /// reads (resources, prompts; see [`super::app_context`]).
+    pub async fn request<T, F, Fut>(&self, what: &str, op: F) -> Result<T, McpError>
+    where
+        F: Fn(rmcp::service::Peer<rmcp::RoleClient>) -> Fut,
+        Fut: std::future::Future<Output = Result<T, rmcp::service::ServiceError>>,
+    {
+        let timeout = self.settings.call_timeout;
+        let run = |s: &Session| {
+            let fut = op(s.peer().clone());
+            async move {
+                match tokio::time::timeout(timeout, fut).await {
+                    Ok(r) => r.map_err(|e| super::session::classify(&self.settings, e)),
+                    Err(_) => Err(McpError::Timeout { server: self.settings.name.clone(), what: what.into(), timeout }),
+                }
+            }
+        };
+        let r = match self.settings.session {
+            SessionMode::PerCall => match self.open().await {
+                Ok(s) => {
+                    let r = run(&s).await;
+                    s.close().await;
+                    r
+                }
+                Err(e) => Err(e),
+            },
+            SessionMode::Persistent => {
+                let mut retried = false;
+                loop {
+                    let s = match self.session().await {
+                        Ok(s) => s,
+                        Err(e) if !retried && e.is_session_failure() => {
+                            retried = true;
+                            continue;
+                        }
+                        Err(e) => break Err(e),
+                    };
+                    match run(&s).await {
+                        Err(e) if e.is_session_failure() => {
+                            self.discard(&s).await;
+                            if retried {
+                                break Err(e);
+                            }
+                            retried = true;
+                        }
+                        r => break r,
+                    }
+                }
+            }
+        };
+        self.record(match &r {
+            Err(e) if e.is_session_failure() => Err(e),
+            _ => Ok(()),
+        });
+        r
+    }
+
     /// Health for reports.
     pub fn health(&self) -> ServerHealth {
         let s = self.state();

@@ -10,6 +10,8 @@
 //!   per-call sessions, discovered tools, health.
 //! - [`content`]: `CallToolResult` -> tool result + `structuredContent` artifact.
 //! - [`tool`]: an MCP tool as a [`crate::tool::Tool`].
+//! - [`app_context`]: resources and prompts a subagent type loads into its
+//!   system prompt before a task starts (app-controlled, seed 003 section 8).
 //! - [`hub`]: every server of a process; `mcp:<server>[/<tool>]` entries,
 //!   background recovery, health for heartbeats.
 //!
@@ -18,6 +20,7 @@
 //! overwrites (collisions are [`crate::tool::ToolSet`] errors naming both
 //! sources), `structuredContent` lost on errors.
 
+pub mod app_context;
 pub mod config;
 pub mod content;
 pub mod error;

@@ -130,6 +130,11 @@ impl Session {
         }
     }
 
+    /// The peer, for requests beyond tools (resources, prompts).
+    pub fn peer(&self) -> &rmcp::service::Peer<RoleClient> {
+        self.service.peer()
+    }
+
     /// Whether the transport has closed (the child exited, the stream broke).
     pub fn is_closed(&self) -> bool {
         self.service.is_closed() || self.service.peer().is_transport_closed()
