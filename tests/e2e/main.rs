@@ -10,6 +10,7 @@ mod durability;
 mod files;
 mod job_files;
 mod mcp;
+mod mcp_conformance;
 mod mcp_context;
 mod operations;
 mod sandbox;

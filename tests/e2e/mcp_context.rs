@@ -101,21 +101,30 @@ mcp_resources = ["gone/finance://rules/gross-margin"]
     );
     assert!(analyst.contains(">> INPUT<<margins of north>>"), "{analyst}");
 
-    // An unknown resource: the server's refusal, naming server and URI; no model call.
+    // An unknown resource: the server's refusal, naming server and URI; no
+    // model call. (The planner sees URIs redacted by the egress sanitizer; the
+    // worker log has them.)
     let missing = parts[1];
+    assert!(missing.starts_with("2 FAILED not_found: task "), "{missing}");
     assert!(
-        missing
-            .starts_with("2 FAILED not_found: cannot load MCP resource \"finance://rules/nope\" from server `finance`"),
+        missing.contains(
+            "(missing) failed: cannot load MCP resource \"[internal url]\" from server `finance`: \
+             MCP server `finance` refused the request (-32002)"
+        ),
         "{missing}"
     );
     assert!(!missing.contains("SYSTEM<<"), "{missing}");
+    let worker = d.workers[0].log();
+    assert!(worker.contains("cannot load MCP resource \"finance://rules/nope\" from server `finance`"), "{worker}");
 
-    // A server that cannot start: a clear transient error, reported after the last delivery.
+    // A server that cannot start: a clear transient error, reported after the
+    // last delivery (max_deliver = 1 here), never a hang.
     let down = parts[2];
     assert!(
         down.starts_with("3 FAILED transient: ")
-            && down.contains("cannot load MCP resource \"finance://rules/gross-margin\" from server `gone`")
-            && down.contains("cannot start /nonexistent/mcp-server"),
+            && down.contains("(down) failed: cannot load MCP resource")
+            && down
+                .contains("from server `gone`: MCP server `gone` is unavailable: cannot start /nonexistent/mcp-server"),
         "{down}"
     );
 }

@@ -143,3 +143,85 @@ scratch_root = "{root}"
     let left: Vec<_> = std::fs::read_dir(scratch_root.path().join("flotilla-sandbox")).unwrap().collect();
     assert!(left.is_empty(), "scratch dirs left behind: {left:?}");
 }
+
+/// A subagent writes a job file, a sandboxed command reads it from
+/// `/scratch`, writes a result and plants a symlink to a host file; the result
+/// comes back as a job file, the symlink never does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn execute_stages_job_files_in_and_results_out() {
+    let scratch_root = TempDir::new("sandbox-stage");
+    let root = scratch_root.path().display().to_string();
+    let d = Deployment::start(1, |url| {
+        let mut c = TestConfig::new(url);
+        c.script(
+            "planner.toml",
+            r#"
+[[turns]]
+[[turns.calls]]
+tool = "task"
+args = '{"subagent_type": "shell", "description": "sum the numbers"}'
+[[turns]]
+[[turns.calls]]
+tool = "ls"
+args = '{"path": "/out"}'
+[[turns.calls]]
+tool = "read_file"
+args = '{"path": "/out/sum.txt"}'
+[[turns]]
+content = "{% for r in last %}{% if r.ok %}{{ r.value }}{% else %}ERR {{ r.error.message }}{% endif %}\n=====\n{% endfor %}"
+"#,
+        )
+        .script(
+            "shell.toml",
+            r#"
+[[turns]]
+[[turns.calls]]
+tool = "write_file"
+args = '{"path": "/data/in.txt", "content": "3\n4\n5\n"}'
+[[turns]]
+[[turns.calls]]
+tool = "execute"
+args = '{"command": "mkdir -p /scratch/out && awk \"{s+=\\$1} END {print s}\" /scratch/data/in.txt > /scratch/out/sum.txt && ln -s /etc/passwd /scratch/out/leak && cat /scratch/out/sum.txt"}'
+[[turns]]
+content = "{% set r = last[0] %}{% if r.ok %}{{ r.value | tojson }}{% else %}{{ r.error | tojson }}{% endif %}"
+"#,
+        );
+        c.section(&format!(
+            r#"[models.planner]
+provider = "scripted"
+script = "planner.toml"
+[models.shell]
+provider = "scripted"
+script = "shell.toml"
+[planner]
+model = "planner"
+task_timeout = 120
+[subagents.shell]
+description = "Runs shell commands."
+model = "shell"
+tools = ["write_file", "execute"]
+[subagents.shell.sandbox]
+scratch_root = "{root}"
+stage_in = ["/data/**"]
+stage_out = ["/out/**"]
+"#
+        ));
+        c
+    })
+    .await;
+    let mut log = EventLog::subscribe(&d.bus.client, "flotilla.job.>").await;
+    let job = d.submit("go").await;
+    assert_eq!(log.job_end(TIMEOUT).await["event"], "completed");
+    let rec = d.status(job).await;
+    assert_eq!(rec.status, JobStatus::Completed);
+    let report: Value =
+        serde_json::from_str(&rec.tasks[0].summary).expect("the subagent answered with the execute result");
+    assert_eq!(report["exit_code"], 0, "{report}");
+    assert_eq!(report["stdout"].as_str().unwrap().trim(), "12", "the command read the staged job file");
+    assert_eq!(report["staged_in"], serde_json::json!(["/data/in.txt"]), "{report}");
+    assert_eq!(report["staged_out"], serde_json::json!(["/out/sum.txt"]), "the symlink was not copied: {report}");
+    let answer = rec.answer.unwrap();
+    let parts: Vec<&str> = answer.split("=====").collect();
+    assert!(parts[0].contains("sum.txt") && !parts[0].contains("leak"), "ls /out: {}", parts[0]);
+    assert!(parts[1].contains("12"), "the planner reads the result as a job file: {}", parts[1]);
+}

@@ -74,7 +74,7 @@ impl SubagentRuntime {
         let sandbox = match &config.sandbox {
             Some(sb) => {
                 let sandbox = Sandbox::start(ty.as_str(), sb)?;
-                tools.add(Arc::new(ExecuteTool::new(sandbox.clone(), ty.clone())), "sandbox")?;
+                tools.add(Arc::new(ExecuteTool::new(sandbox.clone(), ty.clone(), builtins.clone())), "sandbox")?;
                 Some(sandbox)
             }
             None => None,

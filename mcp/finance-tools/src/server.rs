@@ -149,9 +149,8 @@ impl ServerHandler for FinanceTools {
         request: ReadResourceRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
-        let text = crate::context::read(&request.uri).ok_or_else(|| {
-            ErrorData::resource_not_found(format!("no resource {:?}", request.uri), None)
-        })?;
+        let text = crate::context::read(&request.uri)
+            .ok_or_else(|| ErrorData::resource_not_found(format!("no resource {:?}", request.uri), None))?;
         Ok(ReadResourceResult::new(vec![ResourceContents::text(text, request.uri)]).into())
     }
 

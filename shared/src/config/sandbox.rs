@@ -38,6 +38,14 @@ pub struct SandboxConfig {
     /// `uid:gid` the sandbox runs as when the worker runs as root (a worker
     /// running as another user runs sandboxes as itself).
     pub user: String,
+    /// Job-file globs copied into `/scratch` before each command: job file
+    /// `/data/q2.csv` appears as `/scratch/data/q2.csv`. Subject to the type's
+    /// read permissions.
+    pub stage_in: Vec<String>,
+    /// Job-file globs copied back after each command: `/scratch/out/r.md`
+    /// becomes job file `/out/r.md` when `/out/r.md` matches. Subject to the
+    /// type's write permissions; only regular files (never symlinks) are copied.
+    pub stage_out: Vec<String>,
 }
 
 impl Default for SandboxConfig {
@@ -74,6 +82,8 @@ impl Default for SandboxConfig {
             .map(PathBuf::from)
             .collect(),
             user: "65534:65534".into(),
+            stage_in: Vec::new(),
+            stage_out: Vec::new(),
         }
     }
 }
@@ -104,6 +114,13 @@ impl SandboxConfig {
         }
         if self.ro_binds.iter().any(|p| !p.is_absolute()) {
             return bad("ro_binds", "every path must be absolute");
+        }
+        for (k, globs) in [("stage_in", &self.stage_in), ("stage_out", &self.stage_out)] {
+            for g in globs {
+                if !g.starts_with('/') || globset::Glob::new(g).is_err() {
+                    return bad(k, "every entry must be a valid glob of absolute job paths, e.g. \"/data/**\"");
+                }
+            }
         }
         if self.parse_user().is_none() {
             return bad("user", "use \"<uid>:<gid>\" with numbers, e.g. \"65534:65534\"");

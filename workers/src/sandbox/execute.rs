@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use flotilla_shared::builtin::FileToolEnv;
 use flotilla_shared::ids::SubagentType;
 use flotilla_shared::tool::{ErrorKind, Tool, ToolContext, ToolError, ToolSpec};
 use serde_json::{Value, json};
@@ -18,12 +19,14 @@ const MAX_COMMAND_BYTES: usize = 16 * 1024;
 pub struct ExecuteTool {
     sandbox: Arc<Sandbox>,
     subagent_type: SubagentType,
+    /// Job files and the type's permissions, for staging.
+    files: Arc<FileToolEnv>,
 }
 
 impl ExecuteTool {
-    /// The tool over `sandbox`.
-    pub fn new(sandbox: Arc<Sandbox>, subagent_type: SubagentType) -> Self {
-        Self { sandbox, subagent_type }
+    /// The tool over `sandbox`, staging through `files`.
+    pub fn new(sandbox: Arc<Sandbox>, subagent_type: SubagentType, files: Arc<FileToolEnv>) -> Self {
+        Self { sandbox, subagent_type, files }
     }
 }
 
@@ -60,7 +63,15 @@ impl Tool for ExecuteTool {
             return Err(ToolError::new(ErrorKind::Bug, "no sandbox session for this task"));
         };
         let limits = self.sandbox.limits(args["timeout"].as_u64());
+        let mut staged = session.staged.lock().await;
+        let staged_in = self
+            .sandbox
+            .staging
+            .stage_in(&self.files, &ctx.job_id, &session.scratch, self.sandbox.owner(), &mut staged)
+            .await;
         let run = self.sandbox.backend.run(&session.scratch, command, &limits, &ctx.cancel).await;
+        let staged_out = self.sandbox.staging.stage_out(&self.files, &ctx.job_id, &session.scratch, &mut staged).await;
+        drop(staged);
         let mut record = ExecutionAudit {
             tenant: ctx.tenant.clone(),
             job_id: ctx.job_id,
@@ -102,6 +113,16 @@ impl Tool for ExecuteTool {
         });
         if let Some(sig) = e.signal {
             out["signal"] = json!(sig);
+        }
+        if !staged_in.copied.is_empty() {
+            out["staged_in"] = json!(staged_in.copied);
+        }
+        if !staged_out.copied.is_empty() {
+            out["staged_out"] = json!(staged_out.copied);
+        }
+        let skipped: Vec<String> = staged_in.skipped.into_iter().chain(staged_out.skipped).collect();
+        if !skipped.is_empty() {
+            out["staging_skipped"] = json!(skipped);
         }
         Ok(out)
     }

@@ -9,15 +9,13 @@
 //! - [`bubblewrap`]: the backend (isolation and limits).
 //! - [`execute`]: the tool the model calls.
 //! - [`audit`]: the record of every execution.
-//!
-//! Seam: copying job files into the scratch dir and results back (the job
-//! files of `shared/src/files`) belongs in [`Sandbox::open`] and after each
-//! run in [`execute`]; it is not wired yet, so a command sees only what
-//! earlier commands of the same task left in `/scratch`.
+//! - [`staging`]: job files copied into `/scratch` before each command and
+//!   results copied back after it (`stage_in` / `stage_out`).
 
 pub mod audit;
 pub mod bubblewrap;
 pub mod execute;
+pub mod staging;
 
 use std::collections::HashMap;
 use std::os::unix::fs::PermissionsExt;
@@ -43,6 +41,8 @@ pub struct Sandbox {
     root: PathBuf,
     /// Running tasks: their scratch dir and progress publisher.
     sessions: Mutex<HashMap<TaskId, Arc<Session>>>,
+    /// Job files in and out of scratch dirs.
+    pub staging: staging::Staging,
 }
 
 /// One task's use of the sandbox.
@@ -51,6 +51,9 @@ pub struct Session {
     pub scratch: PathBuf,
     /// Where the audit's progress events go.
     pub progress: ProgressPublisher,
+    /// sha256 of each job file as last staged in or out, so unchanged files
+    /// are not copied back.
+    pub staged: tokio::sync::Mutex<HashMap<String, [u8; 32]>>,
 }
 
 impl Sandbox {
@@ -63,7 +66,9 @@ impl Sandbox {
         // Traversable, not listable: a sandbox user finds only its own dir.
         std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o711))
             .with_context(|| format!("{key}: cannot set the mode of {}", root.display()))?;
-        let sandbox = Arc::new(Self { config: config.clone(), backend, root, sessions: Mutex::default() });
+        let staging = staging::Staging::new(&config.stage_in, &config.stage_out)
+            .with_context(|| format!("{key}: invalid stage_in/stage_out glob"))?;
+        let sandbox = Arc::new(Self { config: config.clone(), backend, root, sessions: Mutex::default(), staging });
         let probe = sandbox.make_dir(&format!("probe-{}", std::process::id()))?;
         let result = sandbox.backend.probe(&probe);
         let _ = std::fs::remove_dir_all(&probe);
@@ -89,8 +94,14 @@ impl Sandbox {
     /// Opens the scratch dir of `task`; it is removed when the guard drops.
     pub fn open(self: &Arc<Self>, task: TaskId, progress: ProgressPublisher) -> anyhow::Result<SessionGuard> {
         let scratch = self.make_dir(&task.to_string())?;
-        self.sessions.lock().expect("sessions lock").insert(task, Arc::new(Session { scratch, progress }));
+        let session = Session { scratch, progress, staged: Default::default() };
+        self.sessions.lock().expect("sessions lock").insert(task, Arc::new(session));
         Ok(SessionGuard { sandbox: self.clone(), task })
+    }
+
+    /// `(uid, gid)` owning files handed to the sandbox, when it runs as another user.
+    pub fn owner(&self) -> Option<(u32, u32)> {
+        self.backend.user()
     }
 
     fn session(&self, task: &TaskId) -> Option<Arc<Session>> {
