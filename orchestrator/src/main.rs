@@ -30,7 +30,7 @@ use flotilla_shared::telemetry::{self, LogFormat};
 /// Flotilla: a planner agent delegating tasks over NATS to horizontally scaled
 /// worker processes.
 #[derive(Parser, Debug)]
-#[command(version, about, long_about = None, after_help = "Configuration: docs/CONFIG.md. Bus subjects: docs/PROTOCOL.md.")]
+#[command(version, after_help = AFTER_HELP)]
 struct Cli {
     /// Config file (TOML). Default for `up` and `demo`: deploy/local/flotilla.toml.
     /// Env overrides: FLOTILLA_<SECTION>__<KEY>, e.g. FLOTILLA_NATS__URL.
@@ -81,6 +81,17 @@ enum Command {
     /// Debug MCP servers without a model: list tools, call one, check health.
     Mcp(cli::mcp::Args),
 }
+
+const AFTER_HELP: &str = "\
+Quick start (from the repository root):
+  flotilla demo                          run the demo job end to end and print its answer
+  flotilla up                            local nats-server + orchestrator + workers until Ctrl-C
+  flotilla submit --wait \"north: revenue 120, cost 75\"
+  flotilla watch <job>                   live progress; --json for JSON lines
+
+Exit codes: 0 ok (a waited or watched job completed), 1 the job failed or was
+cancelled, 2 a usage, configuration or connection error.
+Configuration: docs/CONFIG.md. Bus subjects and messages: docs/PROTOCOL.md.";
 
 const LOCAL_CONFIG: &str = "deploy/local/flotilla.toml";
 

@@ -36,7 +36,10 @@ use crate::task::WorkerContext;
 
 /// Flotilla worker: runs isolated subagents for the task queues of its types.
 #[derive(Parser, Debug)]
-#[command(version, about, long_about = None)]
+#[command(
+    version,
+    after_help = "Start as many as you like, on any host that reaches NATS: replicas of a\nsubagent type share its work queue. Configuration: docs/CONFIG.md."
+)]
 struct Args {
     /// Config file (TOML). Env overrides: FLOTILLA_<SECTION>__<KEY>.
     #[arg(long, short, env = "FLOTILLA_CONFIG")]
