@@ -29,7 +29,7 @@ impl std::str::FromStr for LogFormat {
 /// services and `"warn"` for short-lived CLI commands.
 pub fn init(format: LogFormat, default_filter: &str) {
     let filter = EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| EnvFilter::new(format!("{default_filter},async_nats=warn")));
+        .unwrap_or_else(|_| EnvFilter::new(format!("{default_filter},async_nats=warn,rmcp=warn")));
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
     let _ = match format {
         LogFormat::Text => builder.try_init(),
