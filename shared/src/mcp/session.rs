@@ -14,7 +14,7 @@ use std::time::Duration;
 use rmcp::RoleClient;
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, ClientRequest,
-    Implementation, JsonObject, RequestMetaObject, ServerResult,
+    Implementation, JsonObject, ProtocolVersion, RequestMetaObject, ServerResult,
 };
 use rmcp::service::{PeerRequestOptions, RunningService, ServiceError, ServiceExt};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
@@ -35,8 +35,12 @@ pub struct Session {
     pub pid: Option<u32>,
 }
 
+/// What Flotilla offers in `initialize`. It speaks the session-based
+/// protocol (an `initialize` handshake), so it offers the newest version that
+/// still has one; servers negotiate down from there as usual.
 fn client_info() -> ClientConfig {
     ClientConfig::new(ClientCapabilities::default(), Implementation::new("flotilla", env!("CARGO_PKG_VERSION")))
+        .with_protocol_version(ProtocolVersion::LATEST_WITH_INITIALIZE)
 }
 
 /// What an error says about `settings`' server, with URL paths redacted.
