@@ -107,6 +107,7 @@ fn main() {
     let service = matches!(cli.command, Command::Orchestrator | Command::Up(_));
     telemetry::init(cli.log_format, if service { "info" } else { "warn" });
     flotilla_shared::tls::install_crypto_provider();
+    flotilla_shared::sanitize::warm_up();
     let runtime = tokio::runtime::Runtime::new().expect("tokio runtime");
     let code = match runtime.block_on(run(cli)) {
         Ok(code) => code,

@@ -117,7 +117,13 @@ fn apply(rules: &[Rule], text: &str) -> String {
     out
 }
 
-/// Removes secrets only; for logs.
+/// Compiles every pattern now, so the first error of a process is not slowed
+/// by regex compilation (call at start-up).
+pub fn warm_up() {
+    let _ = (SECRETS.len(), TRACES.len(), HOST.len());
+}
+
+/// Removes secrets only (keys, tokens, URL credentials and query tokens); for logs.
 pub fn redact_secrets(text: &str) -> String {
     apply(&SECRETS, text)
 }

@@ -73,6 +73,7 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     telemetry::init(args.log_format, "info");
     flotilla_shared::tls::install_crypto_provider();
+    flotilla_shared::sanitize::warm_up();
     let mut settings = Settings::load(args.config.as_deref())?;
     if let Some(path) = &args.mcp_config {
         settings.import_mcp_config(path)?;

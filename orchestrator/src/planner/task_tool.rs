@@ -152,6 +152,9 @@ impl Tool for TaskTool {
                 return Err(transient(e));
             }
             self.jobs
+                .emit(ctx.job_id, JobEventKind::TaskDispatched { task_id, subagent_type: ty.clone(), description })
+                .await;
+            self.jobs
                 .update(&ctx.job_id, |rec| {
                     if let Some(t) = rec.task_mut(&task_id) {
                         t.published = true;
@@ -159,9 +162,6 @@ impl Tool for TaskTool {
                 })
                 .await
                 .map_err(transient)?;
-            self.jobs
-                .emit(ctx.job_id, JobEventKind::TaskDispatched { task_id, subagent_type: ty.clone(), description })
-                .await;
             tracing::info!(%task_id, subagent_type = %ty, "task dispatched");
         }
 
