@@ -51,7 +51,7 @@ async fn a_job_survives_losing_a_cluster_node() {
         ..Default::default()
     };
     let bus = Bus::connect(&admin, "test admin", Duration::from_secs(10)).await.expect("connect");
-    flotilla_tests::eventually(Duration::from_secs(60), "the cluster to accept R3 streams", || {
+    flotilla_tests::eventually(Duration::from_secs(150), "the cluster to accept R3 streams", || {
         let bus = bus.clone();
         async move { bus.ensure_topology().await.ok() }
     })
@@ -87,7 +87,7 @@ async fn a_job_survives_losing_a_cluster_node() {
     let client = connect_as(&nodes[0], "client-acme").await;
     let job = submit(&client, &acme, JOB).await;
     // Mid-job: once the first task has a report and the others are still running or queued.
-    flotilla_tests::eventually(Duration::from_secs(60), "the first task report", || {
+    flotilla_tests::eventually(Duration::from_secs(120), "the first task report", || {
         let client = client.clone();
         let acme = acme.clone();
         async move {

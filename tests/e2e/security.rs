@@ -104,7 +104,7 @@ pub async fn connect_as(nats: &ConfiguredNats, user: &str) -> Bus {
 
 pub async fn submit(bus: &Bus, tenant: &Tenant, input: &str) -> JobId {
     let req = SubmitRequest { v: SCHEMA_VERSION, input: input.into() };
-    flotilla_tests::eventually(Duration::from_secs(60), "the orchestrator to accept a job", || {
+    flotilla_tests::eventually(Duration::from_secs(120), "the orchestrator to accept a job", || {
         let req = req.clone();
         async move {
             let r: Result<ApiReply<SubmitReply>, _> = bus.request(tenant, "submit", &req, Duration::from_secs(5)).await;
@@ -121,7 +121,7 @@ pub async fn status(bus: &Bus, tenant: &Tenant, job: JobId) -> Result<JobRecord,
 }
 
 pub async fn finished(bus: &Bus, tenant: &Tenant, job: JobId) -> JobRecord {
-    flotilla_tests::eventually(Duration::from_secs(60), "the job to finish", || async move {
+    flotilla_tests::eventually(Duration::from_secs(120), "the job to finish", || async move {
         // A request may fail while a cluster node is down: ask again.
         let req = StatusRequest { v: SCHEMA_VERSION, job_id: job };
         let r: ApiReply<JobRecord> = bus.request(tenant, "status", &req, T).await.ok()?;

@@ -106,6 +106,8 @@ async fn the_cli_submits_waits_watches_and_lists() {
     let (code, out, _) = run_cli(&["--config", &cfg, "watch", &job], &[]);
     assert_eq!(code, 0);
     assert!(out.contains("already completed"), "{out}");
+    assert!(out.contains("task_dispatched") || out.contains("-> finance:"), "a finished job is replayed: {out}");
+    assert!(out.contains("job completed"), "the replay ends with the job's end: {out}");
 
     let (code, out, _) = run_cli(&["--config", &cfg, "status", &job, "--json"], &[]);
     assert_eq!(code, 0);

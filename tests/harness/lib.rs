@@ -42,9 +42,17 @@ impl Drop for TempDir {
     }
 }
 
-/// A free TCP port on 127.0.0.1 (bound then released).
+/// A free TCP port on 127.0.0.1, chosen below the kernel's ephemeral range
+/// (32768+): a port from `bind(0)` is released before the server binds it, and
+/// an outgoing connection of a parallel test may take it in between.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()
+    for _ in 0..1000 {
+        let port = fastrand::u16(20_000..32_000);
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port in 20000-32000 on 127.0.0.1")
 }
 
 /// Polls `check` until it returns `Some` or `timeout` passes (for external

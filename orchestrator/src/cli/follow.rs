@@ -93,3 +93,23 @@ pub async fn follow(
         }
     }))
 }
+
+/// How many events and progress messages of `job` the events stream still holds.
+pub async fn stored_events(bus: &Bus, job: JobId) -> anyhow::Result<usize> {
+    let s = &bus.subjects;
+    let stream = bus
+        .js
+        .get_stream(s.events_stream())
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot open the events stream {}: {e}", s.events_stream()))?;
+    let mut counts = stream
+        .info_with_subjects(s.job_all(&job))
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot count the job's events: {e}"))?;
+    let mut total = 0;
+    while let Some(entry) = counts.next().await {
+        let (_, n) = entry.map_err(|e| anyhow::anyhow!("cannot count the job's events: {e}"))?;
+        total += n;
+    }
+    Ok(total)
+}

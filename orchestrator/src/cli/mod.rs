@@ -52,15 +52,28 @@ pub enum Output {
 /// Prints a job's events until it ends; returns its final record.
 pub async fn follow_job(api: &ApiClient, job: JobId, output: Output) -> anyhow::Result<JobRecord> {
     let current = api.status(job).await?;
+    // A finished job is replayed from the events stream (kept 24 h), as far as
+    // it is still there; a running one is followed until it ends.
+    let mut limit = usize::MAX;
     if current.status.is_terminal() {
-        if output == Output::Text {
-            println!("job {job} already {}", current.status.as_str());
+        if output == Output::Quiet {
+            return Ok(current);
         }
-        return Ok(current);
+        limit = follow::stored_events(&api.bus, job).await?;
+        if output == Output::Text {
+            println!("job {job} already {}; replaying its {limit} stored events", current.status.as_str());
+        }
+        if limit == 0 {
+            return Ok(current);
+        }
     }
     let mut events = std::pin::pin!(follow::follow(&api.bus, Scope::Job(job), output != Output::Quiet).await?);
     let mut stdout = std::io::stdout();
-    while let Some(ev) = events.next().await {
+    let mut seen = 0;
+    while seen < limit
+        && let Some(ev) = events.next().await
+    {
+        seen += 1;
         let ev = ev?;
         match output {
             Output::Text => writeln!(stdout, "{}", render::event(&ev))?,
