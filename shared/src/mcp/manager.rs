@@ -190,54 +190,12 @@ impl ServerConn {
         arguments: JsonObject,
         meta: RequestMetaObject,
     ) -> Result<CallToolResult, McpError> {
-        let r = self.call_inner(tool, arguments, meta).await;
-        // A refusal or a timeout still proves the server answers or lives.
-        self.record(match &r {
-            Err(e) if e.is_session_failure() => Err(e),
-            _ => Ok(()),
-        });
-        r
-    }
-
-    async fn call_inner(
-        &self,
-        tool: &str,
-        arguments: JsonObject,
-        meta: RequestMetaObject,
-    ) -> Result<CallToolResult, McpError> {
         let timeout = self.settings.call_timeout;
-        match self.settings.session {
-            SessionMode::PerCall => {
-                let s = self.open().await?;
-                let r = s.call_tool(&self.settings, tool, arguments, meta, timeout).await;
-                s.close().await;
-                r
-            }
-            SessionMode::Persistent => {
-                let mut retried = false;
-                loop {
-                    let s = match self.session().await {
-                        Ok(s) => s,
-                        Err(e) if !retried && e.is_session_failure() => {
-                            retried = true;
-                            continue;
-                        }
-                        Err(e) => return Err(e),
-                    };
-                    match s.call_tool(&self.settings, tool, arguments.clone(), meta.clone(), timeout).await {
-                        Err(e) if e.is_session_failure() => {
-                            self.discard(&s).await;
-                            if retried {
-                                return Err(e);
-                            }
-                            tracing::warn!(server = %self.settings.name, tool, error = %e, "MCP session failed; reconnecting once");
-                            retried = true;
-                        }
-                        r => return r,
-                    }
-                }
-            }
-        }
+        self.on_session(tool, |s| {
+            let (arguments, meta) = (arguments.clone(), meta.clone());
+            async move { s.call_tool(&self.settings, tool, arguments, meta, timeout).await }
+        })
+        .await
     }
 
     /// Runs one request made by `op` on the server's peer within
@@ -250,7 +208,7 @@ impl ServerConn {
         Fut: std::future::Future<Output = Result<T, rmcp::service::ServiceError>>,
     {
         let timeout = self.settings.call_timeout;
-        let run = |s: &Session| {
+        self.on_session(what, |s| {
             let fut = op(s.peer().clone());
             async move {
                 match tokio::time::timeout(timeout, fut).await {
@@ -258,12 +216,28 @@ impl ServerConn {
                     Err(_) => Err(McpError::Timeout { server: self.settings.name.clone(), what: what.into(), timeout }),
                 }
             }
-        };
+        })
+        .await
+    }
+
+    /// Runs `op` on a session: a fresh one with `per_call`, otherwise the
+    /// shared one, reconnecting once when it has died (a timeout is not a dead
+    /// session: the server may have acted, so it is never retried). The
+    /// outcome updates the server's health: a refusal or a timeout still
+    /// proves the server lives.
+    async fn on_session<T, F, Fut>(&self, what: &str, op: F) -> Result<T, McpError>
+    where
+        F: Fn(Arc<Session>) -> Fut,
+        Fut: std::future::Future<Output = Result<T, McpError>>,
+    {
         let r = match self.settings.session {
             SessionMode::PerCall => match self.open().await {
                 Ok(s) => {
-                    let r = run(&s).await;
-                    s.close().await;
+                    let s = Arc::new(s);
+                    let r = op(s.clone()).await;
+                    if let Ok(s) = Arc::try_unwrap(s) {
+                        s.close().await;
+                    }
                     r
                 }
                 Err(e) => Err(e),
@@ -279,12 +253,13 @@ impl ServerConn {
                         }
                         Err(e) => break Err(e),
                     };
-                    match run(&s).await {
+                    match op(s.clone()).await {
                         Err(e) if e.is_session_failure() => {
                             self.discard(&s).await;
                             if retried {
                                 break Err(e);
                             }
+                            tracing::warn!(server = %self.settings.name, what, error = %e, "MCP session failed; reconnecting once");
                             retried = true;
                         }
                         r => break r,
