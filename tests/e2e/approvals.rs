@@ -34,15 +34,9 @@ content = "{% set r = last[0] %}{% if r.ok %}margin={{ r.value.margin }}{% else 
 /// One finance subagent whose `calculate_margin` calls need approval.
 fn config(url: &str, decisions: &str, approval_timeout: u64) -> TestConfig {
     let mut c = TestConfig::new(url);
-    c.script("planner.toml", PLANNER).script("finance.toml", SUBAGENT);
+    c.scripted_model("planner", PLANNER).scripted_model("finance", SUBAGENT);
     c.section(&format!(
-        r#"[models.planner]
-provider = "scripted"
-script = "planner.toml"
-[models.finance]
-provider = "scripted"
-script = "finance.toml"
-[planner]
+        r#"[planner]
 model = "planner"
 task_timeout = 120
 [subagents.finance]

@@ -53,15 +53,9 @@ content = "tasks={{ results[0].value }};{{ results[1].value }} ls={{ results[2].
 async fn planner_and_two_workers_see_the_same_job_files() {
     let d = Deployment::start(2, |url| {
         let mut c = TestConfig::new(url);
-        c.script("planner.toml", SHARING_PLANNER).script("scribe.toml", SCRIBE);
+        c.scripted_model("planner", SHARING_PLANNER).scripted_model("scribe", SCRIBE);
         c.section(
-            r#"[models.planner]
-provider = "scripted"
-script = "planner.toml"
-[models.scribe]
-provider = "scripted"
-script = "scribe.toml"
-[planner]
+            r#"[planner]
 model = "planner"
 task_timeout = 60
 [subagents.scribe]
@@ -123,15 +117,9 @@ content = "size={{ results[0].value.report_file.size_bytes }} sha={{ results[0].
 async fn a_report_over_1mib_is_delivered_by_reference() {
     let d = Deployment::start(1, |url| {
         let mut c = TestConfig::new(url);
-        c.script("planner.toml", READING_PLANNER).script("writer.toml", WRITER);
+        c.scripted_model("planner", READING_PLANNER).scripted_model("writer", WRITER);
         c.section(
-            r#"[models.planner]
-provider = "scripted"
-script = "planner.toml"
-[models.writer]
-provider = "scripted"
-script = "writer.toml"
-[planner]
+            r#"[planner]
 model = "planner"
 task_timeout = 60
 [subagents.writer]

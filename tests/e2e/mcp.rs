@@ -354,15 +354,10 @@ async fn a_dead_server_degrades_only_its_tools_and_http_works_through_a_worker()
     wait_for_port(port).await;
     let d = Deployment::start(1, |url| {
         let mut c = TestConfig::new(url);
-        c.script("planner.toml", &demo_script("planner.toml")).script("finance.toml", &demo_script("finance.toml"));
+        c.scripted_model("planner", &demo_script("planner.toml"))
+            .scripted_model("finance", &demo_script("finance.toml"));
         c.section(&format!(
-            r#"[models.planner]
-provider = "scripted"
-script = "planner.toml"
-[models.finance]
-provider = "scripted"
-script = "finance.toml"
-[planner]
+            r#"[planner]
 model = "planner"
 task_timeout = 60
 [mcp_servers.finance]

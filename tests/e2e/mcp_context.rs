@@ -41,15 +41,9 @@ async fn a_subagent_starts_with_the_mcp_prompt_and_resource_and_bad_context_fail
         let mut c = TestConfig::new(url);
         // One delivery: a server that cannot start fails the task now, not after retries.
         c.nats(5, 1);
-        c.script("planner.toml", PLANNER).script("echo.toml", ECHO);
+        c.scripted_model("planner", PLANNER).scripted_model("echo", ECHO);
         c.section(&format!(
-            r#"[models.planner]
-provider = "scripted"
-script = "planner.toml"
-[models.echo]
-provider = "scripted"
-script = "echo.toml"
-[planner]
+            r#"[planner]
 model = "planner"
 task_timeout = 60
 [mcp_servers.finance]

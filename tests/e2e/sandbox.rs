@@ -61,20 +61,11 @@ async fn execute_runs_isolated_limited_and_audited() {
         let port: u16 = url.rsplit(':').next().unwrap().parse().unwrap();
         let c4 = commands(port, marker);
         let mut c = TestConfig::new(url);
-        c.script("planner.toml", PLANNER)
-            .script("shell.toml", &subagent_script(&c4))
-            .script("plain.toml", "[[turns]]\n[[turns.calls]]\ntool = \"execute\"\nargs = '{\"command\": \"id\"}'\n[[turns]]\ncontent = \"{% set r = last[0] %}{{ r.error.kind }}: {{ r.error.message }}\"\n");
+        c.scripted_model("planner", PLANNER)
+            .scripted_model("shell", &subagent_script(&c4))
+            .scripted_model("plain", "[[turns]]\n[[turns.calls]]\ntool = \"execute\"\nargs = '{\"command\": \"id\"}'\n[[turns]]\ncontent = \"{% set r = last[0] %}{{ r.error.kind }}: {{ r.error.message }}\"\n");
         c.section(&format!(
-            r#"[models.planner]
-provider = "scripted"
-script = "planner.toml"
-[models.shell]
-provider = "scripted"
-script = "shell.toml"
-[models.plain]
-provider = "scripted"
-script = "plain.toml"
-[planner]
+            r#"[planner]
 model = "planner"
 task_timeout = 120
 [subagents.plain]
@@ -153,8 +144,8 @@ async fn execute_stages_job_files_in_and_results_out() {
     let root = scratch_root.path().display().to_string();
     let d = Deployment::start(1, |url| {
         let mut c = TestConfig::new(url);
-        c.script(
-            "planner.toml",
+        c.scripted_model(
+            "planner",
             r#"
 [[turns]]
 [[turns.calls]]
@@ -171,8 +162,8 @@ args = '{"path": "/out/sum.txt"}'
 content = "{% for r in last %}{% if r.ok %}{{ r.value }}{% else %}ERR {{ r.error.message }}{% endif %}\n=====\n{% endfor %}"
 "#,
         )
-        .script(
-            "shell.toml",
+        .scripted_model(
+            "shell",
             r#"
 [[turns]]
 [[turns.calls]]
@@ -187,13 +178,7 @@ content = "{% set r = last[0] %}{% if r.ok %}{{ r.value | tojson }}{% else %}{{ 
 "#,
         );
         c.section(&format!(
-            r#"[models.planner]
-provider = "scripted"
-script = "planner.toml"
-[models.shell]
-provider = "scripted"
-script = "shell.toml"
-[planner]
+            r#"[planner]
 model = "planner"
 task_timeout = 120
 [subagents.shell]

@@ -53,14 +53,8 @@ pub const JOB: &str = "north: revenue 120, cost 75; east: revenue 250, cost 190;
 /// A config for `url` with the scripted planner and finance subagent.
 pub fn config(url: &str) -> TestConfig {
     let mut c = TestConfig::new(url);
-    c.script("planner.toml", PLANNER).script("finance.toml", FINANCE).section(
-        r#"[models.planner]
-provider = "scripted"
-script = "planner.toml"
-[models.finance]
-provider = "scripted"
-script = "finance.toml"
-[planner]
+    c.scripted_model("planner", PLANNER).scripted_model("finance", FINANCE).section(
+        r#"[planner]
 model = "planner"
 task_timeout = 60
 [subagents.finance]

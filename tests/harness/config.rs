@@ -29,20 +29,9 @@ impl TestConfig {
     /// slots per worker, each model call taking `latency_ms`.
     pub fn demo(nats_url: &str, concurrency: usize, latency_ms: u64) -> Self {
         let mut c = Self::new(nats_url);
-        c.script("planner.toml", &demo_script("planner.toml"));
-        c.script("finance.toml", &format!("latency_ms = {latency_ms}\n{}", demo_script("finance.toml")));
-        c.section(
-            r#"[models.planner]
-provider = "scripted"
-script = "planner.toml"
-[models.finance]
-provider = "scripted"
-script = "finance.toml"
-[planner]
-model = "planner"
-task_timeout = 60
-"#,
-        );
+        c.scripted_model("planner", &demo_script("planner.toml"));
+        c.scripted_model("finance", &format!("latency_ms = {latency_ms}\n{}", demo_script("finance.toml")));
+        c.section("[planner]\nmodel = \"planner\"\ntask_timeout = 60\n");
         c.section(&format!(
             r#"[mcp_servers.finance]
 command = "{}"
@@ -76,6 +65,14 @@ concurrency = {concurrency}
     /// Adds raw TOML.
     pub fn section(&mut self, toml: &str) -> &mut Self {
         self.sections.push(toml.to_string());
+        self
+    }
+
+    /// Adds model `name` (provider `scripted`) playing `script`, which is
+    /// written next to the config as `<name>.toml`.
+    pub fn scripted_model(&mut self, name: &str, script: &str) -> &mut Self {
+        self.script(&format!("{name}.toml"), script);
+        self.sections.push(format!("[models.{name}]\nprovider = \"scripted\"\nscript = \"{name}.toml\"\n"));
         self
     }
 
