@@ -83,6 +83,13 @@ async fn a_job_survives_losing_a_cluster_node() {
         ));
     }
 
+    // Both workers (one per node) are serving before the job starts, so both get tasks.
+    let admin = connect_as(&nodes[0], "orchestrator").await;
+    flotilla_tests::eventually(Duration::from_secs(120), "both workers' heartbeats", || {
+        let admin = admin.clone();
+        async move { (admin.live_workers().await.ok()?.len() >= 2).then_some(()) }
+    })
+    .await;
     let acme = Tenant::new("acme").unwrap();
     let client = connect_as(&nodes[0], "client-acme").await;
     let job = submit(&client, &acme, JOB).await;
