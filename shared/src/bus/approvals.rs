@@ -237,14 +237,7 @@ pub fn check_decision(
         }
         if !r.input_schema.is_null() {
             let validator = jsonschema::validator_for(&r.input_schema).map_err(|e| invalid(e.to_string()))?;
-            let problems: Vec<String> = validator
-                .iter_errors(args)
-                .take(5)
-                .map(|e| {
-                    let at = e.instance_path().to_string();
-                    if at.is_empty() { e.to_string() } else { format!("{at}: {e}") }
-                })
-                .collect();
+            let problems = crate::tool::schema_problems(&validator, args);
             if !problems.is_empty() {
                 return Err(invalid(problems.join("; ")));
             }

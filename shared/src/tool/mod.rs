@@ -11,6 +11,7 @@ mod evict;
 mod set;
 
 pub use evict::{Eviction, LARGE_RESULTS_DIR};
+pub(crate) use set::schema_problems;
 pub use set::{ToolOutcome, ToolSet, ToolSetError};
 
 use std::sync::Arc;

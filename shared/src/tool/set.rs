@@ -274,6 +274,18 @@ async fn approve(
     Ok(args)
 }
 
+/// The first five ways `args` breaks the schema, each with its JSON pointer.
+pub(crate) fn schema_problems(validator: &jsonschema::Validator, args: &Value) -> Vec<String> {
+    validator
+        .iter_errors(args)
+        .take(5)
+        .map(|e| {
+            let at = e.instance_path().to_string();
+            if at.is_empty() { e.to_string() } else { format!("{at}: {e}") }
+        })
+        .collect()
+}
+
 fn validate(validator: &jsonschema::Validator, args: &Value) -> Result<(), ToolError> {
     if !args.is_object() {
         return Err(ToolError::validation(format!(
@@ -281,14 +293,7 @@ fn validate(validator: &jsonschema::Validator, args: &Value) -> Result<(), ToolE
             truncate(&args.to_string(), 200)
         )));
     }
-    let problems: Vec<String> = validator
-        .iter_errors(args)
-        .take(5)
-        .map(|e| {
-            let at = e.instance_path().to_string();
-            if at.is_empty() { e.to_string() } else { format!("{at}: {e}") }
-        })
-        .collect();
+    let problems = schema_problems(validator, args);
     if problems.is_empty() {
         Ok(())
     } else {
