@@ -98,14 +98,19 @@ impl JobStore {
         Ok(())
     }
 
-    /// Jobs that were submitted or running when the orchestrator stopped.
-    pub async fn unfinished(&self) -> Result<Vec<JobRecord>, BusError> {
+    /// Every stored job id.
+    async fn ids(&self) -> Result<Vec<JobId>, BusError> {
         let keys: Vec<String> = match self.kv.keys().await {
             Ok(k) => k.try_collect().await.map_err(|e| BusError::new("cannot list jobs", e))?,
             Err(e) => return Err(BusError::new("cannot list jobs", e)),
         };
+        Ok(keys.iter().filter_map(|k| k.parse().ok()).collect())
+    }
+
+    /// Jobs that were submitted or running when the orchestrator stopped.
+    pub async fn unfinished(&self) -> Result<Vec<JobRecord>, BusError> {
         let mut out = Vec::new();
-        for id in keys.iter().filter_map(|k| k.parse::<JobId>().ok()) {
+        for id in self.ids().await? {
             if let Some(rec) = self.get(&id).await?
                 && !rec.status.is_terminal()
             {
@@ -123,11 +128,7 @@ impl JobStore {
         status: Option<JobStatus>,
         limit: usize,
     ) -> Result<Vec<JobSummary>, BusError> {
-        let keys: Vec<String> = match self.kv.keys().await {
-            Ok(k) => k.try_collect().await.map_err(|e| BusError::new("cannot list jobs", e))?,
-            Err(e) => return Err(BusError::new("cannot list jobs", e)),
-        };
-        let mut ids: Vec<JobId> = keys.iter().filter_map(|k| k.parse().ok()).collect();
+        let mut ids = self.ids().await?;
         ids.sort_unstable_by(|a, b| b.cmp(a)); // UUIDv7: newest first
         let mut out = Vec::new();
         for id in ids {
