@@ -25,6 +25,9 @@ use super::config::{McpServerSettings, McpTransport};
 use super::error::McpError;
 use super::url_policy;
 
+/// Most same-origin redirects followed for one request (as rmcp's default client).
+const MAX_REDIRECTS: usize = 10;
+
 /// Longest stderr line logged; the rest is cut.
 const STDERR_LINE_MAX: usize = 2000;
 
@@ -56,15 +59,24 @@ impl Session {
     /// Starts or reaches the server and completes `initialize`, all within
     /// `settings.init_timeout`.
     pub async fn open(settings: &McpServerSettings) -> Result<Self, McpError> {
+        Self::open_with_resolver(settings, &url_policy::system_resolver()).await
+    }
+
+    /// [`Session::open`] with HTTP host names resolved by `resolver` (once,
+    /// then pinned): tests replay a rebinding DNS server through it.
+    pub async fn open_with_resolver(
+        settings: &McpServerSettings,
+        resolver: &url_policy::Resolver,
+    ) -> Result<Self, McpError> {
         let server = settings.name.clone();
         let timeout = settings.init_timeout;
-        match tokio::time::timeout(timeout, Self::open_inner(settings)).await {
+        match tokio::time::timeout(timeout, Self::open_inner(settings, resolver)).await {
             Ok(r) => r,
             Err(_) => Err(McpError::Timeout { server, what: "start and initialize".into(), timeout }),
         }
     }
 
-    async fn open_inner(settings: &McpServerSettings) -> Result<Self, McpError> {
+    async fn open_inner(settings: &McpServerSettings, resolver: &url_policy::Resolver) -> Result<Self, McpError> {
         let server = settings.name.clone();
         let connect_err = |m: String| McpError::Connect { server: server.clone(), message: m };
         match &settings.transport {
@@ -98,33 +110,18 @@ impl Session {
                 Ok(Session { service, pid })
             }
             McpTransport::Http { url, headers_from_env, bearer_token_env, allow_insecure_http } => {
-                let parsed = url_policy::check(url, *allow_insecure_http)
-                    .map_err(|e| McpError::Config { server: server.clone(), message: e.to_string() })?;
-                url_policy::check_resolved(&parsed)
-                    .await
-                    .map_err(|e| McpError::Config { server: server.clone(), message: e.to_string() })?;
-                let env = |var: &str| {
-                    std::env::var(var).map_err(|_| McpError::Config {
-                        server: server.clone(),
-                        message: format!("environment variable {var} is not set"),
-                    })
+                let config_err = |m: String| McpError::Config { server: server.clone(), message: m };
+                let parsed = url_policy::check(url, *allow_insecure_http).map_err(|e| config_err(e.to_string()))?;
+                let pinned = match url_policy::resolve_and_pin(&parsed, resolver).await {
+                    Ok(p) => p,
+                    // Worth a retry later: DNS may be down for a moment.
+                    Err(e @ url_policy::UrlError::Resolve(..)) => return Err(connect_err(e.to_string())),
+                    Err(e) => return Err(config_err(e.to_string())),
                 };
-                let mut headers = std::collections::HashMap::new();
-                for (name, var) in headers_from_env {
-                    let value = reqwest::header::HeaderValue::from_str(&env(var)?).map_err(|_| McpError::Config {
-                        server: server.clone(),
-                        message: format!("{var} does not hold a valid header value"),
-                    })?;
-                    let name = reqwest::header::HeaderName::from_bytes(name.as_bytes())
-                        .map_err(|e| McpError::Config { server: server.clone(), message: e.to_string() })?;
-                    headers.insert(name, value);
-                }
-                let mut config = StreamableHttpClientTransportConfig::with_uri(url.as_str()).custom_headers(headers);
-                if let Some(var) = bearer_token_env {
-                    config = config.auth_header(env(var)?);
-                }
-                crate::tls::install_crypto_provider(); // rmcp builds its reqwest client now
-                let transport = StreamableHttpClientTransport::from_config(config);
+                let config = http_config(settings, url, headers_from_env, bearer_token_env.as_deref())?;
+                let client = http_client(pinned.as_ref())
+                    .map_err(|e| config_err(format!("cannot build the HTTP client: {e}")))?;
+                let transport = StreamableHttpClientTransport::with_client(client, config);
                 let service = client_info()
                     .serve(transport)
                     .await
@@ -188,6 +185,58 @@ impl Session {
     pub async fn close(mut self) {
         let _ = self.service.close_with_timeout(Duration::from_secs(2)).await;
     }
+}
+
+/// The transport's config: URL and headers, secrets read from the
+/// environment now.
+fn http_config(
+    settings: &McpServerSettings,
+    url: &str,
+    headers_from_env: &std::collections::BTreeMap<String, String>,
+    bearer_token_env: Option<&str>,
+) -> Result<StreamableHttpClientTransportConfig, McpError> {
+    let config_err = |m: String| McpError::Config { server: settings.name.clone(), message: m };
+    let env = |var: &str| std::env::var(var).map_err(|_| config_err(format!("environment variable {var} is not set")));
+    let mut headers = std::collections::HashMap::new();
+    for (name, var) in headers_from_env {
+        let value = reqwest::header::HeaderValue::from_str(&env(var)?)
+            .map_err(|_| config_err(format!("{var} does not hold a valid header value")))?;
+        let name = reqwest::header::HeaderName::from_bytes(name.as_bytes()).map_err(|e| config_err(e.to_string()))?;
+        headers.insert(name, value);
+    }
+    let mut config = StreamableHttpClientTransportConfig::with_uri(url).custom_headers(headers);
+    if let Some(var) = bearer_token_env {
+        config = config.auth_header(env(var)?);
+    }
+    Ok(config)
+}
+
+/// The session's HTTP client: rmcp's default settings (no idle pool, which
+/// avoids delayed-ACK stalls; same-origin 307/308 redirects only, so the
+/// JSON-RPC body and the session's headers never go to another host) plus
+/// the pinned addresses, so the client never resolves the host name itself.
+fn http_client(pinned: Option<&url_policy::Pinned>) -> reqwest::Result<reqwest::Client> {
+    crate::tls::install_crypto_provider();
+    let redirects = reqwest::redirect::Policy::custom(|attempt| {
+        let keeps_body = matches!(
+            attempt.status(),
+            reqwest::StatusCode::TEMPORARY_REDIRECT | reqwest::StatusCode::PERMANENT_REDIRECT
+        );
+        let same_origin = attempt.previous().first().is_some_and(|first| first.origin() == attempt.url().origin());
+        if !keeps_body || !same_origin {
+            attempt.stop()
+        } else if attempt.previous().len() > MAX_REDIRECTS {
+            attempt.error(format!("more than {MAX_REDIRECTS} redirects"))
+        } else {
+            attempt.follow()
+        }
+    });
+    let builder = reqwest::Client::builder().pool_max_idle_per_host(0).redirect(redirects);
+    match pinned {
+        Some(p) => p.apply(builder),
+        None => builder,
+    }
+    .build()
 }
 
 fn reply_kind(r: &ServerResult) -> String {

@@ -4,17 +4,25 @@
 //! loopback (or where a server explicitly sets `allow_insecure_http`);
 //! credentials in the URL are refused (use `headers_from_env`); link-local and
 //! cloud-metadata addresses are refused whatever the scheme, both as literals
-//! and as what a host name resolves to when the session opens. Redirects are
-//! followed only to the same origin (rmcp's default client), so a server
-//! cannot bounce the client to a metadata address.
+//! and as what a host name resolves to when the session opens, and so are
+//! IPv4 addresses disguised as IPv6 ([`is_forbidden`]). A host name is
+//! resolved once per session and its checked addresses are pinned into the
+//! session's HTTP client ([`resolve_and_pin`]): the connection never
+//! resolves the name again, so a DNS server answering a public address to
+//! the check and an internal one to the connection (DNS rebinding) gains
+//! nothing (docs/MCP.md, "HTTP security"). Redirects are followed only to the
+//! same origin (307/308, as rmcp's default client), so a server cannot bounce
+//! the client to a metadata address.
 //!
 //! A hosted server's URL path can be an unguessable deployment id that works
 //! as a bearer locator, so logs, health reports and errors show URLs through
 //! [`redact`]: scheme, host and port, and of the path only the well-known
 //! endpoint segments (`mcp`, `sse`).
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::Arc;
 
+use futures::future::BoxFuture;
 use reqwest::Url;
 
 /// Why a URL is refused.
@@ -36,8 +44,13 @@ pub enum UrlError {
     )]
     Credentials,
     /// A link-local or cloud-metadata address.
-    #[error("{0} is a link-local or cloud-metadata address: refused")]
+    #[error(
+        "{0} is a link-local or cloud-metadata address, or an IPv4 address hidden in an IPv6 one (mapped, NAT64): refused"
+    )]
     Forbidden(String),
+    /// The host name did not resolve when the session opened.
+    #[error("cannot resolve {0}: {1}")]
+    Resolve(String, String),
 }
 
 /// Host names of cloud metadata services.
@@ -73,40 +86,113 @@ pub fn check(url: &str, allow_insecure_http: bool) -> Result<Url, UrlError> {
     Ok(parsed)
 }
 
-/// Checks what a host name resolved to, just before connecting.
-pub async fn check_resolved(url: &Url) -> Result<(), UrlError> {
-    let Some(host) = url.host_str() else { return Ok(()) };
+/// A host name's checked addresses, fixed for one session: the HTTP client
+/// connects only to these ([`Pinned::apply`]) and never asks DNS again, so a
+/// name that passed the check cannot be re-pointed at an internal address
+/// later in the session (DNS rebinding).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pinned {
+    /// The URL's host name, as the client will look it up.
+    pub host: String,
+    /// Every address it resolved to, each one checked by [`is_forbidden`].
+    pub addrs: Vec<SocketAddr>,
+}
+
+impl Pinned {
+    /// `builder` with `host` resolving to the checked addresses only.
+    pub fn apply(&self, builder: reqwest::ClientBuilder) -> reqwest::ClientBuilder {
+        builder.resolve_to_addrs(&self.host, &self.addrs)
+    }
+}
+
+/// How a host name becomes addresses: the system resolver in production
+/// ([`system_resolver`]); tests substitute one that answers differently on
+/// each call to replay a rebinding DNS server.
+pub type Resolver = Arc<dyn Fn(String, u16) -> BoxFuture<'static, std::io::Result<Vec<SocketAddr>>> + Send + Sync>;
+
+/// The operating system's resolver (`getaddrinfo`, through tokio).
+pub fn system_resolver() -> Resolver {
+    Arc::new(|host, port| Box::pin(async move { Ok(tokio::net::lookup_host((host.as_str(), port)).await?.collect()) }))
+}
+
+/// Resolves `url`'s host name once, checks every address, and returns them
+/// to pin for the session; `None` for an IP literal (checked by [`check`],
+/// nothing to resolve). A failed or empty resolution is an error: without a
+/// checked address there is nothing safe to connect to.
+pub async fn resolve_and_pin(url: &Url, resolver: &Resolver) -> Result<Option<Pinned>, UrlError> {
+    let Some(host) = url.host_str() else { return Ok(None) };
     if host.trim_start_matches('[').trim_end_matches(']').parse::<IpAddr>().is_ok() {
-        return Ok(()); // literals were checked by `check`
+        return Ok(None);
     }
     let port = url.port_or_known_default().unwrap_or(443);
-    // A resolution failure is the transport's to report, with its own message.
-    if let Ok(addrs) = tokio::net::lookup_host((host, port)).await {
-        for a in addrs {
-            if is_forbidden(a.ip()) {
-                return Err(UrlError::Forbidden(format!("{host} (resolves to {})", a.ip())));
-            }
-        }
+    let addrs = resolver(host.to_string(), port).await.map_err(|e| UrlError::Resolve(host.into(), e.to_string()))?;
+    if addrs.is_empty() {
+        return Err(UrlError::Resolve(host.into(), "no addresses".into()));
     }
-    Ok(())
+    if let Some(bad) = addrs.iter().find(|a| is_forbidden(a.ip())) {
+        return Err(UrlError::Forbidden(format!("{host} (resolves to {})", bad.ip())));
+    }
+    Ok(Some(Pinned { host: host.to_string(), addrs }))
 }
 
 /// Link-local (which holds the AWS/GCP/Azure metadata address), the
-/// unspecified address, and the other clouds' metadata addresses.
+/// unspecified address, the other clouds' metadata addresses, and any IPv4
+/// address dressed as IPv6 (IPv4-mapped `::ffff:a.b.c.d`, IPv4-compatible
+/// `::a.b.c.d`, NAT64 `64:ff9b::/96` and the local-use `64:ff9b:1::/48`)
+/// unless the IPv4 address inside is a public one. Plain private and
+/// loopback IPv4 addresses stay allowed (an internal MCP server is a normal
+/// deployment); their IPv6 disguises only serve to slip past checks written
+/// for IPv4, so they are refused: write the IPv4 address itself.
 pub fn is_forbidden(ip: IpAddr) -> bool {
     match ip {
         IpAddr::V4(v4) => {
             v4.is_link_local() || v4.is_unspecified() || v4 == Ipv4Addr::new(100, 100, 100, 200) // Alibaba metadata
         }
         IpAddr::V6(v6) => {
-            if let Some(v4) = v6.to_ipv4_mapped() {
-                return is_forbidden(IpAddr::V4(v4));
+            if let Some(v4) = embedded_ipv4(v6) {
+                return is_forbidden(IpAddr::V4(v4)) || !is_public_v4(v4);
             }
             (v6.segments()[0] & 0xffc0) == 0xfe80 // fe80::/10
                 || v6.is_unspecified()
                 || v6 == Ipv6Addr::new(0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254) // AWS IMDS over IPv6
         }
     }
+}
+
+/// The IPv4 address an IPv6 address carries, for the forms that a network
+/// delivers to that IPv4 address: mapped, compatible (not `::` or `::1`),
+/// IPv4-translated (`::ffff:0:a.b.c.d`) and NAT64 (RFC 6052 well-known
+/// prefix, RFC 8215 local-use prefix).
+fn embedded_ipv4(v6: Ipv6Addr) -> Option<Ipv4Addr> {
+    if let Some(v4) = v6.to_ipv4_mapped() {
+        return Some(v4);
+    }
+    let s = v6.segments();
+    let low = Ipv4Addr::from(((s[6] as u32) << 16) | s[7] as u32);
+    let compatible = s[..6].iter().all(|&x| x == 0) && u32::from(low) > 1;
+    let nat64 = s[..6] == [0x64, 0xff9b, 0, 0, 0, 0];
+    let nat64_local = s[0] == 0x64 && s[1] == 0xff9b && s[2] == 1;
+    let translated = s[..6] == [0, 0, 0, 0, 0xffff, 0]; // SIIT, RFC 2765
+    (compatible || nat64 || nat64_local || translated).then_some(low)
+}
+
+/// A globally routable IPv4 address: not private, loopback, link-local,
+/// shared (CGNAT, `100.64.0.0/10`), "this network" (`0.0.0.0/8`), protocol
+/// assignments (`192.0.0.0/24`), benchmarking, documentation, multicast,
+/// reserved or broadcast.
+fn is_public_v4(v4: Ipv4Addr) -> bool {
+    let [a, b, c, _] = v4.octets();
+    !(v4.is_private()
+        || v4.is_loopback()
+        || v4.is_link_local()
+        || v4.is_documentation()
+        || v4.is_multicast()
+        || v4.is_broadcast()
+        || a == 0
+        || (a == 100 && (b & 0xc0) == 64)
+        || (a == 192 && b == 0 && c == 0)
+        || (a == 198 && (b & 0xfe) == 18)
+        || a >= 240)
 }
 
 /// Path segments shown as they are: endpoint names, not secrets.
@@ -184,10 +270,95 @@ mod tests {
         }
     }
 
+    #[test]
+    fn ipv4_disguised_as_ipv6_is_refused_unless_public() {
+        for ip in [
+            "64:ff9b::a00:1",           // NAT64 of 10.0.0.1
+            "64:ff9b::10.0.0.1",        // the same, dotted
+            "64:ff9b::169.254.169.254", // NAT64 of the metadata address
+            "64:ff9b::127.0.0.1",       // NAT64 of loopback
+            "64:ff9b:1::c0a8:101",      // local-use NAT64 prefix, 192.168.1.1
+            "64:ff9b:1:abcd::10.1.2.3", // local-use prefix, any middle bits
+            "64:ff9b::100.100.100.200", // Alibaba metadata
+            "::ffff:10.0.0.1",          // IPv4-mapped
+            "::ffff:127.0.0.1",         // IPv4-mapped loopback
+            "::ffff:169.254.169.254",   // IPv4-mapped metadata
+            "::10.0.0.1",               // IPv4-compatible
+            "::127.0.0.1",              // IPv4-compatible loopback
+            "::ffff:0:10.0.0.1",        // IPv4-translated
+            "64:ff9b::100.64.0.1",      // shared (CGNAT)
+            "64:ff9b::0.0.0.0",         // unspecified
+        ] {
+            assert!(is_forbidden(ip.parse().unwrap()), "{ip} must be refused");
+            assert!(matches!(check(&format!("https://[{ip}]/mcp"), true), Err(UrlError::Forbidden(_))), "{ip}");
+        }
+        for ip in ["64:ff9b::8.8.8.8", "64:ff9b:1::1.1.1.1", "::ffff:93.184.216.34", "2606:4700::1111", "::1"] {
+            assert!(!is_forbidden(ip.parse().unwrap()), "{ip} must be allowed");
+        }
+        for ip in ["10.0.0.1", "127.0.0.1", "192.168.1.1", "8.8.8.8"] {
+            assert!(!is_forbidden(ip.parse().unwrap()), "{ip}: plain IPv4 keeps its own rules");
+        }
+    }
+
+    /// A resolver answering `answers` in turn, counting its calls.
+    fn scripted(answers: Vec<Vec<SocketAddr>>) -> (Resolver, Arc<std::sync::atomic::AtomicUsize>) {
+        let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let c = calls.clone();
+        let r: Resolver = Arc::new(move |_, _| {
+            let n = c.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let a = answers[n.min(answers.len() - 1)].clone();
+            Box::pin(async move { Ok(a) })
+        });
+        (r, calls)
+    }
+
     #[tokio::test]
-    async fn resolved_names_are_checked() {
-        let u = Url::parse("http://localhost:1/mcp").unwrap();
-        assert!(check_resolved(&u).await.is_ok());
+    async fn every_resolved_address_is_checked_and_pinned() {
+        let u = Url::parse("https://mcp.rebind.invalid/mcp").unwrap();
+        let good: SocketAddr = "93.184.216.34:443".parse().unwrap();
+        let (r, calls) = scripted(vec![vec![good]]);
+        let pinned = resolve_and_pin(&u, &r).await.unwrap().unwrap();
+        assert_eq!(pinned, Pinned { host: "mcp.rebind.invalid".into(), addrs: vec![good] });
+        assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 1);
+        for bad in ["169.254.169.254:443", "[64:ff9b::a9fe:a9fe]:443", "[::ffff:10.0.0.1]:443"] {
+            let (r, _) = scripted(vec![vec![good, bad.parse().unwrap()]]);
+            let e = resolve_and_pin(&u, &r).await.unwrap_err();
+            assert!(matches!(&e, UrlError::Forbidden(m) if m.contains("mcp.rebind.invalid")), "{bad}: {e}");
+        }
+        let (r, _) = scripted(vec![vec![]]);
+        assert!(matches!(resolve_and_pin(&u, &r).await, Err(UrlError::Resolve(..))));
+        let literal = Url::parse("http://127.0.0.1:1/mcp").unwrap();
+        assert_eq!(resolve_and_pin(&literal, &r).await, Ok(None));
+        let local = Url::parse("http://localhost:1/mcp").unwrap();
+        let pinned = resolve_and_pin(&local, &system_resolver()).await.unwrap().unwrap();
+        assert!(pinned.addrs.iter().all(|a| a.ip().is_loopback()), "{pinned:?}");
+    }
+
+    /// The pin replaces DNS: a `.invalid` name (RFC 6761: never resolves)
+    /// reaches the local server it is pinned to, and a client without the
+    /// pin cannot reach it at all, so the connection asked no resolver.
+    #[tokio::test]
+    async fn a_pinned_client_connects_to_the_checked_address_without_asking_dns() {
+        crate::tls::install_crypto_provider();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = listener.accept().await {
+                use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                let mut buf = [0u8; 1024];
+                let _ = s.read(&mut buf).await;
+                let _ = s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 6\r\nconnection: close\r\n\r\npinned").await;
+            }
+        });
+        let url = format!("http://mcp.rebind.invalid:{}/mcp", addr.port());
+        let pinned = Pinned { host: "mcp.rebind.invalid".into(), addrs: vec![addr] };
+        let client = pinned.apply(reqwest::Client::builder().no_proxy()).build().unwrap();
+        for _ in 0..3 {
+            let body = client.get(&url).send().await.unwrap().text().await.unwrap();
+            assert_eq!(body, "pinned");
+        }
+        let unpinned = reqwest::Client::builder().no_proxy().build().unwrap();
+        assert!(unpinned.get(&url).send().await.is_err(), "without the pin the name does not resolve");
     }
 
     #[test]
