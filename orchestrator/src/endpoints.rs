@@ -27,7 +27,9 @@ pub async fn start(settings: &Settings, bus: &Bus, jobs: &JobStore, shutdown: Ca
             .await?;
     }
     if let Some(addr) = settings.dashboard.listen {
-        let bound = crate::dashboard::serve(addr, bus.clone(), jobs.clone(), shutdown.cancelled_owned()).await?;
+        let bound =
+            crate::dashboard::serve(addr, &settings.dashboard, bus.clone(), jobs.clone(), shutdown.cancelled_owned())
+                .await?;
         tracing::info!(url = %format!("http://{bound}/"), "dashboard");
     }
     Ok(())

@@ -13,13 +13,17 @@
 //! | `GET /jobs/<id>/events` | SSE of one job's job and progress events, from its first to its last |
 //! | `GET /api/jobs`, `/api/jobs/<id>`, `/api/workers` | JSON |
 //!
-//! The dashboard has no login and shows every tenant: bind it to loopback or
-//! put an authenticating reverse proxy in front of it.
+//! It shows every tenant, so [`guard`] sits in front of every route: it
+//! answers only its own host names (against DNS rebinding) and, with
+//! `[dashboard] token_env`, only requests carrying the token; a non-loopback
+//! `listen` address needs the token (docs/OPERATIONS.md, "Dashboard").
 
+mod guard;
 mod view;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use axum::Json;
 use axum::extract::{Path, Query, State};
@@ -28,6 +32,7 @@ use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
 use flotilla_shared::bus::Bus;
+use flotilla_shared::config::DashboardConfig;
 use flotilla_shared::ids::JobId;
 use flotilla_shared::protocol::{JobRecord, JobStatus, JobSummary, ProgressKind};
 use futures::{Stream, StreamExt};
@@ -42,14 +47,19 @@ struct Dash {
     jobs: JobStore,
 }
 
-/// Serves the dashboard on `addr` until `shutdown` completes; returns the bound address.
+/// Serves the dashboard on `addr` under `config`'s access rules until
+/// `shutdown` completes; returns the bound address. Fails before binding when
+/// the rules cannot be met (a token required or named but not set).
 pub async fn serve(
     addr: SocketAddr,
+    config: &DashboardConfig,
     bus: Bus,
     jobs: JobStore,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-) -> Result<SocketAddr, flotilla_shared::metrics::ListenError> {
-    flotilla_shared::metrics::serve("dashboard", addr, router(Dash { bus, jobs }), shutdown).await
+) -> anyhow::Result<SocketAddr> {
+    let guard = Arc::new(guard::Guard::from_config(config, addr)?);
+    let app = router(Dash { bus, jobs }).layer(axum::middleware::from_fn_with_state(guard, guard::check));
+    Ok(flotilla_shared::metrics::serve("dashboard", addr, app, shutdown).await?)
 }
 
 fn router(state: Dash) -> axum::Router {
@@ -181,8 +191,8 @@ async fn all_events(State(d): State<Dash>) -> Result<Response, Failure> {
 }
 
 async fn job_events(State(d): State<Dash>, Path(id): Path<String>) -> Result<Response, Failure> {
-    let id = d.job(&id).await?.id;
-    let events = follow::follow(&d.bus, Scope::Job(id), true).await.map_err(unavailable)?;
+    let rec = d.job(&id).await?;
+    let events = follow::follow(&d.bus, Scope::Job(rec.tenant, rec.id), true).await.map_err(unavailable)?;
     // The stream ends after the job's terminal event: nothing follows it.
     let mut ended = false;
     let events = events.take_while(move |e| {

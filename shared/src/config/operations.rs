@@ -34,11 +34,25 @@ pub struct MetricsConfig {
     pub worker: Option<SocketAddr>,
 }
 
-/// `[dashboard]`: the orchestrator's web dashboard. Unset = off. It has no
-/// login of its own: bind it to loopback or put an authenticating proxy in front.
+/// `[dashboard]`: the orchestrator's web dashboard. Unset = off. It shows
+/// every tenant's jobs, so it answers only requests addressed to one of its
+/// own names (the Host check against DNS rebinding) and, with `token_env`,
+/// only requests carrying the token (docs/OPERATIONS.md, "Dashboard").
 #[derive(Clone, Debug, Default, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct DashboardConfig {
     /// Listen address, e.g. `"127.0.0.1:8080"`.
     pub listen: Option<SocketAddr>,
+    /// Host names (or IP addresses) the dashboard answers to besides
+    /// `localhost`, `127.0.0.1`, `[::1]` and the `listen` address itself,
+    /// e.g. `["dash.example.com"]`: the name in the browser's address bar,
+    /// without the port. Any other `Host` gets 421.
+    pub allowed_hosts: Vec<String>,
+    /// Name of the environment variable holding the bearer token (read once
+    /// at start, at least 16 characters), e.g. `"FLOTILLA_DASHBOARD_TOKEN"`.
+    /// Unset = no token. Required when `listen` is not a loopback address.
+    pub token_env: Option<String>,
+    /// Serve a non-loopback `listen` address without a token, for a dashboard
+    /// behind an authenticating reverse proxy that is the only way in.
+    pub insecure_no_token: bool,
 }
