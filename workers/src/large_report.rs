@@ -2,6 +2,10 @@
 //! section 3.5; NATS payloads stop at 1 MiB): the whole answer is written to
 //! `/large_tool_results/<task>/report` in the job files, and the report carries a
 //! [`FileRef`] plus the answer's head, so the planner reads only what it needs.
+//!
+//! The directory is reserved (shared/src/files/reserved.rs): no agent tool
+//! can write there, and the answer is stored with its sha256, which every
+//! read checks, so another task cannot replace this report with a forgery.
 
 use flotilla_shared::files::FilePath;
 use flotilla_shared::ids::TaskId;
@@ -29,7 +33,7 @@ pub async fn offload(
         return Ok((answer, None));
     }
     let path = path_for(&task.task_id);
-    rt.files.write(&task.job_id, &path, answer.as_bytes()).await.map_err(|e| {
+    rt.files.write_reserved(&task.job_id, &path, answer.as_bytes()).await.map_err(|e| {
         ErrorInfo::new(
             ErrorKind::Transient,
             format!("the answer ({} bytes) is too large for a report and could not be stored: {e}", answer.len()),

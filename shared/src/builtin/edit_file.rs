@@ -1,6 +1,13 @@
 //! `edit_file(path, old, new, replace_all)`: exact string replacement. Zero
 //! matches, or several without `replace_all`, is an error that says which, so
 //! the model adds context instead of editing the wrong place.
+//!
+//! The size of the result is computed from the match count before anything
+//! is built: `replace_all` of a one-byte `old` by a 20 KB `new` in a 200 KB
+//! file would otherwise allocate gigabytes and abort the worker, and the
+//! redelivered task would abort the next replica too (docs/TOOLS.md, caps).
+//! Editing reads the file (match counts reveal content), so a read rule
+//! applies too: deny fails, interrupt asks the approval gate.
 
 use std::sync::Arc;
 
@@ -8,8 +15,9 @@ use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{FileToolEnv, as_text, binary, denied, file_error};
-use crate::permissions::{Mode, Operation};
+use super::{FileToolEnv, as_text, binary, file_error};
+use crate::files::FilePath;
+use crate::permissions::Operation;
 use crate::tool::{Tool, ToolContext, ToolError, ToolSpec};
 
 pub(super) struct EditFile(pub Arc<FileToolEnv>);
@@ -47,11 +55,8 @@ impl Tool for EditFile {
 
     async fn call(&self, ctx: &ToolContext, args: Value) -> Result<Value, ToolError> {
         let env = &self.0;
-        let (a, path) = env.authorized(ctx, "edit_file", Operation::Write, args, |a: &Args| &a.path).await?;
-        // Editing reveals content (match counts), so it needs read access too.
-        if env.permissions.check(Operation::Read, &path) == Mode::Deny {
-            return Err(denied(Operation::Read, &path));
-        }
+        let ops = [Operation::Write, Operation::Read];
+        let (a, path) = env.authorized(ctx, "edit_file", &ops, args, |a: &Args| &a.path).await?;
         let bytes = env.files.read(&ctx.job_id, &path).await.map_err(file_error)?;
         let size = bytes.len();
         let text = as_text(bytes).ok_or_else(|| binary(&path, size))?;
@@ -69,9 +74,26 @@ impl Tool for EditFile {
             }
             _ => {}
         }
+        let times = if a.replace_all { n } else { 1 };
+        check_size(&path, text.len(), times, a.old.len(), a.new.len(), env.files.max_file_bytes())?;
         let edited = if a.replace_all { text.replace(&a.old, &a.new) } else { text.replacen(&a.old, &a.new, 1) };
         env.files.write(&ctx.job_id, &path, edited.as_bytes()).await.map_err(file_error)?;
-        let times = if a.replace_all { n } else { 1 };
         Ok(Value::String(format!("edited {path}: {times} replacement(s)")))
     }
+}
+
+/// Refuses an edit whose result would exceed `max` bytes, before it is built:
+/// `len - times * old + times * new`, in checked arithmetic.
+fn check_size(path: &FilePath, len: usize, times: usize, old: usize, new: usize, max: u64) -> Result<(), ToolError> {
+    let size = times
+        .checked_mul(new)
+        .and_then(|added| len.saturating_sub(times.saturating_mul(old)).checked_add(added))
+        .map(|s| s as u64)
+        .unwrap_or(u64::MAX);
+    if size > max {
+        return Err(ToolError::validation(format!(
+            "the edit would make {path} {size} bytes ({times} replacement(s) of {old} by {new} bytes); the file size limit is {max} bytes: make a smaller edit or replace fewer occurrences"
+        )));
+    }
+    Ok(())
 }

@@ -1,4 +1,8 @@
 //! `ls(path)`: the files and directories directly under a path.
+//!
+//! The path's own read rule is checked before anything about it is said, so
+//! a denied path is a `permission` error whether or not it exists (no
+//! existence oracle; see `FileToolEnv::scoped`).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -42,8 +46,8 @@ impl Tool for Ls {
 
     async fn call(&self, ctx: &ToolContext, args: Value) -> Result<Value, ToolError> {
         let env = &self.0;
-        let (_, dir) = env.scoped(ctx, "ls", args, |a: &Args| &a.path).await?;
         let files = env.files.list(&ctx.job_id).await.map_err(file_error)?;
+        let (_, dir, _) = env.scoped(ctx, "ls", args, |a: &Args| &a.path, &files).await?;
         // name -> Some(size) for a file, None for a directory
         let mut entries: BTreeMap<String, Option<u64>> = BTreeMap::new();
         for f in files.iter().filter(|f| f.path.is_within(&dir) && env.listable(&f.path)) {

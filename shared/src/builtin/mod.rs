@@ -16,6 +16,8 @@ mod glob;
 mod grep;
 mod ls;
 mod read_file;
+#[cfg(test)]
+mod tests;
 mod write_file;
 
 use std::sync::Arc;
@@ -23,7 +25,7 @@ use std::sync::Arc;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use crate::files::{FileError, FilePath, JobFiles};
+use crate::files::{FileError, FileMeta, FilePath, JobFiles, reserved_prefix};
 use crate::permissions::{Mode, Operation, Permissions};
 use crate::protocol::ErrorKind;
 use crate::tool::{Tool, ToolContext, ToolError};
@@ -57,61 +59,111 @@ pub fn tool(name: &str, env: &Arc<FileToolEnv>) -> Option<Arc<dyn Tool>> {
 }
 
 impl FileToolEnv {
-    /// Parses the arguments, then enforces the rule for `op` on the path
-    /// `path_of` picks: allow runs, deny fails, interrupt asks the approval
-    /// gate, whose (possibly edited) arguments are parsed and checked again.
+    /// Parses the arguments, then enforces the rules for every operation in
+    /// `ops` on the path `path_of` picks: any deny fails, any interrupt asks
+    /// the approval gate once (whose possibly edited arguments are parsed and
+    /// checked again), and a write into a reserved directory always fails.
     async fn authorized<A: DeserializeOwned>(
         &self,
         ctx: &ToolContext,
         tool: &str,
-        op: Operation,
+        ops: &[Operation],
         args: Value,
         path_of: impl Fn(&A) -> &str,
     ) -> Result<(A, FilePath), ToolError> {
         let parsed: A = parse(args.clone())?;
         let path = parse_path(path_of(&parsed))?;
-        match self.permissions.check(op, &path) {
-            Mode::Allow => Ok((parsed, path)),
-            Mode::Deny => Err(denied(op, &path)),
-            Mode::Interrupt => {
-                let Some(gate) = &ctx.approvals else {
-                    return Err(ToolError::new(
-                        ErrorKind::Permission,
-                        format!(
-                            "permission denied: {} of {path} needs human approval and this agent has no approval gate",
-                            op.as_str()
-                        ),
-                    ));
-                };
-                let approved = gate.approve(ctx, tool, &args).await?;
-                let parsed: A = parse(approved)?;
-                let path = parse_path(path_of(&parsed))?;
-                // The person approved this call; a path edited into a denied one stays denied.
-                if self.permissions.check(op, &path) == Mode::Deny {
-                    return Err(denied(op, &path));
-                }
-                Ok((parsed, path))
-            }
-        }
+        let Some(op) = self.needs_approval(ops, &path)? else {
+            return Ok((parsed, path));
+        };
+        let approved = self.approve(ctx, tool, op, &path, &args).await?;
+        let parsed: A = parse(approved)?;
+        let path = parse_path(path_of(&parsed))?;
+        // The person approved this call; a path edited into a denied one stays denied.
+        self.needs_approval(ops, &path)?;
+        Ok((parsed, path))
     }
 
-    /// Like [`Self::authorized`] for a read scope (`ls`, `grep`): a path naming
-    /// a file is authorized as a read of that file; a directory is not checked
-    /// itself, because each entry under it is filtered by its own rule (so a
-    /// default-deny agent can still list the subtrees it may read).
+    /// Fails on a denied operation or a write into a reserved directory;
+    /// otherwise the first operation that needs approval, if any.
+    fn needs_approval(&self, ops: &[Operation], path: &FilePath) -> Result<Option<Operation>, ToolError> {
+        if ops.contains(&Operation::Write)
+            && let Some(prefix) = reserved_prefix(path)
+        {
+            return Err(reserved(path, prefix));
+        }
+        let mut interrupt = None;
+        for &op in ops {
+            match self.permissions.check(op, path) {
+                Mode::Allow => {}
+                Mode::Deny => return Err(denied(op, path)),
+                Mode::Interrupt => interrupt = interrupt.or(Some(op)),
+            }
+        }
+        Ok(interrupt)
+    }
+
+    /// Asks the agent's approval gate about this call; refuses when it has none.
+    async fn approve(
+        &self,
+        ctx: &ToolContext,
+        tool: &str,
+        op: Operation,
+        path: &FilePath,
+        args: &Value,
+    ) -> Result<Value, ToolError> {
+        let Some(gate) = &ctx.approvals else {
+            return Err(ToolError::new(
+                ErrorKind::Permission,
+                format!(
+                    "permission denied: {} of {path} needs human approval and this agent has no approval gate",
+                    op.as_str()
+                ),
+            ));
+        };
+        gate.approve(ctx, tool, args).await
+    }
+
+    /// Authorizes a read scope (`ls`, `grep`) against one listing `files` of
+    /// the job, so the decision never rests on a separate existence check
+    /// that could change before the files are read (docs/TOOLS.md).
+    ///
+    /// The path's own read rule decides, whether or not it exists: allow
+    /// runs, deny fails, interrupt asks the gate, so a denied path answers
+    /// `permission` both when it exists and when it does not. The exception
+    /// is a directory with entries the agent may see: it is not checked
+    /// itself, because each entry is filtered by its own rule (so a
+    /// default-deny agent can still list the subtrees it may read). Returns
+    /// whether a person approved reading the path.
     async fn scoped<A: DeserializeOwned>(
         &self,
         ctx: &ToolContext,
         tool: &str,
         args: Value,
         path_of: impl Fn(&A) -> &str,
-    ) -> Result<(A, FilePath), ToolError> {
+        files: &[FileMeta],
+    ) -> Result<(A, FilePath, bool), ToolError> {
         let parsed: A = parse(args.clone())?;
         let path = parse_path(path_of(&parsed))?;
-        if path.is_root() || self.files.stat(&ctx.job_id, &path).await.map_err(file_error)?.is_none() {
-            return Ok((parsed, path));
+        let mode = self.permissions.check(Operation::Read, &path);
+        if path.is_root() || mode == Mode::Allow || self.has_visible_entries(files, &path) {
+            return Ok((parsed, path, false));
         }
-        self.authorized(ctx, tool, Operation::Read, args, path_of).await
+        if mode == Mode::Deny {
+            return Err(denied(Operation::Read, &path));
+        }
+        let approved = self.approve(ctx, tool, Operation::Read, &path, &args).await?;
+        let parsed: A = parse(approved)?;
+        let path = parse_path(path_of(&parsed))?;
+        if self.permissions.check(Operation::Read, &path) == Mode::Deny {
+            return Err(denied(Operation::Read, &path));
+        }
+        Ok((parsed, path, true))
+    }
+
+    /// Whether `dir` is a directory holding a file a listing may show.
+    fn has_visible_entries(&self, files: &[FileMeta], dir: &FilePath) -> bool {
+        files.iter().any(|f| f.path != *dir && f.path.is_within(dir) && self.listable(&f.path))
     }
 
     /// Whether a listing may show `path` (anything not denied).
@@ -132,14 +184,27 @@ fn denied(op: Operation, path: &FilePath) -> ToolError {
     ToolError::new(ErrorKind::Permission, format!("permission denied: this agent may not {} {path}", op.as_str()))
 }
 
+fn reserved(path: &FilePath, prefix: &str) -> ToolError {
+    ToolError::new(
+        ErrorKind::Permission,
+        format!("permission denied: {prefix} is reserved for the runtime's own results; write {path} elsewhere"),
+    )
+}
+
 fn file_error(e: FileError) -> ToolError {
     match e {
+        FileError::Reserved { path, prefix } => reserved(&path, prefix),
+        e @ FileError::Tampered { .. } => ToolError::new(ErrorKind::Business, e.to_string()),
         FileError::Path(p) => ToolError::validation(format!("invalid path: {p}")),
         FileError::NotFound(p) => ToolError::new(ErrorKind::NotFound, format!("file not found: {p}")),
         e @ FileError::TooLarge { .. } => ToolError::new(ErrorKind::Limit, e.to_string()),
         e => ToolError::transient(e.to_string()),
     }
 }
+
+/// Longest glob or regex argument, in bytes: patterns compile into automata
+/// whose size grows with the pattern, and no useful pattern is this long.
+const MAX_PATTERN_BYTES: usize = 2048;
 
 /// Bytes sniffed for NUL when deciding whether a file is binary.
 const SNIFF_BYTES: usize = 8192;
@@ -160,6 +225,12 @@ fn binary(path: &FilePath, size: usize) -> ToolError {
 /// Matches a tool's glob argument against absolute paths: `*` stops at `/`,
 /// `**` crosses it; a relative pattern is taken from the root.
 fn compile_glob(pattern: &str) -> Result<globset::GlobMatcher, ToolError> {
+    if pattern.len() > MAX_PATTERN_BYTES {
+        return Err(ToolError::validation(format!(
+            "glob is {} bytes; the limit is {MAX_PATTERN_BYTES}",
+            pattern.len()
+        )));
+    }
     let full = if pattern.starts_with('/') { pattern.to_string() } else { format!("/{pattern}") };
     globset::GlobBuilder::new(&full)
         .literal_separator(true)

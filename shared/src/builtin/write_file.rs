@@ -34,7 +34,7 @@ impl Tool for WriteFile {
     }
 
     async fn call(&self, ctx: &ToolContext, args: Value) -> Result<Value, ToolError> {
-        let (a, path) = self.0.authorized(ctx, "write_file", Operation::Write, args, |a: &Args| &a.path).await?;
+        let (a, path) = self.0.authorized(ctx, "write_file", &[Operation::Write], args, |a: &Args| &a.path).await?;
         if path.is_root() {
             return Err(ToolError::validation("cannot write to / : name a file, e.g. /notes.md"));
         }

@@ -17,9 +17,16 @@
 //! Listing scans the bucket's metadata (one message per live object, all
 //! jobs), which is cheap for thousands of files; a per-job index is the next
 //! step if a deployment keeps far more.
+//!
+//! Some directories are written only by the runtime and checked on every
+//! read (see [`reserved`]). [`JobFiles::in_memory`] is the same contract
+//! without a server, for unit tests and fuzzing of the file tools.
 
 pub mod path;
+pub mod reserved;
 
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_nats::jetstream::object_store::{self, ObjectMetadata, ObjectStore};
@@ -30,10 +37,13 @@ use time::OffsetDateTime;
 use tokio::io::AsyncReadExt;
 
 pub use path::{FilePath, PathError};
+pub use reserved::{LARGE_RESULTS_DIR, RESERVED_DIRS, reserved_prefix};
 
 use crate::bus::{Bus, BusError};
 use crate::config::FilesConfig;
 use crate::ids::JobId;
+use crate::protocol::{FileRef, sha256_hex};
+use reserved::CHECKSUM_KEY;
 
 /// A job-file operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -55,6 +65,22 @@ pub enum FileError {
         /// `[files] max_file_bytes`.
         max: u64,
     },
+    /// A write into a directory only the runtime writes (see [`reserved`]).
+    #[error("{path} is in {prefix}, which is reserved for the runtime's own results; write elsewhere")]
+    Reserved {
+        /// The file.
+        path: FilePath,
+        /// The reserved directory.
+        prefix: &'static str,
+    },
+    /// A runtime-written file whose bytes no longer match their checksum.
+    #[error("{path} failed its integrity check ({reason}); it was altered after the runtime wrote it")]
+    Tampered {
+        /// The file.
+        path: FilePath,
+        /// What did not match.
+        reason: String,
+    },
     /// The store could not be reached or answered with an error.
     #[error("job files unavailable: {0}")]
     Store(String),
@@ -71,10 +97,26 @@ pub struct FileMeta {
     pub modified: Option<OffsetDateTime>,
 }
 
+/// One object of the in-memory backend.
+#[derive(Clone)]
+struct MemObject {
+    bytes: Arc<Vec<u8>>,
+    metadata: HashMap<String, String>,
+    modified: OffsetDateTime,
+}
+
+/// Where the objects live: the Object Store, or a map for unit tests and
+/// fuzzing (same names, same checks, no server).
+#[derive(Clone)]
+enum Backend {
+    Store(ObjectStore),
+    Memory(Arc<Mutex<BTreeMap<String, MemObject>>>),
+}
+
 /// Handle on every job's files (cheap to clone).
 #[derive(Clone)]
 pub struct JobFiles {
-    store: ObjectStore,
+    backend: Backend,
     max_file_bytes: u64,
 }
 
@@ -82,7 +124,14 @@ impl JobFiles {
     /// Opens (creating when missing) the files bucket with `config`'s retention.
     pub async fn open(bus: &Bus, config: &FilesConfig) -> Result<Self, BusError> {
         let store = bus.files(Duration::from_secs(config.max_age)).await?;
-        Ok(Self { store, max_file_bytes: config.max_file_bytes })
+        Ok(Self { backend: Backend::Store(store), max_file_bytes: config.max_file_bytes })
+    }
+
+    /// Files kept in this process's memory, with the same naming, size cap,
+    /// reserved directories and checksums as the Object Store: for tests and
+    /// fuzzing of the file tools without a nats-server.
+    pub fn in_memory(max_file_bytes: u64) -> Self {
+        Self { backend: Backend::Memory(Arc::default()), max_file_bytes }
     }
 
     /// The largest file a write may create.
@@ -104,9 +153,24 @@ impl JobFiles {
         FilePath::parse(std::str::from_utf8(&bytes).ok()?).ok()
     }
 
+    fn memory(map: &Mutex<BTreeMap<String, MemObject>>) -> std::sync::MutexGuard<'_, BTreeMap<String, MemObject>> {
+        map.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// Size and time of `path`, or `None` when it does not exist.
     pub async fn stat(&self, job: &JobId, path: &FilePath) -> Result<Option<FileMeta>, FileError> {
-        match self.store.info(Self::object_name(job, path)).await {
+        let name = Self::object_name(job, path);
+        let store = match &self.backend {
+            Backend::Store(store) => store,
+            Backend::Memory(map) => {
+                return Ok(Self::memory(map).get(&name).map(|o| FileMeta {
+                    path: path.clone(),
+                    size: o.bytes.len() as u64,
+                    modified: Some(o.modified),
+                }));
+            }
+        };
+        match store.info(name).await {
             Ok(info) if !info.deleted => {
                 Ok(Some(FileMeta { path: path.clone(), size: info.size as u64, modified: info.modified }))
             }
@@ -116,47 +180,127 @@ impl JobFiles {
         }
     }
 
-    /// The bytes of `path`.
+    /// The bytes of `path`. A file in a reserved directory is verified
+    /// against the checksum the runtime stored with it.
     pub async fn read(&self, job: &JobId, path: &FilePath) -> Result<Vec<u8>, FileError> {
-        let mut object = match self.store.get(Self::object_name(job, path)).await {
+        let (bytes, metadata) = self.read_raw(job, path).await?;
+        if reserved_prefix(path).is_some() {
+            let Some(stored) = metadata.get(CHECKSUM_KEY) else {
+                return Err(FileError::Tampered {
+                    path: path.clone(),
+                    reason: "no checksum: it was not written by the runtime".into(),
+                });
+            };
+            verify(path, &bytes, stored)?;
+        }
+        Ok(bytes)
+    }
+
+    /// The bytes a [`FileRef`] points at, verified against its `sha256` and
+    /// size: what a reader of a large result or report by reference uses.
+    pub async fn read_by_ref(&self, job: &JobId, reference: &FileRef) -> Result<Vec<u8>, FileError> {
+        let path = FilePath::parse(&reference.path)?;
+        let bytes = self.read(job, &path).await?;
+        if bytes.len() as u64 != reference.size_bytes {
+            return Err(FileError::Tampered {
+                path,
+                reason: format!("{} bytes where the reference says {}", bytes.len(), reference.size_bytes),
+            });
+        }
+        verify(&path, &bytes, &reference.sha256)?;
+        Ok(bytes)
+    }
+
+    async fn read_raw(&self, job: &JobId, path: &FilePath) -> Result<(Vec<u8>, HashMap<String, String>), FileError> {
+        let name = Self::object_name(job, path);
+        let store = match &self.backend {
+            Backend::Store(store) => store,
+            Backend::Memory(map) => {
+                let o = Self::memory(map).get(&name).cloned().ok_or_else(|| FileError::NotFound(path.clone()))?;
+                return Ok((o.bytes.to_vec(), o.metadata));
+            }
+        };
+        let mut object = match store.get(name).await {
             Ok(o) => o,
             Err(e) if e.kind() == object_store::GetErrorKind::NotFound => {
                 return Err(FileError::NotFound(path.clone()));
             }
             Err(e) => return Err(FileError::Store(e.to_string())),
         };
-        let mut bytes = Vec::with_capacity(object.info().size);
+        let metadata = object.info().metadata.clone();
+        let mut bytes = Vec::with_capacity(object.info().size.min(self.max_file_bytes as usize));
         object.read_to_end(&mut bytes).await.map_err(|e| FileError::Store(e.to_string()))?;
-        Ok(bytes)
+        Ok((bytes, metadata))
     }
 
     /// Creates or replaces `path`; returns whether it was created (`true`) or
-    /// overwritten (`false`).
+    /// overwritten (`false`). Refuses the reserved directories.
     pub async fn write(&self, job: &JobId, path: &FilePath, bytes: &[u8]) -> Result<bool, FileError> {
+        if let Some(prefix) = reserved_prefix(path) {
+            return Err(FileError::Reserved { path: path.clone(), prefix });
+        }
+        self.put(job, path, bytes, HashMap::new()).await
+    }
+
+    /// Like [`Self::write`], for the runtime's own writers into a reserved
+    /// directory (eviction, large reports): stores the bytes' sha256 with
+    /// them so every later read can check it.
+    pub async fn write_reserved(&self, job: &JobId, path: &FilePath, bytes: &[u8]) -> Result<bool, FileError> {
+        let metadata = HashMap::from([(CHECKSUM_KEY.to_string(), sha256_hex(bytes))]);
+        self.put(job, path, bytes, metadata).await
+    }
+
+    async fn put(
+        &self,
+        job: &JobId,
+        path: &FilePath,
+        bytes: &[u8],
+        metadata: HashMap<String, String>,
+    ) -> Result<bool, FileError> {
         if path.is_root() {
             return Err(FileError::Path(PathError::Empty));
         }
         if bytes.len() as u64 > self.max_file_bytes {
             return Err(FileError::TooLarge { path: path.clone(), size: bytes.len() as u64, max: self.max_file_bytes });
         }
+        let name = Self::object_name(job, path);
+        let store = match &self.backend {
+            Backend::Store(store) => store,
+            Backend::Memory(map) => {
+                let object =
+                    MemObject { bytes: Arc::new(bytes.to_vec()), metadata, modified: OffsetDateTime::now_utc() };
+                return Ok(Self::memory(map).insert(name, object).is_none());
+            }
+        };
         let existed = self.stat(job, path).await?.is_some();
-        let meta = ObjectMetadata { name: Self::object_name(job, path), ..Default::default() };
-        self.store.put(meta, &mut &bytes[..]).await.map_err(|e| FileError::Store(e.to_string()))?;
+        let meta = ObjectMetadata { name, metadata, ..Default::default() };
+        store.put(meta, &mut &bytes[..]).await.map_err(|e| FileError::Store(e.to_string()))?;
         Ok(!existed)
     }
 
     /// Every file of `job`, sorted by path.
     pub async fn list(&self, job: &JobId) -> Result<Vec<FileMeta>, FileError> {
         let prefix = Self::prefix(job);
-        let mut list = self.store.list().await.map_err(|e| FileError::Store(e.to_string()))?;
         let mut out = Vec::new();
-        while let Some(info) = list.next().await {
-            let info = info.map_err(|e| FileError::Store(e.to_string()))?;
-            if info.deleted || !info.name.starts_with(&prefix) {
-                continue;
+        match &self.backend {
+            Backend::Memory(map) => {
+                for (name, o) in Self::memory(map).range(prefix.clone()..).take_while(|(n, _)| n.starts_with(&prefix)) {
+                    if let Some(path) = Self::path_of(job, name) {
+                        out.push(FileMeta { path, size: o.bytes.len() as u64, modified: Some(o.modified) });
+                    }
+                }
             }
-            if let Some(path) = Self::path_of(job, &info.name) {
-                out.push(FileMeta { path, size: info.size as u64, modified: info.modified });
+            Backend::Store(store) => {
+                let mut list = store.list().await.map_err(|e| FileError::Store(e.to_string()))?;
+                while let Some(info) = list.next().await {
+                    let info = info.map_err(|e| FileError::Store(e.to_string()))?;
+                    if info.deleted || !info.name.starts_with(&prefix) {
+                        continue;
+                    }
+                    if let Some(path) = Self::path_of(job, &info.name) {
+                        out.push(FileMeta { path, size: info.size as u64, modified: info.modified });
+                    }
+                }
             }
         }
         out.sort_by(|a, b| a.path.cmp(&b.path));
@@ -168,18 +312,52 @@ impl JobFiles {
         if self.stat(job, path).await?.is_none() {
             return Ok(false);
         }
-        self.store.delete(Self::object_name(job, path)).await.map_err(|e| FileError::Store(e.to_string()))?;
+        self.remove(&Self::object_name(job, path)).await?;
         Ok(true)
+    }
+
+    async fn remove(&self, name: &str) -> Result<(), FileError> {
+        match &self.backend {
+            Backend::Store(store) => store.delete(name).await.map_err(|e| FileError::Store(e.to_string())),
+            Backend::Memory(map) => {
+                Self::memory(map).remove(name);
+                Ok(())
+            }
+        }
     }
 
     /// Deletes every file of `job`; returns how many.
     pub async fn purge(&self, job: &JobId) -> Result<usize, FileError> {
         let files = self.list(job).await?;
         for f in &files {
-            self.store.delete(Self::object_name(job, &f.path)).await.map_err(|e| FileError::Store(e.to_string()))?;
+            self.remove(&Self::object_name(job, &f.path)).await?;
         }
         Ok(files.len())
     }
+}
+
+#[cfg(test)]
+impl JobFiles {
+    /// Replaces the bytes of `path` behind the runtime's back, as anyone with
+    /// raw access to the bucket could, keeping the stored metadata.
+    pub(crate) fn tamper(&self, job: &JobId, path: &FilePath, bytes: &[u8]) {
+        let Backend::Memory(map) = &self.backend else { unreachable!("tamper needs the in-memory backend") };
+        let mut map = Self::memory(map);
+        let object = map.get_mut(&Self::object_name(job, path)).expect("tamper needs an existing file");
+        object.bytes = Arc::new(bytes.to_vec());
+    }
+}
+
+/// Checks `bytes` against the lowercase hex sha256 `expected`.
+fn verify(path: &FilePath, bytes: &[u8], expected: &str) -> Result<(), FileError> {
+    let actual = sha256_hex(bytes);
+    if actual != expected {
+        return Err(FileError::Tampered {
+            path: path.clone(),
+            reason: format!("sha256 is {actual}, expected {expected}"),
+        });
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -198,5 +376,57 @@ mod tests {
             assert_eq!(JobFiles::path_of(&job, &name), Some(p));
             assert_eq!(JobFiles::path_of(&other, &name), None);
         }
+    }
+
+    fn job_and(path: &str) -> (JobId, FilePath) {
+        (JobId::new(), FilePath::parse(path).unwrap())
+    }
+
+    #[tokio::test]
+    async fn reserved_dirs_refuse_plain_writes() {
+        let files = JobFiles::in_memory(1024);
+        let (job, path) = job_and("/large_tool_results/t1/report");
+        let e = files.write(&job, &path, b"forged").await.unwrap_err();
+        assert!(matches!(e, FileError::Reserved { prefix: LARGE_RESULTS_DIR, .. }), "{e}");
+        assert!(e.to_string().contains("/large_tool_results"), "{e}");
+        assert!(files.stat(&job, &path).await.unwrap().is_none(), "nothing was written");
+        assert!(files.write_reserved(&job, &path, b"real").await.unwrap());
+        assert_eq!(files.read(&job, &path).await.unwrap(), b"real");
+    }
+
+    #[tokio::test]
+    async fn tampered_reserved_file_is_detected() {
+        let files = JobFiles::in_memory(1024);
+        let (job, path) = job_and("/large_tool_results/t1/report");
+        let answer = "the real answer\n";
+        files.write_reserved(&job, &path, answer.as_bytes()).await.unwrap();
+        let reference = FileRef::describe(path.as_str(), answer);
+        assert_eq!(files.read_by_ref(&job, &reference).await.unwrap(), answer.as_bytes());
+        files.tamper(&job, &path, b"the forged answer\n");
+        let e = files.read(&job, &path).await.unwrap_err();
+        assert!(matches!(e, FileError::Tampered { .. }), "{e}");
+        let e = files.read_by_ref(&job, &reference).await.unwrap_err();
+        assert!(matches!(e, FileError::Tampered { .. }), "{e}");
+    }
+
+    #[tokio::test]
+    async fn reserved_file_without_checksum_is_refused() {
+        let files = JobFiles::in_memory(1024);
+        let (job, path) = job_and("/large_tool_results/t1/report");
+        // Written outside `write_reserved` (e.g. straight into the bucket): no checksum.
+        files.put(&job, &path, b"forged", HashMap::new()).await.unwrap();
+        let e = files.read(&job, &path).await.unwrap_err();
+        assert!(e.to_string().contains("no checksum"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn read_by_ref_checks_a_plain_file_against_the_reference() {
+        let files = JobFiles::in_memory(1024);
+        let (job, path) = job_and("/reports/a.md");
+        files.write(&job, &path, b"v1").await.unwrap();
+        let reference = FileRef::describe(path.as_str(), "v1");
+        files.read_by_ref(&job, &reference).await.unwrap();
+        files.write(&job, &path, b"v2").await.unwrap();
+        assert!(matches!(files.read_by_ref(&job, &reference).await, Err(FileError::Tampered { .. })));
     }
 }

@@ -7,6 +7,11 @@
 //! A hook of [`super::ToolSet`], so every tool (native, MCP, built-in) gets it
 //! without knowing. The paging read tools are exempt: their output is already
 //! bounded, and evicting a page of an evicted result would loop.
+//!
+//! `/large_tool_results` is reserved (shared/src/files/reserved.rs): agents'
+//! writes there are refused, this hook writes through
+//! [`JobFiles::write_reserved`], and reads verify the stored sha256, so an
+//! evicted result cannot be swapped for forged text after the fact.
 
 use std::collections::BTreeSet;
 
@@ -16,8 +21,8 @@ use super::{ToolContext, ToolError, ToolOutcome};
 use crate::files::{FilePath, JobFiles};
 use crate::protocol::{ErrorKind, FileRef};
 
-/// Directory of evicted results.
-pub const LARGE_RESULTS_DIR: &str = "/large_tool_results";
+/// Directory of evicted results (a reserved directory of the job files).
+pub use crate::files::LARGE_RESULTS_DIR;
 
 /// Where and above which size results are evicted.
 #[derive(Clone)]
@@ -54,7 +59,7 @@ impl Eviction {
 
     async fn evict(&self, ctx: &ToolContext, text: &str) -> Result<Value, ToolError> {
         let path = Self::path_for(ctx)?;
-        if let Err(e) = self.files.write(&ctx.job_id, &path, text.as_bytes()).await {
+        if let Err(e) = self.files.write_reserved(&ctx.job_id, &path, text.as_bytes()).await {
             tracing::warn!(call_id = %ctx.call_id, error = %e, "large tool result not stored");
             return Err(ToolError::new(
                 ErrorKind::Limit,
