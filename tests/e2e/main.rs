@@ -14,6 +14,8 @@ mod mcp_conformance;
 mod mcp_context;
 mod operations;
 mod sandbox;
+mod sec_dashboard;
+mod sec_roles;
 mod security;
 mod tls;
 mod walking_skeleton;
