@@ -131,7 +131,11 @@ scratch_root = "{root}"
         assert!(e["duration_ms"].as_u64().is_some());
     }
     // The task's scratch dir is gone with the task.
-    let left: Vec<_> = std::fs::read_dir(scratch_root.path().join("flotilla-sandbox")).unwrap().collect();
+    use std::os::unix::fs::MetadataExt;
+    let uid = std::fs::metadata("/proc/self").unwrap().uid();
+    let private = scratch_root.path().join(format!("flotilla-sandbox-{uid}"));
+    assert_eq!(std::fs::metadata(&private).unwrap().mode() & 0o7777, 0o711, "the worker's private root");
+    let left: Vec<_> = std::fs::read_dir(&private).unwrap().collect();
     assert!(left.is_empty(), "scratch dirs left behind: {left:?}");
 }
 

@@ -25,12 +25,17 @@ pub struct SandboxConfig {
     pub file_size_mb: u64,
     /// Processes of the sandbox user (RLIMIT_NPROC; counted per host uid).
     pub max_processes: u64,
+    /// Disk a task's scratch dir may use, in MiB: staging in stops there, and
+    /// a command that leaves it over the quota gets a `limit` error and
+    /// nothing staged out (measured after each command, docs/SANDBOX.md).
+    pub scratch_mb: u64,
     /// Size of the sandbox's private `/tmp` (tmpfs) in MiB.
     pub tmp_mb: u64,
     /// Bytes of stdout and of stderr kept each; the rest is dropped and the
     /// result says `truncated: true`.
     pub max_output_bytes: usize,
-    /// Where per-task scratch dirs are created (default: the system temp dir).
+    /// Where the worker's private dir of per-task scratch dirs,
+    /// `flotilla-sandbox-<uid>`, is created (default: the system temp dir).
     pub scratch_root: Option<PathBuf>,
     /// Host paths mounted read-only at the same place (missing ones are skipped,
     /// symlinks such as `/bin -> usr/bin` are recreated as symlinks).
@@ -56,9 +61,10 @@ impl Default for SandboxConfig {
             timeout: 30,
             max_timeout: 300,
             cpu_seconds: 60,
-            memory_mb: 1024,
+            memory_mb: 512,
             file_size_mb: 64,
-            max_processes: 256,
+            max_processes: 64,
+            scratch_mb: 256,
             tmp_mb: 64,
             max_output_bytes: 64 * 1024,
             scratch_root: None,
@@ -104,6 +110,7 @@ impl SandboxConfig {
             ("file_size_mb", self.file_size_mb),
             ("max_processes", self.max_processes),
             ("tmp_mb", self.tmp_mb),
+            ("scratch_mb", self.scratch_mb),
         ] {
             if v == 0 {
                 return bad(k, "must be at least 1");

@@ -13,12 +13,18 @@
 //! sandbox as an unprivileged uid (default 65534), so even a kernel bug in
 //! the namespace setup starts from nobody's rights.
 //!
+//! Only stdio crosses: every other descriptor the worker holds or inherited
+//! is closed in the child before `exec` (a `pre_exec` hook, close_range(2)),
+//! except the seccomp program bubblewrap reads (see [`super::seccomp`]),
+//! which bubblewrap installs right before it runs the command.
+//!
 //! Limits: wall time by the worker (it kills the process group; the sandbox's
 //! pid namespace and `--die-with-parent` take every descendant with it), CPU
 //! seconds, address space, file size and process count by rlimits (`prlimit`
 //! from util-linux). cgroups are not used: they need a delegated cgroup v2
 //! subtree that a worker in a container usually lacks.
 
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
@@ -29,6 +35,8 @@ use flotilla_shared::config::SandboxConfig;
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::process::Command;
 use tokio_util::sync::CancellationToken;
+
+use super::seccomp;
 
 /// Where the scratch dir appears inside the sandbox.
 pub const SCRATCH: &str = "/scratch";
@@ -145,7 +153,10 @@ impl Bubblewrap {
         self.user
     }
 
-    fn command(&self, scratch: &Path, command: &str, limits: &Limits) -> Command {
+    /// The command line, and the seccomp program's fd, which must stay open
+    /// until the child is spawned.
+    fn command(&self, scratch: &Path, command: &str, limits: &Limits) -> std::io::Result<(Command, OwnedFd)> {
+        let program = seccomp::program_fd()?;
         let mut c = Command::new(&self.prlimit);
         c.env_clear()
             .arg(format!("--cpu={}:{}", limits.cpu_seconds, limits.cpu_seconds + 1))
@@ -156,7 +167,8 @@ impl Bubblewrap {
             .arg("--")
             .arg(&self.bwrap)
             .args(["--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session"])
-            .args(["--cap-drop", "ALL", "--hostname", "sandbox"]);
+            .args(["--cap-drop", "ALL", "--hostname", "sandbox"])
+            .args(["--seccomp", &seccomp::CHILD_FD.to_string()]);
         for m in &self.mounts {
             match m {
                 Mount::Bind(p) => c.arg("--ro-bind").arg(p).arg(p),
@@ -184,7 +196,10 @@ impl Bubblewrap {
         if let Some((uid, gid)) = self.user {
             c.uid(uid).gid(gid);
         }
-        c
+        let raw = program.as_raw_fd();
+        // SAFETY: the hook only makes async-signal-safe syscalls (dup2, fcntl, close_range).
+        unsafe { c.pre_exec(move || seccomp::child_keep_only(raw)) };
+        Ok((c, program))
     }
 
     /// Runs `command` with `scratch` mounted at [`SCRATCH`]. A non-zero exit
@@ -197,7 +212,9 @@ impl Bubblewrap {
         cancel: &CancellationToken,
     ) -> Result<Execution, SandboxError> {
         let started = Instant::now();
-        let mut child = self.command(scratch, command, limits).spawn()?;
+        let (mut cmd, program) = self.command(scratch, command, limits)?;
+        let mut child = cmd.spawn()?;
+        drop(program);
         let mut group = KillGroup(child.id().map(|p| p as i32));
         let out = tokio::spawn(capture(child.stdout.take(), limits.output_bytes));
         let err = tokio::spawn(capture(child.stderr.take(), limits.output_bytes));
@@ -244,7 +261,8 @@ impl Bubblewrap {
             processes: 64,
             output_bytes: 4096,
         };
-        let out = self.command(scratch, "true", &limits).as_std_mut().output()?;
+        let (mut cmd, _program) = self.command(scratch, "true", &limits)?;
+        let out = cmd.as_std_mut().output()?;
         if out.status.success() {
             Ok(())
         } else {
@@ -444,5 +462,62 @@ mod tests {
         let e = run(&b, &s, "head -c 2000000 /dev/zero > big", limits(20)).await;
         assert_ne!(e.exit_code, Some(0), "{e:?}");
         assert_eq!(std::fs::metadata(s.0.join("big")).unwrap().len(), 1 << 20);
+    }
+
+    /// Escape-prone syscalls fail with EPERM (docs/SANDBOX.md "Isolation").
+    /// The arguments are chosen so that, without the filter, none of the
+    /// calls would fail with EPERM (they succeed or fail otherwise).
+    #[tokio::test]
+    async fn escape_syscalls_fail_with_eperm() {
+        let (b, s) = (backend(), Scratch::new(&backend()));
+        use nix::libc as c;
+        let calls = [
+            ("ptrace", format!("{}, 0, 0, 0, 0", c::SYS_ptrace)),
+            ("keyctl", format!("{}, 0, -3, 0", c::SYS_keyctl)),
+            ("add_key", format!("{}, 0, 0, 0, 0, 0", c::SYS_add_key)),
+            ("perf_event_open", format!("{}, 0, 0, -1, -1, 0", c::SYS_perf_event_open)),
+            ("userfaultfd", format!("{}, 1", c::SYS_userfaultfd)),
+            ("io_uring_setup", format!("{}, 0, 0", c::SYS_io_uring_setup)),
+            ("process_vm_readv", format!("{}, os.getpid(), 0, 0, 0, 0, 0", c::SYS_process_vm_readv)),
+            ("name_to_handle_at", format!("{}, -100, 0, 0, 0, 0", c::SYS_name_to_handle_at)),
+            ("setns", format!("{}, -1, 0", c::SYS_setns)),
+            ("unshare", format!("{}, {}", c::SYS_unshare, c::CLONE_NEWUSER)),
+            ("clone_newuser", format!("{}, {}, 0, 0, 0, 0", c::SYS_clone, c::CLONE_NEWUSER | c::SIGCHLD)),
+            ("clone3", format!("{}, 0, 0", c::SYS_clone3)),
+        ];
+        let mut py = String::from(
+            "import ctypes, os\nl = ctypes.CDLL(None, use_errno=True)\nl.syscall.restype = ctypes.c_long\n",
+        );
+        for (name, args) in &calls {
+            py.push_str(&format!("r = l.syscall({args}); print('{name}', 0 if r >= 0 else ctypes.get_errno())\n"));
+        }
+        py.push_str("pid = os.fork()\nos._exit(0) if pid == 0 else print('fork', os.waitpid(pid, 0)[1])\n");
+        std::fs::write(s.0.join("probe.py"), py).unwrap();
+        let e = run(&b, &s, "python3 probe.py", limits(20)).await;
+        let got: std::collections::HashMap<&str, i32> =
+            e.stdout.lines().filter_map(|l| l.split_once(' ')).map(|(n, v)| (n, v.parse().unwrap())).collect();
+        for (name, _) in &calls {
+            let want = if *name == "clone3" { c::ENOSYS } else { c::EPERM };
+            assert_eq!(got.get(name), Some(&want), "{name}: {e:?}");
+        }
+        assert_eq!(got.get("fork"), Some(&0), "plain fork still works: {e:?}");
+        let e = run(&b, &s, "unshare -U true", limits(10)).await;
+        assert!(e.exit_code != Some(0) && e.stderr.contains("Operation not permitted"), "{e:?}");
+    }
+
+    /// A descriptor the worker holds without close-on-exec (as one inherited
+    /// from its parent would be) is closed before the command starts.
+    #[tokio::test]
+    async fn inherited_descriptors_do_not_reach_the_command() {
+        let (b, s) = (backend(), Scratch::new(&backend()));
+        let target = s.0.join("outside-target");
+        std::fs::write(&target, "").unwrap();
+        let flags = nix::fcntl::OFlag::O_WRONLY | nix::fcntl::OFlag::O_APPEND;
+        let fd = nix::fcntl::open(&target, flags, nix::sys::stat::Mode::empty()).unwrap();
+        let n = fd.as_raw_fd();
+        let e = run(&b, &s, &format!("bash -c 'echo leaked >&{n}'"), limits(10)).await;
+        assert_ne!(e.exit_code, Some(0), "{e:?}");
+        assert!(e.stderr.contains("Bad file descriptor"), "{e:?}");
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "", "nothing arrived through fd {n}");
     }
 }

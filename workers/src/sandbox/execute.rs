@@ -70,7 +70,13 @@ impl Tool for ExecuteTool {
             .stage_in(&self.files, &ctx.job_id, &session.scratch, self.sandbox.owner(), &mut staged)
             .await;
         let run = self.sandbox.backend.run(&session.scratch, command, &limits, &ctx.cancel).await;
-        let staged_out = self.sandbox.staging.stage_out(&self.files, &ctx.job_id, &session.scratch, &mut staged).await;
+        // Nothing stops a command from filling the disk mid-way; it is caught here, before its
+        // output can travel on (docs/SANDBOX.md "Limits").
+        let over = self.sandbox.staging.over_quota(&session.scratch).await;
+        let staged_out = match over {
+            None => self.sandbox.staging.stage_out(&self.files, &ctx.job_id, &session.scratch, &mut staged).await,
+            Some(_) => Default::default(),
+        };
         drop(staged);
         let mut record = ExecutionAudit {
             tenant: ctx.tenant.clone(),
@@ -102,6 +108,19 @@ impl Tool for ExecuteTool {
                 format!(
                     "the command ran out of its {}s wall-time limit and was killed with all its processes",
                     limits.wall.as_secs()
+                ),
+            ));
+        }
+        if let Some(used) = over {
+            return Err(ToolError::new(
+                ErrorKind::Limit,
+                format!(
+                    "the command left /scratch using {} MiB, over its scratch quota of {} MiB \
+                     (subagents.{}.sandbox.scratch_mb); nothing was staged out: delete files under /scratch (the command's exit code was {:?})",
+                    used.div_ceil(1 << 20),
+                    self.sandbox.staging.quota() >> 20,
+                    self.subagent_type,
+                    e.exit_code
                 ),
             ));
         }

@@ -10,20 +10,30 @@
 //! - [`execute`]: the tool the model calls.
 //! - [`audit`]: the record of every execution.
 //! - [`staging`]: job files copied into `/scratch` before each command and
-//!   results copied back after it (`stage_in` / `stage_out`).
+//!   results copied back after it (`stage_in` / `stage_out`), through
+//!   [`beneath`], which never follows a symlink a command planted.
+//! - [`seccomp`]: the syscall filter bubblewrap installs.
+//!
+//! The scratch dirs live in one private dir per worker uid,
+//! `<scratch_root>/flotilla-sandbox-<uid>` (mode 0711): the worker creates it
+//! or uses it only when it already owns it and nobody else can write it, so
+//! no other local user can pre-create it, swap entries in it, or have the
+//! worker chmod something it did not make.
 
 pub mod audit;
+pub mod beneath;
 pub mod bubblewrap;
 pub mod execute;
+pub mod seccomp;
 pub mod staging;
 
 use std::collections::HashMap;
-use std::os::unix::fs::PermissionsExt;
-use std::path::PathBuf;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use anyhow::Context;
+use anyhow::{Context, bail};
 use flotilla_shared::config::SandboxConfig;
 use flotilla_shared::ids::TaskId;
 
@@ -37,7 +47,7 @@ pub struct Sandbox {
     /// The static config.
     pub config: SandboxConfig,
     backend: Bubblewrap,
-    /// `<scratch_root>/flotilla-sandbox`: parent of the per-task dirs.
+    /// `<scratch_root>/flotilla-sandbox-<uid>`: parent of the per-task dirs.
     root: PathBuf,
     /// Running tasks: their scratch dir and progress publisher.
     sessions: Mutex<HashMap<TaskId, Arc<Session>>>,
@@ -61,12 +71,10 @@ impl Sandbox {
     pub fn start(ty: &str, config: &SandboxConfig) -> anyhow::Result<Arc<Self>> {
         let key = format!("subagents.{ty}.sandbox");
         let backend = Bubblewrap::new(config).with_context(|| format!("{key}: execute needs a working sandbox"))?;
-        let root = config.scratch_root.clone().unwrap_or_else(std::env::temp_dir).join("flotilla-sandbox");
-        std::fs::create_dir_all(&root).with_context(|| format!("{key}: cannot create {}", root.display()))?;
-        // Traversable, not listable: a sandbox user finds only its own dir.
-        std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o711))
-            .with_context(|| format!("{key}: cannot set the mode of {}", root.display()))?;
-        let staging = staging::Staging::new(&config.stage_in, &config.stage_out)
+        let base = config.scratch_root.clone().unwrap_or_else(std::env::temp_dir);
+        let root = private_root(&base, &key)?;
+        let quota = config.scratch_mb.saturating_mul(1024 * 1024);
+        let staging = staging::Staging::new(&config.stage_in, &config.stage_out, quota)
             .with_context(|| format!("{key}: invalid stage_in/stage_out glob"))?;
         let sandbox = Arc::new(Self { config: config.clone(), backend, root, sessions: Mutex::default(), staging });
         let probe = sandbox.make_dir(&format!("probe-{}", std::process::id()))?;
@@ -122,6 +130,49 @@ impl Sandbox {
     }
 }
 
+/// Creates `<base>/flotilla-sandbox-<uid>` (mode 0711: traversable, not
+/// listable, so a sandbox user finds only its own dir), or re-uses it when this
+/// uid already owns it and nobody else may write to it. Anything else there is
+/// refused, never chmodded or chowned: another local user may have planted it.
+fn private_root(base: &Path, key: &str) -> anyhow::Result<PathBuf> {
+    let uid = nix::unistd::geteuid().as_raw();
+    let root = base.join(format!("flotilla-sandbox-{uid}"));
+    let fix = format!("remove it, or set {key}.scratch_root to a directory only this worker (uid {uid}) controls");
+    let base_meta = std::fs::metadata(base).with_context(|| {
+        format!("{key}.scratch_root: cannot use {}: it must be an existing directory", base.display())
+    })?;
+    if base_meta.mode() & 0o022 != 0 && base_meta.mode() & 0o1000 == 0 {
+        bail!("{key}.scratch_root: {} is writable by other users and not sticky: {fix}", base.display());
+    }
+    match std::fs::DirBuilder::new().mode(0o711).create(&root) {
+        Ok(()) => std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o711))
+            .with_context(|| format!("{key}.scratch_root: cannot set the mode of {}", root.display()))?,
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            let m = std::fs::symlink_metadata(&root)?;
+            if !m.file_type().is_dir() || m.uid() != uid || m.mode() & 0o022 != 0 {
+                bail!(
+                    "{key}.scratch_root: {} already exists and is not a directory owned by uid {uid} that only \
+                     it may write (found {}, owner uid {}, mode {:o}): {fix}",
+                    root.display(),
+                    if m.file_type().is_symlink() {
+                        "a symlink"
+                    } else if m.is_dir() {
+                        "a directory"
+                    } else {
+                        "a file"
+                    },
+                    m.uid(),
+                    m.mode() & 0o7777
+                );
+            }
+        }
+        Err(e) => {
+            return Err(e).with_context(|| format!("{key}.scratch_root: cannot create {}", root.display()));
+        }
+    }
+    Ok(root)
+}
+
 /// Ends a task's session: forgets it and deletes its scratch dir.
 pub struct SessionGuard {
     sandbox: Arc<Sandbox>,
@@ -135,5 +186,49 @@ impl Drop for SessionGuard {
         {
             tracing::warn!(dir = %s.scratch.display(), error = %e, "scratch dir not removed");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn base() -> PathBuf {
+        let d = std::env::temp_dir().join(format!("sandbox-root-{}", uuid::Uuid::now_v7()));
+        std::fs::create_dir(&d).unwrap();
+        d
+    }
+
+    #[test]
+    fn a_fresh_private_root_is_created_0711() {
+        let b = base();
+        let root = private_root(&b, "subagents.t.sandbox").unwrap();
+        let m = std::fs::symlink_metadata(&root).unwrap();
+        assert_eq!((m.mode() & 0o7777, m.uid()), (0o711, nix::unistd::geteuid().as_raw()));
+        assert_eq!(private_root(&b, "subagents.t.sandbox").unwrap(), root, "its own dir is re-used");
+        std::fs::remove_dir_all(&b).unwrap();
+    }
+
+    /// Another user pre-created the root (the worker runs as root in tests, so
+    /// it can play that user), or planted a symlink there: refused, untouched.
+    #[test]
+    fn a_root_planted_by_someone_else_is_refused() {
+        let b = base();
+        let uid = nix::unistd::geteuid().as_raw();
+        let root = b.join(format!("flotilla-sandbox-{uid}"));
+        std::fs::create_dir(&root).unwrap();
+        std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o777)).unwrap();
+        if uid == 0 {
+            std::os::unix::fs::chown(&root, Some(4242), Some(4242)).unwrap();
+        }
+        let e = format!("{:#}", private_root(&b, "subagents.t.sandbox").unwrap_err());
+        assert!(e.contains(&root.display().to_string()) && e.contains("subagents.t.sandbox.scratch_root"), "{e}");
+        let m = std::fs::symlink_metadata(&root).unwrap();
+        assert_eq!(m.mode() & 0o7777, 0o777, "never chmodded");
+        std::fs::remove_dir(&root).unwrap();
+        std::os::unix::fs::symlink("/etc", &root).unwrap();
+        let e = format!("{:#}", private_root(&b, "subagents.t.sandbox").unwrap_err());
+        assert!(e.contains("a symlink"), "{e}");
+        std::fs::remove_dir_all(&b).unwrap();
     }
 }

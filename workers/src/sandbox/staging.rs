@@ -4,12 +4,15 @@
 //!
 //! The type's file permission rules apply exactly as for the built-in file
 //! tools: staging in needs `read`, staging out needs `write` (an `interrupt`
-//! rule counts as not allowed here: there is no call to approve). Staging out
-//! copies only regular files: a symlink the command left in `/scratch` could
-//! point anywhere on the host and is skipped.
+//! rule counts as not allowed here: there is no call to approve). Everything
+//! below the scratch dir was made by sandboxed commands, so every file is
+//! written and read through [`super::beneath`], which never follows a symlink
+//! a command planted (a symlinked dir or file is skipped with the reason).
+//! Staging in stops at the scratch quota (`scratch_mb`, docs/SANDBOX.md).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use flotilla_shared::builtin::FileToolEnv;
 use flotilla_shared::files::FilePath;
@@ -18,10 +21,14 @@ use flotilla_shared::permissions::{Mode, Operation};
 use globset::{Glob, GlobSet, GlobSetBuilder};
 use sha2::{Digest, Sha256};
 
+use super::beneath;
+
 /// Compiled staging rules of one sandbox.
 pub struct Staging {
     stage_in: Option<GlobSet>,
     stage_out: Option<GlobSet>,
+    /// Bytes a scratch dir may use (`scratch_mb`); staging in stops there.
+    quota: u64,
 }
 
 /// What one staging pass did, reported to the model.
@@ -45,9 +52,10 @@ fn compile(globs: &[String]) -> anyhow::Result<Option<GlobSet>> {
 }
 
 impl Staging {
-    /// From the sandbox config's globs (validated at config load).
-    pub fn new(stage_in: &[String], stage_out: &[String]) -> anyhow::Result<Self> {
-        Ok(Self { stage_in: compile(stage_in)?, stage_out: compile(stage_out)? })
+    /// From the sandbox config's globs (validated at config load) and the
+    /// scratch quota in bytes.
+    pub fn new(stage_in: &[String], stage_out: &[String], quota: u64) -> anyhow::Result<Self> {
+        Ok(Self { stage_in: compile(stage_in)?, stage_out: compile(stage_out)?, quota })
     }
 
     /// Copies matching, readable job files into `scratch`. Returns the digest
@@ -69,6 +77,7 @@ impl Staging {
                 return out;
             }
         };
+        let mut used = blocking(scratch, beneath::usage).await;
         for meta in files.into_iter().filter(|m| set.is_match(m.path.as_str())) {
             let path = meta.path.as_str().to_string();
             if env.permissions.check(Operation::Read, &meta.path) != Mode::Allow {
@@ -82,15 +91,38 @@ impl Staging {
                     continue;
                 }
             };
-            let host = scratch.join(path.trim_start_matches('/'));
-            if let Err(e) = write_host(&host, scratch, &bytes, owner) {
+            let size = (bytes.len() as u64).max(beneath::MIN_ENTRY_BYTES);
+            if used.saturating_add(size) > self.quota {
+                out.skipped.push(format!(
+                    "{path} (would pass the scratch quota of {} MiB: delete files under /scratch)",
+                    self.quota >> 20
+                ));
+                continue;
+            }
+            let digest: [u8; 32] = Sha256::digest(&bytes).into();
+            let rel = PathBuf::from(path.trim_start_matches('/'));
+            let write = move |s: &Path| beneath::write(&beneath::open_root(s)?, &rel, &bytes, owner);
+            if let Err(e) = blocking(scratch, write).await {
                 out.skipped.push(format!("{path} ({e})"));
                 continue;
             }
-            digests.insert(path.clone(), Sha256::digest(&bytes).into());
+            used += size;
+            digests.insert(path.clone(), digest);
             out.copied.push(path);
         }
         out
+    }
+
+    /// The disk use of `scratch` when it is over the quota (measured after
+    /// each command: nothing stops a command mid-way, docs/SANDBOX.md).
+    pub async fn over_quota(&self, scratch: &Path) -> Option<u64> {
+        let used = blocking(scratch, beneath::usage).await;
+        (used > self.quota).then_some(used)
+    }
+
+    /// The scratch quota in bytes.
+    pub fn quota(&self) -> u64 {
+        self.quota
     }
 
     /// Copies new or changed regular files of `scratch` matching `stage_out`
@@ -104,7 +136,7 @@ impl Staging {
     ) -> Staged {
         let mut out = Staged::default();
         let Some(set) = &self.stage_out else { return out };
-        for (host, rel) in regular_files(scratch) {
+        for rel in blocking(scratch, regular_files).await {
             let path = format!("/{rel}");
             if !set.is_match(&path) {
                 continue;
@@ -117,12 +149,15 @@ impl Staging {
                 out.skipped.push(format!("{path} (write not allowed)"));
                 continue;
             }
-            let Ok(len) = std::fs::symlink_metadata(&host).map(|m| m.len()) else { continue };
-            if len > env.files.max_file_bytes() {
-                out.skipped.push(format!("{path} ({len} bytes exceeds the file size limit)"));
-                continue;
-            }
-            let Ok(bytes) = std::fs::read(&host) else { continue };
+            let max = env.files.max_file_bytes();
+            let read = move |s: &Path| beneath::read(&beneath::open_root(s)?, Path::new(&rel), max);
+            let bytes = match blocking(scratch, read).await {
+                Ok(b) => b,
+                Err(e) => {
+                    out.skipped.push(format!("{path} ({e})"));
+                    continue;
+                }
+            };
             let digest: [u8; 32] = Sha256::digest(&bytes).into();
             if digests.get(&path) == Some(&digest) {
                 continue;
@@ -139,30 +174,16 @@ impl Staging {
     }
 }
 
-/// Writes `bytes` at `host` (inside `scratch`), creating parents, handing
-/// new dirs and the file to the sandbox user.
-fn write_host(host: &Path, scratch: &Path, bytes: &[u8], owner: Option<(u32, u32)>) -> std::io::Result<()> {
-    let parent = host.parent().unwrap_or(scratch);
-    std::fs::create_dir_all(parent)?;
-    // Never write through a symlink a previous command planted.
-    if std::fs::symlink_metadata(host).is_ok_and(|m| !m.file_type().is_file()) {
-        return Err(std::io::Error::other("exists and is not a regular file"));
-    }
-    std::fs::write(host, bytes)?;
-    if let Some((uid, gid)) = owner {
-        let mut dir = parent.to_path_buf();
-        while dir.starts_with(scratch) && dir != scratch {
-            std::os::unix::fs::chown(&dir, Some(uid), Some(gid))?;
-            dir = dir.parent().map(Path::to_path_buf).unwrap_or_default();
-        }
-        std::os::unix::fs::chown(host, Some(uid), Some(gid))?;
-    }
-    Ok(())
+/// Runs blocking filesystem work on `scratch` off the async threads.
+async fn blocking<T: Send + 'static>(scratch: &Path, f: impl FnOnce(&Path) -> T + Send + 'static) -> T {
+    let scratch: Arc<Path> = scratch.into();
+    tokio::task::spawn_blocking(move || f(&scratch)).await.expect("staging task panicked")
 }
 
-/// Every regular file under `root` (symlinks and specials skipped), with its
-/// `/`-separated path relative to `root`.
-fn regular_files(root: &Path) -> Vec<(PathBuf, String)> {
+/// Every regular file under `root` (symlinks and specials skipped, symlinked
+/// dirs not entered), as its `/`-separated path relative to `root`. Only a
+/// list of candidates: [`beneath::read`] checks each again as it opens it.
+fn regular_files(root: &Path) -> Vec<String> {
     let mut out = Vec::new();
     let mut stack = vec![root.to_path_buf()];
     while let Some(dir) = stack.pop() {
@@ -176,7 +197,7 @@ fn regular_files(root: &Path) -> Vec<(PathBuf, String)> {
                 && let Ok(rel) = p.strip_prefix(root)
                 && let Some(rel) = rel.to_str()
             {
-                out.push((p.clone(), rel.to_string()));
+                out.push(rel.to_string());
             }
         }
     }
@@ -195,9 +216,9 @@ mod tests {
         std::fs::write(d.join("out/a.txt"), "a").unwrap();
         std::fs::write(d.join("out/sub/b.txt"), "b").unwrap();
         std::os::unix::fs::symlink("/etc/passwd", d.join("out/leak")).unwrap();
-        let files: Vec<String> = regular_files(&d).into_iter().map(|(_, r)| r).collect();
+        std::os::unix::fs::symlink("/etc", d.join("out/etc")).unwrap();
+        let files: Vec<String> = regular_files(&d);
         assert_eq!(files, vec!["out/a.txt".to_string(), "out/sub/b.txt".to_string()]);
-        assert!(write_host(&d.join("out/leak"), &d, b"x", None).is_err(), "never writes through a symlink");
         std::fs::remove_dir_all(&d).unwrap();
     }
 }
