@@ -109,7 +109,7 @@ struct MemObject {
 /// fuzzing (same names, same checks, no server).
 #[derive(Clone)]
 enum Backend {
-    Store(ObjectStore),
+    Store(Arc<ObjectStore>),
     Memory(Arc<Mutex<BTreeMap<String, MemObject>>>),
 }
 
@@ -124,7 +124,7 @@ impl JobFiles {
     /// Opens (creating when missing) the files bucket with `config`'s retention.
     pub async fn open(bus: &Bus, config: &FilesConfig) -> Result<Self, BusError> {
         let store = bus.files(Duration::from_secs(config.max_age)).await?;
-        Ok(Self { backend: Backend::Store(store), max_file_bytes: config.max_file_bytes })
+        Ok(Self { backend: Backend::Store(Arc::new(store)), max_file_bytes: config.max_file_bytes })
     }
 
     /// Files kept in this process's memory, with the same naming, size cap,
