@@ -15,7 +15,6 @@ mod mcp_context;
 mod operations;
 mod sandbox;
 mod sec_dashboard;
-mod sec_roles;
 mod security;
 mod tls;
 mod walking_skeleton;
