@@ -17,4 +17,5 @@ mod sandbox;
 mod sec_dashboard;
 mod security;
 mod tls;
+mod tools_reserved;
 mod walking_skeleton;
