@@ -15,6 +15,7 @@ mod mcp_context;
 mod operations;
 mod sandbox;
 mod sec_dashboard;
+mod sec_mcp_http;
 mod security;
 mod tls;
 mod tools_reserved;
