@@ -70,7 +70,7 @@ async fn a_session_keeps_its_checked_address_when_dns_rebinds() {
     for host in ["[64:ff9b::7f00:1]", "[::ffff:127.0.0.1]", "[64:ff9b:1::a9fe:a9fe]"] {
         let url = format!("http://{host}:{port}/mcp");
         let raw = RawMcpServer { url: Some(url.clone()), allow_insecure_http: true, ..Default::default() };
-        let p = config::validate("remote", raw, Path::new(".")).err().expect("refused in config");
+        let p = config::validate("remote", raw, Path::new(".")).unwrap_err();
         assert!(p.message.contains("IPv4 address hidden in an IPv6 one"), "{url}: {}", p.message);
     }
 }
