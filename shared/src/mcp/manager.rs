@@ -54,7 +54,7 @@ pub struct ServerHealth {
     pub sessions_opened: u64,
     /// The current stdio child's pid.
     pub pid: Option<u32>,
-    /// The last error, redacted.
+    /// The last error, sanitized (`crate::sanitize::sanitize`).
     pub last_error: Option<String>,
 }
 
@@ -98,7 +98,15 @@ impl ServerConn {
             Err(e) => {
                 s.status = Some(false);
                 s.failures += 1;
-                s.last_error = Some(e.to_string());
+                // Health travels in heartbeats to `flotilla workers` and other
+                // tenants' views, so it gets the egress sanitizer (no secret,
+                // host path or internal address, docs/SECURITY.md); the worker
+                // log keeps the secret-redacted original.
+                s.last_error = Some(crate::sanitize::sanitize_logged(
+                    &e.to_string(),
+                    &format!("MCP server {} error", self.settings.name),
+                    None,
+                ));
                 let backoff = Duration::from_secs(1 << s.failures.min(6)).min(Duration::from_secs(60));
                 s.next_retry = Some(Instant::now() + backoff);
             }
@@ -301,5 +309,49 @@ impl ServerConn {
         if let Some(s) = s.and_then(|s| Arc::try_unwrap(s).ok()) {
             s.close().await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::mcp::{RawMcpServer, config::validate};
+
+    fn conn(command: &str) -> ServerConn {
+        let raw = RawMcpServer { command: Some(command.into()), ..Default::default() };
+        ServerConn::new(validate("finance", raw, Path::new("/")).expect("valid stdio server"))
+    }
+
+    /// A server whose failure text carries a secret and internal addresses:
+    /// the health a heartbeat reports has none of them.
+    #[test]
+    fn last_error_in_health_is_sanitized() {
+        let c = conn("finance-tools");
+        let e = McpError::Connect {
+            server: "finance".into(),
+            message: "initialize failed: 401 from 10.0.3.7:8443 with token=tk-9f8e7d6c5b4a, see /etc/finance.toml"
+                .into(),
+        };
+        c.record(Err(&e));
+        let h = c.health();
+        assert_eq!(h.status, HealthStatus::Down);
+        let text = h.last_error.expect("a last error");
+        for leak in ["tk-9f8e7d6c5b4a", "10.0.3.7", "/etc/finance.toml"] {
+            assert!(!text.contains(leak), "{leak:?} in health text {text:?}");
+        }
+        assert!(text.contains("MCP server `finance` is unavailable: initialize failed: 401"), "{text}");
+    }
+
+    /// A real spawn failure names the command's host path; health hides it.
+    #[tokio::test]
+    async fn spawn_failure_hides_the_host_path() {
+        let c = conn("/secrets/nats/no-such-mcp-server");
+        let err = c.discover().await.expect_err("the command does not exist");
+        assert!(err.to_string().contains("/secrets/nats/no-such-mcp-server"), "the raw error keeps the detail: {err}");
+        let text = c.health().last_error.expect("a last error");
+        assert!(!text.contains("/secrets") && !text.contains("no-such-mcp"), "{text}");
+        assert!(text.contains("cannot start [path]"), "{text}");
     }
 }
