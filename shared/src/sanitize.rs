@@ -87,7 +87,7 @@ pub fn warm_up() {
 
 /// Removes secrets only (keys, tokens, URL credentials and query tokens); for logs.
 pub fn redact_secrets(text: &str) -> String {
-    apply(text, &[Class::Secret])
+    fixpoint(text, &[Class::Secret])
 }
 
 /// Removes secrets, stack traces, host paths and internal addresses, and
@@ -103,24 +103,29 @@ pub fn sanitize(text: &str) -> String {
     cut(&pass(&cut_once), MAX_LEN)
 }
 
-/// Most passes over the table before [`pass`] gives up looking for a fixed
-/// point (two are the norm: one that removes, one that finds nothing).
+/// Most passes over the table before [`fixpoint`] gives up looking for a
+/// fixed point (two are the norm: one that removes, one that finds nothing).
 const MAX_ROUNDS: usize = 4;
 
-/// Every rule until nothing changes, then blank and repeated trace-marker
-/// lines collapsed. Rounds matter: a removal can uncover a secret (in
-/// `http://[::1]:1Bearer abc`, `Bearer` only starts a word once the address
-/// before it is gone).
-fn pass(text: &str) -> String {
-    let all = [Class::Secret, Class::Trace, Class::Host];
-    let mut out = apply(text, &all);
+/// The rules of `classes`, again and again until nothing changes. Rounds
+/// matter: a removal can uncover a secret (in `http://[::1]:1Bearer abc`,
+/// `Bearer` only starts a word once the address before it is gone).
+fn fixpoint(text: &str, classes: &[Class]) -> String {
+    let mut out = apply(text, classes);
     for _ in 1..MAX_ROUNDS {
-        let next = apply(&out, &all);
+        let next = apply(&out, classes);
         if next == out {
             break;
         }
         out = next;
     }
+    out
+}
+
+/// Every rule to a fixed point, then blank and repeated trace-marker lines
+/// collapsed.
+fn pass(text: &str) -> String {
+    let out = fixpoint(text, &[Class::Secret, Class::Trace, Class::Host]);
     let mut lines: Vec<&str> = Vec::new();
     for line in out.lines().map(str::trim_end).filter(|l| !l.trim().is_empty()) {
         if line.trim() == "[stack trace removed]" && lines.last().is_some_and(|l| l.trim() == line.trim()) {

@@ -78,7 +78,7 @@ pub(super) const RULES: &[Rule] = &[
     rule(
         "key=value secret",
         Secret,
-        r#"(?i)(\b[a-z0-9_.\-]*?(?:api[_-]?key|apikey|secret(?:[_-]?(?:access[_-]?)?key)?|client[_-]?secret|password|passwd|passphrase|pwd|token|access[_-]?token|auth[_-]?token|refresh[_-]?token|id[_-]?token|session[_-]?(?:id|token|key)|private[_-]?key|account[_-]?key|access[_-]?key[_-]?id|shared[_-]?access[_-]?(?:key|signature)|authorization|cookie)(?:\\?["'])?\s*[:=]\s*)(?:\\"(?:[^"\\]|\\[^"])*\\"|"(?:[^"\\\n]|\\.)*"|'[^'\n]*'|\[redacted[^\]\n]*\]|(?:\\?["'])?(?:(?:bearer|basic|token)\s+)?[^\s"',;&}]+)"#,
+        r#"(?i)(\b[a-z0-9_.\-]*?(?:api[_-]?key|apikey|secret(?:[_-]?(?:access[_-]?)?key)?|client[_-]?secret|password|passwd|passphrase|pwd|token|access[_-]?token|auth[_-]?token|refresh[_-]?token|id[_-]?token|session[_-]?(?:id|token|key)|private[_-]?key|account[_-]?key|access[_-]?key[_-]?id|shared[_-]?access[_-]?(?:key|signature)|authorization|cookie)(?:\\?["'])?\s*[:=]\s*)(?:\\"(?:[^"\\]|\\[^"])*\\"|"(?:[^"\\\n]|\\.)*"|'[^'\n]*'|\[redacted[^\]\n]*\]|(?:\\?["'])?(?:(?:bearer|basic|token)\s+)?[^\s"',;&}{][^\s"',;&}]*)"#,
         "${1}[redacted]",
     ),
     // Authorization schemes outside a `key:` form. `Bearer` is always followed

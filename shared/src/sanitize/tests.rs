@@ -59,7 +59,16 @@ const CASES: &[(&str, &[&str], &[&str])] = &[
     ("slack app xapp-1-A0123456789-abcdef denied", &["xapp-1"], &["denied"]),
     ("aws_secret_access_key = wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", &["wJalrXUtn"], &[]),
     (r#"{\"password\": \"hunter2\"}"#, &["hunter2"], &[]),
+    (
+        "npm npm_abcdefghijklmnopqrstuvwxyz0123456789 and pypi pypi-AgEIcHlwaS5vcmcabcdefghijklmnop",
+        &["npm_a", "pypi-AgE"],
+        &[],
+    ),
+    ("google ya29.a0AfH6SMBabcdefghijklmnop and AIzaSyA1234567890abcdefghijklmnopqrstu", &["ya29.a0", "AIzaSy"], &[]),
+    ("webhook whsec_abcdefghijklmnopqrstuvwx bad signature", &["whsec_"], &["bad signature"]),
     // ---- stack traces ----
+    ("goroutine 7 [running]:\nmain.main()\nexit status 2", &["goroutine 7"], &["exit status 2"]),
+    ("open file:///var/run/x.sock failed", &["file://", "/var"], &["open [path] failed"]),
     (
         "Traceback (most recent call last):\n  File \"/home/app/tools/billing.py\", line 42, in charge\n    raise KeyError(k)\nKeyError: 'customer'",
         &["Traceback", "/home/"],
@@ -104,6 +113,14 @@ const EXACT: &[(&str, &str)] = &[
     ),
     ("   at foo (bar.js:1:2)", EMPTY),
     ("cannot read /etc/x.", "cannot read [path]."),
+    (
+        "cannot load MCP resource \"finance://rules/nope\" from server `finance`",
+        "cannot load MCP resource \"[internal url]\" from server `finance`",
+    ),
+    (
+        r#"invalid arguments: /password: "hunter2" is not of type "number""#,
+        r#"invalid arguments: /password: [redacted] is not of type "number""#,
+    ),
 ];
 
 /// Text that must come out exactly as it went in (false positives).
@@ -122,6 +139,8 @@ const KEPT: &[&str] = &[
     "public host 93.184.216.34 answered 503",
     "GET /v1/chat/completions returned 429",
     "the job work dir /workflows/q3.md is missing",
+    r#"schema {"password": {"type": "string"}, "token": {"minLength": 8}}"#,
+    "at 12:30:45 the list [1, 2, 3] had 3 items",
 ];
 
 #[test]
@@ -168,8 +187,12 @@ fn length_is_bounded_marker_included() {
 }
 
 #[test]
-fn every_rule_compiles_and_is_named_once() {
+fn every_rule_compiles_is_named_once_and_has_a_case() {
     warm_up();
+    for c in COMPILED.iter() {
+        let covered = CASES.iter().map(|c| c.0).chain(EXACT.iter().map(|e| e.0)).any(|input| c.re.is_match(input));
+        assert!(covered, "rule {:?} has no row in CASES or EXACT", c.rule.name);
+    }
     let mut names: Vec<&str> = RULES.iter().map(|r| r.name).collect();
     names.sort_unstable();
     names.dedup();
