@@ -174,7 +174,10 @@ fn looks_generated(v: &str) -> bool {
 
 /// Top-level directories of hosts and containers (Linux, macOS, container
 /// mounts). A job's own files may use any absolute path, so only these count;
-/// `/inputs/a.csv` and `/reports/x.md` are job paths and stay.
+/// `/inputs/a.csv`, `/reports/x.md` and `/secrets/key` (a job path the e2e
+/// permission tests use, tests/e2e/files.rs) stay. Host secret mounts live
+/// under `/run/secrets`, `/var/run/secrets` or `/etc`, and credential files
+/// are caught by name wherever they are.
 const HOST_ROOTS: &[&str] = &[
     "home",
     "root",
@@ -205,11 +208,7 @@ const HOST_ROOTS: &[&str] = &[
     "builds",
     "snap",
     "config",
-    "secrets",
     "certs",
-    "keys",
-    "credentials",
-    "vault",
     "Library",
     "Volumes",
     "System",

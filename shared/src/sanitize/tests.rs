@@ -139,6 +139,7 @@ const KEPT: &[&str] = &[
     "public host 93.184.216.34 answered 503",
     "GET /v1/chat/completions returned 429",
     "the job work dir /workflows/q3.md is missing",
+    "permission denied: /secrets/key is not readable by this subagent",
     r#"schema {"password": {"type": "string"}, "token": {"minLength": 8}}"#,
     "at 12:30:45 the list [1, 2, 3] had 3 items",
 ];
