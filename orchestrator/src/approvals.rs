@@ -5,14 +5,16 @@
 //! Deciding goes through the orchestrator rather than straight to KV so the
 //! tenant check and the decision rules (pending, not expired, allowed by the
 //! tool's policy, edits that fit the schema) live in one place, and clients
-//! need no write access to the approvals bucket. The write is a
-//! compare-and-set: a decision racing the worker's expiry or another reviewer
-//! either wins or gets a clear error, never a silent overwrite.
+//! need no write access to the approvals bucket. The decision is created once
+//! under the request round's decision key, which no worker may write
+//! (shared/src/bus/approvals.rs): a decision racing another reviewer or the
+//! worker's expiry either wins or gets a clear error, never a silent overwrite.
 
 use flotilla_shared::bus::{ApprovalStore, Bus, DecisionError, Versioned, Write, check_decision};
 use flotilla_shared::ids::Tenant;
 use flotilla_shared::protocol::{
-    self, ApiReply, ApprovalState, ApprovalsReply, ApprovalsRequest, ApproveReply, ApproveRequest, ErrorKind,
+    self, ApiReply, ApprovalState, ApprovalsReply, ApprovalsRequest, ApproveReply, ApproveRequest, DecisionRecord,
+    ErrorKind,
 };
 
 /// Longest accepted reason or reviewer name.
@@ -60,36 +62,77 @@ pub async fn decide(bus: &Bus, tenant: &Tenant, payload: &[u8]) -> ApiReply<Appr
         Ok(s) => s,
         Err(e) => return ApiReply::error(ErrorKind::Transient, e.to_string()),
     };
-    for _ in 0..3 {
-        let found = match find(&store, tenant, &req).await {
-            Ok(v) => v,
-            Err(reply) => return reply,
+    let Versioned { mut record, .. } = match find(&store, tenant, &req).await {
+        Ok(v) => v,
+        Err(reply) => return reply,
+    };
+    if let Err(e) = check_decision(&record, &req.decision, protocol::now()) {
+        let kind = match e {
+            DecisionError::InvalidEdit { .. } | DecisionError::NotAllowed { .. } => ErrorKind::Validation,
+            _ => ErrorKind::Business,
         };
-        let Versioned { mut record, revision } = found;
-        if let Err(e) = check_decision(&record, &req.decision, protocol::now()) {
-            let kind = match e {
-                DecisionError::InvalidEdit { .. } | DecisionError::NotAllowed { .. } => ErrorKind::Validation,
-                _ => ErrorKind::Business,
-            };
-            return ApiReply::error(kind, e.to_string());
+        return ApiReply::error(kind, e.to_string());
+    }
+    let key = ApprovalStore::key_of(&record);
+    let decision = DecisionRecord {
+        v: protocol::SCHEMA_VERSION,
+        round: record.round,
+        decision: req.decision.clone(),
+        by: req.by.clone(),
+        decided_at: protocol::now(),
+    };
+    let stored_at = match store.create_decision(&ApprovalStore::decision_key(&key, record.round), &decision).await {
+        Ok(Write::Stored(rev)) => rev,
+        Ok(Write::Conflict) => {
+            return ApiReply::error(ErrorKind::Business, format!("call {} was already answered", req.call_id));
         }
-        let key = ApprovalStore::key(&record.request.job_id, &record.request.task_id, &record.request.call_id);
-        record.state =
-            ApprovalState::Decided { decision: req.decision.clone(), by: req.by.clone(), decided_at: protocol::now() };
-        match store.update(&key, &record, revision).await {
-            Ok(Write::Stored(_)) => {
-                let r = &record.request;
-                tracing::info!(
-                    %tenant, job_id = %r.job_id, task_id = %r.task_id, call_id = %r.call_id, tool = %r.tool,
-                    decision = %req.decision.kind(), by = ?req.by, "approval decided"
-                );
-                return ApiReply::ok(ApproveReply { record });
+        Err(e) => return ApiReply::error(ErrorKind::Transient, e.to_string()),
+    };
+    if let Err(reply) = mirror(&store, &key, &decision, stored_at).await {
+        return reply;
+    }
+    let r = &record.request;
+    tracing::info!(
+        %tenant, job_id = %r.job_id, task_id = %r.task_id, call_id = %r.call_id, tool = %r.tool,
+        decision = %req.decision.kind(), by = ?req.by, "approval decided"
+    );
+    record.state =
+        ApprovalState::Decided { decision: decision.decision, by: decision.by, decided_at: decision.decided_at };
+    ApiReply::ok(ApproveReply { record })
+}
+
+/// Shows the decision stored at revision `stored_at` on the request, for
+/// listings. The worker may have moved the request on meanwhile: used (the
+/// decision took effect) or expired; an expiry stored before the decision
+/// (a lower revision) means the decision came too late and is void.
+async fn mirror(
+    store: &ApprovalStore,
+    key: &str,
+    decision: &DecisionRecord,
+    stored_at: u64,
+) -> Result<(), ApiReply<ApproveReply>> {
+    let transient = |e: flotilla_shared::bus::BusError| ApiReply::error(ErrorKind::Transient, e.to_string());
+    loop {
+        let Some(Versioned { mut record, revision }) = store.get(key).await.map_err(transient)? else {
+            return Ok(());
+        };
+        match record.state {
+            ApprovalState::Pending => {}
+            ApprovalState::Expired { .. } if revision < stored_at => {
+                let err = DecisionError::Settled { call_id: record.request.call_id, how: "expired unanswered".into() };
+                return Err(ApiReply::error(ErrorKind::Business, err.to_string()));
             }
-            Ok(Write::Conflict) => continue, // changed under us: check again
-            Err(e) => return ApiReply::error(ErrorKind::Transient, e.to_string()),
+            _ => return Ok(()),
+        }
+        record.state = ApprovalState::Decided {
+            decision: decision.decision.clone(),
+            by: decision.by.clone(),
+            decided_at: decision.decided_at,
+        };
+        if let Write::Stored(_) = store.update(key, &record, revision).await.map_err(transient)? {
+            return Ok(());
         }
     }
-    ApiReply::error(ErrorKind::Transient, "the request kept changing while deciding; try again")
 }
 
 async fn open_store(bus: &Bus) -> Result<ApprovalStore, flotilla_shared::bus::BusError> {
@@ -110,21 +153,15 @@ async fn find(
         )
     };
     let transient = |e: flotilla_shared::bus::BusError| ApiReply::error(ErrorKind::Transient, e.to_string());
-    let mut candidates: Vec<Versioned> = match req.task_id {
-        Some(task) => store
-            .get(&ApprovalStore::key(&req.job_id, &task, &req.call_id))
-            .await
-            .map_err(transient)?
-            .into_iter()
-            .collect(),
-        None => store
-            .list(Some(&req.job_id))
-            .await
-            .map_err(transient)?
-            .into_iter()
-            .filter(|v| v.record.request.call_id == req.call_id)
-            .collect(),
-    };
+    let mut candidates: Vec<Versioned> = store
+        .list(Some(&req.job_id))
+        .await
+        .map_err(transient)?
+        .into_iter()
+        .filter(|v| {
+            v.record.request.call_id == req.call_id && req.task_id.is_none_or(|t| v.record.request.task_id == t)
+        })
+        .collect();
     candidates.retain(|v| &v.record.request.tenant == tenant);
     let now = protocol::now();
     let open: Vec<usize> = (0..candidates.len()).filter(|i| candidates[*i].record.is_open(now)).collect();

@@ -49,7 +49,7 @@ async fn give_up(bus: &Bus, advisory: MaxDeliverAdvisory) {
     );
     bus.dead_letter("task", raw.payload.clone(), &reason).await;
     if let Ok(task) = protocol::decode::<TaskMessage>(&raw.payload) {
-        let report_subject = bus.subjects.report(&task.job_id, &task.task_id);
+        let report_subject = bus.subjects.report(&task.tenant, &task.job_id, &task.task_id);
         let already = stream_has(bus, &report_subject).await;
         if !already {
             let now = protocol::now();

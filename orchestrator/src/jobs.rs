@@ -158,10 +158,14 @@ impl JobStore {
         &self.metrics
     }
 
-    /// Publishes a job event on `<prefix>.job.<id>.event`.
+    /// Publishes a job event on `<prefix>.job.<tenant>.<id>.event`.
     pub async fn emit(&self, job_id: JobId, kind: JobEventKind) {
         self.metrics.observe(&kind);
+        let tenant = match self.read(&job_id, |r| r.tenant.clone()).await {
+            Ok(t) => t,
+            Err(e) => return tracing::warn!(%job_id, error = %e, "job event not published: tenant unknown"),
+        };
         let ev = JobEvent { v: protocol::SCHEMA_VERSION, job_id, at: protocol::now(), kind };
-        self.bus.publish_event(self.bus.subjects.job_event(&job_id), &ev).await;
+        self.bus.publish_event(self.bus.subjects.job_event(&tenant, &job_id), &ev).await;
     }
 }

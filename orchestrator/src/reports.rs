@@ -12,7 +12,7 @@ use std::sync::Arc;
 use async_nats::jetstream::consumer::{DeliverPolicy, pull};
 use dashmap::DashMap;
 use flotilla_shared::bus::{Bus, BusError};
-use flotilla_shared::ids::{JobId, TaskId};
+use flotilla_shared::ids::{JobId, TaskId, Tenant};
 use flotilla_shared::protocol::{self, TaskReport};
 use futures::StreamExt;
 use tokio::sync::oneshot;
@@ -77,9 +77,9 @@ impl ReportRouter {
 
     /// A report already stored for `task` (one that arrived while nobody
     /// waited, e.g. during an orchestrator restart).
-    pub async fn stored(&self, job: &JobId, task: &TaskId) -> Option<TaskReport> {
+    pub async fn stored(&self, tenant: &Tenant, job: &JobId, task: &TaskId) -> Option<TaskReport> {
         let stream = self.bus.js.get_stream(self.bus.subjects.reports_stream()).await.ok()?;
-        let msg = stream.get_last_raw_message_by_subject(&self.bus.subjects.report(job, task)).await.ok()?;
+        let msg = stream.get_last_raw_message_by_subject(&self.bus.subjects.report(tenant, job, task)).await.ok()?;
         protocol::decode(&msg.payload).ok()
     }
 

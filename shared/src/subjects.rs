@@ -42,37 +42,55 @@ impl Subjects {
     pub fn all_tasks(&self) -> String {
         format!("{}.task.>", self.prefix)
     }
-    /// `<p>.job.<job>.report.<task>`: the final report of a task.
-    pub fn report(&self, job: &JobId, task: &TaskId) -> String {
-        format!("{}.job.{job}.report.{task}", self.prefix)
+    /// `<p>.job.<tenant>.<job>.report.<task>`: the final report of a task.
+    /// Every job subject carries the tenant, so NATS permissions can confine a
+    /// client to its own tenant's jobs (docs/SECURITY.md).
+    pub fn report(&self, tenant: &Tenant, job: &JobId, task: &TaskId) -> String {
+        format!("{}.job.{tenant}.{job}.report.{task}", self.prefix)
     }
-    /// `<p>.job.*.report.*`: every report (the reports stream).
+    /// `<p>.job.*.*.report.*`: every report (the reports stream).
     pub fn all_reports(&self) -> String {
-        format!("{}.job.*.report.*", self.prefix)
+        format!("{}.job.*.*.report.*", self.prefix)
     }
-    /// `<p>.job.<job>.progress.<task>`: progress events of a task.
-    pub fn progress(&self, job: &JobId, task: &TaskId) -> String {
-        format!("{}.job.{job}.progress.{task}", self.prefix)
+    /// `<p>.job.<tenant>.<job>.progress.<task>`: progress events of a task.
+    pub fn progress(&self, tenant: &Tenant, job: &JobId, task: &TaskId) -> String {
+        format!("{}.job.{tenant}.{job}.progress.{task}", self.prefix)
     }
-    /// `<p>.job.<job>.event`: job-level events.
-    pub fn job_event(&self, job: &JobId) -> String {
-        format!("{}.job.{job}.event", self.prefix)
+    /// `<p>.job.<tenant>.<job>.event`: job-level events.
+    pub fn job_event(&self, tenant: &Tenant, job: &JobId) -> String {
+        format!("{}.job.{tenant}.{job}.event", self.prefix)
     }
-    /// `<p>.job.<job>.approval.<task>`: approval requests of a task's tool calls.
-    pub fn approval(&self, job: &JobId, task: &TaskId) -> String {
-        format!("{}.job.{job}.approval.{task}", self.prefix)
+    /// `<p>.job.<tenant>.<job>.approval.<task>`: approval requests of a task's tool calls.
+    pub fn approval(&self, tenant: &Tenant, job: &JobId, task: &TaskId) -> String {
+        format!("{}.job.{tenant}.{job}.approval.{task}", self.prefix)
     }
-    /// `<p>.job.*.approval.*`: every approval request.
+    /// `<p>.job.*.*.approval.*`: every approval request.
     pub fn all_approvals(&self) -> String {
-        format!("{}.job.*.approval.*", self.prefix)
+        format!("{}.job.*.*.approval.*", self.prefix)
     }
-    /// `<p>.job.<job>.>`: everything about one job.
-    pub fn job_all(&self, job: &JobId) -> String {
-        format!("{}.job.{job}.>", self.prefix)
+    /// `<p>.job.<tenant>.<job>.>`: everything about one job.
+    pub fn job_all(&self, tenant: &Tenant, job: &JobId) -> String {
+        format!("{}.job.{tenant}.{job}.>", self.prefix)
     }
-    /// `<p>.job.*.event` and `<p>.job.*.progress.*`: what the events stream keeps.
+    /// `<p>.job.<tenant>.>`: everything about one tenant's jobs.
+    pub fn tenant_jobs(&self, tenant: &Tenant) -> String {
+        format!("{}.job.{tenant}.>", self.prefix)
+    }
+    /// `<p>.job.<tenant>.*.event`: the job-level events of one tenant's jobs.
+    pub fn tenant_job_events(&self, tenant: &Tenant) -> String {
+        format!("{}.job.{tenant}.*.event", self.prefix)
+    }
+    /// `<p>.job.>`: everything about every job.
+    pub fn all_jobs(&self) -> String {
+        format!("{}.job.>", self.prefix)
+    }
+    /// `<p>.job.*.*.event`: every job-level event.
+    pub fn all_job_events(&self) -> String {
+        format!("{}.job.*.*.event", self.prefix)
+    }
+    /// `<p>.job.*.*.event` and `<p>.job.*.*.progress.*`: what the events stream keeps.
     pub fn all_events(&self) -> Vec<String> {
-        vec![format!("{}.job.*.event", self.prefix), format!("{}.job.*.progress.*", self.prefix)]
+        vec![self.all_job_events(), format!("{}.job.*.*.progress.*", self.prefix)]
     }
     /// `<p>.api.<tenant>.<op>`: job control by request/reply. The tenant is
     /// part of the subject so NATS permissions can confine a client to its own
@@ -199,13 +217,17 @@ mod tests {
         let ty = SubagentType::new("finance").unwrap();
         assert_eq!(s.task(&ty, &job), format!("flotilla.task.finance.{job}"));
         assert_eq!(s.tasks_of_type(&ty), "flotilla.task.finance.*");
+        let acme = Tenant::new("acme").unwrap();
         assert_eq!(
-            s.report(&job, &task),
-            "flotilla.job.0190c0de-0000-7000-8000-000000000001.report.0190c0de-0000-7000-8000-000000000002"
+            s.report(&acme, &job, &task),
+            "flotilla.job.acme.0190c0de-0000-7000-8000-000000000001.report.0190c0de-0000-7000-8000-000000000002"
         );
-        assert_eq!(s.job_event(&job), format!("flotilla.job.{job}.event"));
+        assert_eq!(s.job_event(&acme, &job), format!("flotilla.job.acme.{job}.event"));
+        assert_eq!(s.job_all(&acme, &job), format!("flotilla.job.acme.{job}.>"));
+        assert_eq!(s.tenant_jobs(&acme), "flotilla.job.acme.>");
+        assert_eq!(s.all_reports(), "flotilla.job.*.*.report.*");
         assert_eq!(s.api(&Tenant::default(), "submit"), "flotilla.api.default.submit");
-        assert_eq!(s.approval(&job, &task), format!("flotilla.job.{job}.approval.{task}"));
+        assert_eq!(s.approval(&acme, &job, &task), format!("flotilla.job.acme.{job}.approval.{task}"));
         assert_eq!(s.approvals_bucket(), "flotilla_approvals");
         assert_eq!(s.tasks_stream(), "FLOTILLA_TASKS");
         assert_eq!(s.task_consumer(&ty), "flotilla-task-finance");

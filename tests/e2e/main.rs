@@ -17,6 +17,7 @@ mod sandbox;
 mod sandbox_hardening;
 mod sec_dashboard;
 mod sec_mcp_http;
+mod sec_roles;
 mod security;
 mod tls;
 mod tools_reserved;

@@ -1,15 +1,18 @@
 //! Human approval over the bus: the worker's [`ApprovalGate`].
 //!
 //! A gated call (a tool under `interrupt_on`, or a file permission rule with
-//! mode `interrupt`) is stored as a pending record in the approvals KV bucket,
-//! announced on `<prefix>.job.<job>.approval.<task>` and as an
-//! `approval_requested` progress event, and then waits on a KV watch of its
-//! key until the orchestrator records a decision or the request expires. The
-//! task stays ours meanwhile: `task.rs` keeps sending in-progress acks.
+//! mode `interrupt`) is stored as a pending record in the approvals KV bucket
+//! (`req.<type>.<job>.<task>.<call id>`), announced on
+//! `<prefix>.job.<tenant>.<job>.approval.<task>` and as an `approval_requested`
+//! progress event, and then waits on the round's decision key, which only the
+//! orchestrator may write (shared/src/bus/approvals.rs), until a decision
+//! arrives or the request expires. The task stays ours meanwhile: `task.rs`
+//! keeps sending in-progress acks.
 //!
-//! The key is `<job>.<task>.<call id>`, so a redelivered task whose model
-//! repeats the call (same id, same arguments) reads the stored answer instead
-//! of asking again, and a pending request resumes with its original deadline.
+//! A decision is used once: applying it marks the request `used`, so the same
+//! call asked again (a model repeating a call id) is a new round with a new
+//! question. A redelivered task whose call is pending or decided but not yet
+//! used waits for, or applies, that round's decision without asking again.
 //! Different arguments under a known call id are a new question: an approval
 //! never carries over to arguments nobody saw.
 
@@ -23,7 +26,8 @@ use flotilla_shared::bus::{ApprovalStore, Bus, BusError, Versioned, Write};
 use flotilla_shared::config::SubagentConfig;
 use flotilla_shared::ids::{TaskId, Tenant};
 use flotilla_shared::protocol::{
-    self, ApprovalRecord, ApprovalRequest, ApprovalState, AuditOutcome, Decision, DecisionKind, ErrorKind, ProgressKind,
+    self, ApprovalRecord, ApprovalRequest, ApprovalState, AuditOutcome, Decision, DecisionKind, DecisionRecord,
+    ErrorKind, ProgressKind,
 };
 use flotilla_shared::tool::{ApprovalGate, ToolContext, ToolError, ToolSet};
 use futures::StreamExt;
@@ -102,7 +106,7 @@ impl BusApprovalGate {
         Self { bus, policy, progress, tenant, auditor }
     }
 
-    fn new_record(&self, task: TaskId, ctx: &ToolContext, tool: &str, args: &Value) -> ApprovalRecord {
+    fn new_record(&self, task: TaskId, ctx: &ToolContext, tool: &str, args: &Value, round: u32) -> ApprovalRecord {
         let now = protocol::now();
         ApprovalRecord {
             v: protocol::SCHEMA_VERSION,
@@ -122,11 +126,13 @@ impl BusApprovalGate {
                 expires_at: now + self.policy.timeout,
             },
             state: ApprovalState::Pending,
+            round,
         }
     }
 
-    /// Finds the stored answer or stores a new pending request; returns the
-    /// record to wait on, or the final result when it is already decided.
+    /// Finds where the call stands: a pending request of this call to wait
+    /// on, a stored outcome, or a new round (a new call, other arguments, or
+    /// the same call again after its approval was used).
     async fn open(
         &self,
         store: &ApprovalStore,
@@ -135,33 +141,43 @@ impl BusApprovalGate {
         ctx: &ToolContext,
         tool: &str,
         args: &Value,
-    ) -> Result<Result<ApprovalRecord, Result<Value, ToolError>>, BusError> {
+    ) -> Result<Opened, BusError> {
         loop {
-            match store.get(key).await? {
-                Some(v) if same_call(&v.record, args) => {
-                    if let Some(result) = self.settled(&v.record) {
-                        tracing::info!(tool, call_id = %ctx.call_id, "approval already answered; not asking again");
-                        self.resolved(&v.record).await;
-                        return Ok(Err(result));
-                    }
+            let current = store.get(key).await?;
+            if let Some(v) = current.as_ref().filter(|v| same_call(&v.record, args)) {
+                match &v.record.state {
                     // Pending from an earlier attempt: announce again, keep its deadline.
-                    self.announce(&v.record).await;
-                    return Ok(Ok(v.record));
-                }
-                other => {
-                    let rec = self.new_record(task, ctx, tool, args);
-                    let written = match other {
-                        Some(old) => {
-                            tracing::warn!(tool, call_id = %ctx.call_id, "call id reused with other arguments: asking again");
-                            store.update(key, &rec, old.revision).await?
-                        }
-                        None => store.create(key, &rec).await?,
-                    };
-                    if let Write::Stored(_) = written {
-                        self.announce(&rec).await;
-                        return Ok(Ok(rec));
+                    ApprovalState::Pending => {
+                        tracing::info!(tool, call_id = %ctx.call_id, round = v.record.round, "approval pending; waiting");
+                        self.announce(&v.record).await;
+                        return Ok(Opened::Wait(Box::new(v.record.clone())));
+                    }
+                    // The orchestrator's mirror of a decision: the decision key
+                    // is the authority, and waiting on it reads it at once.
+                    ApprovalState::Decided { .. } => {
+                        tracing::info!(tool, call_id = %ctx.call_id, "approval already answered; not asking again");
+                        return Ok(Opened::Wait(Box::new(v.record.clone())));
+                    }
+                    ApprovalState::Expired { .. } => {
+                        self.resolved(&v.record).await;
+                        return Ok(Opened::Done(Err(expired(&v.record))));
+                    }
+                    ApprovalState::Used { .. } => {
+                        tracing::info!(tool, call_id = %ctx.call_id, "approval of this call was used already: asking again");
                     }
                 }
+            } else if current.is_some() {
+                tracing::warn!(tool, call_id = %ctx.call_id, "call id reused with other arguments: asking again");
+            }
+            let round = current.as_ref().map_or(1, |v| v.record.round + 1);
+            let rec = self.new_record(task, ctx, tool, args, round);
+            let written = match current {
+                Some(old) => store.update(key, &rec, old.revision).await?,
+                None => store.create(key, &rec).await?,
+            };
+            if let Write::Stored(_) = written {
+                self.announce(&rec).await;
+                return Ok(Opened::Wait(Box::new(rec)));
             }
         }
     }
@@ -169,7 +185,7 @@ impl BusApprovalGate {
     async fn announce(&self, rec: &ApprovalRecord) {
         let r = &rec.request;
         tracing::info!(tool = %r.tool, call_id = %r.call_id, expires_at = %r.expires_at, "approval requested");
-        self.bus.publish_event(self.bus.subjects.approval(&r.job_id, &r.task_id), r).await;
+        self.bus.publish_event(self.bus.subjects.approval(&r.tenant, &r.job_id, &r.task_id), r).await;
         self.progress
             .emit(ProgressKind::ApprovalRequested {
                 call_id: r.call_id.clone(),
@@ -181,33 +197,10 @@ impl BusApprovalGate {
             .await;
     }
 
-    /// The result of a settled record (`None` while pending).
-    fn settled(&self, rec: &ApprovalRecord) -> Option<Result<Value, ToolError>> {
-        let r = &rec.request;
-        match &rec.state {
-            ApprovalState::Pending => None,
-            ApprovalState::Expired { .. } => Some(Err(expired(rec))),
-            ApprovalState::Decided { decision, .. } => Some(match decision {
-                Decision::Approve => Ok(r.args.clone()),
-                Decision::Edit { args } if r.decisions.contains(&DecisionKind::Edit) => Ok(args.clone()),
-                Decision::Edit { .. } => Err(ToolError::new(
-                    ErrorKind::Permission,
-                    format!("the reviewer edited the call to {}, which allows no edits; the call was not run", r.tool),
-                )),
-                Decision::Reject { reason } => Err(ToolError::new(
-                    ErrorKind::Permission,
-                    match reason {
-                        Some(why) => format!("a reviewer rejected this call to {}: {why}", r.tool),
-                        None => format!("a reviewer rejected this call to {}", r.tool),
-                    },
-                )),
-            }),
-        }
-    }
-
     async fn resolved(&self, rec: &ApprovalRecord) {
         let (outcome, by) = match &rec.state {
             ApprovalState::Decided { decision, by, .. } => (decision.kind().as_str(), by.clone()),
+            ApprovalState::Used { decision, by, .. } => (decision.kind().as_str(), by.clone()),
             ApprovalState::Expired { .. } => ("expired", None),
             ApprovalState::Pending => return,
         };
@@ -223,53 +216,143 @@ impl BusApprovalGate {
             .await;
     }
 
-    /// Waits for a decision on `key` until the request's deadline.
+    /// Waits for the decision of `rec`'s round until the request's deadline.
     async fn wait(
         &self,
         store: &ApprovalStore,
         key: &str,
         rec: ApprovalRecord,
     ) -> Result<Result<Value, ToolError>, BusError> {
+        let decision_key = ApprovalStore::decision_key(key, rec.round);
         let deadline = tokio::time::Instant::now() + until(rec.request.expires_at);
         loop {
-            let mut watch = std::pin::pin!(store.watch(key).await?);
-            loop {
-                tokio::select! {
-                    next = watch.next() => match next {
-                        Some(Ok(v)) => if let Some(result) = self.settled(&v.record) {
-                            self.resolved(&v.record).await;
-                            return Ok(result);
-                        },
-                        Some(Err(e)) => {
-                            tracing::warn!(error = %e, "approval watch failed; watching again");
-                            tokio::time::sleep(Duration::from_millis(500)).await;
-                            break;
-                        }
-                        None => break,
-                    },
-                    _ = tokio::time::sleep_until(deadline) => return self.expire(store, key).await,
+            let mut watch = std::pin::pin!(store.watch_decision(&decision_key).await?);
+            let next = tokio::select! {
+                next = watch.next() => next,
+                _ = tokio::time::sleep_until(deadline) => return self.expire(store, key, &decision_key).await,
+            };
+            match next {
+                Some(Ok((decision, _))) => return self.apply(store, key, &decision, None).await,
+                Some(Err(e)) => {
+                    tracing::warn!(error = %e, "decision watch failed; watching again");
+                    tokio::time::sleep(Duration::from_millis(500)).await;
                 }
+                None => {}
             }
         }
     }
 
-    /// Marks the request expired, unless a decision got there first.
-    async fn expire(&self, store: &ApprovalStore, key: &str) -> Result<Result<Value, ToolError>, BusError> {
+    /// Marks the request of `decision`'s round used and returns the call's
+    /// result. `expired_at`: the revision of our own expiry, when the decision
+    /// was found after it (it counts only if stored before).
+    async fn apply(
+        &self,
+        store: &ApprovalStore,
+        key: &str,
+        decision: &DecisionRecord,
+        expired_at: Option<u64>,
+    ) -> Result<Result<Value, ToolError>, BusError> {
         loop {
             let Some(Versioned { mut record, revision }) = store.get(key).await? else {
-                return Err(BusError::new(format!("approval {key} vanished"), "the record was deleted while waiting"));
+                return Err(vanished(key));
             };
-            if let Some(result) = self.settled(&record) {
-                self.resolved(&record).await;
-                return Ok(result);
+            let applicable = record.round == decision.round
+                && match record.state {
+                    ApprovalState::Pending | ApprovalState::Decided { .. } => expired_at.is_none(),
+                    ApprovalState::Expired { .. } => expired_at == Some(revision),
+                    ApprovalState::Used { .. } => false,
+                };
+            if !applicable {
+                let err = ToolError::new(
+                    ErrorKind::Permission,
+                    format!(
+                        "the approval of this call to {} was already used; the call was not run",
+                        record.request.tool
+                    ),
+                );
+                return Ok(Err(err));
             }
-            record.state = ApprovalState::Expired { at: protocol::now() };
+            record.state = ApprovalState::Used {
+                decision: decision.decision.clone(),
+                by: decision.by.clone(),
+                at: protocol::now(),
+            };
             if let Write::Stored(_) = store.update(key, &record, revision).await? {
-                self.resolved(&record).await;
-                return Ok(Err(expired(&record)));
+                let mut shown = record.clone();
+                shown.state = ApprovalState::Decided {
+                    decision: decision.decision.clone(),
+                    by: decision.by.clone(),
+                    decided_at: decision.decided_at,
+                };
+                self.resolved(&shown).await;
+                return Ok(outcome(&record.request, &decision.decision));
             }
         }
     }
+
+    /// Marks the request expired. A decision stored before the expiry (a
+    /// lower revision of the same stream) still wins; one stored after it is
+    /// void, and the orchestrator tells its reviewer so.
+    async fn expire(
+        &self,
+        store: &ApprovalStore,
+        key: &str,
+        decision_key: &str,
+    ) -> Result<Result<Value, ToolError>, BusError> {
+        loop {
+            let Some(Versioned { mut record, revision }) = store.get(key).await? else {
+                return Err(vanished(key));
+            };
+            if !matches!(record.state, ApprovalState::Pending | ApprovalState::Decided { .. }) {
+                return Ok(Err(expired(&record)));
+            }
+            record.state = ApprovalState::Expired { at: protocol::now() };
+            let Write::Stored(expired_at) = store.update(key, &record, revision).await? else { continue };
+            if let Some((decision, stored_at)) = store.decision(decision_key).await?
+                && stored_at < expired_at
+            {
+                return self.apply(store, key, &decision, Some(expired_at)).await;
+            }
+            self.resolved(&record).await;
+            return Ok(Err(expired(&record)));
+        }
+    }
+}
+
+/// Where a gated call stands after reading its request.
+enum Opened {
+    /// Wait for the decision of this round.
+    Wait(Box<ApprovalRecord>),
+    /// Settled already: the call's result.
+    Done(Result<Value, ToolError>),
+}
+
+/// The result of applying `decision` to `request`. The worker checks the
+/// decision against the request's allowed decisions itself: the orchestrator
+/// checked it too, but the worker is the one that runs the call.
+fn outcome(request: &ApprovalRequest, decision: &Decision) -> Result<Value, ToolError> {
+    let r = request;
+    if !r.decisions.contains(&decision.kind()) {
+        return Err(ToolError::new(
+            ErrorKind::Permission,
+            format!("the reviewer's {} is not allowed for {}; the call was not run", decision.kind(), r.tool),
+        ));
+    }
+    match decision {
+        Decision::Approve => Ok(r.args.clone()),
+        Decision::Edit { args } => Ok(args.clone()),
+        Decision::Reject { reason } => Err(ToolError::new(
+            ErrorKind::Permission,
+            match reason {
+                Some(why) => format!("a reviewer rejected this call to {}: {why}", r.tool),
+                None => format!("a reviewer rejected this call to {}", r.tool),
+            },
+        )),
+    }
+}
+
+fn vanished(key: &str) -> BusError {
+    BusError::new(format!("approval {key} vanished"), "the record was deleted while waiting")
 }
 
 #[async_trait]
@@ -278,7 +361,7 @@ impl ApprovalGate for BusApprovalGate {
         let Some(task) = ctx.task_id else {
             return Err(ToolError::new(ErrorKind::Bug, "approval requested outside a task"));
         };
-        let key = ApprovalStore::key(&ctx.job_id, &task, &ctx.call_id);
+        let key = ApprovalStore::key(&self.progress.subagent_type, &ctx.job_id, &task, &ctx.call_id);
         let unavailable = |e: BusError| {
             tracing::warn!(tool, call_id = %ctx.call_id, error = %e, "approval store unavailable");
             ToolError::transient(format!("cannot ask for approval of {tool} right now; the call was not run"))
@@ -286,8 +369,8 @@ impl ApprovalGate for BusApprovalGate {
         let started = std::time::Instant::now();
         let store = self.policy.store(&self.bus).await.map_err(unavailable)?;
         let result = match self.open(store, &key, task, ctx, tool, args).await.map_err(unavailable)? {
-            Ok(rec) => self.wait(store, &key, rec).await.map_err(unavailable)?,
-            Err(result) => result,
+            Opened::Wait(rec) => self.wait(store, &key, *rec).await.map_err(unavailable)?,
+            Opened::Done(result) => result,
         };
         if let Some(auditor) = &self.auditor {
             let (outcome, audited) = match &result {
@@ -301,12 +384,11 @@ impl ApprovalGate for BusApprovalGate {
     }
 }
 
-/// Whether `rec` answers a call with these arguments: the ones asked about,
-/// or the reviewer's edit of them (a tool that asks again from inside with
-/// the edited arguments must not start a second round).
+/// Whether `rec` asked about a call with these arguments. (A tool asking
+/// again from inside its approved call is answered by the tool set, see
+/// `Approved` in shared/src/tool/set.rs.)
 fn same_call(rec: &ApprovalRecord, args: &Value) -> bool {
     &rec.request.args == args
-        || matches!(&rec.state, ApprovalState::Decided { decision: Decision::Edit { args: edited }, .. } if edited == args)
 }
 
 fn expired(rec: &ApprovalRecord) -> ToolError {

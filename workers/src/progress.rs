@@ -6,7 +6,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use flotilla_shared::agent::{AgentObserver, Conversation};
 use flotilla_shared::bus::Bus;
-use flotilla_shared::ids::{JobId, SubagentType, TaskId};
+use flotilla_shared::ids::{JobId, SubagentType, TaskId, Tenant};
 use flotilla_shared::metrics::AgentMetrics;
 use flotilla_shared::model::ToolCall;
 use flotilla_shared::protocol::{self, ProgressEvent, ProgressKind, Usage};
@@ -18,6 +18,8 @@ use sha2::{Digest, Sha256};
 pub struct ProgressPublisher {
     /// The bus.
     pub bus: Bus,
+    /// Whose job: part of every progress subject.
+    pub tenant: Tenant,
     /// The job.
     pub job_id: JobId,
     /// The task.
@@ -45,7 +47,7 @@ impl ProgressPublisher {
             at: protocol::now(),
             kind,
         };
-        self.bus.publish_event(self.bus.subjects.progress(&self.job_id, &self.task_id), &ev).await;
+        self.bus.publish_event(self.bus.subjects.progress(&self.tenant, &self.job_id, &self.task_id), &ev).await;
     }
 }
 

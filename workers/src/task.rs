@@ -91,6 +91,7 @@ async fn run(
     let _in_flight = ctx.metrics.task_started(&rt.ty);
     let progress = ProgressPublisher {
         bus: ctx.bus.clone(),
+        tenant: task.tenant.clone(),
         job_id: task.job_id,
         task_id: task.task_id,
         subagent_type: task.subagent_type.clone(),
@@ -210,7 +211,7 @@ async fn run(
         duration_ms: started.elapsed().as_millis() as u64,
     };
     progress.emit(ProgressKind::Finished { status, usage }).await;
-    let subject = ctx.bus.subjects.report(&task.job_id, &task.task_id);
+    let subject = ctx.bus.subjects.report(&task.tenant, &task.job_id, &task.task_id);
     let msg_id = format!("report:{}", task.task_id);
     // Ride out a short NATS outage; the task stays ours meanwhile (ack_wait).
     let budget = Duration::from_secs(ctx.bus.config.ack_wait.max(2) / 2);

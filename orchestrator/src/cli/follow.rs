@@ -4,7 +4,7 @@
 
 use async_nats::jetstream::consumer::{DeliverPolicy, pull};
 use flotilla_shared::bus::Bus;
-use flotilla_shared::ids::JobId;
+use flotilla_shared::ids::{JobId, Tenant};
 use flotilla_shared::protocol::{self, JobEvent, ProgressEvent};
 use futures::{Stream, StreamExt};
 
@@ -27,12 +27,16 @@ impl Event {
     }
 }
 
-/// What to follow.
-#[derive(Clone, Copy, Debug)]
+/// What to follow. Each scope is one filter subject, which the consumer's
+/// create subject carries, so a client credential may follow only its own
+/// tenant's jobs (`deploy/nats/roles.conf`, docs/SECURITY.md).
+#[derive(Clone, Debug)]
 pub enum Scope {
     /// One job, from its first stored event.
-    Job(JobId),
-    /// Every job, from now on.
+    Job(Tenant, JobId),
+    /// Every job of one tenant, from now on.
+    Tenant(Tenant),
+    /// Every job of every tenant, from now on (orchestrator credentials).
     All,
 }
 
@@ -42,35 +46,36 @@ pub async fn follow(
     scope: Scope,
     with_progress: bool,
 ) -> anyhow::Result<impl Stream<Item = anyhow::Result<Event>> + use<>> {
+    Ok(follow_counted(bus, scope, with_progress).await?.1)
+}
+
+/// [`follow`], with how many of the followed events were already stored when
+/// it started (for [`Scope::Job`]: the events a finished job replays).
+pub async fn follow_counted(
+    bus: &Bus,
+    scope: Scope,
+    with_progress: bool,
+) -> anyhow::Result<(usize, impl Stream<Item = anyhow::Result<Event>> + use<>)> {
     let s = &bus.subjects;
-    let (subjects, deliver_policy) = match scope {
-        Scope::Job(id) => {
-            let mut v = vec![s.job_event(&id)];
-            if with_progress {
-                v.push(format!("{}.job.{id}.progress.*", s.prefix()));
-            }
-            (v, DeliverPolicy::All)
-        }
-        Scope::All => {
-            let mut v = vec![format!("{}.job.*.event", s.prefix())];
-            if with_progress {
-                v.push(format!("{}.job.*.progress.*", s.prefix()));
-            }
-            (v, DeliverPolicy::New)
-        }
+    let (filter, deliver_policy) = match (&scope, with_progress) {
+        (Scope::Job(t, id), true) => (s.job_all(t, id), DeliverPolicy::All),
+        (Scope::Job(t, id), false) => (s.job_event(t, id), DeliverPolicy::All),
+        (Scope::Tenant(t), true) => (s.tenant_jobs(t), DeliverPolicy::New),
+        (Scope::Tenant(t), false) => (s.tenant_job_events(t), DeliverPolicy::New),
+        (Scope::All, true) => (s.all_jobs(), DeliverPolicy::New),
+        (Scope::All, false) => (s.all_job_events(), DeliverPolicy::New),
     };
-    let stream = bus
-        .js
-        .get_stream(s.events_stream())
-        .await
-        .map_err(|e| anyhow::anyhow!("cannot open the events stream {}: {e}", s.events_stream()))?;
-    let consumer = stream
-        .create_consumer(pull::OrderedConfig { filter_subjects: subjects, deliver_policy, ..Default::default() })
-        .await
-        .map_err(|e| anyhow::anyhow!("cannot follow events: {e}"))?;
+    // Named, so the filter is part of the `$JS.API.CONSUMER.CREATE` subject;
+    // created without a stream lookup, which a client may not do.
+    let name = format!("follow-{}", uuid::Uuid::now_v7().simple());
+    let api = format!("$JS.API.CONSUMER.CREATE.{}.{name}", s.events_stream());
+    let config = pull::OrderedConfig { name: Some(name), filter_subject: filter, deliver_policy, ..Default::default() };
+    let create = bus.js.create_consumer_on_stream(config, s.events_stream());
+    let consumer = bus.guarded("cannot follow the events stream", create, |d| d.subject.starts_with(&api)).await?;
+    let stored = consumer.cached_info().num_pending as usize;
     let messages = consumer.messages().await.map_err(|e| anyhow::anyhow!("cannot follow events: {e}"))?;
     let marker = format!("{}.job.", s.prefix());
-    Ok(messages.filter_map(move |m| {
+    let events = messages.filter_map(move |m| {
         let marker = marker.clone();
         async move {
             let m = match m {
@@ -91,25 +96,6 @@ pub async fn follow(
                 }
             }
         }
-    }))
-}
-
-/// How many events and progress messages of `job` the events stream still holds.
-pub async fn stored_events(bus: &Bus, job: JobId) -> anyhow::Result<usize> {
-    let s = &bus.subjects;
-    let stream = bus
-        .js
-        .get_stream(s.events_stream())
-        .await
-        .map_err(|e| anyhow::anyhow!("cannot open the events stream {}: {e}", s.events_stream()))?;
-    let mut counts = stream
-        .info_with_subjects(s.job_all(&job))
-        .await
-        .map_err(|e| anyhow::anyhow!("cannot count the job's events: {e}"))?;
-    let mut total = 0;
-    while let Some(entry) = counts.next().await {
-        let (_, n) = entry.map_err(|e| anyhow::anyhow!("cannot count the job's events: {e}"))?;
-        total += n;
-    }
-    Ok(total)
+    });
+    Ok((stored, events))
 }

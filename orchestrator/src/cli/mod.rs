@@ -54,12 +54,15 @@ pub async fn follow_job(api: &ApiClient, job: JobId, output: Output) -> anyhow::
     let current = api.status(job).await?;
     // A finished job is replayed from the events stream (kept 24 h), as far as
     // it is still there; a running one is followed until it ends.
-    let mut limit = usize::MAX;
-    if current.status.is_terminal() {
-        if output == Output::Quiet {
-            return Ok(current);
-        }
-        limit = follow::stored_events(&api.bus, job).await?;
+    let finished = current.status.is_terminal();
+    if finished && output == Output::Quiet {
+        return Ok(current);
+    }
+    let scope = Scope::Job(api.tenant.clone(), job);
+    let (stored, events) = follow::follow_counted(&api.bus, scope, output != Output::Quiet).await?;
+    let mut events = std::pin::pin!(events);
+    let limit = if finished { stored } else { usize::MAX };
+    if finished {
         if output == Output::Text {
             println!("job {job} already {}; replaying its {limit} stored events", current.status.as_str());
         }
@@ -67,7 +70,6 @@ pub async fn follow_job(api: &ApiClient, job: JobId, output: Output) -> anyhow::
             return Ok(current);
         }
     }
-    let mut events = std::pin::pin!(follow::follow(&api.bus, Scope::Job(job), output != Output::Quiet).await?);
     let mut stdout = std::io::stdout();
     let mut seen = 0;
     while seen < limit

@@ -34,7 +34,7 @@ pub async fn run(settings: &Settings, tenant: &Tenant, args: Args) -> anyhow::Re
     let api = connect(settings, tenant).await?;
     let live = !args.json && !args.plain && std::io::stdout().is_terminal();
     let Some(job) = args.job else {
-        let mut events = std::pin::pin!(follow::follow(&api.bus, Scope::All, true).await?);
+        let mut events = std::pin::pin!(follow::follow(&api.bus, Scope::Tenant(api.tenant.clone()), true).await?);
         let mut view = live.then(LiveView::new);
         let mut stdout = std::io::stdout();
         while let Some(ev) = events.next().await {
@@ -69,7 +69,7 @@ async fn follow_live(api: &ApiClient, job: JobId) -> anyhow::Result<flotilla_sha
         println!("job {job} already {}", current.status.as_str());
         return Ok(current);
     }
-    let mut events = std::pin::pin!(follow::follow(&api.bus, Scope::Job(job), true).await?);
+    let mut events = std::pin::pin!(follow::follow(&api.bus, Scope::Job(api.tenant.clone(), job), true).await?);
     let mut view = LiveView::new();
     while let Some(ev) = events.next().await {
         let ev = ev?;

@@ -121,7 +121,7 @@ impl Tool for TaskTool {
         let waiter = self.reports.expect(task_id);
         if published {
             tracing::info!(%task_id, "re-attached to a task dispatched before a restart");
-            if let Some(report) = self.reports.stored(&ctx.job_id, &task_id).await {
+            if let Some(report) = self.reports.stored(&ctx.tenant, &ctx.job_id, &task_id).await {
                 self.reports.forget(&task_id);
                 self.consolidate(&report).await;
                 return outcome_of_report(&report, &ty);

@@ -1,13 +1,17 @@
 //! Human approval of tool calls (seed 000 section 3.6, seed 003 `interrupt_on`).
 //!
 //! A worker about to run a gated call stores an [`ApprovalRecord`] in the
-//! `<prefix>_approvals` KV bucket (state `pending`) and announces the
-//! [`ApprovalRequest`] on `<prefix>.job.<job>.approval.<task>`. A person answers
-//! through the job API (`approvals` / `approve`, see docs/APPROVALS.md); the
-//! orchestrator checks the tenant and the allowed decisions and moves the
-//! record to `decided`. The worker watches the key and runs, edits or refuses
-//! the call. KV is the source of truth: a redelivered task finds the answered
-//! record and never asks twice for the same call.
+//! `<prefix>_approvals` KV bucket (state `pending`, under
+//! `req.<type>.<job>.<task>.<call>`) and announces the [`ApprovalRequest`] on
+//! `<prefix>.job.<tenant>.<job>.approval.<task>`. A person answers through the
+//! job API (`approvals` / `approve`, see docs/APPROVALS.md); the orchestrator
+//! checks the tenant and the allowed decisions and creates the one
+//! [`DecisionRecord`] of that request's round under `dec.<…>.<round>`, a key
+//! only the orchestrator may write (`deploy/nats/roles.conf`). The worker
+//! watches that key, runs, edits or refuses the call, and marks the request
+//! `used`: one decision answers one call, once. KV is the source of truth: a
+//! redelivered task whose call was decided but not yet run finds the decision
+//! and does not ask again.
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -137,6 +141,38 @@ pub enum ApprovalState {
         #[serde(with = "time::serde::rfc3339")]
         at: OffsetDateTime,
     },
+    /// The decision was applied to the call. The same call asked again (same
+    /// call id, e.g. a model repeating it) is a new round, never a free ride.
+    Used {
+        /// The decision that was applied.
+        #[serde(flatten)]
+        decision: Decision,
+        /// Who had answered.
+        by: Option<String>,
+        /// When the worker applied it.
+        #[serde(with = "time::serde::rfc3339")]
+        at: OffsetDateTime,
+    },
+}
+
+/// The one answer to one round of an approval request, stored by the
+/// orchestrator under `dec.<type>.<job>.<task>.<call>.<round>` with
+/// create-if-absent, so a round has at most one decision.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DecisionRecord {
+    /// Schema version.
+    #[serde(default = "super::schema_version")]
+    pub v: u32,
+    /// The request round this answers ([`ApprovalRecord::round`]).
+    pub round: u32,
+    /// The answer.
+    #[serde(flatten)]
+    pub decision: Decision,
+    /// Who answered, as they named themselves.
+    pub by: Option<String>,
+    /// When.
+    #[serde(with = "time::serde::rfc3339")]
+    pub decided_at: OffsetDateTime,
 }
 
 /// The value stored under `<job>.<task>.<call>` in the approvals bucket.
@@ -149,6 +185,10 @@ pub struct ApprovalRecord {
     pub request: ApprovalRequest,
     /// Where it stands.
     pub state: ApprovalState,
+    /// Which asking of this call this is (from 1): each round has its own
+    /// decision key, so an answer never carries over to a later round.
+    #[serde(default)]
+    pub round: u32,
 }
 
 impl ApprovalRecord {
@@ -211,6 +251,9 @@ impl Message for ApprovalRequest {
 }
 impl Message for ApprovalRecord {
     const NAME: &'static str = "approval record";
+}
+impl Message for DecisionRecord {
+    const NAME: &'static str = "decision record";
 }
 impl Message for ApprovalsRequest {
     const NAME: &'static str = "approvals request";

@@ -23,7 +23,7 @@ mod usage;
 pub use api::*;
 pub use approval::{
     ApprovalRecord, ApprovalRequest, ApprovalState, ApprovalsReply, ApprovalsRequest, ApproveReply, ApproveRequest,
-    Decision, DecisionKind,
+    Decision, DecisionKind, DecisionRecord,
 };
 pub use audit::{AuditAction, AuditOutcome, AuditRecord};
 pub use error::{ErrorInfo, ErrorKind};

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::{Tool, ToolContext, ToolError, ToolSpec};
+use super::{ApprovalGate, Tool, ToolContext, ToolError, ToolSpec};
 use crate::protocol::ErrorKind;
 
 /// Why a tool set could not be assembled.
@@ -190,7 +190,12 @@ impl ToolSet {
             args.clone()
         };
         let tool = entry.tool.clone();
-        let (ctx2, args2) = (ctx.clone(), args);
+        let mut ctx2 = ctx.clone();
+        if self.gated.contains(name) {
+            ctx2.approvals =
+                Some(Arc::new(Approved { tool: name.to_string(), args: args.clone(), gate: ctx.approvals.clone() }));
+        }
+        let args2 = args;
         // Spawned so a panicking tool becomes a `bug` result, not a dead agent;
         // in the caller's span so the tool's log lines keep job, task and trace ids.
         let handle =
@@ -237,6 +242,32 @@ impl ToolSet {
 
 /// Waits for the approval gate; returns the arguments to run with. The
 /// decision is audited when the set has an auditor.
+/// The gate a gated tool runs with once its call was approved: the tool
+/// asking again from inside for the same call (a file permission rule with
+/// mode `interrupt`) is answered by that approval instead of a second round;
+/// any other question goes to the real gate.
+struct Approved {
+    tool: String,
+    args: Value,
+    gate: Option<Arc<dyn ApprovalGate>>,
+}
+
+#[async_trait::async_trait]
+impl ApprovalGate for Approved {
+    async fn approve(&self, ctx: &ToolContext, tool: &str, args: &Value) -> Result<Value, ToolError> {
+        if tool == self.tool && args == &self.args {
+            return Ok(args.clone());
+        }
+        match &self.gate {
+            Some(gate) => gate.approve(ctx, tool, args).await,
+            None => Err(ToolError::new(
+                ErrorKind::Permission,
+                format!("{tool} requires human approval; the call was not run"),
+            )),
+        }
+    }
+}
+
 async fn approve(
     entry: &Entry,
     ctx: &ToolContext,

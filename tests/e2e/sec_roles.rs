@@ -1,0 +1,119 @@
+//! Replays of the role-permission attacks found in the security review
+//! (docs/SECURITY.md), against the real `deploy/nats/roles.conf`:
+//!
+//! - a tenant reading another tenant's job events and progress with a raw
+//!   NATS client (every job subject now carries the tenant, and a client may
+//!   create event consumers only on its own tenant's filter);
+//! - a worker writing an approval decision (decision keys are the
+//!   orchestrator's alone) or another type's approval request;
+//! - a worker purging or reconfiguring the job-files bucket (every tenant's
+//!   files).
+//!
+//! Each attempt must be refused by the server with a permission error, while
+//! the legitimate path (a tenant's own `watch`) keeps working.
+
+use std::future::IntoFuture;
+use std::time::Duration;
+
+use async_nats::jetstream::consumer::{DeliverPolicy, pull};
+use flotilla_shared::bus::Bus;
+use flotilla_shared::ids::{JobId, Tenant};
+use flotilla_shared::protocol::{Decision, DecisionRecord, JobStatus, SCHEMA_VERSION};
+use flotilla_tests::Proc;
+use flotilla_tests::nats_conf::{ConfiguredNats, deploy_dir};
+use flotilla_tests::proc::run_cli;
+
+use crate::security::{JOB, config, connect_as, finished, refs, role_env, submit};
+
+/// Creates a named consumer on `stream` filtered on `filter`, as `bus`'s
+/// credential would to read those messages; `Err` carries the server's answer.
+async fn open_consumer(bus: &Bus, stream: &str, filter: &str) -> Result<(), String> {
+    let name = format!("probe-{}", uuid::Uuid::now_v7().simple());
+    let api = format!("$JS.API.CONSUMER.CREATE.{stream}.{name}");
+    let config = pull::Config {
+        name: Some(name),
+        filter_subject: filter.to_string(),
+        deliver_policy: DeliverPolicy::All,
+        inactive_threshold: Duration::from_secs(10),
+        ..Default::default()
+    };
+    let create = bus.js.create_consumer_on_stream(config, stream);
+    bus.guarded(format!("consumer on {filter}"), create, |d| d.subject.starts_with(&api))
+        .await
+        .map(|_| ())
+        .map_err(|e| format!("{e:#}"))
+}
+
+fn assert_denied(r: Result<(), String>, what: &str) {
+    let e = r.err().unwrap_or_else(|| panic!("{what}: the server allowed it"));
+    assert!(e.contains("permission denied"), "{what}: {e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tenants_cannot_read_each_others_jobs_and_workers_cannot_decide_or_purge() {
+    let nats = ConfiguredNats::start("nats", &deploy_dir().join("nats/nats-server.conf"), &[]).await;
+    let config = config(&nats.url());
+    let path = config.write();
+    let cfg = path.display().to_string();
+    let orch_env = role_env("orchestrator");
+    let _orchestrator = Proc::spawn("orchestrator", "flotilla", &["orchestrator", "--config", &cfg], &refs(&orch_env));
+    let worker_env = role_env("worker-finance");
+    let _worker = Proc::spawn(
+        "worker",
+        "flotilla-worker",
+        &["--config", &cfg, "--id", "w-finance", "--types", "finance", "--grace", "1"],
+        &refs(&worker_env),
+    );
+    let (acme_t, globex_t) = (Tenant::new("acme").unwrap(), Tenant::new("globex").unwrap());
+    let acme = connect_as(&nats, "client-acme").await;
+    let globex = connect_as(&nats, "client-globex").await;
+    let acme_job = submit(&acme, &acme_t, JOB).await;
+    let globex_job = submit(&globex, &globex_t, JOB).await;
+    assert_eq!(finished(&acme, &acme_t, acme_job).await.status, JobStatus::Completed);
+    assert_eq!(finished(&globex, &globex_t, globex_job).await.status, JobStatus::Completed);
+
+    // globex, with a raw client, tries every way to read acme's events and progress.
+    let events = "FLOTILLA_EVENTS";
+    assert_denied(open_consumer(&globex, events, &format!("flotilla.job.acme.{acme_job}.>")).await, "acme's job");
+    assert_denied(open_consumer(&globex, events, "flotilla.job.>").await, "every job");
+    assert_denied(open_consumer(&globex, events, &format!("flotilla.job.*.{acme_job}.>")).await, "any tenant's job");
+    assert_denied(open_consumer(&globex, events, "").await, "an unfiltered consumer");
+    assert_denied(open_consumer(&globex, "FLOTILLA_REPORTS", "flotilla.job.acme.>").await, "acme's reports");
+    let info = globex.guarded("stream info", globex.js.get_stream(events), |d| d.subject.contains("STREAM.INFO"));
+    assert_denied(info.await.map(|_| ()).map_err(|e| format!("{e:#}")), "the events stream's subjects");
+    // Its own jobs stay readable, raw and through the CLI.
+    open_consumer(&globex, events, &format!("flotilla.job.globex.{globex_job}.>")).await.expect("own job");
+    let client_env = role_env("client-globex");
+    let mut cli_env = refs(&client_env);
+    cli_env.push(("FLOTILLA_TENANT", "globex"));
+    let (code, out, err) = run_cli(&["watch", &globex_job.to_string(), "--json", "--config", &cfg], &cli_env);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("\"completed\"") && out.contains("task_dispatched"), "{out}");
+    let (code, _, err) = run_cli(&["watch", &acme_job.to_string(), "--json", "--config", &cfg], &cli_env);
+    assert_ne!(code, 0, "globex watched acme's job");
+    assert!(err.contains("no job"), "{err}");
+
+    // The worker credential cannot decide an approval, nor ask for another type.
+    let worker = connect_as(&nats, "worker-finance").await;
+    let (job, task) = (JobId::new(), flotilla_shared::ids::TaskId::new());
+    let decision = DecisionRecord {
+        v: SCHEMA_VERSION,
+        round: 1,
+        decision: Decision::Approve,
+        by: Some("worker".into()),
+        decided_at: flotilla_shared::protocol::now(),
+    };
+    for key in [format!("dec.finance.{job}.{task}.call_0_0.1"), format!("req.research.{job}.{task}.call_0_0")] {
+        let subject = format!("$KV.flotilla_approvals.{key}");
+        let r = worker.publish_durable(subject.clone(), &decision, None, None).await;
+        assert_denied(r.map_err(|e| format!("{e:#}")), &subject);
+    }
+    // Nor wipe or reconfigure the job files of every tenant.
+    let files = worker.js.get_stream("OBJ_flotilla_files").await.expect("workers may look the bucket up");
+    let purge = worker.guarded("purge", files.purge().into_future(), |d| d.subject.contains("STREAM.PURGE"));
+    assert_denied(purge.await.map(|_| ()).map_err(|e| format!("{e:#}")), "purging job files");
+    let mut changed = files.cached_info().config.clone();
+    changed.max_age = Duration::from_secs(1);
+    let update = worker.guarded("update", worker.js.update_stream(changed), |d| d.subject.contains("STREAM.UPDATE"));
+    assert_denied(update.await.map(|_| ()).map_err(|e| format!("{e:#}")), "reconfiguring job files");
+}
