@@ -37,7 +37,10 @@ impl Checkpoints {
             return;
         }
         let r = retry("checkpoint write", Duration::from_secs(30), || async {
-            self.kv.put(job.to_string(), bytes.clone().into()).await.map_err(|e| e.to_string())
+            self.kv
+                .put(job.to_string(), bytes.clone().into())
+                .await
+                .map_err(|e| BusError::new(format!("cannot store the checkpoint of {job}"), e))
         })
         .await;
         if let Err(e) = r {

@@ -16,6 +16,7 @@ mod operations;
 mod sandbox;
 mod sandbox_hardening;
 mod sec_dashboard;
+mod sec_limits;
 mod sec_mcp_http;
 mod sec_roles;
 mod security;

@@ -14,13 +14,13 @@ use std::time::Duration;
 use async_nats::jetstream::kv;
 use flotilla_shared::agent::{Agent, Conversation, Limits, RunContext};
 use flotilla_shared::builtin::{self, FileToolEnv};
-use flotilla_shared::bus::Bus;
+use flotilla_shared::bus::{Bus, BusError, BusErrorKind};
 use flotilla_shared::config::{PlannerConfig, Settings};
 use flotilla_shared::files::JobFiles;
 use flotilla_shared::ids::{JobId, SubagentType};
 use flotilla_shared::model::{self, ChatModel};
 use flotilla_shared::permissions::Permissions;
-use flotilla_shared::protocol::{ErrorKind, JobEventKind, JobRecord, JobStatus};
+use flotilla_shared::protocol::{ErrorInfo, ErrorKind, JobEventKind, JobRecord, JobStatus};
 use flotilla_shared::tool::{Eviction, ToolSet};
 use tokio_util::sync::CancellationToken;
 
@@ -124,21 +124,27 @@ impl Planner {
         let (status, kind) = match outcome {
             Ok(answer) => {
                 let stored = answer.clone();
-                let usage = self
+                let written = self
                     .jobs
                     .update(&id, |r| {
                         r.status = JobStatus::Completed;
                         r.answer = Some(stored);
                         r.usage
                     })
-                    .await
-                    .unwrap_or_default();
-                (JobStatus::Completed, JobEventKind::Completed { answer, usage })
+                    .await;
+                match written {
+                    Ok(usage) => (JobStatus::Completed, JobEventKind::Completed { answer, usage }),
+                    Err(e) if e.kind() == BusErrorKind::TooLarge => self.fail_oversized(&id, &e).await,
+                    Err(e) => {
+                        tracing::error!(job_id = %id, error = %e, "job outcome not stored");
+                        (JobStatus::Completed, JobEventKind::Completed { answer, usage: Default::default() })
+                    }
+                }
             }
             Err(error) => {
                 let status = if error.kind == ErrorKind::Cancelled { JobStatus::Cancelled } else { JobStatus::Failed };
                 let e2 = error.clone();
-                if let Err(e) = self
+                match self
                     .jobs
                     .update(&id, |r| {
                         r.status = status;
@@ -146,7 +152,12 @@ impl Planner {
                     })
                     .await
                 {
-                    tracing::error!(job_id = %id, error = %e, "job outcome not stored");
+                    Err(e) if e.kind() == BusErrorKind::TooLarge => {
+                        let (status, kind) = self.fail_oversized(&id, &e).await;
+                        return self.finish(id, status, kind).await;
+                    }
+                    Err(e) => tracing::error!(job_id = %id, error = %e, "job outcome not stored"),
+                    Ok(()) => {}
                 }
                 let kind = if status == JobStatus::Cancelled {
                     let reason = match self.cancelled.get(id.to_string()).await {
@@ -160,10 +171,48 @@ impl Planner {
                 (status, kind)
             }
         };
+        self.finish(id, status, kind).await;
+    }
+
+    /// Announces the stored outcome and forgets the job.
+    async fn finish(&self, id: JobId, status: JobStatus, kind: JobEventKind) {
         tracing::info!(job_id = %id, status = status.as_str(), "job finished");
         self.jobs.emit(id, kind).await;
         self.jobs.release(&id);
         self.checkpoints.remove(&id).await;
+    }
+
+    /// Ends a job whose record no longer fits the jobs bucket (one KV value,
+    /// NATS max_payload): its todo and task lists are dropped from the stored
+    /// record and the job fails with a `limit` error saying so, so it is never
+    /// left `running` behind writes that cannot succeed.
+    async fn fail_oversized(&self, id: &JobId, cause: &BusError) -> (JobStatus, JobEventKind) {
+        let written = self
+            .jobs
+            .update(id, |r| {
+                let error = ErrorInfo::new(
+                    ErrorKind::Limit,
+                    format!(
+                        "the job record outgrew the jobs bucket's value limit ({cause}); its {} todos and {} task \
+                         entries were dropped from the stored record",
+                        r.todos.len(),
+                        r.tasks.len()
+                    ),
+                );
+                r.todos.clear();
+                r.tasks.clear();
+                r.answer = None;
+                r.status = JobStatus::Failed;
+                r.error = Some(error.clone());
+                error
+            })
+            .await;
+        let error = written.unwrap_or_else(|e| {
+            tracing::error!(job_id = %id, error = %e, "job outcome not stored");
+            ErrorInfo::new(ErrorKind::Limit, format!("the job record outgrew the jobs bucket's value limit ({cause})"))
+        });
+        tracing::error!(job_id = %id, error = %error.message, "job failed: record too large");
+        (JobStatus::Failed, JobEventKind::Failed { error })
     }
 
     async fn plan(

@@ -36,7 +36,7 @@ use crate::protocol::{self, MAX_MESSAGE_BYTES, Message};
 use crate::subjects::Subjects;
 use denials::{Denial, DenialKind, Denials, GuardError};
 
-pub use retry::{backoff, retry};
+pub use retry::{Retryable, backoff, retry};
 
 /// A bus operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -49,10 +49,61 @@ pub struct BusError {
     pub source: Box<dyn std::error::Error + Send + Sync>,
 }
 
+/// What kind of failure a [`BusError`] is: whether trying again can help.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum BusErrorKind {
+    /// An outage, a timeout, a leader election: worth retrying.
+    Transient,
+    /// The message or value exceeds what the server or bucket accepts.
+    TooLarge,
+    /// The credential may not do this.
+    Permission,
+    /// The stream, bucket or key does not exist.
+    NotFound,
+}
+
 impl BusError {
     /// Wraps `source` with what was being done.
     pub fn new(context: impl Into<String>, source: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
         Self { context: context.into(), source: source.into() }
+    }
+
+    /// Classifies the error from its source chain. async-nats reports these
+    /// conditions through many per-operation error types (and JetStream API
+    /// error codes through their text), so the chain's text is what they share.
+    pub fn kind(&self) -> BusErrorKind {
+        let mut text = String::new();
+        let mut next: Option<&(dyn std::error::Error + 'static)> = Some(self.source.as_ref());
+        while let Some(e) = next {
+            if e.is::<Denial>() {
+                return BusErrorKind::Permission;
+            }
+            text.push_str(&e.to_string().to_ascii_lowercase());
+            text.push('\n');
+            next = e.source();
+        }
+        let has = |words: &[&str]| words.iter().any(|w| text.contains(w));
+        if has(&["max payload", "maximum payload", "message size exceeds", "exceeds maximum", "too large"]) {
+            BusErrorKind::TooLarge
+        } else if has(&["permission", "authorization violation"]) {
+            BusErrorKind::Permission
+        } else if has(&["not found"]) {
+            BusErrorKind::NotFound
+        } else {
+            BusErrorKind::Transient
+        }
+    }
+
+    /// Whether trying again may succeed.
+    pub fn is_transient(&self) -> bool {
+        self.kind() == BusErrorKind::Transient
+    }
+}
+
+impl retry::Retryable for BusError {
+    fn is_transient(&self) -> bool {
+        BusError::is_transient(self)
     }
 }
 
@@ -498,6 +549,25 @@ pub fn redact_url(url: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    use super::{BusError, BusErrorKind};
+
+    #[test]
+    fn errors_are_classified_so_only_transient_ones_are_retried() {
+        let kind = |source: &str| BusError::new("cannot store job", source.to_string()).kind();
+        assert_eq!(kind("max payload size exceeded"), BusErrorKind::TooLarge);
+        assert_eq!(
+            kind("jetstream error: message size exceeds maximum allowed (code 500, error code 10054)"),
+            BusErrorKind::TooLarge
+        );
+        assert_eq!(kind("Permissions Violation for Publish to \"$KV.x\""), BusErrorKind::Permission);
+        assert_eq!(kind("jetstream error: stream not found (code 404, error code 10059)"), BusErrorKind::NotFound);
+        assert_eq!(kind("timed out: didn't receive ack in time"), BusErrorKind::Transient);
+        assert_eq!(kind("connection closed"), BusErrorKind::Transient);
+        let denial = super::Denial::parse("Permissions Violation for Publish to \"flotilla.api.x.submit\"").unwrap();
+        assert_eq!(BusError::new("request", denial).kind(), BusErrorKind::Permission);
+        assert!(!BusError::new("x", "max payload size exceeded".to_string()).is_transient());
+    }
+
     #[test]
     fn urls_lose_their_credentials() {
         assert_eq!(super::redact_url("nats://u:secret@h:4222"), "nats://***@h:4222");

@@ -1,6 +1,8 @@
 //! Bounded retries for bus writes that must not be lost to a brief outage
 //! (a NATS restart, a leader election): capped exponential backoff with
-//! jitter, giving up after a total time budget with the last error.
+//! jitter, giving up after a total time budget with the last error. Only
+//! transient errors are retried: a value too large for its bucket or a
+//! permission the credential lacks fails at once, since no retry can fix it.
 
 use std::future::Future;
 use std::time::Duration;
@@ -18,10 +20,16 @@ pub fn backoff(n: u32, base: Duration, cap: Duration) -> Duration {
     half + half.mul_f64(fastrand::f64())
 }
 
-/// Runs `op` until it succeeds or `budget` has passed.
+/// An error that knows whether trying again may help.
+pub trait Retryable: std::fmt::Display {
+    /// Whether trying again may succeed.
+    fn is_transient(&self) -> bool;
+}
+
+/// Runs `op` until it succeeds, fails permanently, or `budget` has passed.
 pub async fn retry<T, E, F, Fut>(what: &str, budget: Duration, mut op: F) -> Result<T, E>
 where
-    E: std::fmt::Display,
+    E: Retryable,
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, E>>,
 {
@@ -31,6 +39,7 @@ where
         attempt += 1;
         match op().await {
             Ok(v) => return Ok(v),
+            Err(e) if !e.is_transient() => return Err(e),
             Err(e) => {
                 let wait = backoff(attempt, INITIAL, CAP);
                 if tokio::time::Instant::now() + wait > deadline {
@@ -57,16 +66,42 @@ mod tests {
         }
     }
 
+    /// A test error: transient unless it says "permanent".
+    #[derive(Debug, PartialEq)]
+    struct E(String);
+    impl std::fmt::Display for E {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(&self.0)
+        }
+    }
+    impl Retryable for E {
+        fn is_transient(&self) -> bool {
+            !self.0.contains("permanent")
+        }
+    }
+
     #[tokio::test(start_paused = true)]
     async fn retries_until_success_or_budget() {
         let calls = AtomicU32::new(0);
-        let r: Result<u32, String> = retry("op", Duration::from_secs(10), || async {
+        let r: Result<u32, E> = retry("op", Duration::from_secs(10), || async {
             let n = calls.fetch_add(1, Ordering::SeqCst) + 1;
-            if n < 3 { Err(format!("fail {n}")) } else { Ok(n) }
+            if n < 3 { Err(E(format!("fail {n}"))) } else { Ok(n) }
         })
         .await;
         assert_eq!(r, Ok(3));
-        let r: Result<(), String> = retry("op", Duration::from_secs(1), || async { Err("down".to_string()) }).await;
-        assert_eq!(r, Err("down".into()));
+        let r: Result<(), E> = retry("op", Duration::from_secs(1), || async { Err(E("down".into())) }).await;
+        assert_eq!(r, Err(E("down".into())));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn permanent_errors_are_not_retried() {
+        let calls = AtomicU32::new(0);
+        let r: Result<(), E> = retry("op", Duration::from_secs(60), || async {
+            calls.fetch_add(1, Ordering::SeqCst);
+            Err(E("permanent: too large".into()))
+        })
+        .await;
+        assert_eq!(r, Err(E("permanent: too large".into())));
+        assert_eq!(calls.load(Ordering::SeqCst), 1, "a permanent error is returned at once");
     }
 }

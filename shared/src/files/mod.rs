@@ -118,20 +118,28 @@ enum Backend {
 pub struct JobFiles {
     backend: Backend,
     max_file_bytes: u64,
+    /// The connection's permission denials: a credential without the bucket
+    /// purge grant (workers, `deploy/nats/roles.conf`) sees its overwrites'
+    /// purge of the old version refused, see [`JobFiles::put`].
+    denials: Option<crate::bus::denials::Denials>,
 }
 
 impl JobFiles {
     /// Opens (creating when missing) the files bucket with `config`'s retention.
     pub async fn open(bus: &Bus, config: &FilesConfig) -> Result<Self, BusError> {
         let store = bus.files(Duration::from_secs(config.max_age)).await?;
-        Ok(Self { backend: Backend::Store(Arc::new(store)), max_file_bytes: config.max_file_bytes })
+        Ok(Self {
+            backend: Backend::Store(Arc::new(store)),
+            max_file_bytes: config.max_file_bytes,
+            denials: Some(bus.denials.clone()),
+        })
     }
 
     /// Files kept in this process's memory, with the same naming, size cap,
     /// reserved directories and checksums as the Object Store: for tests and
     /// fuzzing of the file tools without a nats-server.
     pub fn in_memory(max_file_bytes: u64) -> Self {
-        Self { backend: Backend::Memory(Arc::default()), max_file_bytes }
+        Self { backend: Backend::Memory(Arc::default()), max_file_bytes, denials: None }
     }
 
     /// The largest file a write may create.
@@ -273,9 +281,33 @@ impl JobFiles {
             }
         };
         let existed = self.stat(job, path).await?.is_some();
-        let meta = ObjectMetadata { name, metadata, ..Default::default() };
-        store.put(meta, &mut &bytes[..]).await.map_err(|e| FileError::Store(e.to_string()))?;
-        Ok(!existed)
+        let meta = ObjectMetadata { name: name.clone(), metadata, ..Default::default() };
+        let mut reader = bytes;
+        let put = store.put(meta, &mut reader);
+        let Some(denials) = &self.denials else {
+            put.await.map_err(|e| FileError::Store(e.to_string()))?;
+            return Ok(!existed);
+        };
+        // An overwrite purges the old version's chunks after the new version is
+        // stored. A credential that may not purge the bucket (a worker: a purge
+        // without a filter would wipe every tenant's files) is refused that
+        // step: the write stands, and the old chunks go with the bucket's
+        // max_age. A refusal may belong to a concurrent write of this process,
+        // so the stored digest decides whether this write is complete.
+        match denials.guard(put, |d| d.subject.starts_with("$JS.API.STREAM.PURGE.")).await {
+            Ok(_) => Ok(!existed),
+            Err(crate::bus::denials::GuardError::Op(e)) => Err(FileError::Store(e.to_string())),
+            Err(crate::bus::denials::GuardError::Denied(_)) => {
+                use sha2::Digest;
+                let digest = base64::engine::general_purpose::URL_SAFE.encode(sha2::Sha256::digest(bytes));
+                let stored = store.info(&name).await.map_err(|e| FileError::Store(e.to_string()))?;
+                if stored.digest.as_deref() == Some(&format!("SHA-256={digest}")) {
+                    Ok(!existed)
+                } else {
+                    Err(FileError::Store(format!("the write of {path} was interrupted; write it again")))
+                }
+            }
+        }
     }
 
     /// Every file of `job`, sorted by path.
