@@ -205,3 +205,57 @@ async fn answered_call_is_not_asked_again_after_the_worker_dies() {
     assert_eq!(progress(&log, "approval_requested").len(), 1);
     assert_eq!(progress(&log, "approval_resolved").len(), 1, "only the second attempt saw the decision");
 }
+
+/// Two gated calls: the second waits for a person while the first has run.
+const TWO_CALLS: &str = r#"
+[[turns]]
+[[turns.calls]]
+tool = "calculate_margin"
+args = '{"revenue": 120, "cost": 75}'
+
+[[turns]]
+[[turns.calls]]
+tool = "calculate_margin"
+args = '{"revenue": 100, "cost": 40}'
+
+[[turns]]
+content = "{% for r in results %}{% if r.ok %}{{ r.value.margin }}{% else %}{{ r.error.kind }}{% endif %};{% endfor %}"
+"#;
+
+/// Security review (issue 10): an approval is used once. A task redelivered
+/// after its approved call ran replays that call, which must be a new
+/// question, not a free ride on the first answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approval_is_used_once_and_a_replayed_call_asks_again() {
+    let mut d = Deployment::start(1, |url| {
+        let mut c = config(url, r#"["approve", "reject"]"#, 60);
+        c.script("finance.toml", TWO_CALLS);
+        c
+    })
+    .await;
+    let mut log = EventLog::subscribe(&d.bus.client, "flotilla.job.>").await;
+    let job = d.submit("two margins").await.to_string();
+    let first = request(&mut log).await["call_id"].as_str().unwrap().to_string();
+    let (code, _, err) = cli(&d, &["approve", &job, &first, "--approve"]).await;
+    assert_eq!(code, 0, "{err}");
+    // The first call ran; the second waits. The worker dies now.
+    let second = log
+        .until(TIMEOUT, "the second request", |s, v| s.contains(".approval.") && v["call_id"] != first.as_str())
+        .await["call_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    d.workers[0].kill();
+    d.add_worker("w2");
+    // The redelivered task replays the first call: it is asked about again.
+    let asked = |first: &str| {
+        let first = first.to_string();
+        move |s: &str, v: &Value| s.contains(".approval.") && v["call_id"] == first.as_str()
+    };
+    log.until_count(TIMEOUT, 2, "the replayed first call to be asked again", asked(&first)).await;
+    let (code, _, err) = cli(&d, &["approve", &job, &first, "--reject"]).await;
+    assert_eq!(code, 0, "{err}");
+    let (code, _, err) = cli(&d, &["approve", &job, &second, "--approve"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(answer_of(&d, &mut log).await, "permission;0.6;", "the replay followed the second answer");
+}

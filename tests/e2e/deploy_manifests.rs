@@ -54,10 +54,13 @@ fn nats_check(conf: &Path) {
 fn nats_server_configs_are_valid_and_define_every_role() {
     let d = deploy_dir();
     for conf in
-        ["nats/nats-server.conf", "nats/cluster/nats-1.conf", "nats/cluster/nats-2.conf", "nats/cluster/nats-3.conf"]
+        ["nats/nats-local.conf", "nats/cluster/nats-1.conf", "nats/cluster/nats-2.conf", "nats/cluster/nats-3.conf"]
     {
         nats_check(&d.join(conf));
     }
+    // The production config with test certificates in place of /etc/nats/tls.
+    let pki = crate::tls::Pki::new();
+    nats_check(&pki.production_conf());
     // The Kubernetes config is mounted next to roles.conf: check it that way.
     let tmp = TempDir::new("k8s-nats");
     std::fs::copy(d.join("kubernetes/nats.conf"), tmp.path().join("nats.conf")).unwrap();
@@ -66,7 +69,7 @@ fn nats_server_configs_are_valid_and_define_every_role() {
     // A server without the password variables refuses to start (no empty passwords).
     let out = Command::new(std::env::var("NATS_SERVER").unwrap_or_else(|_| "nats-server".into()))
         .args(["-t", "-c"])
-        .arg(d.join("nats/nats-server.conf"))
+        .arg(d.join("nats/nats-local.conf"))
         .env_remove("FLOTILLA_ORCHESTRATOR_PASSWORD")
         .output()
         .unwrap();

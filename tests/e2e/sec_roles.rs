@@ -53,7 +53,7 @@ fn assert_denied(r: Result<(), String>, what: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tenants_cannot_read_each_others_jobs_and_workers_cannot_decide_or_purge() {
-    let nats = ConfiguredNats::start("nats", &deploy_dir().join("nats/nats-server.conf"), &[]).await;
+    let nats = ConfiguredNats::start("nats", &deploy_dir().join("nats/nats-local.conf"), &[]).await;
     let config = config(&nats.url());
     let path = config.write();
     let cfg = path.display().to_string();

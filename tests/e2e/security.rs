@@ -139,7 +139,7 @@ fn violations(log: &str, user: &str) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn roles_confine_every_process_and_audit_every_tool_call() {
-    let nats = ConfiguredNats::start("nats", &deploy_dir().join("nats/nats-server.conf"), &[]).await;
+    let nats = ConfiguredNats::start("nats", &deploy_dir().join("nats/nats-local.conf"), &[]).await;
     let config = config(&nats.url());
     let path = config.write();
     let cfg = path.display().to_string();

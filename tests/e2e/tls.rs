@@ -8,16 +8,16 @@ use std::time::Duration;
 use flotilla_shared::bus::Bus;
 use flotilla_shared::config::{NatsConfig, NatsTlsConfig};
 use flotilla_tests::TempDir;
-use flotilla_tests::nats_conf::ConfiguredNats;
+use flotilla_tests::nats_conf::{ConfiguredNats, deploy_dir};
 use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair};
 
-struct Pki {
+pub struct Pki {
     dir: TempDir,
 }
 
 impl Pki {
     /// A CA, a server certificate for 127.0.0.1/localhost and a client certificate.
-    fn new() -> Self {
+    pub fn new() -> Self {
         let dir = TempDir::new("pki");
         let write = |name: &str, pem: String| std::fs::write(dir.path().join(name), pem).expect("pem");
         let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
@@ -40,8 +40,20 @@ impl Pki {
         Self { dir }
     }
 
-    fn path(&self, name: &str) -> std::path::PathBuf {
+    pub fn path(&self, name: &str) -> std::path::PathBuf {
         self.dir.path().join(name)
+    }
+
+    /// `deploy/nats/nats-server.conf` (and its roles.conf) with this PKI's
+    /// files in place of `/etc/nats/tls/`.
+    pub fn production_conf(&self) -> std::path::PathBuf {
+        let deploy = deploy_dir().join("nats");
+        let tls_dir = format!("{}/", self.dir.path().display());
+        let conf =
+            std::fs::read_to_string(deploy.join("nats-server.conf")).unwrap().replace("/etc/nats/tls/", &tls_dir);
+        std::fs::write(self.path("nats-server.conf"), conf).unwrap();
+        std::fs::copy(deploy.join("roles.conf"), self.path("roles.conf")).unwrap();
+        self.path("nats-server.conf")
     }
 
     /// A server config with JetStream and mutual TLS.
@@ -94,4 +106,25 @@ async fn mutual_tls_with_a_test_ca() {
         .map(|_| ())
         .expect_err("client without cert refused");
     assert!(!format!("{e:#}").is_empty());
+}
+
+/// The production example is TLS-only: a client without TLS is refused,
+/// a role user with the CA and a client certificate gets in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_production_nats_config_accepts_tls_clients_only() {
+    let pki = Pki::new();
+    let nats = ConfiguredNats::start("nats-prod", &pki.production_conf(), &[]).await;
+    let plain = NatsConfig { url: nats.url_as("orchestrator"), ..Default::default() };
+    let e = Bus::connect(&plain, "plain", Duration::from_secs(3)).await.map(|_| ()).expect_err("plain client refused");
+    assert!(!format!("{e:#}").is_empty());
+    let tls = NatsTlsConfig {
+        ca_file: Some(pki.path("ca.pem")),
+        cert_file: Some(pki.path("client.pem")),
+        key_file: Some(pki.path("client-key.pem")),
+        required: true,
+    };
+    let url = nats.url_as("orchestrator").replacen("nats://", "tls://", 1);
+    let config = NatsConfig { url, tls, inbox_prefix: "_INBOX.orchestrator".into(), ..Default::default() };
+    let bus = Bus::connect(&config, "tls-role", Duration::from_secs(10)).await.expect("TLS role user connects");
+    bus.ensure_topology().await.expect("the orchestrator role declares its topology over TLS");
 }

@@ -347,11 +347,14 @@ mod tests {
     /// A real spawn failure names the command's host path; health hides it.
     #[tokio::test]
     async fn spawn_failure_hides_the_host_path() {
-        let c = conn("/secrets/nats/no-such-mcp-server");
+        let c = conn("/opt/flotilla-tools/no-such-mcp-server");
         let err = c.discover().await.expect_err("the command does not exist");
-        assert!(err.to_string().contains("/secrets/nats/no-such-mcp-server"), "the raw error keeps the detail: {err}");
+        assert!(
+            err.to_string().contains("/opt/flotilla-tools/no-such-mcp-server"),
+            "the raw error keeps the detail: {err}"
+        );
         let text = c.health().last_error.expect("a last error");
-        assert!(!text.contains("/secrets") && !text.contains("no-such-mcp"), "{text}");
+        assert!(!text.contains("/opt") && !text.contains("no-such-mcp"), "{text}");
         assert!(text.contains("cannot start [path]"), "{text}");
     }
 }
