@@ -129,7 +129,10 @@ fn edit_replace_all_blowup_is_refused_and_allocates_little() {
     let e = out.unwrap_err();
     assert_eq!(e.kind, ErrorKind::Validation, "{e:?}");
     assert!(e.message.contains("4000000000 bytes") && e.message.contains(&format!("{FILE_CAP} bytes")), "{e:?}");
-    assert!(peak < 2 << 20, "peak allocation {peak} bytes");
+    // The counters are process-wide and the fuzz test's case generation runs
+    // on another thread meanwhile: bound it far below the blow-up (4 GB), not
+    // at the exact cost of this call.
+    assert!(peak < 16 << 20, "peak allocation {peak} bytes");
 }
 
 fn path() -> impl Strategy<Value = Value> {
