@@ -21,11 +21,10 @@ use flotilla_shared::config::FilesConfig;
 use flotilla_shared::files::{FilePath, JobFiles};
 use flotilla_shared::ids::{JobId, Tenant};
 use flotilla_shared::protocol::{Decision, DecisionRecord, JobStatus, SCHEMA_VERSION};
-use flotilla_tests::Proc;
 use flotilla_tests::nats_conf::{ConfiguredNats, deploy_dir};
 use flotilla_tests::proc::run_cli;
 
-use crate::security::{JOB, config, connect_as, finished, refs, role_env, submit};
+use crate::security::{JOB, config, connect_as, finished, refs, role_env, spawn_roles, submit};
 
 /// Creates a named consumer on `stream` filtered on `filter`, as `bus`'s
 /// credential would to read those messages; `Err` carries the server's answer.
@@ -57,15 +56,7 @@ async fn tenants_cannot_read_each_others_jobs_and_workers_cannot_decide_or_purge
     let config = config(&nats.url());
     let path = config.write();
     let cfg = path.display().to_string();
-    let orch_env = role_env("orchestrator");
-    let _orchestrator = Proc::spawn("orchestrator", "flotilla", &["orchestrator", "--config", &cfg], &refs(&orch_env));
-    let worker_env = role_env("worker-finance");
-    let _worker = Proc::spawn(
-        "worker",
-        "flotilla-worker",
-        &["--config", &cfg, "--id", "w-finance", "--types", "finance", "--grace", "1"],
-        &refs(&worker_env),
-    );
+    let _processes = spawn_roles(&cfg);
     let (acme_t, globex_t) = (Tenant::new("acme").unwrap(), Tenant::new("globex").unwrap());
     let acme = connect_as(&nats, "client-acme").await;
     let globex = connect_as(&nats, "client-globex").await;

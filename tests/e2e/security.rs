@@ -81,6 +81,21 @@ pub fn role_env(user: &str) -> Vec<(String, String)> {
     env
 }
 
+/// The orchestrator and a finance worker on config `cfg`, each with only its
+/// role's credential.
+pub fn spawn_roles(cfg: &str) -> (Proc, Proc) {
+    let orch_env = role_env("orchestrator");
+    let orchestrator = Proc::spawn("orchestrator", "flotilla", &["orchestrator", "--config", cfg], &refs(&orch_env));
+    let worker_env = role_env("worker-finance");
+    let worker = Proc::spawn(
+        "worker",
+        "flotilla-worker",
+        &["--config", cfg, "--id", "w-finance", "--types", "finance", "--grace", "1"],
+        &refs(&worker_env),
+    );
+    (orchestrator, worker)
+}
+
 pub fn refs(env: &[(String, String)]) -> Vec<(&str, &str)> {
     env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect()
 }
@@ -143,15 +158,7 @@ async fn roles_confine_every_process_and_audit_every_tool_call() {
     let config = config(&nats.url());
     let path = config.write();
     let cfg = path.display().to_string();
-    let orch_env = role_env("orchestrator");
-    let _orchestrator = Proc::spawn("orchestrator", "flotilla", &["orchestrator", "--config", &cfg], &refs(&orch_env));
-    let worker_env = role_env("worker-finance");
-    let _worker = Proc::spawn(
-        "worker",
-        "flotilla-worker",
-        &["--config", &cfg, "--id", "w-finance", "--types", "finance", "--grace", "1"],
-        &refs(&worker_env),
-    );
+    let _processes = spawn_roles(&cfg);
 
     // The job runs with each process holding only its role's permissions.
     let acme_tenant = Tenant::new("acme").unwrap();
