@@ -87,7 +87,7 @@ impl JobStore {
 
     /// Persists `rec`, riding out a short NATS outage (restart, election).
     async fn write(&self, rec: &JobRecord) -> Result<(), BusError> {
-        let payload = protocol::encode(rec);
+        let payload = bytes::Bytes::from(protocol::encode(rec));
         retry("job record write", WRITE_BUDGET, || async {
             self.kv
                 .put(rec.id.to_string(), payload.clone())

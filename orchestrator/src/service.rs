@@ -265,5 +265,5 @@ impl Service {
 }
 
 fn encode<T: serde::Serialize + serde::de::DeserializeOwned>(reply: ApiReply<T>) -> bytes::Bytes {
-    protocol::encode(&reply)
+    protocol::encode(&reply).into()
 }

@@ -130,7 +130,7 @@ impl AuditSink for BusAuditSink {
     async fn write(&self, record: AuditRecord) {
         let subject = self.bus.subjects.audit(&record.tenant, &record.job_id);
         let trace_id = record.trace_id.clone().unwrap_or_else(|| "-".into());
-        match self.bus.js.publish(subject.clone(), protocol::encode(&record)).await {
+        match self.bus.js.publish(subject.clone(), protocol::encode(&record).into()).await {
             Ok(ack) => {
                 tokio::spawn(async move {
                     if let Err(e) = ack.await {

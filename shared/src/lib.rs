@@ -28,21 +28,21 @@
 //!   reaches a model or a report.
 #![deny(missing_docs)]
 
+pub use flotilla_protocol as protocol;
+pub use flotilla_protocol::{ids, subjects, trace};
+
 pub mod agent;
 pub mod audit;
 pub mod builtin;
 pub mod bus;
 pub mod config;
+pub mod digest;
 pub mod files;
-pub mod ids;
 pub mod mcp;
 pub mod metrics;
 pub mod model;
 pub mod permissions;
-pub mod protocol;
 pub mod sanitize;
-pub mod subjects;
 pub mod telemetry;
 pub mod tls;
 pub mod tool;
-pub mod trace;

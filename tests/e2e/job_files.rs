@@ -3,7 +3,8 @@
 
 use std::collections::HashSet;
 
-use flotilla_shared::protocol::{JobStatus, TaskStatus, sha256_hex};
+use flotilla_shared::digest::sha256_hex;
+use flotilla_shared::protocol::{JobStatus, TaskStatus};
 use flotilla_tests::{EventLog, TestConfig};
 
 use crate::common::{Deployment, TIMEOUT};

@@ -14,7 +14,7 @@ use flotilla_shared::config::{FilesConfig, NatsConfig};
 use flotilla_shared::files::{FileError, FilePath, JobFiles};
 use flotilla_shared::ids::{JobId, TaskId};
 use flotilla_shared::permissions::{Mode, Permissions};
-use flotilla_shared::protocol::{ErrorKind, FileRef};
+use flotilla_shared::protocol::ErrorKind;
 use flotilla_shared::tool::ToolContext;
 use flotilla_tests::NatsServer;
 use futures::StreamExt;
@@ -54,7 +54,7 @@ async fn reserved_reports_refuse_writes_and_detect_tampering() {
     let path = FilePath::parse("/large_tool_results/t1/report").unwrap();
     let answer = "the real answer\n".repeat(100);
     files.write_reserved(&job, &path, answer.as_bytes()).await.unwrap();
-    let reference = FileRef::describe(path.as_str(), &answer);
+    let reference = flotilla_shared::digest::describe_file(path.as_str(), &answer);
     assert_eq!(files.read_by_ref(&job, &reference).await.unwrap(), answer.as_bytes());
 
     // Someone with raw bucket access replaces the bytes, keeping the metadata.

@@ -39,7 +39,7 @@ pub async fn offload(
             format!("the answer ({} bytes) is too large for a report and could not be stored: {e}", answer.len()),
         )
     })?;
-    let reference = FileRef::describe(path.as_str(), &answer);
+    let reference = flotilla_shared::digest::describe_file(path.as_str(), &answer);
     tracing::info!(bytes = answer.len(), path = %path, "answer stored in job files; report carries a reference");
     Ok((reference.head.clone(), Some(reference)))
 }

@@ -121,7 +121,7 @@ impl ApprovalStore {
 
     /// Stores the one decision of a round: `Conflict` when it has one already.
     pub async fn create_decision(&self, key: &str, record: &DecisionRecord) -> Result<Write, BusError> {
-        match self.kv.create(key, protocol::encode(record)).await {
+        match self.kv.create(key, protocol::encode(record).into()).await {
             Ok(rev) => Ok(Write::Stored(rev)),
             Err(e) if e.kind() == CreateErrorKind::AlreadyExists => Ok(Write::Conflict),
             Err(e) => Err(BusError::new(format!("cannot store decision {key}"), e)),
@@ -179,7 +179,7 @@ impl ApprovalStore {
 
     /// Stores a new record; `Conflict` when the key already exists.
     pub async fn create(&self, key: &str, record: &ApprovalRecord) -> Result<Write, BusError> {
-        match self.kv.create(key, protocol::encode(record)).await {
+        match self.kv.create(key, protocol::encode(record).into()).await {
             Ok(rev) => Ok(Write::Stored(rev)),
             Err(e) if e.kind() == CreateErrorKind::AlreadyExists => Ok(Write::Conflict),
             Err(e) => Err(BusError::new(format!("cannot store approval {key}"), e)),
@@ -188,7 +188,7 @@ impl ApprovalStore {
 
     /// Replaces the record read at `revision`; `Conflict` when it changed since.
     pub async fn update(&self, key: &str, record: &ApprovalRecord, revision: u64) -> Result<Write, BusError> {
-        match self.kv.update(key, protocol::encode(record), revision).await {
+        match self.kv.update(key, protocol::encode(record).into(), revision).await {
             Ok(rev) => Ok(Write::Stored(rev)),
             Err(e) if e.kind() == UpdateErrorKind::WrongLastRevision => Ok(Write::Conflict),
             Err(e) => Err(BusError::new(format!("cannot update approval {key}"), e)),

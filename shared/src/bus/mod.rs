@@ -413,7 +413,7 @@ impl Bus {
         msg_id: Option<&str>,
         traceparent: Option<&str>,
     ) -> Result<(), BusError> {
-        let payload = checked(protocol::encode(msg), T::NAME)?;
+        let payload = checked(protocol::encode(msg).into(), T::NAME)?;
         let mut headers = async_nats::HeaderMap::new();
         if let Some(id) = msg_id {
             headers.insert(async_nats::header::NATS_MESSAGE_ID, id);
@@ -439,7 +439,7 @@ impl Bus {
     /// Publishes an observation (progress, job event) without waiting for an
     /// ack: the events stream stores it, and losing one changes no result.
     pub async fn publish_event<T: Message>(&self, subject: String, msg: &T) {
-        match checked(protocol::encode(msg), T::NAME) {
+        match checked(protocol::encode(msg).into(), T::NAME) {
             Ok(payload) => {
                 if let Err(e) = self.client.publish(subject.clone(), payload).await {
                     tracing::warn!(%subject, error = %e, "event not published");
@@ -476,7 +476,7 @@ impl Bus {
         timeout: Duration,
     ) -> Result<Rep, BusError> {
         let subject = self.subjects.api(tenant, op);
-        let payload = checked(protocol::encode(req), Req::NAME)?;
+        let payload = checked(protocol::encode(req).into(), Req::NAME)?;
         let call = async {
             Ok::<_, std::convert::Infallible>(
                 tokio::time::timeout(timeout, self.client.request(subject.clone(), payload)).await,

@@ -54,7 +54,7 @@ impl Bus {
         headers.insert(async_nats::header::NATS_MESSAGE_TTL, ttl.to_string().as_str());
         let subject = format!("$KV.{}.{token}", self.subjects.workers_bucket());
         self.js
-            .publish_with_headers(subject.clone(), headers, protocol::encode(hb))
+            .publish_with_headers(subject.clone(), headers, protocol::encode(hb).into())
             .await
             .map_err(|e| BusError::new(format!("cannot store heartbeat on {subject}"), e))?
             .await

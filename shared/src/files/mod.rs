@@ -42,7 +42,8 @@ pub use reserved::{LARGE_RESULTS_DIR, RESERVED_DIRS, reserved_prefix};
 use crate::bus::{Bus, BusError};
 use crate::config::FilesConfig;
 use crate::ids::JobId;
-use crate::protocol::{FileRef, sha256_hex};
+use crate::digest::sha256_hex;
+use crate::protocol::FileRef;
 use reserved::CHECKSUM_KEY;
 
 /// A job-file operation failed.
@@ -432,7 +433,7 @@ mod tests {
         let (job, path) = job_and("/large_tool_results/t1/report");
         let answer = "the real answer\n";
         files.write_reserved(&job, &path, answer.as_bytes()).await.unwrap();
-        let reference = FileRef::describe(path.as_str(), answer);
+        let reference = crate::digest::describe_file(path.as_str(), answer);
         assert_eq!(files.read_by_ref(&job, &reference).await.unwrap(), answer.as_bytes());
         files.tamper(&job, &path, b"the forged answer\n");
         let e = files.read(&job, &path).await.unwrap_err();
@@ -456,7 +457,7 @@ mod tests {
         let files = JobFiles::in_memory(1024);
         let (job, path) = job_and("/reports/a.md");
         files.write(&job, &path, b"v1").await.unwrap();
-        let reference = FileRef::describe(path.as_str(), "v1");
+        let reference = crate::digest::describe_file(path.as_str(), "v1");
         files.read_by_ref(&job, &reference).await.unwrap();
         files.write(&job, &path, b"v2").await.unwrap();
         assert!(matches!(files.read_by_ref(&job, &reference).await, Err(FileError::Tampered { .. })));

@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 
 use super::{ToolContext, ToolError, ToolOutcome};
 use crate::files::{FilePath, JobFiles};
-use crate::protocol::{ErrorKind, FileRef};
+use crate::protocol::ErrorKind;
 
 /// Directory of evicted results (a reserved directory of the job files).
 pub use crate::files::LARGE_RESULTS_DIR;
@@ -69,7 +69,7 @@ impl Eviction {
                 ),
             ));
         }
-        let reference = FileRef::describe(path.as_str(), text);
+        let reference = crate::digest::describe_file(path.as_str(), text);
         Ok(json!({
             "evicted": reference,
             "note": "result too large for the conversation; it is stored at `evicted.path`: page it with read_file(path, offset, limit) or search it with grep",

@@ -33,7 +33,7 @@ fn every_message_round_trips() {
         subagent_type: t.subagent_type.clone(),
         status: TaskStatus::Failed,
         summary: String::new(),
-        summary_file: Some(super::FileRef::describe("/reports/t.md", "big\nanswer")),
+        summary_file: Some(super::FileRef::describe("/reports/t.md", "big\nanswer", "ab".repeat(32))),
         error: Some(ErrorInfo::new(ErrorKind::Transient, "model returned 503")),
         usage: Usage { input_tokens: 10, output_tokens: 5, model_calls: 1, tool_calls: 2, ..Usage::default() },
         worker_id: "w1".into(),

@@ -1,10 +1,21 @@
-//! The wire protocol: every message that crosses the bus, as versioned serde
-//! types. All messages are JSON objects carrying `"v": 1` (the schema version);
+//! Flotilla's wire contract, with no I/O: typed ids ([`ids`]), every subject,
+//! stream and bucket name ([`subjects`]), W3C trace context ([`trace`]), and
+//! every message that crosses the bus, as versioned serde types.
+//! Every other Flotilla crate depends on this one; it depends on nothing of
+//! Flotilla's (docs/ARCHITECTURE.md).
+//!
+//! Messages are JSON objects carrying `"v": 1` (the schema version); All messages are JSON objects carrying `"v": 1` (the schema version);
 //! [`decode`] checks the version before the shape so a peer on another version
 //! gets a precise error instead of a confusing missing-field one.
 //!
 //! Inbound commands (tasks, API requests) reject unknown fields: a typo in a
 //! hand-written request is an error, not a silently ignored option.
+
+#![deny(missing_docs)]
+
+pub mod ids;
+pub mod subjects;
+pub mod trace;
 
 mod api;
 mod approval;
@@ -27,7 +38,7 @@ pub use approval::{
 };
 pub use audit::{AuditAction, AuditOutcome, AuditRecord};
 pub use error::{ErrorInfo, ErrorKind};
-pub use file_ref::{FileRef, line_count, sha256_hex};
+pub use file_ref::{FileRef, line_count};
 pub use heartbeat::{McpServerHealth, TypeLoad, WorkerHeartbeat, WorkerState};
 pub use job::{JobRecord, JobStatus, TaskEntry};
 pub use job_event::{JobEvent, JobEventKind};
@@ -115,9 +126,9 @@ pub fn decode<T: Message>(bytes: &[u8]) -> Result<T, DecodeError> {
 }
 
 /// Encodes a message as JSON bytes.
-pub fn encode<T: Message>(msg: &T) -> bytes::Bytes {
+pub fn encode<T: Message>(msg: &T) -> Vec<u8> {
     // Serializing our own plain data types cannot fail.
-    serde_json::to_vec(msg).expect("protocol types serialize infallibly").into()
+    serde_json::to_vec(msg).expect("protocol types serialize infallibly")
 }
 
 /// Serde helper for the `v` field: always written as [`SCHEMA_VERSION`].

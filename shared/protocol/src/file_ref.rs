@@ -4,7 +4,6 @@
 //! one of these instead of their bytes.
 
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 
 /// Characters of the head preview at most.
 pub const HEAD_CHARS: usize = 1000;
@@ -30,8 +29,9 @@ pub struct FileRef {
 }
 
 impl FileRef {
-    /// Describes `text`, stored at `path`.
-    pub fn describe(path: impl Into<String>, text: &str) -> Self {
+    /// Describes `text`, stored at `path`, whose SHA-256 (lowercase hex) is
+    /// `sha256` (hashing is the caller's: this crate does no I/O and no crypto).
+    pub fn describe(path: impl Into<String>, text: &str, sha256: String) -> Self {
         let head: String = text.chars().take(HEAD_CHARS).collect();
         let total = text.chars().count();
         let tail = if total > HEAD_CHARS {
@@ -44,7 +44,7 @@ impl FileRef {
             path: path.into(),
             size_bytes: text.len() as u64,
             lines: line_count(text),
-            sha256: sha256_hex(text.as_bytes()),
+            sha256,
             head,
             tail,
         }
@@ -57,11 +57,6 @@ pub fn line_count(text: &str) -> u64 {
     if text.is_empty() || text.ends_with('\n') { n } else { n + 1 }
 }
 
-/// Lowercase hex SHA-256.
-pub fn sha256_hex(bytes: &[u8]) -> String {
-    Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -69,14 +64,13 @@ mod tests {
     #[test]
     fn describes_head_tail_lines_and_digest() {
         let text: String = (0..1000).map(|i| format!("line {i}\n")).collect();
-        let r = FileRef::describe("/x", &text);
+        let r = FileRef::describe("/x", &text, "0".repeat(64));
         assert_eq!(r.lines, 1000);
         assert_eq!(r.size_bytes, text.len() as u64);
         assert!(r.head.starts_with("line 0\n") && r.head.chars().count() == HEAD_CHARS);
         assert!(r.tail.ends_with("line 999\n") && r.tail.chars().count() == TAIL_CHARS);
         assert_eq!(r.sha256.len(), 64);
-        let small = FileRef::describe("/y", "abc");
+        let small = FileRef::describe("/y", "abc", String::new());
         assert_eq!((small.lines, small.head.as_str(), small.tail.as_str()), (1, "abc", ""));
-        assert_eq!(sha256_hex(b"abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
     }
 }

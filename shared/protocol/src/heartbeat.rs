@@ -123,7 +123,7 @@ impl Message for WorkerHeartbeat {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::{decode, encode, now};
+    use crate::{decode, encode, now};
 
     fn beat(state: WorkerState) -> WorkerHeartbeat {
         WorkerHeartbeat {

@@ -4,14 +4,24 @@
 
 /// A new root traceparent: version 00, random trace and span ids, sampled.
 pub fn new_traceparent() -> String {
-    format!("00-{:032x}-{:016x}-01", fastrand::u128(1..), fastrand::u64(1..))
+    format!("00-{:032x}-{:016x}-01", random_nonzero(), span_id())
+}
+
+/// 122 random bits (a version 4 UUID), never all zero as W3C requires.
+fn random_nonzero() -> u128 {
+    uuid::Uuid::new_v4().as_u128()
+}
+
+/// A random, non-zero 64-bit span id.
+fn span_id() -> u64 {
+    (random_nonzero() as u64).max(1)
 }
 
 /// A child of `parent`: same trace id, new span id. Falls back to a new root
 /// when `parent` is not a valid traceparent.
 pub fn child_of(parent: &str) -> String {
     match trace_id(parent) {
-        Some(trace) => format!("00-{trace}-{:016x}-01", fastrand::u64(1..)),
+        Some(trace) => format!("00-{trace}-{:016x}-01", span_id()),
         None => new_traceparent(),
     }
 }
