@@ -173,14 +173,9 @@ fn mcp_health_entry(h: flotilla_shared::mcp::ServerHealth) -> flotilla_shared::p
     flotilla_shared::protocol::McpServerHealth { name: h.server, ok, detail: Some(detail) }
 }
 
+/// `<host>-<pid>`, with the host name the heartbeats carry.
 fn default_id() -> String {
-    let host = std::env::var("HOSTNAME")
-        .ok()
-        .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
-        .map(|h| h.trim().to_string())
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "worker".into());
-    format!("{host}-{}", std::process::id())
+    format!("{}-{}", heartbeat::host_name(), std::process::id())
 }
 
 async fn shutdown_on_signal(token: CancellationToken) {
@@ -191,4 +186,13 @@ async fn shutdown_on_signal(token: CancellationToken) {
     }
     tracing::info!("shutting down");
     token.cancel();
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_default_worker_id_names_the_host_its_heartbeats_carry() {
+        let host = super::heartbeat::host_name();
+        assert_eq!(super::default_id(), format!("{host}-{}", std::process::id()));
+    }
 }
