@@ -11,7 +11,6 @@ use flotilla_shared::metrics::AgentMetrics;
 use flotilla_shared::model::ToolCall;
 use flotilla_shared::protocol::{self, ProgressEvent, ProgressKind, Usage};
 use flotilla_shared::tool::ToolOutcome;
-use sha2::{Digest, Sha256};
 
 /// Progress publisher of one task attempt.
 #[derive(Clone)]
@@ -53,8 +52,7 @@ impl ProgressPublisher {
 
 /// sha256 of a JSON value's text, hex encoded.
 pub fn digest(value: &serde_json::Value) -> String {
-    let hash = Sha256::digest(value.to_string().as_bytes());
-    hash.iter().map(|b| format!("{b:02x}")).collect()
+    flotilla_shared::digest::sha256_hex(value.to_string().as_bytes())
 }
 
 #[async_trait]

@@ -19,7 +19,6 @@ use std::time::Duration;
 use async_nats::jetstream::kv::{self, CreateErrorKind, Operation, UpdateErrorKind};
 use async_nats::jetstream::stream;
 use futures::{Stream, StreamExt, TryStreamExt};
-use sha2::{Digest, Sha256};
 
 use super::{Bus, BusError};
 use crate::ids::{JobId, SubagentType, TaskId};
@@ -93,8 +92,7 @@ impl ApprovalStore {
         if plain {
             format!("req.{ty}.{job}.{task}.{call_id}")
         } else {
-            let digest: String = Sha256::digest(call_id.as_bytes()).iter().map(|b| format!("{b:02x}")).collect();
-            format!("req.{ty}.{job}.{task}.={digest}")
+            format!("req.{ty}.{job}.{task}.={}", crate::digest::sha256_hex(call_id.as_bytes()))
         }
     }
 

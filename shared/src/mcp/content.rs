@@ -16,7 +16,6 @@
 use base64::Engine as _;
 use rmcp::model::{CallToolResult, ContentBlock, ResourceContents};
 use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
 
 use crate::tool::ToolError;
 
@@ -56,7 +55,7 @@ fn binary(kind: &str, mime_type: &str, data: &str) -> Value {
     if bytes <= INLINE_BINARY_MAX {
         json!({"type": kind, "mime_type": mime_type, "bytes": bytes, "data": data})
     } else {
-        let sha: String = Sha256::digest(data.as_bytes()).iter().map(|b| format!("{b:02x}")).collect();
+        let sha = crate::digest::sha256_hex(data.as_bytes());
         json!({"type": kind, "mime_type": mime_type, "bytes": bytes, "sha256_of_base64": sha, "omitted": "too large to inline"})
     }
 }

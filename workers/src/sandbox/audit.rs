@@ -6,7 +6,6 @@
 
 use flotilla_shared::ids::{JobId, SubagentType, TaskId, Tenant};
 use flotilla_shared::protocol::ProgressKind;
-use sha2::{Digest, Sha256};
 
 use super::bubblewrap::Execution;
 use crate::progress::ProgressPublisher;
@@ -34,7 +33,7 @@ pub struct ExecutionAudit {
 
 /// sha256 of `command`, hex.
 pub fn command_digest(command: &str) -> String {
-    Sha256::digest(command.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
+    flotilla_shared::digest::sha256_hex(command.as_bytes())
 }
 
 /// Reports one execution.
