@@ -135,3 +135,54 @@ async fn a_checkpointed_conversation_resumes_its_pending_calls() {
     assert_eq!(answer, "true:1 false:business true:3 false:validation ");
     assert_eq!(resumed.steps, 2, "the resumed run made one more model call, not two");
 }
+
+/// Sleeps for an hour; says on a oneshot whether its future finished or was
+/// dropped (aborted) before that.
+struct Hour {
+    ended: Mutex<Option<tokio::sync::oneshot::Sender<&'static str>>>,
+}
+
+/// Reports "dropped" unless disarmed by the tool finishing.
+struct Ended(Option<tokio::sync::oneshot::Sender<&'static str>>);
+impl Drop for Ended {
+    fn drop(&mut self) {
+        if let Some(tx) = self.0.take() {
+            let _ = tx.send("dropped");
+        }
+    }
+}
+
+#[async_trait]
+impl Tool for Hour {
+    fn spec(&self) -> ToolSpec {
+        ToolSpec { name: "hour".into(), description: "d".into(), input_schema: json!({"type":"object"}) }
+    }
+    async fn call(&self, _: &ToolContext, _: Value) -> Result<Value, ToolError> {
+        let mut ended = Ended(self.ended.lock().unwrap().take());
+        tokio::time::sleep(Duration::from_secs(3600)).await;
+        if let Some(tx) = ended.0.take() {
+            let _ = tx.send("finished");
+        }
+        Ok(json!({}))
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_wall_time_limit_aborts_running_tool_calls() {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let mut tools = ToolSet::new(Duration::from_secs(7200));
+    tools.add(Arc::new(Hour { ended: Mutex::new(Some(tx)) }), "test").unwrap();
+    let a = Agent {
+        model: Arc::new(
+            ScriptedModel::from_str("s", "[[turns]]\n[[turns.calls]]\ntool = \"hour\"\nargs = '{}'\n").unwrap(),
+        ),
+        tools: Arc::new(tools),
+        limits: Limits { max_steps: 5, timeout: Duration::from_secs(1), max_tokens: None },
+    };
+    let err = a.run(&mut Conversation::new("s", "u"), &ctx(), &NoObserver).await.unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Timeout, "{}", err.message);
+    // Bounded: an abort drops the tool's future at once; a detached tool
+    // would instead finish after its hour (the paused clock gets there).
+    let ended = tokio::time::timeout(Duration::from_secs(60), rx).await.expect("the tool task still runs");
+    assert_eq!(ended.unwrap(), "dropped", "the tool ran on after its agent gave up");
+}

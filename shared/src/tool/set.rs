@@ -1,5 +1,11 @@
 //! The tools of one agent, and the execution policy around every call:
-//! lookup, JSON Schema validation, timeout, panic isolation.
+//! lookup, JSON Schema validation, approval, timeout, panic isolation, and
+//! the one audit record of every approval decision (docs/APPROVALS.md): gates
+//! decide, the tool set records, so a decision is audited exactly once.
+//!
+//! Each call runs in its own task, which is aborted when the call's future is
+//! dropped (the agent's wall-time limit, cancellation): a tool never keeps
+//! running after its agent gave up on it.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -189,30 +195,9 @@ impl ToolSet {
         } else {
             args.clone()
         };
-        let tool = entry.tool.clone();
-        let mut ctx2 = ctx.clone();
-        if self.gated.contains(name) {
-            ctx2.approvals =
-                Some(Arc::new(Approved { tool: name.to_string(), args: args.clone(), gate: ctx.approvals.clone() }));
-        }
-        let args2 = args;
-        // Spawned so a panicking tool becomes a `bug` result, not a dead agent;
-        // in the caller's span so the tool's log lines keep job, task and trace ids.
-        let handle =
-            tokio::spawn(tracing::Instrument::in_current_span(
-                async move { tool.call_with_artifact(&ctx2, args2).await },
-            ));
-        let abort = handle.abort_handle();
-        let outcome = tokio::select! {
-            r = handle => r,
-            _ = tokio::time::sleep(self.timeout) => {
-                abort.abort();
-                return (Err(ToolError::new(ErrorKind::Timeout, format!("tool {name} timed out after {}s", self.timeout.as_secs_f32()))), None);
-            }
-            _ = ctx.cancel.cancelled() => {
-                abort.abort();
-                return (Err(ToolError::new(ErrorKind::Cancelled, "cancelled")), None);
-            }
+        let outcome = match self.run_timed(entry, ctx, name, args).await {
+            Ok(outcome) => outcome,
+            Err(stopped) => return (Err(stopped), None),
         };
         match outcome {
             // The tool's own error text may carry paths, traces or secrets: the
@@ -238,36 +223,150 @@ impl ToolSet {
             }
         }
     }
-}
 
-/// Waits for the approval gate; returns the arguments to run with. The
-/// decision is audited when the set has an auditor.
-/// The gate a gated tool runs with once its call was approved: the tool
-/// asking again from inside for the same call (a file permission rule with
-/// mode `interrupt`) is answered by that approval instead of a second round;
-/// any other question goes to the real gate.
-struct Approved {
-    tool: String,
-    args: Value,
-    gate: Option<Arc<dyn ApprovalGate>>,
-}
-
-#[async_trait::async_trait]
-impl ApprovalGate for Approved {
-    async fn approve(&self, ctx: &ToolContext, tool: &str, args: &Value) -> Result<Value, ToolError> {
-        if tool == self.tool && args == &self.args {
-            return Ok(args.clone());
+    /// Runs the tool in its own task under the tool timeout; the time the
+    /// tool spends waiting for a person (a permission rule with mode
+    /// `interrupt` asking the gate from inside the call) does not count, since
+    /// `approval_timeout` governs that wait (docs/APPROVALS.md). The task is
+    /// aborted on timeout, on cancellation, and when this future is dropped
+    /// (the agent's wall-time limit fired): no tool keeps running detached.
+    async fn run_timed(
+        &self,
+        entry: &Entry,
+        ctx: &ToolContext,
+        name: &str,
+        args: Value,
+    ) -> Result<Result<(Result<Value, ToolError>, Option<Value>), tokio::task::JoinError>, ToolError> {
+        let tool = entry.tool.clone();
+        let pause = Arc::new(tokio::sync::watch::Sender::new(Paused::default()));
+        let mut ctx2 = ctx.clone();
+        let approved = self.gated.contains(name).then(|| (name.to_string(), args.clone()));
+        if approved.is_some() || ctx.approvals.is_some() {
+            ctx2.approvals = Some(Arc::new(Asked {
+                approved,
+                gate: ctx.approvals.clone(),
+                pause: pause.clone(),
+                auditor: self.auditor.get().cloned(),
+            }));
         }
-        match &self.gate {
-            Some(gate) => gate.approve(ctx, tool, args).await,
-            None => Err(ToolError::new(
-                ErrorKind::Permission,
-                format!("{tool} requires human approval; the call was not run"),
+        // Spawned so a panicking tool becomes a `bug` result, not a dead agent;
+        // in the caller's span so the tool's log lines keep job, task and trace ids.
+        let handle =
+            tokio_util::task::AbortOnDropHandle::new(tokio::spawn(tracing::Instrument::in_current_span(async move {
+                tool.call_with_artifact(&ctx2, args).await
+            })));
+        tokio::select! {
+            r = handle => Ok(r),
+            _ = expiry(self.timeout, pause.subscribe()) => Err(ToolError::new(
+                ErrorKind::Timeout,
+                format!("tool {name} timed out after {}s", self.timeout.as_secs_f32()),
             )),
+            _ = ctx.cancel.cancelled() => Err(ToolError::new(ErrorKind::Cancelled, "cancelled")),
         }
     }
 }
 
+/// How long a running tool has waited for approval decisions, and whether
+/// it is waiting now: the tool timeout's clock stops meanwhile.
+#[derive(Clone, Copy, Debug, Default)]
+struct Paused {
+    /// Approval waits in progress.
+    waiting: usize,
+    /// Since when the current wait runs, when `waiting > 0`.
+    since: Option<tokio::time::Instant>,
+    /// Finished waits, summed.
+    total: Duration,
+}
+
+/// Resolves when the tool has run for `timeout`, approval waits excluded.
+async fn expiry(timeout: Duration, mut pause: tokio::sync::watch::Receiver<Paused>) {
+    let started = tokio::time::Instant::now();
+    loop {
+        let p = *pause.borrow_and_update();
+        if p.waiting > 0 {
+            // Stopped clock: wait for the decision (the sender lives as long
+            // as the call, so a closed channel only means it is over).
+            if pause.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+            continue;
+        }
+        let deadline = started + timeout + p.total;
+        if tokio::time::Instant::now() >= deadline {
+            return;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep_until(deadline) => {}
+            _ = pause.changed() => {}
+        }
+    }
+}
+
+/// Ends one approval wait when dropped (also when the wait is aborted).
+struct Resume(Arc<tokio::sync::watch::Sender<Paused>>);
+
+impl Resume {
+    fn start(pause: &Arc<tokio::sync::watch::Sender<Paused>>) -> Self {
+        pause.send_modify(|p| {
+            p.waiting += 1;
+            if p.waiting == 1 {
+                p.since = Some(tokio::time::Instant::now());
+            }
+        });
+        Self(pause.clone())
+    }
+}
+
+impl Drop for Resume {
+    fn drop(&mut self) {
+        self.0.send_modify(|p| {
+            p.waiting -= 1;
+            if p.waiting == 0
+                && let Some(since) = p.since.take()
+            {
+                p.total += since.elapsed();
+            }
+        });
+    }
+}
+
+/// The gate a tool sees from inside its call. A gated tool asking again for
+/// the call that was just approved (a file permission rule with mode
+/// `interrupt`) is answered by that approval instead of a second round; any
+/// other question goes to the real gate, with the tool timeout's clock stopped
+/// while a person decides, and its decision audited here, once.
+struct Asked {
+    /// The gated call this run was approved for, if any.
+    approved: Option<(String, Value)>,
+    gate: Option<Arc<dyn ApprovalGate>>,
+    pause: Arc<tokio::sync::watch::Sender<Paused>>,
+    auditor: Option<crate::audit::Auditor>,
+}
+
+#[async_trait::async_trait]
+impl ApprovalGate for Asked {
+    async fn approve(&self, ctx: &ToolContext, tool: &str, args: &Value) -> Result<Value, ToolError> {
+        if self.approved.as_ref().is_some_and(|(t, a)| t == tool && a == args) {
+            return Ok(args.clone());
+        }
+        let Some(gate) = &self.gate else {
+            return Err(ToolError::new(
+                ErrorKind::Permission,
+                format!("{tool} requires human approval; the call was not run"),
+            ));
+        };
+        let asked = Instant::now();
+        let decided = {
+            let _resume = Resume::start(&self.pause);
+            gate.approve(ctx, tool, args).await
+        };
+        audit_decision(self.auditor.as_ref(), ctx, tool, args, &decided, asked.elapsed()).await;
+        decided
+    }
+}
+
+/// Waits for the approval gate; returns the arguments to run with. The
+/// decision is audited when the set has an auditor.
 async fn approve(
     entry: &Entry,
     ctx: &ToolContext,
@@ -286,23 +385,36 @@ async fn approve(
         r = gate.approve(ctx, name, args) => r,
         _ = ctx.cancel.cancelled() => return Err(ToolError::new(ErrorKind::Cancelled, "cancelled")),
     };
-    if let Some(auditor) = auditor {
-        use crate::protocol::AuditOutcome;
-        let outcome = match &decided {
-            Ok(a) if a == args => Some((AuditOutcome::Approved, a)),
-            Ok(a) => Some((AuditOutcome::Edited, a)),
-            Err(e) if e.kind == ErrorKind::Permission => Some((AuditOutcome::Rejected, args)),
-            Err(_) => None, // no decision (timeout, cancelled): the tool call record says why
-        };
-        if let Some((outcome, a)) = outcome {
-            auditor.approval(ctx, name, a, outcome, asked.elapsed()).await;
-        }
-    }
+    audit_decision(auditor, ctx, name, args, &decided, asked.elapsed()).await;
     let args = decided?;
     validate(&entry.validator, &args).map_err(|e| {
         ToolError::validation(format!("the reviewer's edited arguments do not fit the tool: {}", e.message))
     })?;
     Ok(args)
+}
+
+/// The one audit record of an approval decision: `approved`, `edited` (with
+/// the edited arguments) or `rejected` (by a reviewer, or because nobody
+/// answered within `approval_timeout`: both are `permission` errors). A call
+/// that got no decision (gate unavailable, cancelled) has no approval record;
+/// its tool call record says why. Gates themselves do not audit.
+async fn audit_decision(
+    auditor: Option<&crate::audit::Auditor>,
+    ctx: &ToolContext,
+    name: &str,
+    args: &Value,
+    decided: &Result<Value, ToolError>,
+    waited: Duration,
+) {
+    use crate::protocol::AuditOutcome;
+    let Some(auditor) = auditor else { return };
+    let (outcome, audited) = match decided {
+        Ok(a) if a == args => (AuditOutcome::Approved, a),
+        Ok(a) => (AuditOutcome::Edited, a),
+        Err(e) if e.kind == ErrorKind::Permission => (AuditOutcome::Rejected, args),
+        Err(_) => return,
+    };
+    auditor.approval(ctx, name, audited, outcome, waited).await;
 }
 
 /// The first five ways `args` breaks the schema, each with its JSON pointer.
@@ -458,5 +570,97 @@ mod tests {
         let e = s.invoke(&with(Ok(json!({"x": "seven"}))), "echo", &json!({"x": 1})).await.result.unwrap_err();
         assert_eq!(e.kind, ErrorKind::Validation);
         assert!(e.message.contains("edited arguments"), "{}", e.message);
+    }
+
+    /// A tool that asks the context's gate from inside its call, as a file
+    /// permission rule with mode `interrupt` does, then returns `x`.
+    struct Interrupting;
+    #[async_trait]
+    impl Tool for Interrupting {
+        fn spec(&self) -> ToolSpec {
+            ToolSpec {
+                name: "interrupting".into(),
+                description: "asks inside".into(),
+                input_schema: json!({"type":"object","properties":{"x":{"type":"number"}},"required":["x"]}),
+            }
+        }
+        async fn call(&self, ctx: &ToolContext, args: Value) -> Result<Value, ToolError> {
+            let gate = ctx.approvals.as_ref().expect("a gate");
+            gate.approve(ctx, "write_file", &json!({"path": "/a"})).await?;
+            Ok(args["x"].clone())
+        }
+    }
+
+    /// A gate that says when it is asked and decides when the test says so.
+    struct Person {
+        asked: tokio::sync::Notify,
+        decision: tokio::sync::Mutex<Option<tokio::sync::oneshot::Receiver<Result<Value, ToolError>>>>,
+    }
+    #[async_trait]
+    impl crate::tool::ApprovalGate for Person {
+        async fn approve(&self, _: &ToolContext, _: &str, _: &Value) -> Result<Value, ToolError> {
+            self.asked.notify_one();
+            let rx = self.decision.lock().await.take().expect("asked once");
+            rx.await.expect("the test decides")
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_person_deciding_inside_a_call_does_not_count_against_the_tool_timeout() {
+        let mut s = ToolSet::new(Duration::from_secs(1));
+        s.add(Arc::new(Interrupting), "builtin").unwrap();
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let person = Arc::new(Person { asked: Default::default(), decision: tokio::sync::Mutex::new(Some(rx)) });
+        let mut c = ctx();
+        c.approvals = Some(person.clone());
+        let call = tokio::spawn(async move { s.invoke(&c, "interrupting", &json!({"x": 4})).await });
+        person.asked.notified().await;
+        // The person takes 2 s (paused clock: time passes, no real wait).
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let _ = tx.send(Ok(json!({"path": "/a"})));
+        let outcome = call.await.unwrap();
+        assert_eq!(outcome.result.unwrap(), json!(4), "the 1 s tool timeout fired while a person decided");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_tool_timeout_still_bounds_the_tool_outside_approval_waits() {
+        let s = set();
+        let e = s.invoke(&ctx(), "echo", &json!({"x": 1, "sleep_ms": 5000})).await.result.unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Timeout);
+    }
+
+    #[tokio::test]
+    async fn every_approval_decision_is_audited_once_with_its_outcome() {
+        let sink = Arc::new(crate::audit::MemoryAuditSink::default());
+        let mut s = set();
+        s.add(Arc::new(Interrupting), "builtin").unwrap();
+        s.require_approval("echo").unwrap();
+        s.set_auditor(crate::audit::Auditor::new(sink.clone(), "a", "w"));
+        let with = |g: Result<Value, ToolError>| {
+            let mut c = ctx();
+            c.approvals = Some(Arc::new(Gate(g)));
+            c
+        };
+        let expired = ToolError::new(ErrorKind::Permission, "no reviewer answered within 1s");
+        s.invoke(&with(Ok(json!({"x": 1}))), "echo", &json!({"x": 1})).await.result.unwrap();
+        s.invoke(&with(Ok(json!({"x": 2}))), "echo", &json!({"x": 1})).await.result.unwrap();
+        s.invoke(&with(Err(expired)), "echo", &json!({"x": 1})).await.result.unwrap_err();
+        s.invoke(&with(Err(ToolError::transient("bus down"))), "echo", &json!({"x": 1})).await.result.unwrap_err();
+        // Asked from inside an ungated tool (a permission rule): audited too.
+        s.invoke(&with(Ok(json!({"path": "/a"}))), "interrupting", &json!({"x": 1})).await.result.unwrap();
+        use crate::protocol::{AuditAction, AuditOutcome};
+        let approvals: Vec<(String, AuditOutcome)> = sink
+            .records()
+            .into_iter()
+            .filter(|r| r.action == AuditAction::Approval)
+            .map(|r| (r.tool, r.outcome))
+            .collect();
+        let expected = [
+            ("echo", AuditOutcome::Approved),
+            ("echo", AuditOutcome::Edited),
+            ("echo", AuditOutcome::Rejected),
+            ("write_file", AuditOutcome::Approved),
+        ];
+        assert_eq!(approvals, expected.map(|(t, o)| (t.to_string(), o)), "no record for a gate that did not decide");
     }
 }
