@@ -21,13 +21,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use flotilla_shared::audit::Auditor;
 use flotilla_shared::bus::{ApprovalStore, Bus, BusError, Versioned, Write};
 use flotilla_shared::config::SubagentConfig;
 use flotilla_shared::ids::{TaskId, Tenant};
 use flotilla_shared::protocol::{
-    self, ApprovalRecord, ApprovalRequest, ApprovalState, AuditOutcome, Decision, DecisionKind, DecisionRecord,
-    ErrorKind, ProgressKind,
+    self, ApprovalRecord, ApprovalRequest, ApprovalState, Decision, DecisionKind, DecisionRecord, ErrorKind,
+    ProgressKind,
 };
 use flotilla_shared::tool::{ApprovalGate, ToolContext, ToolError, ToolSet};
 use futures::StreamExt;
@@ -90,20 +89,12 @@ pub struct BusApprovalGate {
     policy: Arc<ApprovalPolicy>,
     progress: ProgressPublisher,
     tenant: Tenant,
-    /// Writes each decision to the audit stream, when the worker audits.
-    auditor: Option<Auditor>,
 }
 
 impl BusApprovalGate {
     /// A gate for the task `progress` reports on.
-    pub fn new(
-        bus: Bus,
-        policy: Arc<ApprovalPolicy>,
-        progress: ProgressPublisher,
-        tenant: Tenant,
-        auditor: Option<Auditor>,
-    ) -> Self {
-        Self { bus, policy, progress, tenant, auditor }
+    pub fn new(bus: Bus, policy: Arc<ApprovalPolicy>, progress: ProgressPublisher, tenant: Tenant) -> Self {
+        Self { bus, policy, progress, tenant }
     }
 
     fn new_record(&self, task: TaskId, ctx: &ToolContext, tool: &str, args: &Value, round: u32) -> ApprovalRecord {
@@ -366,21 +357,13 @@ impl ApprovalGate for BusApprovalGate {
             tracing::warn!(tool, call_id = %ctx.call_id, error = %e, "approval store unavailable");
             ToolError::transient(format!("cannot ask for approval of {tool} right now; the call was not run"))
         };
-        let started = std::time::Instant::now();
         let store = self.policy.store(&self.bus).await.map_err(unavailable)?;
-        let result = match self.open(store, &key, task, ctx, tool, args).await.map_err(unavailable)? {
+        // The decision is audited by the tool set that asked, once
+        // (`audit_decision` in shared/src/tool/set.rs), not here.
+        match self.open(store, &key, task, ctx, tool, args).await.map_err(unavailable)? {
             Opened::Wait(rec) => self.wait(store, &key, *rec).await.map_err(unavailable)?,
             Opened::Done(result) => result,
-        };
-        if let Some(auditor) = &self.auditor {
-            let (outcome, audited) = match &result {
-                Ok(run) if run == args => (AuditOutcome::Approved, run),
-                Ok(edited) => (AuditOutcome::Edited, edited),
-                Err(_) => (AuditOutcome::Rejected, args),
-            };
-            auditor.approval(ctx, tool, audited, outcome, started.elapsed()).await;
         }
-        result
     }
 }
 

@@ -138,13 +138,7 @@ async fn run(
                 .map_err(|e| tracing::error!(error = %e, "sandbox scratch dir not created; execute will fail"))
                 .ok()
         });
-        let gate = BusApprovalGate::new(
-            ctx.bus.clone(),
-            rt.approvals.clone(),
-            progress.clone(),
-            task.tenant.clone(),
-            rt.tools.auditor().cloned(),
-        );
+        let gate = BusApprovalGate::new(ctx.bus.clone(), rt.approvals.clone(), progress.clone(), task.tenant.clone());
         let run_ctx = RunContext {
             job_id: task.job_id,
             task_id: Some(task.task_id),
