@@ -8,6 +8,7 @@ mod common;
 mod deploy_manifests;
 mod durability;
 mod files;
+mod fixes_approvals;
 mod job_files;
 mod mcp;
 mod mcp_conformance;
