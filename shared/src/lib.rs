@@ -30,18 +30,18 @@
 
 pub use flotilla_protocol as protocol;
 pub use flotilla_protocol::{ids, subjects, trace};
+pub use flotilla_config as config;
+pub use flotilla_config::permissions;
 
 pub mod agent;
 pub mod audit;
 pub mod builtin;
 pub mod bus;
-pub mod config;
 pub mod digest;
 pub mod files;
 pub mod mcp;
 pub mod metrics;
 pub mod model;
-pub mod permissions;
 pub mod sanitize;
 pub mod telemetry;
 pub mod tls;

@@ -14,6 +14,7 @@
 #![deny(missing_docs)]
 
 pub mod ids;
+pub mod path;
 pub mod subjects;
 pub mod trace;
 

@@ -30,11 +30,7 @@ use crate::permissions::{Mode, Operation, Permissions};
 use crate::protocol::ErrorKind;
 use crate::tool::{Tool, ToolContext, ToolError};
 
-/// Every built-in tool name.
-pub const ALL: &[&str] = &["ls", "read_file", "write_file", "edit_file", "glob", "grep"];
-/// The tools that never write (the planner's default set, and the tools whose
-/// bounded output is never evicted).
-pub const READ_ONLY: &[&str] = &["ls", "read_file", "glob", "grep"];
+pub use flotilla_config::builtin_tools::{ALL, READ_ONLY};
 
 /// What the built-in tools of one agent share: the job files and the agent's rules.
 pub struct FileToolEnv {

@@ -536,16 +536,7 @@ fn checked(payload: Bytes, what: &str) -> Result<Bytes, BusError> {
     Ok(payload)
 }
 
-/// Hides credentials in a URL for logs and errors: `nats://user:pass@h` -> `nats://***@h`.
-pub fn redact_url(url: &str) -> String {
-    url.split(',')
-        .map(|u| match (u.find("://"), u.rfind('@')) {
-            (Some(s), Some(at)) if at > s => format!("{}***{}", &u[..s + 3], &u[at..]),
-            _ => u.to_string(),
-        })
-        .collect::<Vec<_>>()
-        .join(",")
-}
+pub use flotilla_config::redact_url;
 
 #[cfg(test)]
 mod tests {

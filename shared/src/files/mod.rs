@@ -22,7 +22,7 @@
 //! read (see [`reserved`]). [`JobFiles::in_memory`] is the same contract
 //! without a server, for unit tests and fuzzing of the file tools.
 
-pub mod path;
+pub use flotilla_protocol::path;
 pub mod reserved;
 
 use std::collections::{BTreeMap, HashMap};

@@ -19,7 +19,6 @@
 use std::collections::BTreeMap;
 
 use rmcp::model::{ContentBlock, GetPromptRequestParams, JsonObject, ReadResourceRequestParams, ResourceContents};
-use serde::{Deserialize, Serialize};
 
 use super::error::McpError;
 use super::hub::McpHub;
@@ -28,18 +27,7 @@ use crate::protocol::ErrorKind;
 /// Most bytes of system prompt the resources and prompt may produce together.
 pub const MAX_CONTEXT_BYTES: usize = 256 * 1024;
 
-/// `[subagents.<type>] mcp_prompt`: the MCP prompt that becomes the system prompt.
-#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct McpPromptConfig {
-    /// Server name under `[mcp_servers]`.
-    pub server: String,
-    /// The prompt's name on the server.
-    pub name: String,
-    /// Argument values: minijinja templates over `task` and `subagent_type`.
-    #[serde(default)]
-    pub arguments: BTreeMap<String, String>,
-}
+pub use flotilla_config::mcp::McpPromptConfig;
 
 /// One `mcp_resources` entry: `<server>/<uri>`.
 #[derive(Clone, Debug, PartialEq, Eq)]

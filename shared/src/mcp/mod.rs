@@ -21,11 +21,10 @@
 //! sources), `structuredContent` lost on errors.
 
 pub mod app_context;
-pub mod config;
+pub use flotilla_config::mcp as config;
 pub mod content;
 pub mod error;
 pub mod hub;
-pub mod import;
 pub mod manager;
 pub mod session;
 pub mod tool;

@@ -8,27 +8,11 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use serde::{Deserialize, Serialize};
 
 use super::{ChatModel, ModelError, ModelRequest, ModelResponse};
-use crate::protocol::Usage;
 
-/// Prices of one model in US dollars per million tokens.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct Price {
-    /// `[models.<name>] price_input_per_mtok`: per million prompt tokens.
-    pub input_per_mtok: f64,
-    /// `[models.<name>] price_output_per_mtok`: per million completion tokens.
-    pub output_per_mtok: f64,
-}
+pub use flotilla_config::Price;
 
-impl Price {
-    /// Dollar cost of the tokens in `usage`.
-    pub fn cost(&self, usage: &Usage) -> f64 {
-        (usage.input_tokens as f64 * self.input_per_mtok + usage.output_tokens as f64 * self.output_per_mtok)
-            / 1_000_000.0
-    }
-}
 
 /// Wraps `model` so each response's usage carries its cost; `None` leaves it unpriced.
 pub fn priced(model: Arc<dyn ChatModel>, price: Option<Price>) -> Arc<dyn ChatModel> {
@@ -55,6 +39,7 @@ impl ChatModel for Priced {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::protocol::Usage;
 
     struct Fixed;
     #[async_trait]

@@ -20,8 +20,8 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-use super::config::{self, RawMcpServer};
-use crate::config::{ConfigError, Settings};
+use crate::mcp::{self as config, RawMcpServer};
+use crate::{ConfigError, Settings};
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -134,7 +134,7 @@ impl Settings {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::mcp::config::McpTransport;
+    use crate::mcp::McpTransport;
 
     fn file(text: &str) -> std::path::PathBuf {
         let d = std::env::temp_dir().join(format!("flotilla-mcp-import-{}", uuid::Uuid::now_v7()));

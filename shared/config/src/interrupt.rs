@@ -7,7 +7,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::protocol::DecisionKind;
+use flotilla_protocol::DecisionKind;
 
 /// One `interrupt_on` entry: `{ decisions = ["approve", "reject", "edit"] }`.
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]

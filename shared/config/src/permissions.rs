@@ -17,7 +17,7 @@
 use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
 use serde::{Deserialize, Serialize};
 
-use crate::files::FilePath;
+use flotilla_protocol::path::FilePath;
 
 /// What a file tool does to a path.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::url_policy;
+use crate::url_policy;
 
 /// Default bound on `initialize` + `tools/list` and on every call.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
@@ -147,7 +147,7 @@ fn is_env_name(s: &str) -> bool {
 pub fn validate(name: &str, raw: RawMcpServer, base: &Path) -> Result<McpServerSettings, McpConfigProblem> {
     let key = |k: &str| format!("mcp_servers.{name}.{k}");
     let problem = |k: &str, m: String| McpConfigProblem { key: key(k), message: m };
-    if !crate::ids::is_valid_token(name) {
+    if !flotilla_protocol::ids::is_valid_token(name) {
         return Err(McpConfigProblem {
             key: format!("mcp_servers.{name}"),
             message: "server names use 1-64 characters from a-z, A-Z, 0-9, '-' and '_'".into(),
@@ -187,7 +187,7 @@ pub fn validate(name: &str, raw: RawMcpServer, base: &Path) -> Result<McpServerS
             let url = raw.url.ok_or_else(|| problem("url", "required for transport \"http\"".into()))?;
             url_policy::check(&url, raw.allow_insecure_http).map_err(|e| problem("url", e.to_string()))?;
             for (h, var) in &raw.headers_from_env {
-                if reqwest::header::HeaderName::from_bytes(h.as_bytes()).is_err() {
+                if !is_header_name(h) {
                     return Err(problem("headers_from_env", format!("{h:?} is not a valid HTTP header name")));
                 }
                 if !is_env_name(var) {
@@ -254,6 +254,24 @@ impl McpServerSettings {
             McpTransport::Http { url, .. } => url_policy::redact(url),
         }
     }
+}
+
+/// An HTTP header name: an RFC 9110 token.
+fn is_header_name(h: &str) -> bool {
+    !h.is_empty() && h.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+}
+
+/// `[subagents.<type>] mcp_prompt`: the MCP prompt that becomes the system prompt.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct McpPromptConfig {
+    /// Server name under `[mcp_servers]`.
+    pub server: String,
+    /// The prompt's name on the server.
+    pub name: String,
+    /// Argument values: minijinja templates over `task` and `subagent_type`.
+    #[serde(default)]
+    pub arguments: BTreeMap<String, String>,
 }
 
 #[cfg(test)]
@@ -336,7 +354,7 @@ headers_from_env = { "X-Api-Key" = "REMOTE_KEY" }
 "#,
         )
         .unwrap();
-        let s = crate::config::Settings::load_with_env(Some(&p), vec![]).unwrap();
+        let s = crate::Settings::load_with_env(Some(&p), vec![]).unwrap();
         let f = &s.mcp_servers["finance"];
         assert_eq!((f.session, f.call_timeout), (SessionMode::PerCall, Duration::from_millis(500)));
         match &f.transport {
@@ -348,7 +366,7 @@ headers_from_env = { "X-Api-Key" = "REMOTE_KEY" }
             other => panic!("{other:?}"),
         }
         std::fs::write(&p, "[mcp_servers.bad]\nurl = \"http://example.com/mcp\"\n").unwrap();
-        let err = crate::config::Settings::load_with_env(Some(&p), vec![]).unwrap_err().to_string();
+        let err = crate::Settings::load_with_env(Some(&p), vec![]).unwrap_err().to_string();
         assert!(err.contains("`mcp_servers.bad.url`") && err.contains("https"), "{err}");
     }
 }

@@ -6,12 +6,20 @@
 //!
 //! The keys are a public contract, documented in `docs/CONFIG.md`.
 
+#![deny(missing_docs)]
+
+pub mod builtin_tools;
 pub mod files;
 pub mod interrupt;
 pub mod nats_auth;
 pub mod operations;
 pub mod raw;
+pub mod mcp;
+mod mcp_import;
+pub mod permissions;
+mod price;
 pub mod sandbox;
+pub mod url_policy;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -22,9 +30,22 @@ pub use interrupt::InterruptConfig;
 pub use nats_auth::{NatsAuthConfig, NatsTlsConfig};
 pub use operations::{DashboardConfig, MetricsConfig, WorkerConfig};
 pub use raw::{LocalConfig, NatsConfig, PlannerConfig, SubagentConfig};
+pub use mcp::{McpServerSettings, McpTransport, RawMcpServer, SessionMode};
+pub use price::Price;
 pub use sandbox::SandboxConfig;
 
-use crate::ids::{SubagentType, is_valid_token};
+/// Hides credentials in a URL for logs and errors: `nats://user:pass@h` -> `nats://***@h`.
+pub fn redact_url(url: &str) -> String {
+    url.split(',')
+        .map(|u| match (u.find("://"), u.rfind('@')) {
+            (Some(s), Some(at)) if at > s => format!("{}***{}", &u[..s + 3], &u[at..]),
+            _ => u.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+use flotilla_protocol::ids::{SubagentType, is_valid_token};
 
 /// Environment variable prefix for overrides: `FLOTILLA_NATS__URL` sets `[nats] url`.
 pub const ENV_PREFIX: &str = "FLOTILLA";
@@ -96,7 +117,7 @@ pub struct Settings {
     /// Local all-in-one mode (`flotilla up`).
     pub local: LocalConfig,
     /// Prices of the models that have them, by model name.
-    pub prices: BTreeMap<String, crate::model::priced::Price>,
+    pub prices: BTreeMap<String, crate::Price>,
     /// `[worker]`: heartbeats.
     pub worker: WorkerConfig,
     /// `[metrics]`: Prometheus endpoints.
@@ -106,7 +127,7 @@ pub struct Settings {
     /// `[files]`: job files and large-result eviction.
     pub files: FilesConfig,
     /// `[mcp_servers.<name>]`, plus servers imported with `--mcp-config`.
-    pub mcp_servers: BTreeMap<String, crate::mcp::McpServerSettings>,
+    pub mcp_servers: BTreeMap<String, crate::McpServerSettings>,
 }
 
 impl Settings {
@@ -163,7 +184,7 @@ impl Settings {
                         return Err(invalid(key(k), "must be a number >= 0 (US dollars per million tokens)"));
                     }
                 }
-                let price = crate::model::priced::Price {
+                let price = crate::Price {
                     input_per_mtok: m.price_input_per_mtok.unwrap_or(0.0),
                     output_per_mtok: m.price_output_per_mtok.unwrap_or(0.0),
                 };
@@ -209,10 +230,10 @@ impl Settings {
             if p.max_steps == 0 {
                 return Err(invalid("planner.max_steps", "must be at least 1"));
             }
-            if let Some(t) = p.tools.iter().find(|t| !crate::builtin::ALL.contains(&t.as_str())) {
+            if let Some(t) = p.tools.iter().find(|t| !crate::builtin_tools::ALL.contains(&t.as_str())) {
                 return Err(invalid(
                     "planner.tools",
-                    format!("unknown built-in tool {t:?} (built-ins: {})", crate::builtin::ALL.join(", ")),
+                    format!("unknown built-in tool {t:?} (built-ins: {})", crate::builtin_tools::ALL.join(", ")),
                 ));
             }
             check_permissions("planner", &p.permissions, p.default_permission)?;
@@ -259,7 +280,7 @@ impl Settings {
         }
         let mut mcp_servers = BTreeMap::new();
         for (name, server) in raw.mcp_servers {
-            let s = crate::mcp::config::validate(&name, server, base).map_err(|p| invalid(p.key, p.message))?;
+            let s = crate::mcp::validate(&name, server, base).map_err(|p| invalid(p.key, p.message))?;
             mcp_servers.insert(name, s);
         }
         Ok(Settings {
@@ -300,7 +321,7 @@ impl Settings {
     }
 
     /// The price of model `name`, when configured.
-    pub fn price(&self, name: &str) -> Option<crate::model::priced::Price> {
+    pub fn price(&self, name: &str) -> Option<crate::Price> {
         self.prices.get(name).copied()
     }
 

@@ -29,7 +29,7 @@ pub struct RawConfig {
     /// `[dashboard]`
     pub dashboard: super::operations::DashboardConfig,
     /// `[mcp_servers.<name>]`
-    pub mcp_servers: BTreeMap<String, crate::mcp::RawMcpServer>,
+    pub mcp_servers: BTreeMap<String, crate::RawMcpServer>,
 }
 
 /// `[nats]`: where the bus is and how names are prefixed.
@@ -84,7 +84,7 @@ impl Default for NatsConfig {
 impl std::fmt::Debug for NatsConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("NatsConfig")
-            .field("url", &crate::bus::redact_url(&self.url))
+            .field("url", &crate::redact_url(&self.url))
             .field("prefix", &self.prefix)
             .field("ack_wait", &self.ack_wait)
             .field("max_deliver", &self.max_deliver)
@@ -166,7 +166,7 @@ pub struct PlannerConfig {
 }
 
 fn default_planner_tools() -> Vec<String> {
-    crate::builtin::READ_ONLY.iter().map(|s| s.to_string()).collect()
+    crate::builtin_tools::READ_ONLY.iter().map(|s| s.to_string()).collect()
 }
 
 fn default_planner_prompt() -> String {
@@ -239,7 +239,7 @@ pub struct SubagentConfig {
     pub mcp_resources: Vec<String>,
     /// An MCP prompt that becomes the system prompt of each task (docs/MCP.md).
     #[serde(default)]
-    pub mcp_prompt: Option<crate::mcp::app_context::McpPromptConfig>,
+    pub mcp_prompt: Option<crate::mcp::McpPromptConfig>,
 }
 
 fn default_subagent_steps() -> u32 {
