@@ -2,6 +2,13 @@
 //! with one in-memory copy per job this orchestrator is running so concurrent
 //! tool calls of one planner (parallel `task` calls, `write_todos`) update one
 //! record under one lock and never overwrite each other's changes.
+//!
+//! The lock guards the in-memory change only, never the write: a write may
+//! retry for a minute through a NATS outage (`WRITE_BUDGET`), and readers
+//! (status requests, job events) must not wait for it. Each change gets a
+//! version; the writes of one job run one at a time, each storing the newest
+//! snapshot, and a write whose version an earlier-finished write already
+//! covered is skipped, so an older snapshot never overwrites a newer one.
 
 use std::sync::Arc;
 
@@ -11,7 +18,6 @@ use flotilla_shared::bus::{Bus, BusError, retry};
 use flotilla_shared::ids::{JobId, Tenant};
 use flotilla_shared::protocol::{self, JobEvent, JobEventKind, JobRecord, JobStatus, JobSummary};
 use futures::TryStreamExt;
-use tokio::sync::Mutex;
 
 use crate::metrics::OrchestratorMetrics;
 
@@ -23,7 +29,7 @@ const WRITE_BUDGET: std::time::Duration = std::time::Duration::from_secs(60);
 pub struct JobStore {
     bus: Bus,
     kv: kv::Store,
-    live: Arc<DashMap<JobId, Arc<Mutex<JobRecord>>>>,
+    live: Arc<DashMap<JobId, Arc<Live>>>,
     metrics: Arc<OrchestratorMetrics>,
 }
 
@@ -37,14 +43,14 @@ impl JobStore {
     /// Stores a new record and keeps it live.
     pub async fn insert(&self, rec: JobRecord) -> Result<(), BusError> {
         self.write(&rec).await?;
-        self.live.insert(rec.id, Arc::new(Mutex::new(rec)));
+        self.live.insert(rec.id, Arc::new(Live::new(rec, 1)));
         Ok(())
     }
 
     /// Reads a record: the live copy when running here, else the bucket.
     pub async fn get(&self, id: &JobId) -> Result<Option<JobRecord>, BusError> {
         if let Some(rec) = self.live.get(id).map(|r| r.clone()) {
-            return Ok(Some(rec.lock().await.clone()));
+            return Ok(Some(rec.snapshot().0));
         }
         let bytes = self.kv.get(id.to_string()).await.map_err(|e| BusError::new(format!("cannot read job {id}"), e))?;
         match bytes {
@@ -58,25 +64,28 @@ impl JobStore {
     /// Reads the live record of `id` (loading it when needed) without copying it.
     pub async fn read<R>(&self, id: &JobId, look: impl FnOnce(&JobRecord) -> R) -> Result<R, BusError> {
         let rec = self.live_record(id).await?;
-        let guard = rec.lock().await;
-        Ok(look(&guard))
+        Ok(rec.look(look))
     }
 
-    async fn live_record(&self, id: &JobId) -> Result<Arc<Mutex<JobRecord>>, BusError> {
+    async fn live_record(&self, id: &JobId) -> Result<Arc<Live>, BusError> {
         if let Some(r) = self.live.get(id).map(|r| r.clone()) {
             return Ok(r);
         }
         let rec = self.get(id).await?.ok_or_else(|| BusError::new(format!("job {id}"), "not found"))?;
-        Ok(self.live.entry(*id).or_insert_with(|| Arc::new(Mutex::new(rec))).clone())
+        // Loaded from the bucket: version 0 is stored already.
+        Ok(self.live.entry(*id).or_insert_with(|| Arc::new(Live::new(rec, 0))).clone())
     }
 
-    /// Applies `change` to the live record of `id` and persists it.
+    /// Applies `change` to the live record of `id` and persists it (or a
+    /// newer snapshot that includes it). Readers never wait for the write.
     pub async fn update<R>(&self, id: &JobId, change: impl FnOnce(&mut JobRecord) -> R) -> Result<R, BusError> {
         let rec = self.live_record(id).await?;
-        let mut guard = rec.lock().await;
-        let out = change(&mut guard);
-        guard.updated_at = protocol::now();
-        self.write(&guard).await?;
+        let (out, version) = rec.apply(|r| {
+            let out = change(r);
+            r.updated_at = protocol::now();
+            out
+        });
+        rec.persist(version, |snapshot| async move { self.write(&snapshot).await }).await?;
         Ok(out)
     }
 
@@ -167,5 +176,125 @@ impl JobStore {
         };
         let ev = JobEvent { v: protocol::SCHEMA_VERSION, job_id, at: protocol::now(), kind };
         self.bus.publish_event(self.bus.subjects.job_event(&tenant, &job_id), &ev).await;
+    }
+}
+
+/// The in-memory copy of one running job and the order of its writes.
+struct Live {
+    /// The record and its version (one more per change). A plain mutex: it is
+    /// never held across an await.
+    rec: std::sync::Mutex<(JobRecord, u64)>,
+    /// The newest version stored; held by the one write of this job in flight.
+    written: tokio::sync::Mutex<u64>,
+}
+
+impl Live {
+    /// `rec` at `version`; `stored` says whether that version is in the bucket.
+    fn new(rec: JobRecord, stored: u64) -> Self {
+        Self { rec: std::sync::Mutex::new((rec, stored)), written: tokio::sync::Mutex::new(stored) }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, (JobRecord, u64)> {
+        // A panic inside a change leaves a record that is still well-formed.
+        self.rec.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn look<R>(&self, look: impl FnOnce(&JobRecord) -> R) -> R {
+        look(&self.lock().0)
+    }
+
+    fn snapshot(&self) -> (JobRecord, u64) {
+        self.lock().clone()
+    }
+
+    /// Applies `change`; returns its result and the new version.
+    fn apply<R>(&self, change: impl FnOnce(&mut JobRecord) -> R) -> (R, u64) {
+        let mut guard = self.lock();
+        let out = change(&mut guard.0);
+        guard.1 += 1;
+        (out, guard.1)
+    }
+
+    /// Makes sure a snapshot at least as new as `version` is stored: waits
+    /// for the write in flight, then writes the newest snapshot unless that
+    /// write already covered `version`.
+    async fn persist<F, Fut>(&self, version: u64, write: F) -> Result<(), BusError>
+    where
+        F: FnOnce(JobRecord) -> Fut,
+        Fut: std::future::Future<Output = Result<(), BusError>>,
+    {
+        let mut written = self.written.lock().await;
+        if *written >= version {
+            return Ok(());
+        }
+        let (snapshot, newest) = self.snapshot();
+        write(snapshot).await?;
+        *written = newest;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use flotilla_shared::ids::{JobId, Tenant};
+    use tokio::sync::oneshot;
+
+    use super::*;
+
+    type Stored = Arc<Mutex<Vec<String>>>;
+
+    /// Persists `version` of `live`, recording each stored snapshot's input.
+    fn persist(
+        live: &Arc<Live>,
+        version: u64,
+        stored: &Stored,
+        gate: Option<(oneshot::Sender<()>, oneshot::Receiver<()>)>,
+    ) -> tokio::task::JoinHandle<Result<(), BusError>> {
+        let (live, stored) = (live.clone(), stored.clone());
+        tokio::spawn(async move {
+            live.persist(version, |snapshot| async move {
+                if let Some((started, release)) = gate {
+                    started.send(()).unwrap();
+                    release.await.unwrap();
+                }
+                stored.lock().unwrap().push(snapshot.input);
+                Ok(())
+            })
+            .await
+        })
+    }
+
+    #[tokio::test]
+    async fn a_slow_write_blocks_no_reader_and_the_newest_snapshot_is_stored_last() {
+        let live = Arc::new(Live::new(JobRecord::new(JobId::new(), Tenant::default(), "submitted".into()), 1));
+        let stored = Stored::default();
+        let set = |to: &'static str| move |r: &mut JobRecord| r.input = to.into();
+
+        // A write that hangs (a NATS outage) until the test releases it.
+        let ((), a) = live.apply(set("a"));
+        let (started, on_start) = oneshot::channel();
+        let (release, on_release) = oneshot::channel();
+        let slow = persist(&live, a, &stored, Some((started, on_release)));
+        on_start.await.unwrap();
+
+        // Meanwhile readers answer at once and changes apply (the record's
+        // lock used to be held across the write, so these waited for it).
+        assert_eq!(live.look(|r| r.input.clone()), "a");
+        let ((), b) = live.apply(set("b"));
+        let ((), c) = live.apply(set("c"));
+        assert_eq!(live.look(|r| r.input.clone()), "c");
+        let later = [persist(&live, b, &stored, None), persist(&live, c, &stored, None)];
+
+        release.send(()).unwrap();
+        slow.await.unwrap().unwrap();
+        for w in later {
+            w.await.unwrap().unwrap();
+        }
+        // "b" was covered by the write of the newest snapshot: one write fewer,
+        // and nothing older lands after "c".
+        assert_eq!(*stored.lock().unwrap(), ["a", "c"]);
+        assert_eq!(*live.written.lock().await, c);
     }
 }
