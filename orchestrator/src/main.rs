@@ -111,6 +111,8 @@ fn main() {
     let runtime = tokio::runtime::Runtime::new().expect("tokio runtime");
     let code = match runtime.block_on(run(cli)) {
         Ok(code) => code,
+        // The reader of stdout went away (`| head -1`): done, not an error.
+        Err(e) if cli::out::is_broken_pipe(&e) => 0,
         Err(e) => {
             eprintln!("error: {e:#}");
             2

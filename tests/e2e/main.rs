@@ -3,6 +3,7 @@
 
 mod approvals;
 mod bad_input;
+mod cli_pipe;
 mod cluster;
 mod common;
 mod deploy_manifests;

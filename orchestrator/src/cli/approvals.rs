@@ -7,7 +7,10 @@ use flotilla_shared::config::Settings;
 use flotilla_shared::ids::{JobId, Tenant};
 use flotilla_shared::protocol::{ApiReply, ApprovalsReply, ApprovalsRequest, SCHEMA_VERSION};
 
-use super::connect;
+use flotilla_shared::protocol::ApprovalRequest;
+
+use super::out::{out, outln};
+use super::{connect, render, table};
 
 /// List pending approval requests.
 #[derive(ClapArgs, Debug)]
@@ -27,34 +30,69 @@ pub async fn run(settings: &Settings, tenant: &Tenant, args: Args) -> anyhow::Re
     let reply: ApiReply<ApprovalsReply> = api.bus.request(tenant, "approvals", &req, Duration::from_secs(10)).await?;
     let list = reply.into_result().map_err(|e| anyhow::anyhow!("{e}"))?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&list.approvals)?);
+        outln!("{}", serde_json::to_string_pretty(&list.approvals)?)?;
         return Ok(0);
     }
     if list.approvals.is_empty() {
-        println!("no pending approvals");
+        outln!("no pending approvals")?;
         return Ok(0);
     }
-    println!("{:<36}  {:<16}  {:<20}  {:<20}  {:>7}  ARGS", "JOB", "CALL", "TOOL", "DECISIONS", "EXPIRES");
-    let now = flotilla_shared::protocol::now();
-    for r in &list.approvals {
-        let decisions: Vec<_> = r.decisions.iter().map(|d| d.as_str()).collect();
-        let mut args = r.args.to_string();
-        if args.len() > 60 {
-            let mut end = 57;
-            while !args.is_char_boundary(end) {
-                end -= 1;
-            }
-            args = format!("{}...", &args[..end]);
-        }
-        println!(
-            "{:<36}  {:<16}  {:<20}  {:<20}  {:>6}s  {}",
-            r.job_id,
-            r.call_id,
-            r.tool,
-            decisions.join(","),
-            (r.expires_at - now).whole_seconds().max(0),
-            args
-        );
-    }
+    out!("{}", table(&list.approvals, flotilla_shared::protocol::now()))?;
     Ok(0)
+}
+
+/// The human table, one line per request; arguments cut to a preview
+/// (`--json` has them whole).
+fn table(approvals: &[ApprovalRequest], now: time::OffsetDateTime) -> String {
+    let mut t = table::new(&["JOB", "CALL", "TOOL", "DECISIONS", "EXPIRES", "ARGS"]);
+    table::align_right(&mut t, &[4]);
+    for r in approvals {
+        let decisions: Vec<_> = r.decisions.iter().map(|d| d.as_str()).collect();
+        t.add_row([
+            r.job_id.to_string(),
+            render::one_line(&r.call_id, 40),
+            r.tool.clone(),
+            decisions.join(","),
+            format!("{}s", (r.expires_at - now).whole_seconds().max(0)),
+            render::one_line(&r.args.to_string(), 60),
+        ]);
+    }
+    table::render(t, "")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(call_id: &str, tool: &str, args: serde_json::Value) -> ApprovalRequest {
+        serde_json::from_value(serde_json::json!({
+            "v": 1, "job_id": uuid::Uuid::now_v7(), "task_id": uuid::Uuid::now_v7(), "tenant": "default",
+            "subagent_type": "finance", "worker_id": "w1", "call_id": call_id, "tool": tool, "args": args,
+            "input_schema": {"type": "object"}, "decisions": ["approve", "reject"],
+            "requested_at": "1970-01-01T00:00:00Z", "expires_at": "1970-01-01T00:05:00Z",
+        }))
+        .expect("approval request")
+    }
+
+    #[test]
+    fn provider_call_ids_and_long_tool_names_keep_the_columns_aligned() {
+        let now = time::OffsetDateTime::UNIX_EPOCH;
+        let long_args = serde_json::json!({"path": "/out.txt", "content": "x".repeat(200)});
+        let text = table(
+            &[
+                request("toolu_01A09q90qw90lq917835lq9", "finance_calculate_gross_margin", long_args),
+                request("c1", "write_file", serde_json::json!({"path": "/a"})),
+            ],
+            now,
+        );
+        let lines: Vec<&str> = text.lines().collect();
+        let decisions = lines[0].find("DECISIONS").unwrap();
+        let args = lines[0].find("ARGS").unwrap();
+        for row in &lines[1..] {
+            assert_eq!(row.find("approve,reject"), Some(decisions), "{text}");
+            assert_eq!(row.find("{\""), Some(args), "{text}");
+        }
+        assert!(lines[1].contains("300s") && lines[1].ends_with('…'), "{text}");
+        assert!(lines[1].chars().count() < 250, "arguments are cut to a preview: {text}");
+    }
 }

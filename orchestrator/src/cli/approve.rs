@@ -9,6 +9,7 @@ use flotilla_shared::ids::{JobId, TaskId, Tenant};
 use flotilla_shared::protocol::{ApiReply, ApproveReply, ApproveRequest, Decision, SCHEMA_VERSION};
 
 use super::connect;
+use super::out::outln;
 
 /// Answer an approval request.
 #[derive(ClapArgs, Debug)]
@@ -60,6 +61,6 @@ pub async fn run(settings: &Settings, tenant: &Tenant, args: Args) -> anyhow::Re
     let reply: ApiReply<ApproveReply> = api.bus.request(tenant, "approve", &req, Duration::from_secs(10)).await?;
     let rec = reply.into_result().map_err(|e| anyhow::anyhow!("not recorded: {e}"))?.record;
     let r = &rec.request;
-    println!("{} call {} ({}) of job {}, task {}", req.decision.kind(), r.call_id, r.tool, r.job_id, r.task_id);
+    outln!("{} call {} ({}) of job {}, task {}", req.decision.kind(), r.call_id, r.tool, r.job_id, r.task_id)?;
     Ok(0)
 }

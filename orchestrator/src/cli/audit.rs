@@ -10,6 +10,9 @@ use flotilla_shared::config::Settings;
 use flotilla_shared::ids::{JobId, Tenant};
 use flotilla_shared::protocol::AuditRecord;
 
+use super::out::{out, outln};
+use super::table;
+
 /// Show the audit records of a job (tool calls and approvals).
 #[derive(ClapArgs, Debug)]
 pub struct Args {
@@ -26,10 +29,10 @@ pub async fn run(settings: &Settings, tenant: &Tenant, args: Args) -> anyhow::Re
     let records = flotilla_shared::audit::read(&bus, tenant, &args.job).await?;
     if args.json {
         for r in &records {
-            println!("{}", serde_json::to_string(r)?);
+            outln!("{}", serde_json::to_string(r)?)?;
         }
     } else {
-        print!("{}", table(&records));
+        out!("{}", table(&records))?;
     }
     if records.is_empty() {
         eprintln!("no audit records for job {} of tenant {tenant}", args.job);
@@ -38,11 +41,10 @@ pub async fn run(settings: &Settings, tenant: &Tenant, args: Args) -> anyhow::Re
     Ok(0)
 }
 
+/// The human table, one line per record, oldest first.
 fn table(records: &[AuditRecord]) -> String {
-    let mut out = format!(
-        "{:<24} {:<9} {:<10} {:<16} {:<18} {:<22} {:>7}  {:<12} {}\n",
-        "time", "action", "agent", "worker", "tool", "outcome", "ms", "args sha256", "trace"
-    );
+    let mut t = table::new(&["time", "action", "agent", "worker", "tool", "outcome", "ms", "args sha256", "trace"]);
+    table::align_right(&mut t, &[6]);
     for r in records {
         let time = r.at.format(&time::format_description::well_known::Rfc3339).unwrap_or_default();
         let action = match r.action {
@@ -53,18 +55,49 @@ fn table(records: &[AuditRecord]) -> String {
             Some(kind) => format!("{} ({kind})", r.outcome.as_str()),
             None => r.outcome.as_str().to_string(),
         };
-        out.push_str(&format!(
-            "{:<24} {:<9} {:<10} {:<16} {:<18} {:<22} {:>7}  {:<12} {}\n",
-            time.chars().take(24).collect::<String>(),
-            action,
-            r.agent,
-            r.worker,
-            r.tool,
+        t.add_row([
+            time.chars().take(24).collect(),
+            action.to_string(),
+            r.agent.clone(),
+            r.worker.clone(),
+            r.tool.clone(),
             outcome,
-            r.duration_ms,
-            &r.args_sha256[..r.args_sha256.len().min(12)],
-            r.trace_id.as_deref().unwrap_or("-"),
-        ));
+            r.duration_ms.to_string(),
+            r.args_sha256.chars().take(12).collect(),
+            r.trace_id.clone().unwrap_or_else(|| "-".into()),
+        ]);
     }
-    out
+    table::render(t, "")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(worker: &str, tool: &str, error_kind: Option<&str>) -> AuditRecord {
+        serde_json::from_value(serde_json::json!({
+            "v": 1, "at": "2025-01-01T10:00:00.123456Z", "action": "tool_call", "tenant": "default",
+            "job_id": uuid::Uuid::now_v7(), "agent": "finance", "worker": worker, "tool": tool, "call_id": "c1",
+            "args_sha256": "ab".repeat(32), "outcome": if error_kind.is_some() { "error" } else { "ok" },
+            "error_kind": error_kind, "duration_ms": 7, "trace_id": "4bf92f3577b34da6a3ce929d0e0e4736",
+        }))
+        .expect("audit record")
+    }
+
+    #[test]
+    fn mcp_tool_names_and_worker_ids_longer_than_usual_keep_the_columns_aligned() {
+        let text = table(&[
+            record("laptop-7f3a-12345", "finance_calculate_gross_margin_by_region", Some("validation")),
+            record("w1", "write_file", None),
+        ]);
+        let lines: Vec<&str> = text.lines().collect();
+        let outcome = lines[0].find("outcome").unwrap();
+        let trace = lines[0].find("trace").unwrap();
+        assert_eq!(lines[1].find("error (validation)"), Some(outcome), "{text}");
+        assert_eq!(lines[2].find("ok "), Some(outcome), "{text}");
+        for row in &lines[1..] {
+            assert_eq!(row.find("4bf92f35"), Some(trace), "{text}");
+            assert!(row.contains("abababababab  4bf9"), "12 characters of the digest: {text}");
+        }
+    }
 }

@@ -5,6 +5,7 @@ use flotilla_shared::config::Settings;
 use flotilla_shared::ids::{JobId, Tenant};
 
 use super::connect;
+use super::out::outln;
 
 /// Cancel a job: the planner stops, queued tasks leave the work queue, and
 /// every worker aborts the job's running subagents (they report `cancelled`).
@@ -24,9 +25,9 @@ pub struct Args {
 pub async fn run(settings: &Settings, tenant: &Tenant, args: Args) -> anyhow::Result<i32> {
     let reply = connect(settings, tenant).await?.cancel(args.job, args.reason).await?;
     if args.json {
-        println!("{}", serde_json::json!({"job_id": reply.job_id, "purged_tasks": reply.purged_tasks}));
+        outln!("{}", serde_json::json!({"job_id": reply.job_id, "purged_tasks": reply.purged_tasks}))?;
     } else {
-        println!("cancelling job {}: {} queued tasks removed", reply.job_id, reply.purged_tasks);
+        outln!("cancelling job {}: {} queued tasks removed", reply.job_id, reply.purged_tasks)?;
     }
     Ok(0)
 }

@@ -8,6 +8,7 @@ use std::time::Duration;
 use clap::Args as ClapArgs;
 use flotilla_shared::config::Settings;
 
+use super::out::outln;
 use super::{Output, connect, exit_code, follow_job, render};
 use crate::supervisor::{Logs, Supervisor};
 
@@ -22,12 +23,16 @@ pub struct Args {
 /// Runs the demo; exit code 0 when the job completed.
 pub async fn run(settings: Settings, config: &Path, args: Args) -> anyhow::Result<i32> {
     let mut sup = Supervisor::start(&settings, config, Logs::Files).await?;
-    println!(
+    let banner = outln!(
         "started nats-server, the orchestrator and {} workers (logs in {})",
         settings.local.workers,
         sup.log_dir.display()
     );
-    let result = tokio::select! {
+    // Nobody reads stdout any more: stop the deployment cleanly, then exit.
+    let result = if let Err(e) = banner {
+        Err(e.into())
+    } else {
+        tokio::select! {
         r = submit_and_follow(&settings, args.job.unwrap_or_else(|| settings.local.demo_job.clone())) => r,
         _ = crate::shutdown_signal() => Ok(130),
         (name, status) = sup.wait_any() => Err(anyhow::anyhow!(
@@ -35,6 +40,7 @@ pub async fn run(settings: Settings, config: &Path, args: Args) -> anyhow::Resul
             status.map(|s| s.to_string()).unwrap_or_else(|e| e.to_string()),
             sup.log_dir.join(format!("{name}.log")).display()
         )),
+        }
     };
     sup.stop(Duration::from_secs(15)).await;
     result
@@ -53,8 +59,8 @@ async fn submit_and_follow(settings: &Settings, job: String) -> anyhow::Result<i
             Err(e) => return Err(e),
         }
     };
-    println!("submitted job {id}\n");
+    outln!("submitted job {id}\n")?;
     let rec = follow_job(&api, id, Output::Text).await?;
-    println!("\n{}", render::record(&rec));
+    outln!("\n{}", render::record(&rec))?;
     Ok(exit_code(rec.status))
 }

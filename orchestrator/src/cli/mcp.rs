@@ -9,6 +9,7 @@
 //!   the server could not be reached or refused the request;
 //! - `flotilla mcp health`: connect to every configured server and report.
 
+use super::out::outln;
 use clap::{Args as ClapArgs, Subcommand};
 use flotilla_shared::config::Settings;
 use flotilla_shared::mcp::McpHub;
@@ -55,19 +56,19 @@ pub async fn run(settings: &Settings, args: Args) -> anyhow::Result<i32> {
             conn.discover().await?;
             let tools = conn.tools().unwrap_or_default();
             if json {
-                println!("{}", serde_json::to_string_pretty(&tools)?);
+                outln!("{}", serde_json::to_string_pretty(&tools)?)?;
             } else {
                 for t in &tools {
                     let exposed =
                         if conn.settings.prefix { format!("{server}_{}", t.name) } else { t.name.to_string() };
-                    println!("{}  (model sees: {exposed})", t.name);
+                    outln!("{}  (model sees: {exposed})", t.name)?;
                     if let Some(d) = &t.description {
-                        println!("  {d}");
+                        outln!("  {d}")?;
                     }
-                    println!("  input schema: {}", Value::Object((*t.input_schema).clone()));
+                    outln!("  input schema: {}", Value::Object((*t.input_schema).clone()))?;
                 }
                 if tools.is_empty() {
-                    println!("(no tools)");
+                    outln!("(no tools)")?;
                 }
             }
             0
@@ -80,13 +81,13 @@ pub async fn run(settings: &Settings, args: Args) -> anyhow::Result<i32> {
             };
             let conn = hub.server(&server)?;
             let result = conn.call(&tool, arguments, RequestMetaObject::new()).await?;
-            println!("{}", serde_json::to_string_pretty(&result)?);
+            outln!("{}", serde_json::to_string_pretty(&result)?)?;
             if result.is_error == Some(true) { 1 } else { 0 }
         }
         McpCommand::Health => {
             let names = settings.mcp_servers.keys().cloned().collect();
             let results = hub.discover(&names).await;
-            println!("{}", serde_json::to_string_pretty(&hub.health())?);
+            outln!("{}", serde_json::to_string_pretty(&hub.health())?)?;
             if results.iter().all(|(_, r)| r.is_ok()) { 0 } else { 1 }
         }
     };

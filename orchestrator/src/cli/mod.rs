@@ -13,9 +13,11 @@ pub mod follow;
 pub mod jobs;
 pub mod live;
 pub mod mcp;
+pub mod out;
 pub mod render;
 pub mod status;
 pub mod submit;
+pub mod table;
 pub mod up;
 pub mod watch;
 pub mod workers;
@@ -31,6 +33,7 @@ use futures::StreamExt;
 
 use client::ApiClient;
 use follow::{Event, Scope};
+use out::outln;
 
 /// Connects as a short-lived client of `tenant`.
 pub async fn connect(settings: &Settings, tenant: &Tenant) -> anyhow::Result<ApiClient> {
@@ -64,7 +67,7 @@ pub async fn follow_job(api: &ApiClient, job: JobId, output: Output) -> anyhow::
     let limit = if finished { stored } else { usize::MAX };
     if finished {
         if output == Output::Text {
-            println!("job {job} already {}; replaying its {limit} stored events", current.status.as_str());
+            outln!("job {job} already {}; replaying its {limit} stored events", current.status.as_str())?;
         }
         if limit == 0 {
             return Ok(current);

@@ -4,13 +4,15 @@
 use flotilla_shared::protocol::{JobEventKind, JobRecord, ProgressKind, TodoStatus, Usage};
 
 use super::follow::Event;
+use super::table;
 
 /// First 8 characters of an id: enough to tell tasks apart on screen.
 pub fn short(id: impl std::fmt::Display) -> String {
     id.to_string().chars().rev().take(8).collect::<Vec<_>>().into_iter().rev().collect()
 }
 
-fn one_line(s: &str, max: usize) -> String {
+/// `s` on one line (whitespace runs as one space), cut to `max` characters.
+pub fn one_line(s: &str, max: usize) -> String {
     let flat: String = s.split_whitespace().collect::<Vec<_>>().join(" ");
     if flat.chars().count() > max { format!("{}…", flat.chars().take(max).collect::<String>()) } else { flat }
 }
@@ -101,6 +103,25 @@ pub fn event(e: &Event) -> String {
     }
 }
 
+/// One line per task: id, type, status, duration, worker, spend.
+fn tasks(r: &JobRecord) -> String {
+    let mut t = table::new(&[]);
+    for task in &r.tasks {
+        let status = task.status.map(|s| s.as_str()).unwrap_or("running");
+        let attempt = if task.attempt > 1 { format!(" (attempt {})", task.attempt) } else { String::new() };
+        t.add_row([
+            short(task.task_id),
+            task.subagent_type.to_string(),
+            status.to_string(),
+            format!("{} ms", task.duration_ms),
+            task.worker_id.clone().unwrap_or_else(|| "-".into()),
+            format!("{}{attempt}", usage(&task.usage)),
+        ]);
+    }
+    table::align_right(&mut t, &[3]);
+    table::render(t, "  ")
+}
+
 /// The whole picture of a job: state, spend (total, planner, per subagent
 /// type), todos, tasks, each task's full report, and the answer.
 pub fn record(r: &JobRecord) -> String {
@@ -114,10 +135,12 @@ pub fn record(r: &JobRecord) -> String {
         one_line(&r.input, 200),
         usage(&r.usage),
     );
-    out.push_str(&format!("  {:<12} {}\n", "planner", usage(&r.planner_usage)));
+    let mut spend = table::new(&[]);
+    spend.add_row(["planner".to_string(), usage(&r.planner_usage)]);
     for (ty, u) in &r.usage_by_type {
-        out.push_str(&format!("  {:<12} {}\n", ty.as_str(), usage(u)));
+        spend.add_row([ty.to_string(), usage(u)]);
     }
+    out.push_str(&table::render(spend, "  "));
     if !r.todos.is_empty() {
         out.push_str("todos\n");
         for t in &r.todos {
@@ -131,19 +154,7 @@ pub fn record(r: &JobRecord) -> String {
     }
     if !r.tasks.is_empty() {
         out.push_str("tasks\n");
-        for t in &r.tasks {
-            let status = t.status.map(|s| s.as_str()).unwrap_or("running");
-            let attempt = if t.attempt > 1 { format!(" (attempt {})", t.attempt) } else { String::new() };
-            out.push_str(&format!(
-                "  {} {:<10} {:<9} {:>6} ms  {:<14} {}{attempt}\n",
-                short(t.task_id),
-                t.subagent_type,
-                status,
-                t.duration_ms,
-                t.worker_id.as_deref().unwrap_or("-"),
-                usage(&t.usage),
-            ));
-        }
+        out.push_str(&tasks(r));
         out.push_str("reports\n");
         for t in &r.tasks {
             let Some(status) = t.status else { continue };

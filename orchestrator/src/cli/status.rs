@@ -4,6 +4,7 @@ use clap::Args as ClapArgs;
 use flotilla_shared::config::Settings;
 use flotilla_shared::ids::{JobId, Tenant};
 
+use super::out::{out, outln};
 use super::{connect, render};
 
 /// Show a job: status, todos, tasks with their reports, usage, answer.
@@ -20,9 +21,9 @@ pub struct Args {
 pub async fn run(settings: &Settings, tenant: &Tenant, args: Args) -> anyhow::Result<i32> {
     let rec = connect(settings, tenant).await?.status(args.job).await?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&rec)?);
+        outln!("{}", serde_json::to_string_pretty(&rec)?)?;
     } else {
-        print!("{}", render::record(&rec));
+        out!("{}", render::record(&rec))?;
     }
     Ok(0)
 }

@@ -6,6 +6,7 @@ use clap::Args as ClapArgs;
 use flotilla_shared::config::Settings;
 use flotilla_shared::ids::Tenant;
 
+use super::out::{out, outln};
 use super::{Output, connect, exit_code, follow_job, render};
 
 /// Submit a job to the planner.
@@ -34,22 +35,22 @@ pub async fn run(settings: &Settings, tenant: &Tenant, args: Args) -> anyhow::Re
     let id = api.submit(input).await?;
     if !args.wait {
         if args.json {
-            println!("{}", serde_json::json!({ "job_id": id }));
+            outln!("{}", serde_json::json!({ "job_id": id }))?;
         } else {
-            println!("{id}");
+            outln!("{id}")?;
         }
         return Ok(0);
     }
     if !args.json {
-        println!("{id}");
+        outln!("{id}")?;
     }
     let rec = follow_job(&api, id, Output::Quiet).await?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&rec)?);
+        outln!("{}", serde_json::to_string_pretty(&rec)?)?;
     } else if let Some(answer) = &rec.answer {
-        println!("{answer}");
+        outln!("{answer}")?;
     } else {
-        print!("{}", render::record(&rec));
+        out!("{}", render::record(&rec))?;
     }
     Ok(exit_code(rec.status))
 }

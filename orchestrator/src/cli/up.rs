@@ -6,6 +6,7 @@ use std::time::Duration;
 use clap::Args as ClapArgs;
 use flotilla_shared::config::Settings;
 
+use super::out::outln;
 use crate::supervisor::{Logs, Supervisor};
 
 /// Start nats-server (or reuse a running one), the orchestrator and
@@ -23,9 +24,11 @@ pub async fn run(mut settings: Settings, config: &Path, args: Args) -> anyhow::R
         settings.local.workers = n;
     }
     let mut sup = Supervisor::start(&settings, config, Logs::Inherit).await?;
-    println!(
+    // A closed stdout (`flotilla up | head -1`) does not stop the deployment.
+    let _ = outln!(
         "flotilla is up: orchestrator and {} workers on {}. Submit with `flotilla submit \"...\"`; Ctrl-C stops.",
-        settings.local.workers, settings.nats.url
+        settings.local.workers,
+        settings.nats.url
     );
     let code = tokio::select! {
         _ = crate::shutdown_signal() => 0,

@@ -13,6 +13,7 @@ use futures::StreamExt;
 use super::client::ApiClient;
 use super::follow::{self, Event, Scope};
 use super::live::LiveView;
+use super::out::outln;
 use super::{Output, connect, exit_code, follow_job, render};
 
 /// Follow a job's events (todos, dispatched tasks, each subagent's model and
@@ -53,10 +54,10 @@ pub async fn run(settings: &Settings, tenant: &Tenant, args: Args) -> anyhow::Re
     };
     if !args.json {
         if let Some(answer) = &rec.answer {
-            println!("\n{answer}");
+            outln!("\n{answer}")?;
         }
         if let Some(e) = &rec.error {
-            println!("\n{e}");
+            outln!("\n{e}")?;
         }
     }
     Ok(exit_code(rec.status))
@@ -66,7 +67,7 @@ pub async fn run(settings: &Settings, tenant: &Tenant, args: Args) -> anyhow::Re
 async fn follow_live(api: &ApiClient, job: JobId) -> anyhow::Result<flotilla_shared::protocol::JobRecord> {
     let current = api.status(job).await?;
     if current.status.is_terminal() {
-        println!("job {job} already {}", current.status.as_str());
+        outln!("job {job} already {}", current.status.as_str())?;
         return Ok(current);
     }
     let mut events = std::pin::pin!(follow::follow(&api.bus, Scope::Job(api.tenant.clone(), job), true).await?);

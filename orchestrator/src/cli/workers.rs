@@ -7,6 +7,8 @@ use flotilla_shared::ids::Tenant;
 use flotilla_shared::protocol::WorkerHeartbeat;
 
 use super::connect;
+use super::out::{out, outln};
+use super::table;
 
 /// List live workers: host, types with capacity and tasks in flight, MCP health.
 #[derive(ClapArgs, Debug)]
@@ -21,9 +23,9 @@ pub async fn run(settings: &Settings, tenant: &Tenant, args: Args) -> anyhow::Re
     let api = connect(settings, tenant).await?;
     let workers = api.bus.live_workers().await?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&workers)?);
+        outln!("{}", serde_json::to_string_pretty(&workers)?)?;
     } else {
-        print!("{}", table(&workers, flotilla_shared::protocol::now()));
+        out!("{}", table(&workers, flotilla_shared::protocol::now()))?;
     }
     Ok(0)
 }
@@ -33,10 +35,8 @@ pub fn table(workers: &[WorkerHeartbeat], now: time::OffsetDateTime) -> String {
     if workers.is_empty() {
         return "no live workers (start one with `flotilla-worker --config <file>`)\n".into();
     }
-    let mut out = format!(
-        "{:<24} {:<9} {:<16} {:>7} {:<14} {:>9} {:>6} {:>6} {:>5}  {}\n",
-        "WORKER", "STATE", "HOST", "PID", "TYPE", "IN FLIGHT", "DONE", "FAILED", "SEEN", "MCP"
-    );
+    let mut t = table::new(&["WORKER", "STATE", "HOST", "PID", "TYPE", "IN FLIGHT", "DONE", "FAILED", "SEEN", "MCP"]);
+    table::align_right(&mut t, &[3, 5, 6, 7, 8]);
     for w in workers {
         let seen = format!("{}s", (now - w.at).whole_seconds().max(0));
         let mcp = w
@@ -45,22 +45,62 @@ pub fn table(workers: &[WorkerHeartbeat], now: time::OffsetDateTime) -> String {
             .map(|m| format!("{}:{}", m.name, if m.ok { "ok" } else { "down" }))
             .collect::<Vec<_>>()
             .join(",");
-        for (i, t) in w.types.iter().enumerate() {
-            let first = i == 0;
-            out.push_str(&format!(
-                "{:<24} {:<9} {:<16} {:>7} {:<14} {:>9} {:>6} {:>6} {:>5}  {}\n",
-                if first { w.worker_id.as_str() } else { "" },
-                if first { w.state.as_str() } else { "" },
-                if first { w.host.as_str() } else { "" },
-                if first { w.pid.to_string() } else { String::new() },
-                t.subagent_type.as_str(),
-                format!("{}/{}", t.in_flight, t.capacity),
-                t.completed,
-                t.failed,
-                if first { seen.as_str() } else { "" },
-                if first { mcp.as_str() } else { "" },
-            ));
+        for (i, ty) in w.types.iter().enumerate() {
+            // The worker's own columns on its first type's line only.
+            let own = |s: String| if i == 0 { s } else { String::new() };
+            t.add_row([
+                own(w.worker_id.clone()),
+                own(w.state.as_str().into()),
+                own(w.host.clone()),
+                own(w.pid.to_string()),
+                ty.subagent_type.to_string(),
+                format!("{}/{}", ty.in_flight, ty.capacity),
+                ty.completed.to_string(),
+                ty.failed.to_string(),
+                own(seen.clone()),
+                own(mcp.clone()),
+            ]);
         }
     }
-    out
+    table::render(t, "")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn beat(id: &str, types: &[&str]) -> WorkerHeartbeat {
+        let types: Vec<_> = types
+            .iter()
+            .map(
+                |t| serde_json::json!({"subagent_type": t, "capacity": 2, "in_flight": 1, "completed": 3, "failed": 0}),
+            )
+            .collect();
+        serde_json::from_value(serde_json::json!({
+            "v": 1, "worker_id": id, "host": "h", "pid": 42, "version": "0.1.0", "state": "running",
+            "types": types, "started_at": "1970-01-01T00:00:00Z", "at": "1970-01-01T00:00:00Z", "interval_ms": 1000,
+            "mcp_servers": [{"name": "finance", "ok": true}],
+        }))
+        .expect("heartbeat")
+    }
+
+    #[test]
+    fn columns_stay_aligned_when_a_worker_id_outgrows_the_usual_width() {
+        let long = "worker-on-a-host-with-a-long-fqdn.example.internal-4242";
+        let at = time::OffsetDateTime::UNIX_EPOCH + time::Duration::seconds(5);
+        let text = table(&[beat("w1", &["finance"]), beat(long, &["finance", "research"])], at);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 4, "{text}");
+        let state = lines[0].find("STATE").unwrap();
+        let ty = lines[0].find("TYPE").unwrap();
+        let mcp = lines[0].find("MCP").unwrap();
+        for row in &lines[1..3] {
+            assert_eq!(row.find("running"), Some(state), "{text}");
+            assert_eq!(row.find("finance:ok"), Some(mcp), "{text}");
+        }
+        // The second type's line leaves the worker's own columns blank.
+        assert_eq!(lines[3].find("research"), Some(ty), "{text}");
+        assert!(lines[3].starts_with(' ') && !lines[3].contains("running"), "{text}");
+        assert!(lines[1].contains("1/2") && lines[1].contains("5s"), "{text}");
+    }
 }

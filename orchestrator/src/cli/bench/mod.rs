@@ -87,11 +87,12 @@ pub async fn run(args: Args) -> anyhow::Result<i32> {
         let settings = flotilla_shared::config::Settings::load(None)?;
         rows.extend(mcp::measure(&settings, 500).await?);
     }
-    let width = rows.iter().map(|r| r.0.len()).max().unwrap_or(10);
-    println!("{:<width$}  {:>14}  target", "measure", "result");
-    for (m, r, t) in rows {
-        println!("{m:<width$}  {r:>14}  {t}");
+    let mut t = super::table::new(&["measure", "result", "target"]);
+    super::table::align_right(&mut t, &[1]);
+    for (m, r, target) in rows {
+        t.add_row([m, r, target]);
     }
+    super::out::out!("{}", super::table::render(t, ""))?;
     Ok(0)
 }
 
