@@ -42,6 +42,7 @@ pub mod files;
 pub mod mcp;
 pub mod metrics;
 pub mod model;
+pub mod retry;
 pub mod sanitize;
 pub mod telemetry;
 pub mod tls;

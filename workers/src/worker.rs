@@ -5,6 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use flotilla_shared::retry::Backoff;
 use futures::StreamExt;
 use tokio_util::task::TaskTracker;
 
@@ -40,7 +41,7 @@ async fn consume(
     consumer: async_nats::jetstream::consumer::PullConsumer,
     tracker: TaskTracker,
 ) {
-    let mut backoff = Duration::from_millis(100);
+    let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
     loop {
         let Ok(permit) = rt.slots.clone().acquire_owned().await else { return };
         let batch = consumer.batch().max_messages(1).expires(PULL_EXPIRES).messages().await;
@@ -48,14 +49,13 @@ async fn consume(
             Ok(b) => b,
             Err(e) => {
                 tracing::warn!(subagent_type = %rt.ty, error = %e, "pull failed; retrying");
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(5));
+                tokio::time::sleep(backoff.next_delay()).await;
                 continue;
             }
         };
         match batch.next().await {
             Some(Ok(msg)) => {
-                backoff = Duration::from_millis(100);
+                backoff.reset();
                 let (ctx, rt) = (ctx.clone(), rt.clone());
                 tracker.spawn(async move {
                     task::handle(ctx, rt, msg).await;
@@ -64,8 +64,7 @@ async fn consume(
             }
             Some(Err(e)) => {
                 tracing::debug!(subagent_type = %rt.ty, error = %e, "pull ended");
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(5));
+                tokio::time::sleep(backoff.next_delay()).await;
             }
             None => {} // expired with no task: ask again
         }

@@ -23,7 +23,6 @@ mod workers;
 pub use approvals::{APPROVAL_RETENTION, ApprovalStore, DecisionError, Versioned, Write, check_decision};
 pub use workers::TTL_INTERVALS;
 
-mod retry;
 
 use std::time::Duration;
 
@@ -36,7 +35,7 @@ use crate::protocol::{self, MAX_MESSAGE_BYTES, Message};
 use crate::subjects::Subjects;
 use denials::{Denial, DenialKind, Denials, GuardError};
 
-pub use retry::{Retryable, backoff, retry};
+pub use crate::retry::{Backoff, Retryable, retry};
 
 /// A bus operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -101,7 +100,7 @@ impl BusError {
     }
 }
 
-impl retry::Retryable for BusError {
+impl crate::retry::Retryable for BusError {
     fn is_transient(&self) -> bool {
         BusError::is_transient(self)
     }
@@ -141,6 +140,7 @@ impl Bus {
             .map(|u| u.trim().parse::<async_nats::ServerAddr>())
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| BusError::new(format!("invalid [nats] url {}", redact_url(&config.url)), e))?;
+        let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(2));
         let client = loop {
             let seen = denials.clone();
             let opts = async_nats::ConnectOptions::new()
@@ -176,7 +176,7 @@ impl Bus {
                 }
                 Err(e) if tokio::time::Instant::now() < deadline => {
                     tracing::debug!(error = %e, "NATS not reachable yet, retrying");
-                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    tokio::time::sleep(backoff.next_delay().min(deadline - tokio::time::Instant::now())).await;
                 }
                 Err(e) => {
                     return Err(BusError::new(
@@ -326,6 +326,7 @@ impl Bus {
         for name in [self.subjects.tasks_stream(), self.subjects.reports_stream(), self.subjects.audit_stream(), files]
         {
             let mut logged = false;
+            let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(2));
             loop {
                 let r = self
                     .guarded(format!("stream {name} is not available"), self.js.get_stream(&name), |d| {
@@ -342,7 +343,7 @@ impl Bus {
                             tracing::info!(stream = %name, error = %e, "waiting for the orchestrator to declare the stream");
                             logged = true;
                         }
-                        tokio::time::sleep(Duration::from_millis(500)).await;
+                        tokio::time::sleep(backoff.next_delay()).await;
                     }
                 }
             }

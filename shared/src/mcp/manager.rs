@@ -107,8 +107,8 @@ impl ServerConn {
                     &format!("MCP server {} error", self.settings.name),
                     None,
                 ));
-                let backoff = Duration::from_secs(1 << s.failures.min(6)).min(Duration::from_secs(60));
-                s.next_retry = Some(Instant::now() + backoff);
+                let wait = crate::retry::Backoff::nth(Duration::from_secs(1), Duration::from_secs(60), s.failures);
+                s.next_retry = Some(Instant::now() + wait);
             }
         }
     }

@@ -37,6 +37,7 @@ use serde_json::Value;
 
 use super::{ChatMessage, ChatModel, ModelError, ModelRequest, ModelResponse, ToolCall, estimate_tokens};
 use crate::config::ModelSettings;
+use crate::retry::Backoff;
 use crate::protocol::{ErrorKind, Usage};
 use crate::tool::ToolSpec;
 
@@ -310,12 +311,13 @@ impl ChatModel for OpenAiModel {
             .map_err(|e| self.error(ErrorKind::Bug, format!("cannot encode the request: {e}")))?;
         let body = Bytes::from(body);
         let mut attempt = 0;
+        let mut delays = Backoff::new(self.backoff_base, BACKOFF_CAP);
         loop {
             let message = match self.send(body.clone()).await {
                 Ok(response) => return self.parse(&response, body.len()),
                 Err(Failure::Final(e)) => return Err(e),
                 Err(Failure::Retryable { message, retry_after }) if attempt < self.max_retries => {
-                    let delay = retry_after.unwrap_or_else(|| backoff(self.backoff_base, attempt));
+                    let delay = retry_after.unwrap_or_else(|| delays.next_delay());
                     attempt += 1;
                     tracing::warn!(
                         model = %self.name,
@@ -405,15 +407,6 @@ fn describe(e: reqwest::Error) -> String {
 fn retry_after(headers: &HeaderMap) -> Option<Duration> {
     let seconds: f64 = headers.get(RETRY_AFTER)?.to_str().ok()?.trim().parse().ok()?;
     (seconds.is_finite() && seconds >= 0.0).then(|| Duration::from_secs_f64(seconds.min(MAX_RETRY_AFTER.as_secs_f64())))
-}
-
-/// Delay before retry number `attempt + 1`: `base * 2^attempt`, capped, then
-/// jittered to between half and all of that so clients do not retry in step.
-fn backoff(base: Duration, attempt: u32) -> Duration {
-    let ceiling = base.saturating_mul(2u32.saturating_pow(attempt)).min(BACKOFF_CAP);
-    let half = ceiling / 2;
-    let jitter_ms = u64::try_from(half.as_millis()).unwrap_or(u64::MAX);
-    half + Duration::from_millis(fastrand::u64(0..=jitter_ms))
 }
 
 fn humanize(d: Duration) -> String {

@@ -425,12 +425,3 @@ fn retry_after_is_read_in_seconds_and_capped() {
     assert_eq!(retry_after(&HeaderMap::new()), None);
 }
 
-#[test]
-fn backoff_grows_is_jittered_and_capped() {
-    let base = Duration::from_millis(500);
-    for attempt in 0..40 {
-        let ceiling = (base * 2u32.saturating_pow(attempt.min(20))).min(BACKOFF_CAP);
-        let delay = backoff(base, attempt);
-        assert!(delay >= ceiling / 2 && delay <= ceiling, "attempt {attempt}: {delay:?}");
-    }
-}
