@@ -10,8 +10,9 @@ use std::time::{Duration, Instant};
 
 use async_nats::jetstream::{AckKind, Message};
 use flotilla_shared::agent::{Agent, Conversation, RunContext};
-use flotilla_shared::bus::{Bus, TRACEPARENT, backoff, retry};
+use flotilla_shared::bus::{Bus, TRACEPARENT, retry};
 use flotilla_shared::protocol::{self, ErrorInfo, ErrorKind, ProgressKind, TaskMessage, TaskReport, TaskStatus};
+use flotilla_shared::retry::Backoff;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -166,7 +167,7 @@ async fn run(
         && e.kind == ErrorKind::Transient
     {
         if i64::from(attempt) < ctx.bus.config.max_deliver {
-            let delay = backoff(attempt, Duration::from_secs(1), Duration::from_secs(60));
+            let delay = Backoff::nth(Duration::from_secs(1), Duration::from_secs(60), attempt.saturating_sub(1));
             tracing::warn!(error = %e, ?delay, "transient failure; task handed back for another attempt");
             let _ = msg.ack_with(AckKind::Nak(Some(delay))).await;
             return;
