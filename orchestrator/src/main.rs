@@ -12,6 +12,7 @@ mod cli;
 mod dashboard;
 mod dead_letters;
 mod endpoints;
+mod events;
 mod jobs;
 mod metrics;
 mod planner;

@@ -12,7 +12,7 @@ use flotilla_shared::ids::{JobId, TaskId};
 use flotilla_shared::protocol::{JobEventKind, ProgressKind, TaskStatus, Todo, TodoStatus, Usage};
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use super::follow::Event;
+use crate::events::Event;
 use super::render::short;
 
 const TICK: Duration = Duration::from_millis(120);

@@ -9,7 +9,6 @@ pub mod bench;
 pub mod cancel;
 pub mod client;
 pub mod demo;
-pub mod follow;
 pub mod jobs;
 pub mod live;
 pub mod mcp;
@@ -32,7 +31,7 @@ use flotilla_shared::protocol::{JobRecord, JobStatus};
 use futures::StreamExt;
 
 use client::ApiClient;
-use follow::{Event, Scope};
+use crate::events::{self, Event, Scope};
 use out::outln;
 
 /// Connects as a short-lived client of `tenant`.
@@ -62,7 +61,7 @@ pub async fn follow_job(api: &ApiClient, job: JobId, output: Output) -> anyhow::
         return Ok(current);
     }
     let scope = Scope::Job(api.tenant.clone(), job);
-    let (stored, events) = follow::follow_counted(&api.bus, scope, output != Output::Quiet).await?;
+    let (stored, events) = events::follow_counted(&api.bus, scope, output != Output::Quiet).await?;
     let mut events = std::pin::pin!(events);
     let limit = if finished { stored } else { usize::MAX };
     if finished {

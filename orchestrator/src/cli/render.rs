@@ -3,7 +3,7 @@
 
 use flotilla_shared::protocol::{JobEventKind, JobRecord, ProgressKind, TodoStatus, Usage};
 
-use super::follow::Event;
+use crate::events::Event;
 use super::table;
 
 /// First 8 characters of an id: enough to tell tasks apart on screen.

@@ -38,7 +38,7 @@ use flotilla_shared::protocol::{JobRecord, JobStatus, JobSummary, ProgressKind};
 use futures::{Stream, StreamExt};
 use serde::Deserialize;
 
-use crate::cli::follow::{self, Event, Scope};
+use crate::events::{self, Event, Scope};
 use crate::jobs::JobStore;
 
 #[derive(Clone)]
@@ -186,13 +186,13 @@ fn sse(events: impl Stream<Item = anyhow::Result<Event>> + Send + 'static) -> Re
 }
 
 async fn all_events(State(d): State<Dash>) -> Result<Response, Failure> {
-    let events = follow::follow(&d.bus, Scope::All, false).await.map_err(unavailable)?;
+    let events = events::follow(&d.bus, Scope::All, false).await.map_err(unavailable)?;
     Ok(sse(events))
 }
 
 async fn job_events(State(d): State<Dash>, Path(id): Path<String>) -> Result<Response, Failure> {
     let rec = d.job(&id).await?;
-    let events = follow::follow(&d.bus, Scope::Job(rec.tenant, rec.id), true).await.map_err(unavailable)?;
+    let events = events::follow(&d.bus, Scope::Job(rec.tenant, rec.id), true).await.map_err(unavailable)?;
     // The stream ends after the job's terminal event: nothing follows it.
     let mut ended = false;
     let events = events.take_while(move |e| {

@@ -12,7 +12,7 @@ use flotilla_shared::protocol::{JobEventKind, ProgressKind};
 use futures::StreamExt;
 
 use crate::cli::client::ApiClient;
-use crate::cli::follow::{self, Event, Scope};
+use crate::events::{self, Event, Scope};
 use crate::supervisor::{Logs, Supervisor};
 
 const PLANNER: &str = r#"
@@ -132,7 +132,7 @@ state_dir = "state"
     /// Submits `input` and returns the wall time until the job completed.
     pub async fn run_job(&self, input: &str) -> anyhow::Result<Duration> {
         let api = self.api();
-        let mut events = std::pin::pin!(follow::follow(&self.bus, Scope::All, false).await?);
+        let mut events = std::pin::pin!(events::follow(&self.bus, Scope::All, false).await?);
         let started = Instant::now();
         api.submit(input.to_string()).await?;
         while let Some(ev) = events.next().await {
@@ -149,7 +149,7 @@ state_dir = "state"
 
     /// Input tokens of the first planner and first subagent model calls.
     pub async fn first_call_tokens(&self, input: &str) -> anyhow::Result<(u64, u64)> {
-        let mut events = std::pin::pin!(follow::follow(&self.bus, Scope::All, true).await?);
+        let mut events = std::pin::pin!(events::follow(&self.bus, Scope::All, true).await?);
         self.api().submit(input.to_string()).await?;
         let (mut planner, mut subagent) = (None, None);
         while let Some(ev) = events.next().await {

@@ -1,6 +1,10 @@
 //! Reads job events and progress from the events stream: first everything
 //! stored for the job, then live, so `watch` and `submit --wait` never miss an
 //! event that happened before they started.
+//!
+//! The one reader of the events stream: the CLI (`watch`, `submit --wait`,
+//! `demo`, `bench`) and the dashboard's Server-Sent Events both follow through
+//! it, so both see the same events with the same filters and permissions.
 
 use async_nats::jetstream::consumer::{DeliverPolicy, pull};
 use flotilla_shared::bus::Bus;
