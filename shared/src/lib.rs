@@ -28,22 +28,27 @@
 //!   reaches a model or a report.
 #![deny(missing_docs)]
 
-pub use flotilla_protocol as protocol;
+pub use flotilla_agent::{agent, digest, files, retry, sanitize, tool};
+pub use flotilla_config::{permissions, tls};
 pub use flotilla_protocol::{ids, subjects, trace};
-pub use flotilla_config as config;
-pub use flotilla_config::permissions;
+pub use {flotilla_config as config, flotilla_protocol as protocol};
 
-pub mod agent;
-pub mod audit;
+/// Audit records (agent crate) and their NATS sink and reader (bus).
+pub mod audit {
+    pub use crate::bus::audit::{BusAuditSink, read};
+    pub use flotilla_agent::audit::*;
+}
+
+/// The model trait and models (agent crate), the OpenAI-compatible provider
+/// and the factory of every provider (`flotilla-model-openai`).
+pub mod model {
+    pub use flotilla_agent::model::*;
+    pub use flotilla_model_openai as openai;
+    pub use flotilla_model_openai::build;
+}
+
 pub mod builtin;
 pub mod bus;
-pub mod digest;
-pub mod files;
 pub mod mcp;
 pub mod metrics;
-pub mod model;
-pub mod retry;
-pub mod sanitize;
 pub mod telemetry;
-pub mod tls;
-pub mod tool;

@@ -33,7 +33,7 @@ async fn env() -> Env {
         Bus::connect(&NatsConfig { url: nats.url(), ..Default::default() }, "files-test", Duration::from_secs(10))
             .await
             .expect("connect");
-    let files = JobFiles::open(&bus, &FilesConfig { max_file_bytes: 4 * 1024 * 1024, ..Default::default() })
+    let files = bus.job_files(&FilesConfig { max_file_bytes: 4 * 1024 * 1024, ..Default::default() })
         .await
         .expect("files bucket");
     Env { _nats: nats, bus, files }

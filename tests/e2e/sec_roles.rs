@@ -18,7 +18,7 @@ use std::time::Duration;
 use async_nats::jetstream::consumer::{DeliverPolicy, pull};
 use flotilla_shared::bus::Bus;
 use flotilla_shared::config::FilesConfig;
-use flotilla_shared::files::{FilePath, JobFiles};
+use flotilla_shared::files::FilePath;
 use flotilla_shared::ids::{JobId, Tenant};
 use flotilla_shared::protocol::{Decision, DecisionRecord, JobStatus, SCHEMA_VERSION};
 use flotilla_tests::nats_conf::{ConfiguredNats, deploy_dir};
@@ -111,7 +111,7 @@ async fn tenants_cannot_read_each_others_jobs_and_workers_cannot_decide_or_purge
     assert_denied(update.await.map(|_| ()).map_err(|e| format!("{e:#}")), "reconfiguring job files");
     // Overwriting a file still works without the purge grant (the old
     // version's chunks go with the bucket's max_age).
-    let files = JobFiles::open(&worker, &FilesConfig::default()).await.expect("worker opens job files");
+    let files = worker.job_files(&FilesConfig::default()).await.expect("worker opens job files");
     let path = FilePath::parse("/out/a.txt").unwrap();
     assert!(files.write(&acme_job, &path, b"one").await.expect("first write"));
     assert!(!files.write(&acme_job, &path, b"two").await.expect("overwrite without the purge grant"));

@@ -11,7 +11,7 @@ use async_nats::jetstream::object_store::ObjectMetadata;
 use flotilla_shared::builtin::{self, FileToolEnv};
 use flotilla_shared::bus::Bus;
 use flotilla_shared::config::{FilesConfig, NatsConfig};
-use flotilla_shared::files::{FileError, FilePath, JobFiles};
+use flotilla_shared::files::{FileError, FilePath};
 use flotilla_shared::ids::{JobId, TaskId};
 use flotilla_shared::permissions::{Mode, Permissions};
 use flotilla_shared::protocol::ErrorKind;
@@ -28,7 +28,7 @@ async fn reserved_reports_refuse_writes_and_detect_tampering() {
         .await
         .expect("connect");
     let config = FilesConfig { max_file_bytes: 1 << 20, ..Default::default() };
-    let files = JobFiles::open(&bus, &config).await.expect("files bucket");
+    let files = bus.job_files(&config).await.expect("files bucket");
     let job = JobId::new();
     let c = ToolContext {
         job_id: job,

@@ -23,7 +23,6 @@ use anyhow::Context;
 use clap::Parser;
 use flotilla_shared::bus::Bus;
 use flotilla_shared::config::Settings;
-use flotilla_shared::files::JobFiles;
 use flotilla_shared::ids::SubagentType;
 use flotilla_shared::mcp::McpHub;
 use flotilla_shared::telemetry::{self, LogFormat};
@@ -86,7 +85,7 @@ async fn main() -> anyhow::Result<()> {
     let worker_id = args.id.unwrap_or_else(default_id);
     let bus = Bus::connect(&settings.nats, &format!("flotilla-worker {worker_id}"), Duration::from_secs(30)).await?;
     bus.ensure_topology().await.context("cannot declare JetStream topology")?;
-    let files = JobFiles::open(&bus, &settings.files).await.context("cannot open the job files bucket")?;
+    let files = bus.job_files(&settings.files).await.context("cannot open the job files bucket")?;
     let mcp = Arc::new(McpHub::new(&settings.mcp_servers));
     let mcp_servers = discover_mcp(&settings, &types, &mcp).await?;
     let runtimes = types

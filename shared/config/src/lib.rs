@@ -19,6 +19,7 @@ mod mcp_import;
 pub mod permissions;
 mod price;
 pub mod sandbox;
+pub mod tls;
 pub mod url_policy;
 
 use std::collections::BTreeMap;

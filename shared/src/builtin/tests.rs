@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::grep::scan_for_test;
 use super::*;
+use crate::files::{MemoryBackend, ObjectBackend};
 use crate::ids::{JobId, TaskId};
 use crate::permissions::PermissionRule;
 use crate::tool::{ApprovalGate, ToolContext};
@@ -19,14 +20,16 @@ const CAP: u64 = 16 * 1024 * 1024;
 
 struct Fixture {
     files: JobFiles,
+    backend: Arc<MemoryBackend>,
     env: Arc<FileToolEnv>,
     job: JobId,
 }
 
 fn fixture(rules: &[PermissionRule]) -> Fixture {
-    let files = JobFiles::in_memory(CAP);
+    let backend = Arc::new(MemoryBackend::default());
+    let files = JobFiles::new(backend.clone(), CAP);
     let permissions = Permissions::compile(rules, Mode::Allow).unwrap();
-    Fixture { env: Arc::new(FileToolEnv { files: files.clone(), permissions }), files, job: JobId::new() }
+    Fixture { env: Arc::new(FileToolEnv { files: files.clone(), permissions }), files, backend, job: JobId::new() }
 }
 
 fn rule(ops: &[Operation], path: &str, mode: Mode) -> PermissionRule {
@@ -129,7 +132,11 @@ async fn tampered_report_is_an_error_for_every_reader() {
     let f = fixture(&[]);
     let path = FilePath::parse("/large_tool_results/t1/report").unwrap();
     f.files.write_reserved(&f.job, &path, b"the real report\n").await.unwrap();
-    f.files.tamper(&f.job, &path, b"the forged report\n");
+    // Rewrite the object behind the runtime's back, keeping its metadata, as
+    // anyone with raw access to the bucket could.
+    let name = JobFiles::object_name(&f.job, &path);
+    let (_, metadata) = f.backend.get(&name, CAP).await.unwrap().unwrap();
+    f.backend.put(&name, b"the forged report\n", metadata).await.unwrap();
     let read = f.run("read_file", json!({"path": path.as_str()})).await.unwrap_err();
     assert!(read.message.contains("integrity check"), "{read:?}");
     let grep = f.run("grep", json!({"pattern": "forged", "path": "/large_tool_results"})).await.unwrap_err();

@@ -17,7 +17,9 @@
 
 mod approvals;
 pub mod auth;
+pub mod audit;
 pub mod denials;
+mod files;
 mod workers;
 
 pub use approvals::{APPROVAL_RETENTION, ApprovalStore, DecisionError, Versioned, Write, check_decision};

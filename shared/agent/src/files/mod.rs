@@ -1,5 +1,7 @@
 //! Job files: a per-job virtual filesystem shared by the planner and every
-//! worker of a job, over the JetStream Object Store (seed 000 section 2.3).
+//! worker of a job. The rules (object names, size cap, reserved directories,
+//! checksums) live here once, over an [`ObjectBackend`]: the JetStream Object
+//! Store in production (`bus::files`), a map in tests ([`JobFiles::in_memory`]).
 //!
 //! Why the Object Store: files must be visible to processes on other hosts,
 //! outlive their restarts and hold more than one NATS message (objects are
@@ -19,31 +21,28 @@
 //! step if a deployment keeps far more.
 //!
 //! Some directories are written only by the runtime and checked on every
-//! read (see [`reserved`]). [`JobFiles::in_memory`] is the same contract
-//! without a server, for unit tests and fuzzing of the file tools.
+//! read (see [`reserved`]).
 
 pub use flotilla_protocol::path;
 pub mod reserved;
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+mod backend;
 
-use async_nats::jetstream::object_store::{self, ObjectMetadata, ObjectStore};
+use std::collections::HashMap;
+use std::sync::Arc;
+
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use futures::StreamExt;
 use time::OffsetDateTime;
-use tokio::io::AsyncReadExt;
+
+pub use backend::{MemoryBackend, ObjectBackend, ObjectInfo};
 
 pub use path::{FilePath, PathError};
 pub use reserved::{LARGE_RESULTS_DIR, RESERVED_DIRS, reserved_prefix};
 
-use crate::bus::{Bus, BusError};
-use crate::config::FilesConfig;
-use crate::ids::JobId;
+use flotilla_protocol::ids::JobId;
 use crate::digest::sha256_hex;
-use crate::protocol::FileRef;
+use flotilla_protocol::FileRef;
 use reserved::CHECKSUM_KEY;
 
 /// A job-file operation failed.
@@ -98,49 +97,24 @@ pub struct FileMeta {
     pub modified: Option<OffsetDateTime>,
 }
 
-/// One object of the in-memory backend.
-#[derive(Clone)]
-struct MemObject {
-    bytes: Arc<Vec<u8>>,
-    metadata: HashMap<String, String>,
-    modified: OffsetDateTime,
-}
-
-/// Where the objects live: the Object Store, or a map for unit tests and
-/// fuzzing (same names, same checks, no server).
-#[derive(Clone)]
-enum Backend {
-    Store(Arc<ObjectStore>),
-    Memory(Arc<Mutex<BTreeMap<String, MemObject>>>),
-}
-
 /// Handle on every job's files (cheap to clone).
 #[derive(Clone)]
 pub struct JobFiles {
-    backend: Backend,
+    backend: Arc<dyn ObjectBackend>,
     max_file_bytes: u64,
-    /// The connection's permission denials: a credential without the bucket
-    /// purge grant (workers, `deploy/nats/roles.conf`) sees its overwrites'
-    /// purge of the old version refused, see [`JobFiles::put`].
-    denials: Option<crate::bus::denials::Denials>,
 }
 
 impl JobFiles {
-    /// Opens (creating when missing) the files bucket with `config`'s retention.
-    pub async fn open(bus: &Bus, config: &FilesConfig) -> Result<Self, BusError> {
-        let store = bus.files(Duration::from_secs(config.max_age)).await?;
-        Ok(Self {
-            backend: Backend::Store(Arc::new(store)),
-            max_file_bytes: config.max_file_bytes,
-            denials: Some(bus.denials.clone()),
-        })
+    /// Job files over `backend`, refusing files over `max_file_bytes`.
+    pub fn new(backend: Arc<dyn ObjectBackend>, max_file_bytes: u64) -> Self {
+        Self { backend, max_file_bytes }
     }
 
     /// Files kept in this process's memory, with the same naming, size cap,
     /// reserved directories and checksums as the Object Store: for tests and
     /// fuzzing of the file tools without a nats-server.
     pub fn in_memory(max_file_bytes: u64) -> Self {
-        Self { backend: Backend::Memory(Arc::default()), max_file_bytes, denials: None }
+        Self::new(Arc::new(MemoryBackend::default()), max_file_bytes)
     }
 
     /// The largest file a write may create.
@@ -152,7 +126,8 @@ impl JobFiles {
         format!("{job}/")
     }
 
-    fn object_name(job: &JobId, path: &FilePath) -> String {
+    /// The object holding `path` of `job`: `<job>/<base64url(path)>`.
+    pub fn object_name(job: &JobId, path: &FilePath) -> String {
         format!("{job}/{}", URL_SAFE_NO_PAD.encode(path.as_str()))
     }
 
@@ -162,31 +137,10 @@ impl JobFiles {
         FilePath::parse(std::str::from_utf8(&bytes).ok()?).ok()
     }
 
-    fn memory(map: &Mutex<BTreeMap<String, MemObject>>) -> std::sync::MutexGuard<'_, BTreeMap<String, MemObject>> {
-        map.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
     /// Size and time of `path`, or `None` when it does not exist.
     pub async fn stat(&self, job: &JobId, path: &FilePath) -> Result<Option<FileMeta>, FileError> {
-        let name = Self::object_name(job, path);
-        let store = match &self.backend {
-            Backend::Store(store) => store,
-            Backend::Memory(map) => {
-                return Ok(Self::memory(map).get(&name).map(|o| FileMeta {
-                    path: path.clone(),
-                    size: o.bytes.len() as u64,
-                    modified: Some(o.modified),
-                }));
-            }
-        };
-        match store.info(name).await {
-            Ok(info) if !info.deleted => {
-                Ok(Some(FileMeta { path: path.clone(), size: info.size as u64, modified: info.modified }))
-            }
-            Ok(_) => Ok(None),
-            Err(e) if e.kind() == object_store::InfoErrorKind::NotFound => Ok(None),
-            Err(e) => Err(FileError::Store(e.to_string())),
-        }
+        let info = self.backend.info(&Self::object_name(job, path)).await.map_err(FileError::Store)?;
+        Ok(info.map(|i| FileMeta { path: path.clone(), size: i.size, modified: i.modified }))
     }
 
     /// The bytes of `path`. A file in a reserved directory is verified
@@ -221,25 +175,11 @@ impl JobFiles {
     }
 
     async fn read_raw(&self, job: &JobId, path: &FilePath) -> Result<(Vec<u8>, HashMap<String, String>), FileError> {
-        let name = Self::object_name(job, path);
-        let store = match &self.backend {
-            Backend::Store(store) => store,
-            Backend::Memory(map) => {
-                let o = Self::memory(map).get(&name).cloned().ok_or_else(|| FileError::NotFound(path.clone()))?;
-                return Ok((o.bytes.to_vec(), o.metadata));
-            }
-        };
-        let mut object = match store.get(name).await {
-            Ok(o) => o,
-            Err(e) if e.kind() == object_store::GetErrorKind::NotFound => {
-                return Err(FileError::NotFound(path.clone()));
-            }
-            Err(e) => return Err(FileError::Store(e.to_string())),
-        };
-        let metadata = object.info().metadata.clone();
-        let mut bytes = Vec::with_capacity(object.info().size.min(self.max_file_bytes as usize));
-        object.read_to_end(&mut bytes).await.map_err(|e| FileError::Store(e.to_string()))?;
-        Ok((bytes, metadata))
+        self.backend
+            .get(&Self::object_name(job, path), self.max_file_bytes)
+            .await
+            .map_err(FileError::Store)?
+            .ok_or_else(|| FileError::NotFound(path.clone()))
     }
 
     /// Creates or replaces `path`; returns whether it was created (`true`) or
@@ -272,70 +212,18 @@ impl JobFiles {
         if bytes.len() as u64 > self.max_file_bytes {
             return Err(FileError::TooLarge { path: path.clone(), size: bytes.len() as u64, max: self.max_file_bytes });
         }
-        let name = Self::object_name(job, path);
-        let store = match &self.backend {
-            Backend::Store(store) => store,
-            Backend::Memory(map) => {
-                let object =
-                    MemObject { bytes: Arc::new(bytes.to_vec()), metadata, modified: OffsetDateTime::now_utc() };
-                return Ok(Self::memory(map).insert(name, object).is_none());
-            }
-        };
         let existed = self.stat(job, path).await?.is_some();
-        let meta = ObjectMetadata { name: name.clone(), metadata, ..Default::default() };
-        let mut reader = bytes;
-        let put = store.put(meta, &mut reader);
-        let Some(denials) = &self.denials else {
-            put.await.map_err(|e| FileError::Store(e.to_string()))?;
-            return Ok(!existed);
-        };
-        // An overwrite purges the old version's chunks after the new version is
-        // stored. A credential that may not purge the bucket (a worker: a purge
-        // without a filter would wipe every tenant's files) is refused that
-        // step: the write stands, and the old chunks go with the bucket's
-        // max_age. A refusal may belong to a concurrent write of this process,
-        // so the stored digest decides whether this write is complete.
-        match denials.guard(put, |d| d.subject.starts_with("$JS.API.STREAM.PURGE.")).await {
-            Ok(_) => Ok(!existed),
-            Err(crate::bus::denials::GuardError::Op(e)) => Err(FileError::Store(e.to_string())),
-            Err(crate::bus::denials::GuardError::Denied(_)) => {
-                use sha2::Digest;
-                let digest = base64::engine::general_purpose::URL_SAFE.encode(sha2::Sha256::digest(bytes));
-                let stored = store.info(&name).await.map_err(|e| FileError::Store(e.to_string()))?;
-                if stored.digest.as_deref() == Some(&format!("SHA-256={digest}")) {
-                    Ok(!existed)
-                } else {
-                    Err(FileError::Store(format!("the write of {path} was interrupted; write it again")))
-                }
-            }
-        }
+        self.backend.put(&Self::object_name(job, path), bytes, metadata).await.map_err(FileError::Store)?;
+        Ok(!existed)
     }
 
     /// Every file of `job`, sorted by path.
     pub async fn list(&self, job: &JobId) -> Result<Vec<FileMeta>, FileError> {
-        let prefix = Self::prefix(job);
-        let mut out = Vec::new();
-        match &self.backend {
-            Backend::Memory(map) => {
-                for (name, o) in Self::memory(map).range(prefix.clone()..).take_while(|(n, _)| n.starts_with(&prefix)) {
-                    if let Some(path) = Self::path_of(job, name) {
-                        out.push(FileMeta { path, size: o.bytes.len() as u64, modified: Some(o.modified) });
-                    }
-                }
-            }
-            Backend::Store(store) => {
-                let mut list = store.list().await.map_err(|e| FileError::Store(e.to_string()))?;
-                while let Some(info) = list.next().await {
-                    let info = info.map_err(|e| FileError::Store(e.to_string()))?;
-                    if info.deleted || !info.name.starts_with(&prefix) {
-                        continue;
-                    }
-                    if let Some(path) = Self::path_of(job, &info.name) {
-                        out.push(FileMeta { path, size: info.size as u64, modified: info.modified });
-                    }
-                }
-            }
-        }
+        let objects = self.backend.list(&Self::prefix(job)).await.map_err(FileError::Store)?;
+        let mut out: Vec<FileMeta> = objects
+            .into_iter()
+            .filter_map(|(name, i)| Some(FileMeta { path: Self::path_of(job, &name)?, size: i.size, modified: i.modified }))
+            .collect();
         out.sort_by(|a, b| a.path.cmp(&b.path));
         Ok(out)
     }
@@ -350,13 +238,7 @@ impl JobFiles {
     }
 
     async fn remove(&self, name: &str) -> Result<(), FileError> {
-        match &self.backend {
-            Backend::Store(store) => store.delete(name).await.map_err(|e| FileError::Store(e.to_string())),
-            Backend::Memory(map) => {
-                Self::memory(map).remove(name);
-                Ok(())
-            }
-        }
+        self.backend.delete(name).await.map_err(FileError::Store)
     }
 
     /// Deletes every file of `job`; returns how many.
@@ -373,11 +255,10 @@ impl JobFiles {
 impl JobFiles {
     /// Replaces the bytes of `path` behind the runtime's back, as anyone with
     /// raw access to the bucket could, keeping the stored metadata.
-    pub(crate) fn tamper(&self, job: &JobId, path: &FilePath, bytes: &[u8]) {
-        let Backend::Memory(map) = &self.backend else { unreachable!("tamper needs the in-memory backend") };
-        let mut map = Self::memory(map);
-        let object = map.get_mut(&Self::object_name(job, path)).expect("tamper needs an existing file");
-        object.bytes = Arc::new(bytes.to_vec());
+    pub(crate) async fn tamper(&self, job: &JobId, path: &FilePath, bytes: &[u8]) {
+        let name = Self::object_name(job, path);
+        let (_, metadata) = self.backend.get(&name, u64::MAX).await.unwrap().expect("tamper needs an existing file");
+        self.backend.put(&name, bytes, metadata).await.unwrap();
     }
 }
 
@@ -435,7 +316,7 @@ mod tests {
         files.write_reserved(&job, &path, answer.as_bytes()).await.unwrap();
         let reference = crate::digest::describe_file(path.as_str(), answer);
         assert_eq!(files.read_by_ref(&job, &reference).await.unwrap(), answer.as_bytes());
-        files.tamper(&job, &path, b"the forged answer\n");
+        files.tamper(&job, &path, b"the forged answer\n").await;
         let e = files.read(&job, &path).await.unwrap_err();
         assert!(matches!(e, FileError::Tampered { .. }), "{e}");
         let e = files.read_by_ref(&job, &reference).await.unwrap_err();

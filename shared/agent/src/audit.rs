@@ -17,8 +17,7 @@ use async_trait::async_trait;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use crate::bus::{Bus, BusError};
-use crate::protocol::{self, AuditAction, AuditOutcome, AuditRecord, ErrorKind};
+use flotilla_protocol::{self as protocol, AuditAction, AuditOutcome, AuditRecord, ErrorKind};
 use crate::tool::{ToolContext, ToolOutcome};
 
 /// Stores audit records.
@@ -72,7 +71,7 @@ impl Auditor {
             outcome,
             error_kind,
             duration_ms: duration.as_millis() as u64,
-            trace_id: ctx.traceparent.as_deref().and_then(crate::trace::trace_id).map(str::to_string),
+            trace_id: ctx.traceparent.as_deref().and_then(flotilla_protocol::trace::trace_id).map(str::to_string),
         }
     }
 
@@ -111,94 +110,6 @@ fn canonical(v: &Value) -> Value {
         Value::Array(a) => Value::Array(a.iter().map(canonical).collect()),
         other => other.clone(),
     }
-}
-
-/// Publishes records to the audit stream.
-pub struct BusAuditSink {
-    bus: Bus,
-}
-
-impl BusAuditSink {
-    /// A sink on `bus`.
-    pub fn new(bus: Bus) -> Arc<Self> {
-        Arc::new(Self { bus })
-    }
-}
-
-#[async_trait]
-impl AuditSink for BusAuditSink {
-    async fn write(&self, record: AuditRecord) {
-        let subject = self.bus.subjects.audit(&record.tenant, &record.job_id);
-        let trace_id = record.trace_id.clone().unwrap_or_else(|| "-".into());
-        match self.bus.js.publish(subject.clone(), protocol::encode(&record).into()).await {
-            Ok(ack) => {
-                tokio::spawn(async move {
-                    if let Err(e) = ack.await {
-                        tracing::error!(%subject, %trace_id, error = %e, "audit record not stored");
-                    }
-                });
-            }
-            Err(e) => tracing::error!(%subject, %trace_id, error = %e, "audit record not published"),
-        }
-    }
-}
-
-/// Reads every stored audit record of `job` (of `tenant`), oldest first.
-///
-/// Uses a named ephemeral consumer filtered on `<prefix>.audit.<tenant>.<job>`:
-/// the filter is part of the `$JS.API.CONSUMER.CREATE` subject, so NATS
-/// permissions can let a tenant's credential read its own audit trail only.
-pub async fn read(
-    bus: &Bus,
-    tenant: &crate::ids::Tenant,
-    job: &crate::ids::JobId,
-) -> Result<Vec<AuditRecord>, BusError> {
-    use async_nats::jetstream::consumer::{AckPolicy, DeliverPolicy, pull};
-    use futures::StreamExt;
-
-    let stream = bus.subjects.audit_stream();
-    let filter = bus.subjects.audit(tenant, job);
-    let name = format!("audit-{}", uuid::Uuid::now_v7().simple());
-    let create = bus.js.create_consumer_on_stream(
-        pull::Config {
-            name: Some(name.clone()),
-            filter_subject: filter.clone(),
-            deliver_policy: DeliverPolicy::All,
-            ack_policy: AckPolicy::None,
-            inactive_threshold: Duration::from_secs(30),
-            ..Default::default()
-        },
-        &stream,
-    );
-    let api = format!("$JS.API.CONSUMER.CREATE.{stream}.{name}");
-    let consumer =
-        bus.guarded(format!("cannot read the audit stream {stream}"), create, |d| d.subject.starts_with(&api)).await?;
-    let total = consumer.cached_info().num_pending as usize;
-    let (mut records, mut seen) = (Vec::with_capacity(total), 0);
-    while seen < total {
-        let batch = consumer
-            .fetch()
-            .max_messages(total - seen)
-            .expires(Duration::from_secs(5))
-            .messages()
-            .await
-            .map_err(|e| BusError::new(format!("cannot read {filter}"), e))?;
-        let before = seen;
-        let mut batch = std::pin::pin!(batch);
-        while let Some(m) = batch.next().await {
-            let m = m.map_err(|e| BusError::new(format!("cannot read {filter}"), e))?;
-            seen += 1;
-            match protocol::decode::<AuditRecord>(&m.payload) {
-                Ok(r) => records.push(r),
-                Err(e) => tracing::warn!(subject = %m.subject, error = %e, "unreadable audit record skipped"),
-            }
-        }
-        if seen == before {
-            return Err(BusError::new(format!("cannot read {filter}"), "the audit stream stopped delivering"));
-        }
-    }
-    let _ = bus.js.delete_consumer_from_stream(&name, &stream).await;
-    Ok(records)
 }
 
 /// Keeps records in memory (tests, and tools that want to inspect them).

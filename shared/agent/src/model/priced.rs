@@ -39,7 +39,7 @@ impl ChatModel for Priced {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::Usage;
+    use flotilla_protocol::Usage;
 
     struct Fixed;
     #[async_trait]

@@ -6,18 +6,15 @@
 //! Messages are provider-neutral: tool-call arguments are parsed JSON here and
 //! only become strings inside the `openai` provider.
 
-pub mod openai;
 pub mod priced;
 pub mod scripted;
 
-use std::sync::Arc;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::config::ModelSettings;
-use crate::protocol::{ErrorKind, Usage};
+use flotilla_protocol::{ErrorKind, Usage};
 use crate::tool::ToolSpec;
 pub use priced::{Price, priced};
 
@@ -109,14 +106,6 @@ pub struct ModelError {
 pub trait ChatModel: Send + Sync {
     /// One round trip.
     async fn complete(&self, request: ModelRequest<'_>) -> Result<ModelResponse, ModelError>;
-}
-
-/// Builds the provider configured as `name`.
-pub fn build(name: &str, settings: &ModelSettings) -> Result<Arc<dyn ChatModel>, ModelError> {
-    Ok(match settings {
-        ModelSettings::OpenAi { .. } => Arc::new(openai::OpenAiModel::new(name, settings)?),
-        ModelSettings::Scripted { script } => Arc::new(scripted::ScriptedModel::load(name, script)?),
-    })
 }
 
 /// Rough token estimate (4 characters a token) for providers that do not count.

@@ -7,9 +7,9 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
     Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// A [`FileRef`](crate::protocol::FileRef) describing `text` stored at `path`.
-pub fn describe_file(path: impl Into<String>, text: &str) -> crate::protocol::FileRef {
-    crate::protocol::FileRef::describe(path, text, sha256_hex(text.as_bytes()))
+/// A [`FileRef`](flotilla_protocol::FileRef) describing `text` stored at `path`.
+pub fn describe_file(path: impl Into<String>, text: &str) -> flotilla_protocol::FileRef {
+    flotilla_protocol::FileRef::describe(path, text, sha256_hex(text.as_bytes()))
 }
 
 #[cfg(test)]

@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 
 use super::{ToolContext, ToolError, ToolOutcome};
 use crate::files::{FilePath, JobFiles};
-use crate::protocol::ErrorKind;
+use flotilla_protocol::ErrorKind;
 
 /// Directory of evicted results (a reserved directory of the job files).
 pub use crate::files::LARGE_RESULTS_DIR;

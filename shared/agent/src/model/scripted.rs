@@ -41,7 +41,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::{ChatMessage, ChatModel, ModelError, ModelRequest, ModelResponse, ToolCall, estimate_tokens};
-use crate::protocol::{ErrorKind, Usage};
+use flotilla_protocol::{ErrorKind, Usage};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -35,11 +35,11 @@ use reqwest::{StatusCode, Url};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::{ChatMessage, ChatModel, ModelError, ModelRequest, ModelResponse, ToolCall, estimate_tokens};
-use crate::config::ModelSettings;
-use crate::retry::Backoff;
-use crate::protocol::{ErrorKind, Usage};
-use crate::tool::ToolSpec;
+use flotilla_agent::model::{ChatMessage, ChatModel, ModelError, ModelRequest, ModelResponse, ToolCall, estimate_tokens};
+use flotilla_config::ModelSettings;
+use flotilla_agent::retry::Backoff;
+use flotilla_protocol::{ErrorKind, Usage};
+use flotilla_agent::tool::ToolSpec;
 
 #[cfg(test)]
 mod tests;
@@ -133,7 +133,7 @@ impl OpenAiModel {
                 Ok(value)
             })
             .transpose()?;
-        crate::tls::install_crypto_provider();
+        flotilla_config::tls::install_crypto_provider();
         let client = reqwest::Client::builder()
             .timeout(*timeout)
             .connect_timeout((*timeout).min(MAX_CONNECT_TIMEOUT))
@@ -603,4 +603,18 @@ struct WireUsage {
     prompt_tokens: Option<u64>,
     #[serde(default)]
     completion_tokens: Option<u64>,
+}
+
+/// Builds the provider configured as `name`: the binaries' one place that
+/// knows every provider.
+pub fn build(
+    name: &str,
+    settings: &ModelSettings,
+) -> Result<std::sync::Arc<dyn ChatModel>, ModelError> {
+    Ok(match settings {
+        ModelSettings::OpenAi { .. } => std::sync::Arc::new(OpenAiModel::new(name, settings)?),
+        ModelSettings::Scripted { script } => {
+            std::sync::Arc::new(flotilla_agent::model::scripted::ScriptedModel::load(name, script)?)
+        }
+    })
 }

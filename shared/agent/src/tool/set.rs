@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use super::{ApprovalGate, Tool, ToolContext, ToolError, ToolSpec};
-use crate::protocol::ErrorKind;
+use flotilla_protocol::ErrorKind;
 
 /// Why a tool set could not be assembled.
 #[derive(Debug, thiserror::Error)]
@@ -203,7 +203,7 @@ impl ToolSet {
             // The tool's own error text may carry paths, traces or secrets: the
             // model reads a sanitized copy, the log keeps the detail (seed 000 3.4).
             Ok((Err(e), artifact)) => {
-                let trace = ctx.traceparent.as_deref().and_then(crate::trace::trace_id);
+                let trace = ctx.traceparent.as_deref().and_then(flotilla_protocol::trace::trace_id);
                 let message = crate::sanitize::sanitize_logged(&e.message, &format!("error of tool {name}"), trace);
                 (Err(ToolError { kind: e.kind, message }), artifact)
             }
@@ -406,7 +406,7 @@ async fn audit_decision(
     decided: &Result<Value, ToolError>,
     waited: Duration,
 ) {
-    use crate::protocol::AuditOutcome;
+    use flotilla_protocol::AuditOutcome;
     let Some(auditor) = auditor else { return };
     let (outcome, audited) = match decided {
         Ok(a) if a == args => (AuditOutcome::Approved, a),
@@ -418,7 +418,7 @@ async fn audit_decision(
 }
 
 /// The first five ways `args` breaks the schema, each with its JSON pointer.
-pub(crate) fn schema_problems(validator: &jsonschema::Validator, args: &Value) -> Vec<String> {
+pub fn schema_problems(validator: &jsonschema::Validator, args: &Value) -> Vec<String> {
     validator
         .iter_errors(args)
         .take(5)
@@ -486,7 +486,7 @@ mod tests {
 
     pub(crate) fn ctx() -> ToolContext {
         ToolContext {
-            job_id: crate::ids::JobId::new(),
+            job_id: flotilla_protocol::ids::JobId::new(),
             task_id: None,
             tenant: Default::default(),
             call_id: "c1".into(),
@@ -648,7 +648,7 @@ mod tests {
         s.invoke(&with(Err(ToolError::transient("bus down"))), "echo", &json!({"x": 1})).await.result.unwrap_err();
         // Asked from inside an ungated tool (a permission rule): audited too.
         s.invoke(&with(Ok(json!({"path": "/a"}))), "interrupting", &json!({"x": 1})).await.result.unwrap();
-        use crate::protocol::{AuditAction, AuditOutcome};
+        use flotilla_protocol::{AuditAction, AuditOutcome};
         let approvals: Vec<(String, AuditOutcome)> = sink
             .records()
             .into_iter()

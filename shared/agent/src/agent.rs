@@ -16,9 +16,9 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
-use crate::ids::{JobId, TaskId, Tenant};
+use flotilla_protocol::ids::{JobId, TaskId, Tenant};
 use crate::model::{ChatMessage, ChatModel, ModelRequest, ToolCall};
-use crate::protocol::{ErrorInfo, ErrorKind, Usage};
+use flotilla_protocol::{ErrorInfo, ErrorKind, Usage};
 use crate::tool::{ApprovalGate, ToolContext, ToolOutcome, ToolSet};
 
 /// Limits of one agent run.
@@ -155,7 +155,7 @@ impl Agent {
             let response =
                 self.model.complete(ModelRequest { messages: &conv.messages, tools: &specs }).await.map_err(|e| {
                     // Reports and job records get a sanitized message; the log keeps the detail.
-                    let trace = ctx.traceparent.as_deref().and_then(crate::trace::trace_id);
+                    let trace = ctx.traceparent.as_deref().and_then(flotilla_protocol::trace::trace_id);
                     ErrorInfo::new(e.kind, crate::sanitize::sanitize_logged(&e.to_string(), "model error", trace))
                 })?;
             conv.steps += 1;

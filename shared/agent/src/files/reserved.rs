@@ -2,7 +2,7 @@
 //!
 //! Evicted tool results and oversized task reports (docs/TOOLS.md, "Large
 //! results travel by reference") are read back by another agent on the word
-//! of a [`crate::protocol::FileRef`]: the planner trusts that
+//! of a [`flotilla_protocol::FileRef`]: the planner trusts that
 //! `/large_tool_results/<task>/report` is what the subagent answered. If any
 //! agent with `write_file`/`edit_file` (or a sandboxed command whose output
 //! is staged back) could write there, one task could forge another task's

@@ -11,7 +11,7 @@ mod evict;
 mod set;
 
 pub use evict::{Eviction, LARGE_RESULTS_DIR};
-pub(crate) use set::schema_problems;
+pub use set::schema_problems;
 pub use set::{ToolOutcome, ToolSet, ToolSetError};
 
 use std::sync::Arc;
@@ -21,8 +21,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use crate::ids::{JobId, TaskId, Tenant};
-pub use crate::protocol::ErrorKind;
+use flotilla_protocol::ids::{JobId, TaskId, Tenant};
+pub use flotilla_protocol::ErrorKind;
 
 /// What the model is told about a tool.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

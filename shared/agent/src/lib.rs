@@ -1,0 +1,29 @@
+//! Flotilla's agent runtime, with no NATS and no HTTP: everything that runs
+//! one agent (the planner or a subagent) and that can be tested in-process.
+//!
+//! - [`agent`]: the tool-call loop with its step, time and token limits.
+//! - [`tool`]: the `Tool` trait, the `ToolSet` pipeline every call passes
+//!   (validate, approve, time out, sanitize, evict, audit), the approval gate.
+//! - [`model`]: the `ChatModel` trait, the scripted and priced models (the
+//!   OpenAI-compatible provider is `flotilla-model-openai`).
+//! - [`audit`]: audit records and the `AuditSink` they go to (the NATS sink is
+//!   the bus's).
+//! - [`sanitize`]: the one sanitizer of errors that leave a process.
+//! - [`files`]: job files over an `ObjectBackend` (the Object Store one is the
+//!   bus's), with their path, size and integrity rules.
+//! - [`retry`]: the one backoff policy; [`digest`]: the one sha256 hex;
+//!   [`metrics`]: the agent's Prometheus families.
+//!
+//! How the crates fit together: docs/ARCHITECTURE.md.
+
+#![deny(missing_docs)]
+
+pub mod agent;
+pub mod audit;
+pub mod digest;
+pub mod files;
+pub mod metrics;
+pub mod model;
+pub mod retry;
+pub mod sanitize;
+pub mod tool;

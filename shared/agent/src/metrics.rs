@@ -1,0 +1,144 @@
+//! Prometheus metrics common to the orchestrator and the workers: model and
+//! tool latency, tokens and cost per agent, plus serving a registry as
+//! `GET /metrics` (OpenMetrics text) with axum.
+//!
+//! Each binary owns one [`Registry`], registers its own families next to
+//! [`AgentMetrics`] and serves it with [`serve`]. The endpoint is off unless
+//! an address is configured (`[metrics]` or `--metrics-addr`).
+
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+use flotilla_protocol::{ErrorKind, Usage};
+
+/// Content type of the OpenMetrics text format (Prometheus scrapes it natively).
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// Latency buckets in seconds: 1 ms to about 16 min.
+pub fn latency_histogram() -> Histogram {
+    Histogram::new([
+        0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 1000.0,
+    ])
+}
+
+/// `{agent}`: `planner` or a subagent type.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AgentLabel {
+    /// `planner` or the subagent type.
+    pub agent: String,
+}
+
+/// `{agent, direction}`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TokenLabels {
+    /// `planner` or the subagent type.
+    pub agent: String,
+    /// `input` or `output`.
+    pub direction: String,
+}
+
+/// `{agent, tool, outcome}`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ToolLabels {
+    /// `planner` or the subagent type.
+    pub agent: String,
+    /// Tool name.
+    pub tool: String,
+    /// `ok` or the error kind (`validation`, `timeout`, ...).
+    pub outcome: String,
+}
+
+type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+
+/// Model and tool call metrics of agent loops (planner or subagents).
+#[derive(Clone)]
+pub struct AgentMetrics {
+    model_latency: HistogramFamily<AgentLabel>,
+    tokens: Family<TokenLabels, Counter>,
+    cost: Family<AgentLabel, Counter<f64, std::sync::atomic::AtomicU64>>,
+    tool_latency: HistogramFamily<ToolLabels>,
+}
+
+impl AgentMetrics {
+    /// Registers the families in `registry`:
+    /// `flotilla_model_call_duration_seconds{agent}`,
+    /// `flotilla_model_tokens_total{agent,direction}`,
+    /// `flotilla_model_cost_usd_total{agent}`,
+    /// `flotilla_tool_call_duration_seconds{agent,tool,outcome}`.
+    pub fn register(registry: &mut Registry) -> Self {
+        let m = Self {
+            model_latency: Family::new_with_constructor(latency_histogram),
+            tokens: Family::default(),
+            cost: Family::default(),
+            tool_latency: Family::new_with_constructor(latency_histogram),
+        };
+        registry.register("flotilla_model_call_duration_seconds", "Model round-trip latency", m.model_latency.clone());
+        registry.register("flotilla_model_tokens", "Tokens spent in model calls", m.tokens.clone());
+        registry.register(
+            "flotilla_model_cost_usd",
+            "Cost of model calls in US dollars (priced models)",
+            m.cost.clone(),
+        );
+        registry.register("flotilla_tool_call_duration_seconds", "Tool call latency", m.tool_latency.clone());
+        m
+    }
+
+    /// Records one model call of `agent`.
+    pub fn model_call(&self, agent: &str, usage: &Usage, latency: Duration) {
+        self.model_latency.get_or_create(&AgentLabel { agent: agent.into() }).observe(latency.as_secs_f64());
+        for (direction, n) in [("input", usage.input_tokens), ("output", usage.output_tokens)] {
+            self.tokens.get_or_create(&TokenLabels { agent: agent.into(), direction: direction.into() }).inc_by(n);
+        }
+        if usage.cost_usd > 0.0 {
+            self.cost.get_or_create(&AgentLabel { agent: agent.into() }).inc_by(usage.cost_usd);
+        }
+    }
+
+    /// Records one tool call of `agent`; `error` is `None` on success.
+    pub fn tool_call(&self, agent: &str, tool: &str, error: Option<ErrorKind>, duration: Duration) {
+        let outcome = error.map(|k| k.to_string()).unwrap_or_else(|| "ok".into());
+        self.tool_latency
+            .get_or_create(&ToolLabels { agent: agent.into(), tool: tool.into(), outcome })
+            .observe(duration.as_secs_f64());
+    }
+}
+
+/// The registry as OpenMetrics text.
+pub fn render(registry: &Registry) -> String {
+    let mut out = String::new();
+    // Writing into a String cannot fail.
+    encode(&mut out, registry).expect("metrics encode into a String");
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn agent_metrics_render_as_openmetrics() {
+        let mut reg = Registry::default();
+        let m = AgentMetrics::register(&mut reg);
+        let usage = Usage { input_tokens: 100, output_tokens: 7, model_calls: 1, cost_usd: 0.5, ..Usage::default() };
+        m.model_call("finance", &usage, Duration::from_millis(20));
+        m.tool_call("finance", "calculate_margin", None, Duration::from_millis(2));
+        m.tool_call("finance", "calculate_margin", Some(ErrorKind::Business), Duration::from_millis(2));
+        let text = render(&reg);
+        assert!(text.contains("flotilla_model_tokens_total{agent=\"finance\",direction=\"input\"} 100"), "{text}");
+        assert!(text.contains("flotilla_model_call_duration_seconds_count{agent=\"finance\"} 1"), "{text}");
+        assert!(text.contains("flotilla_model_cost_usd_total{agent=\"finance\"} 0.5"), "{text}");
+        assert!(
+            text.contains(
+                "flotilla_tool_call_duration_seconds_count{agent=\"finance\",tool=\"calculate_margin\",outcome=\"business\"} 1"
+            ),
+            "{text}"
+        );
+        assert!(text.ends_with("# EOF\n"));
+    }
+}
