@@ -47,8 +47,8 @@ pub mod model {
     pub use flotilla_model_openai::build;
 }
 
-pub mod builtin;
+pub use flotilla_tools as builtin;
 pub mod bus;
-pub mod mcp;
+pub use flotilla_mcp as mcp;
 pub mod metrics;
 pub mod telemetry;

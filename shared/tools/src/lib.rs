@@ -1,4 +1,4 @@
-//! The built-in file tools (seed 000 section 2.3) over the job's shared files:
+//! The built-in file tools over the job's shared files:
 //! `ls`, `read_file`, `write_file`, `edit_file`, `glob`, `grep`, one file each.
 //!
 //! An agent gets only the ones its config names (`[subagents.<type>] tools`,
@@ -10,6 +10,8 @@
 //! an `interrupt` goes through the agent's [`ApprovalGate`] (and is refused
 //! when the agent has none); listings silently leave out what the agent may
 //! not read, so a denial never reveals another path.
+
+#![deny(missing_docs)]
 
 mod edit_file;
 mod glob;
@@ -25,10 +27,10 @@ use std::sync::Arc;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use crate::files::{FileError, FileMeta, FilePath, JobFiles, reserved_prefix};
-use crate::permissions::{Mode, Operation, Permissions};
-use crate::protocol::ErrorKind;
-use crate::tool::{Tool, ToolContext, ToolError};
+use flotilla_agent::files::{FileError, FileMeta, FilePath, JobFiles, reserved_prefix};
+use flotilla_config::permissions::{Mode, Operation, Permissions};
+use flotilla_protocol::ErrorKind;
+use flotilla_agent::tool::{Tool, ToolContext, ToolError};
 
 pub use flotilla_config::builtin_tools::{ALL, READ_ONLY};
 

@@ -1,4 +1,4 @@
-//! MCP tools for agents, through rmcp (seed 000 sections 4-6, seed 003).
+//! MCP tools for agents, through rmcp.
 //!
 //! - [`config`]: `[mcp_servers.<name>]` (stdio or Streamable HTTP, timeouts,
 //!   session mode, name prefix) and its validation.
@@ -9,7 +9,7 @@
 //! - [`manager`]: one server: shared persistent session with reconnect-once,
 //!   per-call sessions, discovered tools, health.
 //! - [`content`]: `CallToolResult` -> tool result + `structuredContent` artifact.
-//! - [`tool`]: an MCP tool as a [`crate::tool::Tool`].
+//! - [`tool`]: an MCP tool as a [`flotilla_agent::tool::Tool`].
 //! - [`app_context`]: resources and prompts a subagent type loads into its
 //!   system prompt before a task starts (app-controlled, seed 003 section 8).
 //! - [`hub`]: every server of a process; `mcp:<server>[/<tool>]` entries,
@@ -17,8 +17,10 @@
 //!
 //! What the seeds' Python adapters got wrong and this module does not: stdio
 //! calls without timeouts, one dead server dropping every tool, silent name
-//! overwrites (collisions are [`crate::tool::ToolSet`] errors naming both
+//! overwrites (collisions are [`flotilla_agent::tool::ToolSet`] errors naming both
 //! sources), `structuredContent` lost on errors.
+
+#![deny(missing_docs)]
 
 pub mod app_context;
 pub use flotilla_config::mcp as config;

@@ -136,7 +136,7 @@ mod tests {
     /// pin cannot reach it at all, so the connection asked no resolver.
     #[tokio::test]
     async fn a_pinned_client_connects_to_the_checked_address_without_asking_dns() {
-        crate::tls::install_crypto_provider();
+        flotilla_config::tls::install_crypto_provider();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         tokio::spawn(async move {

@@ -21,7 +21,7 @@ use super::config::McpServerSettings;
 use super::error::McpError;
 use super::manager::{ServerConn, ServerHealth};
 use super::tool::McpTool;
-use crate::tool::Tool;
+use flotilla_agent::tool::Tool;
 
 /// Prefix of MCP entries in a subagent's `tools` list.
 pub const ENTRY_PREFIX: &str = "mcp:";

@@ -216,7 +216,7 @@ fn http_config(
 /// JSON-RPC body and the session's headers never go to another host) plus
 /// the pinned addresses, so the client never resolves the host name itself.
 fn http_client(pinned: Option<&url_policy::Pinned>) -> reqwest::Result<reqwest::Client> {
-    crate::tls::install_crypto_provider();
+    flotilla_config::tls::install_crypto_provider();
     let redirects = reqwest::redirect::Policy::custom(|attempt| {
         let keeps_body = matches!(
             attempt.status(),

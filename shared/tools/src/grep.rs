@@ -22,9 +22,9 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::{FileToolEnv, MAX_PATTERN_BYTES, as_text, compile_glob, file_error};
-use crate::files::FileMeta;
-use crate::permissions::{Mode, Operation};
-use crate::tool::{Tool, ToolContext, ToolError, ToolSpec};
+use flotilla_agent::files::FileMeta;
+use flotilla_config::permissions::{Mode, Operation};
+use flotilla_agent::tool::{Tool, ToolContext, ToolError, ToolSpec};
 
 /// Content matches returned at most.
 const MAX_MATCHES: usize = 200;
@@ -118,7 +118,7 @@ impl Tool for Grep {
             }
             let bytes = match env.files.read(&ctx.job_id, &f.path).await {
                 Ok(b) => b,
-                Err(crate::files::FileError::NotFound(_)) => continue, // deleted meanwhile
+                Err(flotilla_agent::files::FileError::NotFound(_)) => continue, // deleted meanwhile
                 Err(e) => return Err(file_error(e)),
             };
             let Some(text) = as_text(bytes) else { continue };
@@ -128,7 +128,7 @@ impl Tool for Grep {
                 search
             })
             .await
-            .map_err(|e| ToolError::new(crate::protocol::ErrorKind::Bug, format!("grep worker failed: {e}")))?;
+            .map_err(|e| ToolError::new(flotilla_protocol::ErrorKind::Bug, format!("grep worker failed: {e}")))?;
             if search.stopped() {
                 break;
             }

@@ -11,10 +11,10 @@ use tokio_util::sync::CancellationToken;
 
 use super::grep::scan_for_test;
 use super::*;
-use crate::files::{MemoryBackend, ObjectBackend};
-use crate::ids::{JobId, TaskId};
-use crate::permissions::PermissionRule;
-use crate::tool::{ApprovalGate, ToolContext};
+use flotilla_agent::files::{MemoryBackend, ObjectBackend};
+use flotilla_protocol::ids::{JobId, TaskId};
+use flotilla_config::permissions::PermissionRule;
+use flotilla_agent::tool::{ApprovalGate, ToolContext};
 
 const CAP: u64 = 16 * 1024 * 1024;
 

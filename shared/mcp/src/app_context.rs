@@ -22,7 +22,7 @@ use rmcp::model::{ContentBlock, GetPromptRequestParams, JsonObject, ReadResource
 
 use super::error::McpError;
 use super::hub::McpHub;
-use crate::protocol::ErrorKind;
+use flotilla_protocol::ErrorKind;
 
 /// Most bytes of system prompt the resources and prompt may produce together.
 pub const MAX_CONTEXT_BYTES: usize = 256 * 1024;

@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use super::content;
 use super::manager::{IDEMPOTENCY_META_KEY, ServerConn};
-use crate::tool::{Tool, ToolContext, ToolError, ToolSpec};
+use flotilla_agent::tool::{Tool, ToolContext, ToolError, ToolSpec};
 
 /// One discovered MCP tool.
 pub struct McpTool {

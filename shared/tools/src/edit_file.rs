@@ -16,9 +16,9 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::{FileToolEnv, as_text, binary, file_error};
-use crate::files::FilePath;
-use crate::permissions::Operation;
-use crate::tool::{Tool, ToolContext, ToolError, ToolSpec};
+use flotilla_agent::files::FilePath;
+use flotilla_config::permissions::Operation;
+use flotilla_agent::tool::{Tool, ToolContext, ToolError, ToolSpec};
 
 pub(super) struct EditFile(pub Arc<FileToolEnv>);
 

@@ -17,7 +17,7 @@ use base64::Engine as _;
 use rmcp::model::{CallToolResult, ContentBlock, ResourceContents};
 use serde_json::{Value, json};
 
-use crate::tool::ToolError;
+use flotilla_agent::tool::ToolError;
 
 /// Binary content up to this many bytes is inlined (base64) for the model.
 pub const INLINE_BINARY_MAX: usize = 8 * 1024;
@@ -55,7 +55,7 @@ fn binary(kind: &str, mime_type: &str, data: &str) -> Value {
     if bytes <= INLINE_BINARY_MAX {
         json!({"type": kind, "mime_type": mime_type, "bytes": bytes, "data": data})
     } else {
-        let sha = crate::digest::sha256_hex(data.as_bytes());
+        let sha = flotilla_agent::digest::sha256_hex(data.as_bytes());
         json!({"type": kind, "mime_type": mime_type, "bytes": bytes, "sha256_of_base64": sha, "omitted": "too large to inline"})
     }
 }
@@ -87,7 +87,7 @@ fn part(block: &ContentBlock) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::ErrorKind;
+    use flotilla_protocol::ErrorKind;
 
     fn result(v: Value) -> CallToolResult {
         serde_json::from_value(v).unwrap()

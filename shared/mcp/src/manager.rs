@@ -54,7 +54,7 @@ pub struct ServerHealth {
     pub sessions_opened: u64,
     /// The current stdio child's pid.
     pub pid: Option<u32>,
-    /// The last error, sanitized (`crate::sanitize::sanitize`).
+    /// The last error, sanitized (`flotilla_agent::sanitize::sanitize`).
     pub last_error: Option<String>,
 }
 
@@ -102,12 +102,12 @@ impl ServerConn {
                 // tenants' views, so it gets the egress sanitizer (no secret,
                 // host path or internal address, docs/SECURITY.md); the worker
                 // log keeps the secret-redacted original.
-                s.last_error = Some(crate::sanitize::sanitize_logged(
+                s.last_error = Some(flotilla_agent::sanitize::sanitize_logged(
                     &e.to_string(),
                     &format!("MCP server {} error", self.settings.name),
                     None,
                 ));
-                let wait = crate::retry::Backoff::nth(Duration::from_secs(1), Duration::from_secs(60), s.failures);
+                let wait = flotilla_agent::retry::Backoff::nth(Duration::from_secs(1), Duration::from_secs(60), s.failures);
                 s.next_retry = Some(Instant::now() + wait);
             }
         }
@@ -317,7 +317,7 @@ mod tests {
     use std::path::Path;
 
     use super::*;
-    use crate::mcp::{RawMcpServer, config::validate};
+    use crate::{RawMcpServer, config::validate};
 
     fn conn(command: &str) -> ServerConn {
         let raw = RawMcpServer { command: Some(command.into()), ..Default::default() };

@@ -8,7 +8,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::{FileToolEnv, compile_glob, file_error, parse};
-use crate::tool::{Tool, ToolContext, ToolError, ToolSpec};
+use flotilla_agent::tool::{Tool, ToolContext, ToolError, ToolSpec};
 
 /// Paths returned at most.
 const MAX_PATHS: usize = 500;

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use crate::protocol::ErrorKind;
+use flotilla_protocol::ErrorKind;
 
 /// A failed MCP operation. Messages never contain a URL path (see
 /// [`super::url_policy::redact`]).
