@@ -1,24 +1,14 @@
-//! `flotilla`: the orchestrator and the command line of Flotilla.
+//! `flotilla`: the command line of Flotilla, a thin layer over the
+//! orchestrator library (`flotilla_orchestrator`, src/lib.rs): argument
+//! parsing, configuration loading, logging and dispatch to one file per
+//! subcommand under src/cli/.
 //!
-//! - `flotilla orchestrator` runs the planner service ([`service`]): the job
-//!   API, one planner agent per job ([`planner`]), job records ([`jobs`]) and
-//!   report routing ([`reports`]).
-//! - `flotilla up` / `flotilla demo` run a local deployment ([`supervisor`]).
-//! - `submit`, `status`, `jobs`, `watch` are clients of the bus ([`cli`]).
+//! - `flotilla orchestrator` runs the library's service and serves its HTTP
+//!   endpoints ([`cli::orchestrator`], [`cli::endpoints`]).
+//! - `flotilla up` / `flotilla demo` run a local deployment ([`cli::supervisor`]).
+//! - `submit`, `status`, `jobs`, `watch`, ... are clients of the bus ([`cli`]).
 
-mod approvals;
-mod checkpoints;
 mod cli;
-mod dashboard;
-mod dead_letters;
-mod endpoints;
-mod events;
-mod jobs;
-mod metrics;
-mod planner;
-mod reports;
-mod service;
-mod supervisor;
 
 use std::path::PathBuf;
 
@@ -143,7 +133,7 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
         command => {
             let settings = load(cli.config.as_deref(), cli.mcp_config.as_deref()).context("configuration")?;
             match command {
-                Command::Orchestrator => service::run(settings, shutdown_signal()).await.map(|()| 0),
+                Command::Orchestrator => cli::orchestrator::run(settings).await,
                 Command::Submit(a) => cli::submit::run(&settings, &cli.tenant, a).await,
                 Command::Status(a) => cli::status::run(&settings, &cli.tenant, a).await,
                 Command::Jobs(a) => cli::jobs::run(&settings, &cli.tenant, a).await,

@@ -42,8 +42,8 @@ struct TypeLabel {
 
 /// Metrics of one orchestrator process.
 pub struct OrchestratorMetrics {
-    /// Served on `/metrics`.
-    pub registry: Arc<Registry>,
+    /// Every family below, encoded on each scrape of `/metrics`.
+    registry: Arc<Registry>,
     agent: AgentMetrics,
     jobs_running: Gauge,
     jobs_ended: Family<StatusLabel, Counter>,
@@ -87,6 +87,11 @@ impl OrchestratorMetrics {
         r.register("flotilla_worker_slots", "Task slots of live workers", m.slots.clone());
         r.register("flotilla_worker_slots_busy", "Task slots of live workers in use", m.slots_busy.clone());
         Self { registry: Arc::new(r), ..m }
+    }
+
+    /// The registry a `/metrics` endpoint encodes.
+    pub fn registry(&self) -> &Arc<Registry> {
+        &self.registry
     }
 
     /// Counts what a job event says.

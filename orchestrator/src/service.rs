@@ -20,14 +20,15 @@
 //! says what is wrong, never silence.
 
 use std::future::Future;
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use async_nats::Message;
 use async_nats::jetstream::kv;
 use dashmap::DashMap;
 use flotilla_shared::bus::Bus;
-use flotilla_shared::config::Settings;
-use flotilla_shared::ids::{JobId, Tenant};
+use flotilla_shared::config::{DashboardConfig, Settings};
+use flotilla_shared::ids::{JobId, SubagentType, Tenant};
 use flotilla_shared::protocol::{
     self, ApiReply, CancelReply, CancelRequest, ErrorKind, JobEventKind, JobRecord, ListReply, ListRequest,
     StatusRequest, SubmitReply, SubmitRequest,
@@ -49,11 +50,15 @@ const API_QUEUE: &str = "flotilla-orchestrator";
 /// Longest accepted job text.
 const MAX_INPUT_BYTES: usize = 256 * 1024;
 
+/// What every API request handler and planner task shares.
 struct Service {
     bus: Bus,
+    /// Job records: read by `status`/`list`, written by `submit` and planners.
     jobs: JobStore,
     planner: Arc<Planner>,
+    /// `[planner] concurrency` permits; a job's planner holds one while it runs.
     slots: Arc<Semaphore>,
+    /// Every planner task, so shutdown waits for them to checkpoint and stop.
     tracker: TaskTracker,
     /// Fires on orchestrator shutdown: planners stop and their jobs stay
     /// `running`, to be resumed by the next orchestrator.
@@ -64,58 +69,98 @@ struct Service {
     cancelled: kv::Store,
 }
 
-/// Runs the orchestrator until `shutdown` completes.
-pub async fn run(settings: Settings, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
-    let bus = Bus::connect(&settings.nats, "flotilla-orchestrator", std::time::Duration::from_secs(30)).await?;
-    bus.ensure_topology().await?;
-    let jobs = JobStore::open(bus.clone()).await?;
-    let reports = ReportRouter::start(bus.clone()).await?;
-    let checkpoints = Checkpoints::open(&bus).await?;
-    let cancelled = bus.cancelled().await?;
-    let files = flotilla_shared::files::JobFiles::open(&bus, &settings.files).await?;
-    let planner =
-        Arc::new(Planner::new(&settings, bus.clone(), jobs.clone(), reports, checkpoints, cancelled.clone(), files)?);
-    let concurrency = settings.planner()?.concurrency.max(1);
-    let service = Arc::new(Service {
-        bus: bus.clone(),
-        jobs,
-        planner,
-        slots: Arc::new(Semaphore::new(concurrency)),
-        tracker: TaskTracker::new(),
-        shutdown: CancellationToken::new(),
-        running: Arc::default(),
-        cancelled,
-    });
-    for rec in service.jobs.unfinished().await? {
-        tracing::info!(job_id = %rec.id, status = rec.status.as_str(), "resuming job");
-        service.start(rec.id);
+/// A connected orchestrator: bus topology ensured and stores open, but not yet
+/// answering the job API nor planning. The split lets the binary bind its HTTP
+/// endpoints ([`Orchestrator::metrics_router`], [`Orchestrator::dashboard_router`])
+/// before any job runs, and keeps socket serving out of this library.
+pub struct Orchestrator {
+    service: Arc<Service>,
+    /// Subagent types whose queue depths a metrics scrape reads (`[subagents]`).
+    types: Arc<Vec<SubagentType>>,
+}
+
+impl Orchestrator {
+    /// Connects to NATS, ensures the bus topology and opens the job, report,
+    /// checkpoint, file and cancellation stores.
+    pub async fn connect(settings: &Settings) -> anyhow::Result<Self> {
+        let bus = Bus::connect(&settings.nats, "flotilla-orchestrator", std::time::Duration::from_secs(30)).await?;
+        bus.ensure_topology().await?;
+        let jobs = JobStore::open(bus.clone()).await?;
+        let reports = ReportRouter::start(bus.clone()).await?;
+        let checkpoints = Checkpoints::open(&bus).await?;
+        let cancelled = bus.cancelled().await?;
+        let files = bus.job_files(&settings.files).await?;
+        let planner =
+            Planner::new(settings, bus.clone(), jobs.clone(), reports, checkpoints, cancelled.clone(), files)?;
+        let concurrency = settings.planner()?.concurrency.max(1);
+        let service = Arc::new(Service {
+            bus,
+            jobs,
+            planner: Arc::new(planner),
+            slots: Arc::new(Semaphore::new(concurrency)),
+            tracker: TaskTracker::new(),
+            shutdown: CancellationToken::new(),
+            running: Arc::default(),
+            cancelled,
+        });
+        Ok(Self { service, types: Arc::new(settings.subagents.keys().cloned().collect()) })
     }
-    tokio::spawn(dead_letters::watch(bus.clone(), service.shutdown.clone()));
-    let mut requests = bus
-        .client
-        .queue_subscribe(bus.subjects.api_all(), API_QUEUE.into())
-        .await
-        .map_err(|e| anyhow::anyhow!("cannot subscribe to {}: {e}", bus.subjects.api_all()))?;
-    crate::endpoints::start(&settings, &bus, &service.jobs, service.shutdown.clone()).await?;
-    tracing::info!(api = %bus.subjects.api_all(), "orchestrator ready");
-    tokio::pin!(shutdown);
-    loop {
-        tokio::select! {
-            m = requests.next() => match m {
-                Some(m) => {
-                    let s = service.clone();
-                    tokio::spawn(async move { s.answer(m).await });
-                }
-                None => anyhow::bail!("API subscription closed"),
-            },
-            _ = &mut shutdown => break,
+
+    /// `GET /metrics` for Prometheus ([`crate::metrics`]); queue depths and the
+    /// worker fleet are read from the bus on each scrape.
+    pub fn metrics_router(&self) -> axum::Router {
+        let metrics = self.service.jobs.metrics().clone();
+        let (bus, types) = (self.service.bus.clone(), self.types.clone());
+        let refresh = move || {
+            let (metrics, bus, types) = (metrics.clone(), bus.clone(), types.clone());
+            async move { metrics.refresh(&bus, &types).await }
+        };
+        flotilla_shared::metrics::router(self.service.jobs.metrics().registry().clone(), refresh)
+    }
+
+    /// The web dashboard ([`crate::dashboard`]) for serving on `addr` under
+    /// `config`'s access rules; fails when the rules cannot be met (a token
+    /// required or named but not set).
+    pub fn dashboard_router(&self, addr: SocketAddr, config: &DashboardConfig) -> anyhow::Result<axum::Router> {
+        crate::dashboard::router(addr, config, self.service.bus.clone(), self.service.jobs.clone())
+    }
+
+    /// Resumes every unfinished job, then answers the job API until `shutdown`
+    /// completes; stops the planners (their jobs stay `running`, for the next
+    /// orchestrator to resume) and waits for them before returning.
+    pub async fn run(self, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
+        let service = self.service;
+        let bus = service.bus.clone();
+        for rec in service.jobs.unfinished().await? {
+            tracing::info!(job_id = %rec.id, status = rec.status.as_str(), "resuming job");
+            service.start(rec.id);
         }
+        tokio::spawn(dead_letters::watch(bus.clone(), service.shutdown.clone()));
+        let mut requests = bus
+            .client
+            .queue_subscribe(bus.subjects.api_all(), API_QUEUE.into())
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot subscribe to {}: {e}", bus.subjects.api_all()))?;
+        tracing::info!(api = %bus.subjects.api_all(), "orchestrator ready");
+        tokio::pin!(shutdown);
+        let ended = loop {
+            tokio::select! {
+                m = requests.next() => match m {
+                    Some(m) => {
+                        let s = service.clone();
+                        tokio::spawn(async move { s.answer(m).await });
+                    }
+                    None => break Err(anyhow::anyhow!("API subscription closed")),
+                },
+                _ = &mut shutdown => break Ok(()),
+            }
+        };
+        tracing::info!("orchestrator stopping");
+        service.shutdown.cancel();
+        service.tracker.close();
+        service.tracker.wait().await;
+        ended
     }
-    tracing::info!("orchestrator stopping");
-    service.shutdown.cancel();
-    service.tracker.close();
-    service.tracker.wait().await;
-    Ok(())
 }
 
 impl Service {

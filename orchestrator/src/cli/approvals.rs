@@ -27,7 +27,7 @@ pub struct Args {
 pub async fn run(settings: &Settings, tenant: &Tenant, args: Args) -> anyhow::Result<i32> {
     let api = connect(settings, tenant).await?;
     let req = ApprovalsRequest { v: SCHEMA_VERSION, job_id: args.job };
-    let reply: ApiReply<ApprovalsReply> = api.bus.request(tenant, "approvals", &req, Duration::from_secs(10)).await?;
+    let reply: ApiReply<ApprovalsReply> = api.bus().request(tenant, "approvals", &req, Duration::from_secs(10)).await?;
     let list = reply.into_result().map_err(|e| anyhow::anyhow!("{e}"))?;
     if args.json {
         outln!("{}", serde_json::to_string_pretty(&list.approvals)?)?;

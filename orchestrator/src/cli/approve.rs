@@ -58,7 +58,7 @@ pub async fn run(settings: &Settings, tenant: &Tenant, args: Args) -> anyhow::Re
     let api = connect(settings, tenant).await?;
     let req =
         ApproveRequest { v: SCHEMA_VERSION, job_id: args.job, call_id: args.call_id, task_id: args.task, decision, by };
-    let reply: ApiReply<ApproveReply> = api.bus.request(tenant, "approve", &req, Duration::from_secs(10)).await?;
+    let reply: ApiReply<ApproveReply> = api.bus().request(tenant, "approve", &req, Duration::from_secs(10)).await?;
     let rec = reply.into_result().map_err(|e| anyhow::anyhow!("not recorded: {e}"))?.record;
     let r = &rec.request;
     outln!("{} call {} ({}) of job {}, task {}", req.decision.kind(), r.call_id, r.tool, r.job_id, r.task_id)?;

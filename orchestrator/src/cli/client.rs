@@ -14,13 +14,30 @@ const TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A connected client acting for one tenant.
 pub struct ApiClient {
-    /// The bus.
-    pub bus: Bus,
-    /// Whose jobs.
-    pub tenant: Tenant,
+    /// Carries the API requests and, for `watch`, the event subscriptions.
+    bus: Bus,
+    /// Whose jobs: every request goes to this tenant's API subjects, which the
+    /// NATS credentials may confine it to (docs/SECURITY.md).
+    tenant: Tenant,
 }
 
 impl ApiClient {
+    /// A client of `tenant`'s jobs over `bus`.
+    pub fn new(bus: Bus, tenant: Tenant) -> Self {
+        Self { bus, tenant }
+    }
+
+    /// The connection, for requests beyond the typed ones below and for
+    /// following events.
+    pub fn bus(&self) -> &Bus {
+        &self.bus
+    }
+
+    /// The tenant this client acts for.
+    pub fn tenant(&self) -> &Tenant {
+        &self.tenant
+    }
+
     /// Submits a job; returns its id.
     pub async fn submit(&self, input: String) -> anyhow::Result<JobId> {
         let req = SubmitRequest { v: SCHEMA_VERSION, input };

@@ -9,8 +9,8 @@ use clap::Args as ClapArgs;
 use flotilla_shared::config::Settings;
 
 use super::out::outln;
+use super::supervisor::{Logs, Supervisor};
 use super::{Output, connect, exit_code, follow_job, render};
-use crate::supervisor::{Logs, Supervisor};
 
 /// Run the demo job through a local deployment and print its answer.
 #[derive(ClapArgs, Debug)]
@@ -26,7 +26,7 @@ pub async fn run(settings: Settings, config: &Path, args: Args) -> anyhow::Resul
     let banner = outln!(
         "started nats-server, the orchestrator and {} workers (logs in {})",
         settings.local.workers,
-        sup.log_dir.display()
+        sup.log_dir().display()
     );
     // Nobody reads stdout any more: stop the deployment cleanly, then exit.
     let result = if let Err(e) = banner {
@@ -38,7 +38,7 @@ pub async fn run(settings: Settings, config: &Path, args: Args) -> anyhow::Resul
         (name, status) = sup.wait_any() => Err(anyhow::anyhow!(
             "{name} exited early ({}); see {}",
             status.map(|s| s.to_string()).unwrap_or_else(|e| e.to_string()),
-            sup.log_dir.join(format!("{name}.log")).display()
+            sup.log_dir().join(format!("{name}.log")).display()
         )),
         }
     };

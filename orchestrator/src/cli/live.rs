@@ -8,11 +8,11 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use flotilla_orchestrator::events::Event;
 use flotilla_shared::ids::{JobId, TaskId};
 use flotilla_shared::protocol::{JobEventKind, ProgressKind, TaskStatus, Todo, TodoStatus, Usage};
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use crate::events::Event;
 use super::render::short;
 
 const TICK: Duration = Duration::from_millis(120);

@@ -9,13 +9,16 @@ pub mod bench;
 pub mod cancel;
 pub mod client;
 pub mod demo;
+pub mod endpoints;
 pub mod jobs;
 pub mod live;
 pub mod mcp;
+pub mod orchestrator;
 pub mod out;
 pub mod render;
 pub mod status;
 pub mod submit;
+pub mod supervisor;
 pub mod table;
 pub mod up;
 pub mod watch;
@@ -24,6 +27,7 @@ pub mod workers;
 use std::io::Write;
 use std::time::Duration;
 
+use flotilla_orchestrator::events::{self, Event, Scope};
 use flotilla_shared::bus::Bus;
 use flotilla_shared::config::Settings;
 use flotilla_shared::ids::{JobId, Tenant};
@@ -31,13 +35,12 @@ use flotilla_shared::protocol::{JobRecord, JobStatus};
 use futures::StreamExt;
 
 use client::ApiClient;
-use crate::events::{self, Event, Scope};
 use out::outln;
 
 /// Connects as a short-lived client of `tenant`.
 pub async fn connect(settings: &Settings, tenant: &Tenant) -> anyhow::Result<ApiClient> {
     let bus = Bus::connect(&settings.nats, "flotilla-cli", Duration::from_secs(5)).await?;
-    Ok(ApiClient { bus, tenant: tenant.clone() })
+    Ok(ApiClient::new(bus, tenant.clone()))
 }
 
 /// Output style of commands that follow events.
@@ -60,8 +63,8 @@ pub async fn follow_job(api: &ApiClient, job: JobId, output: Output) -> anyhow::
     if finished && output == Output::Quiet {
         return Ok(current);
     }
-    let scope = Scope::Job(api.tenant.clone(), job);
-    let (stored, events) = events::follow_counted(&api.bus, scope, output != Output::Quiet).await?;
+    let scope = Scope::Job(api.tenant().clone(), job);
+    let (stored, events) = events::follow_counted(api.bus(), scope, output != Output::Quiet).await?;
     let mut events = std::pin::pin!(events);
     let limit = if finished { stored } else { usize::MAX };
     if finished {

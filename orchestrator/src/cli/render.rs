@@ -1,9 +1,9 @@
 //! Human-readable lines for events and records, shared by `watch`, `submit
 //! --wait`, `status` and `jobs`.
 
+use flotilla_orchestrator::events::Event;
 use flotilla_shared::protocol::{JobEventKind, JobRecord, ProgressKind, TodoStatus, Usage};
 
-use crate::events::Event;
 use super::table;
 
 /// First 8 characters of an id: enough to tell tasks apart on screen.

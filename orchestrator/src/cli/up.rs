@@ -7,7 +7,7 @@ use clap::Args as ClapArgs;
 use flotilla_shared::config::Settings;
 
 use super::out::outln;
-use crate::supervisor::{Logs, Supervisor};
+use super::supervisor::{Logs, Supervisor};
 
 /// Start nats-server (or reuse a running one), the orchestrator and
 /// `[local] workers` worker processes; Ctrl-C or SIGTERM stops them all.

@@ -6,12 +6,12 @@
 use std::io::{IsTerminal, Write};
 
 use clap::Args as ClapArgs;
+use flotilla_orchestrator::events::{self, Event, Scope};
 use flotilla_shared::config::Settings;
 use flotilla_shared::ids::{JobId, Tenant};
 use futures::StreamExt;
 
 use super::client::ApiClient;
-use crate::events::{self, Event, Scope};
 use super::live::LiveView;
 use super::out::outln;
 use super::{Output, connect, exit_code, follow_job, render};
@@ -35,7 +35,7 @@ pub async fn run(settings: &Settings, tenant: &Tenant, args: Args) -> anyhow::Re
     let api = connect(settings, tenant).await?;
     let live = !args.json && !args.plain && std::io::stdout().is_terminal();
     let Some(job) = args.job else {
-        let mut events = std::pin::pin!(events::follow(&api.bus, Scope::Tenant(api.tenant.clone()), true).await?);
+        let mut events = std::pin::pin!(events::follow(api.bus(), Scope::Tenant(api.tenant().clone()), true).await?);
         let mut view = live.then(LiveView::new);
         let mut stdout = std::io::stdout();
         while let Some(ev) = events.next().await {
@@ -70,7 +70,7 @@ async fn follow_live(api: &ApiClient, job: JobId) -> anyhow::Result<flotilla_sha
         outln!("job {job} already {}", current.status.as_str())?;
         return Ok(current);
     }
-    let mut events = std::pin::pin!(events::follow(&api.bus, Scope::Job(api.tenant.clone(), job), true).await?);
+    let mut events = std::pin::pin!(events::follow(api.bus(), Scope::Job(api.tenant().clone(), job), true).await?);
     let mut view = LiveView::new();
     while let Some(ev) = events.next().await {
         let ev = ev?;

@@ -21,7 +21,7 @@ pub struct Args {
 /// Runs the command.
 pub async fn run(settings: &Settings, tenant: &Tenant, args: Args) -> anyhow::Result<i32> {
     let api = connect(settings, tenant).await?;
-    let workers = api.bus.live_workers().await?;
+    let workers = api.bus().live_workers().await?;
     if args.json {
         outln!("{}", serde_json::to_string_pretty(&workers)?)?;
     } else {

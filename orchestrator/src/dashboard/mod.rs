@@ -41,28 +41,24 @@ use serde::Deserialize;
 use crate::events::{self, Event, Scope};
 use crate::jobs::JobStore;
 
+/// What every handler reads: the dashboard observes and never changes a job.
 #[derive(Clone)]
 struct Dash {
+    /// For the events stream (SSE) and the workers bucket.
     bus: Bus,
+    /// Job records of every tenant.
     jobs: JobStore,
 }
 
-/// Serves the dashboard on `addr` under `config`'s access rules until
-/// `shutdown` completes; returns the bound address. Fails before binding when
-/// the rules cannot be met (a token required or named but not set).
-pub async fn serve(
-    addr: SocketAddr,
-    config: &DashboardConfig,
-    bus: Bus,
-    jobs: JobStore,
-    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-) -> anyhow::Result<SocketAddr> {
+/// The dashboard's routes behind its [`guard`], for serving on `addr` (the
+/// binary binds it: docs/OPERATIONS.md, "Dashboard"). Fails when `config`'s
+/// access rules cannot be met (a token required or named but not set).
+pub fn router(addr: SocketAddr, config: &DashboardConfig, bus: Bus, jobs: JobStore) -> anyhow::Result<axum::Router> {
     let guard = Arc::new(guard::Guard::from_config(config, addr)?);
-    let app = router(Dash { bus, jobs }).layer(axum::middleware::from_fn_with_state(guard, guard::check));
-    Ok(flotilla_shared::metrics::serve("dashboard", addr, app, shutdown).await?)
+    Ok(routes(Dash { bus, jobs }).layer(axum::middleware::from_fn_with_state(guard, guard::check)))
 }
 
-fn router(state: Dash) -> axum::Router {
+fn routes(state: Dash) -> axum::Router {
     axum::Router::new()
         .route("/", get(jobs_page))
         .route("/fragment/jobs", get(jobs_fragment))

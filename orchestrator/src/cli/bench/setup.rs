@@ -6,14 +6,14 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use flotilla_orchestrator::events::{self, Event, Scope};
 use flotilla_shared::bus::Bus;
 use flotilla_shared::config::Settings;
 use flotilla_shared::protocol::{JobEventKind, ProgressKind};
 use futures::StreamExt;
 
 use crate::cli::client::ApiClient;
-use crate::events::{self, Event, Scope};
-use crate::supervisor::{Logs, Supervisor};
+use crate::cli::supervisor::{Logs, Supervisor};
 
 const PLANNER: &str = r#"
 latency_ms = {latency}
@@ -55,11 +55,16 @@ pub struct Rig {
     sup: Supervisor,
     dir: PathBuf,
     /// Client connection to the rig's NATS.
-    pub bus: Bus,
+    bus: Bus,
     settings: Settings,
 }
 
 impl Rig {
+    /// A client connection to the rig's NATS, for publishing tasks directly.
+    pub fn bus(&self) -> &Bus {
+        &self.bus
+    }
+
     /// Starts nats-server, an orchestrator and `workers` workers with
     /// `slots` concurrency, every model call taking `latency_ms`.
     pub async fn start(workers: usize, slots: usize, latency_ms: u64) -> anyhow::Result<Self> {
@@ -108,7 +113,7 @@ state_dir = "state"
             anyhow::ensure!(
                 Instant::now() < deadline,
                 "orchestrator did not start; logs in {}",
-                self.sup.log_dir.display()
+                self.sup.log_dir().display()
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
@@ -120,13 +125,17 @@ state_dir = "state"
             if c.info().await?.num_waiting as usize >= workers {
                 return Ok(());
             }
-            anyhow::ensure!(Instant::now() < deadline, "workers did not start; logs in {}", self.sup.log_dir.display());
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "workers did not start; logs in {}",
+                self.sup.log_dir().display()
+            );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
 
     fn api(&self) -> ApiClient {
-        ApiClient { bus: self.bus.clone(), tenant: Default::default() }
+        ApiClient::new(self.bus.clone(), Default::default())
     }
 
     /// Submits `input` and returns the wall time until the job completed.

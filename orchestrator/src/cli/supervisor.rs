@@ -2,6 +2,10 @@
 //! running nats-server or start one (JetStream on, loopback only, data under
 //! the state dir), then start the orchestrator and the configured number of
 //! worker processes as children, and stop them all cleanly.
+//!
+//! It lives in the `flotilla` binary, not in the orchestrator library: it
+//! starts the binaries themselves (this executable with `orchestrator`, and
+//! `flotilla-worker` next to it), so it only makes sense inside one.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -25,9 +29,12 @@ pub enum Logs {
 
 /// The processes of a local deployment.
 pub struct Supervisor {
+    /// Name and process of each child; stopped in [`Supervisor::stop`], and
+    /// killed on drop (`kill_on_drop`) if the CLI exits early.
     children: Vec<(String, Child)>,
-    /// Where logs go when [`Logs::Files`].
-    pub log_dir: PathBuf,
+    /// `<state_dir>/logs`: where logs go with [`Logs::Files`], and what error
+    /// messages point at.
+    log_dir: PathBuf,
 }
 
 impl Supervisor {
@@ -74,6 +81,11 @@ impl Supervisor {
             }
         }
         cmd.spawn().with_context(|| format!("cannot start {name} ({})", exe.display()))
+    }
+
+    /// The directory holding the children's log files (with [`Logs::Files`]).
+    pub fn log_dir(&self) -> &Path {
+        &self.log_dir
     }
 
     /// OS pid of the child called `name`.

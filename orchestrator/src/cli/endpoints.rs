@@ -1,0 +1,32 @@
+//! The orchestrator's HTTP endpoints, both off unless configured: Prometheus
+//! metrics (`[metrics] orchestrator`) and the web dashboard (`[dashboard]
+//! listen`). Both are observers: they read the bus and job records and never
+//! change a job.
+//!
+//! The library builds the routes ([`Orchestrator::metrics_router`],
+//! [`Orchestrator::dashboard_router`]); binding and serving sockets is the
+//! binary's business, so the library opens no port of its own.
+
+use flotilla_orchestrator::service::Orchestrator;
+use flotilla_shared::config::Settings;
+use tokio_util::sync::CancellationToken;
+
+/// Binds and serves the configured endpoints until `shutdown` fires; fails
+/// when an address cannot be bound or the dashboard's access rules cannot be met.
+pub async fn start(
+    settings: &Settings,
+    orchestrator: &Orchestrator,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    if let Some(addr) = settings.metrics.orchestrator {
+        let router = orchestrator.metrics_router();
+        flotilla_shared::metrics::serve("orchestrator metrics", addr, router, shutdown.clone().cancelled_owned())
+            .await?;
+    }
+    if let Some(addr) = settings.dashboard.listen {
+        let router = orchestrator.dashboard_router(addr, &settings.dashboard)?;
+        let bound = flotilla_shared::metrics::serve("dashboard", addr, router, shutdown.cancelled_owned()).await?;
+        tracing::info!(url = %format!("http://{bound}/"), "dashboard");
+    }
+    Ok(())
+}

@@ -1,0 +1,48 @@
+//! The orchestrator library: everything the `flotilla orchestrator` service
+//! does, with the `flotilla` binary (src/main.rs, src/cli/) a thin CLI on top.
+//!
+//! # Components and how they connect
+//!
+//! - [`service`]: the entry point. [`service::Orchestrator::connect`] opens the
+//!   bus and the stores below; [`service::Orchestrator::run`] resumes the jobs a
+//!   previous orchestrator left unfinished, then answers the job API
+//!   (`<prefix>.api.<tenant>.{submit,status,list,cancel,approvals,approve}`)
+//!   until its `shutdown` future completes. Each accepted job gets one planner
+//!   task, at most `[planner] concurrency` at once (a semaphore permit per job).
+//! - `planner`: one agent run per job, with `write_todos` and `task` as tools.
+//!   `task` publishes a task message to the JetStream work queue and waits for
+//!   the report through `reports`; the planner owns the job's lifecycle.
+//! - `jobs`: the job store (jobs KV bucket). Every job-record change and every
+//!   job event goes through it, so it is also where `metrics` counts.
+//! - `reports`: routes task reports from the reports stream to the `task` call
+//!   waiting for each, first report wins (exactly-once consolidation).
+//! - `checkpoints`: the planner's conversation after every turn, so a restarted
+//!   orchestrator resumes a job where it stopped.
+//! - `dead_letters`: turns tasks JetStream gave up on (`max_deliver`) into
+//!   failed reports, so a planner never waits in silence.
+//! - `approvals`: the `approvals`/`approve` API operations over the approvals
+//!   bucket (docs/APPROVALS.md).
+//! - `metrics`: Prometheus families fed by `jobs`; `dashboard`: the web
+//!   dashboard's routes and their access guard. Both are observers, built as
+//!   routers by the service ([`service::Orchestrator::metrics_router`],
+//!   [`service::Orchestrator::dashboard_router`]); binding and serving the
+//!   sockets is the binary's job (src/cli/endpoints.rs).
+//! - [`events`]: the one reader of the events stream, shared by the CLI
+//!   (`watch`, `submit --wait`) and the dashboard's Server-Sent Events.
+//!
+//! The local all-in-one supervisor (`flotilla up`/`demo`) is not here: it
+//! starts the binaries themselves as child processes, so it lives in the
+//! binary (src/cli/supervisor.rs).
+
+#![deny(missing_docs)]
+
+mod approvals;
+mod checkpoints;
+mod dashboard;
+mod dead_letters;
+pub mod events;
+mod jobs;
+mod metrics;
+mod planner;
+mod reports;
+pub mod service;
