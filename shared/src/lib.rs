@@ -35,7 +35,7 @@ pub use {flotilla_config as config, flotilla_protocol as protocol};
 
 /// Audit records (agent crate) and their NATS sink and reader (bus).
 pub mod audit {
-    pub use crate::bus::audit::{BusAuditSink, read};
+    pub use flotilla_bus::audit::{BusAuditSink, read};
     pub use flotilla_agent::audit::*;
 }
 
@@ -48,7 +48,7 @@ pub mod model {
 }
 
 pub use flotilla_tools as builtin;
-pub mod bus;
+pub use flotilla_bus as bus;
 pub use flotilla_mcp as mcp;
 pub mod metrics;
 pub mod telemetry;

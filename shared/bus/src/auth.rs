@@ -7,7 +7,7 @@
 
 use async_nats::ConnectOptions;
 
-use crate::config::NatsConfig;
+use flotilla_config::NatsConfig;
 
 /// Why the configured credentials could not be loaded.
 #[derive(Debug, thiserror::Error)]
@@ -121,7 +121,7 @@ pub async fn apply(config: &NatsConfig, mut opts: ConnectOptions) -> Result<Conn
     }
     let tls = &config.tls;
     if tls.enabled() {
-        crate::tls::install_crypto_provider();
+        flotilla_config::tls::install_crypto_provider();
         opts = opts.require_tls(true);
     }
     if let Some(ca) = &tls.ca_file {

@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use super::{Bus, BusError};
-use crate::audit::AuditSink;
-use crate::protocol::{self, AuditRecord};
+use crate::{Bus, BusError};
+use flotilla_agent::audit::AuditSink;
+use flotilla_protocol::{self as protocol, AuditRecord};
 
 /// Publishes records to the audit stream.
 pub struct BusAuditSink {
@@ -49,8 +49,8 @@ impl AuditSink for BusAuditSink {
 /// permissions can let a tenant's credential read its own audit trail only.
 pub async fn read(
     bus: &Bus,
-    tenant: &crate::ids::Tenant,
-    job: &crate::ids::JobId,
+    tenant: &flotilla_protocol::ids::Tenant,
+    job: &flotilla_protocol::ids::JobId,
 ) -> Result<Vec<AuditRecord>, BusError> {
     use async_nats::jetstream::consumer::{AckPolicy, DeliverPolicy, pull};
     use futures::StreamExt;

@@ -20,9 +20,9 @@ use async_nats::jetstream::kv::{self, CreateErrorKind, Operation, UpdateErrorKin
 use async_nats::jetstream::stream;
 use futures::{Stream, StreamExt, TryStreamExt};
 
-use super::{Bus, BusError};
-use crate::ids::{JobId, SubagentType, TaskId};
-use crate::protocol::{self, ApprovalRecord, ApprovalState, Decision, DecisionKind, DecisionRecord, MAX_MESSAGE_BYTES};
+use crate::{Bus, BusError};
+use flotilla_protocol::ids::{JobId, SubagentType, TaskId};
+use flotilla_protocol::{self as protocol, ApprovalRecord, ApprovalState, Decision, DecisionKind, DecisionRecord, MAX_MESSAGE_BYTES};
 
 /// How long an approval record is kept.
 pub const APPROVAL_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
@@ -92,7 +92,7 @@ impl ApprovalStore {
         if plain {
             format!("req.{ty}.{job}.{task}.{call_id}")
         } else {
-            format!("req.{ty}.{job}.{task}.={}", crate::digest::sha256_hex(call_id.as_bytes()))
+            format!("req.{ty}.{job}.{task}.={}", flotilla_agent::digest::sha256_hex(call_id.as_bytes()))
         }
     }
 
@@ -297,7 +297,7 @@ pub fn check_decision(
         }
         if !r.input_schema.is_null() {
             let validator = jsonschema::validator_for(&r.input_schema).map_err(|e| invalid(e.to_string()))?;
-            let problems = crate::tool::schema_problems(&validator, args);
+            let problems = flotilla_agent::tool::schema_problems(&validator, args);
             if !problems.is_empty() {
                 return Err(invalid(problems.join("; ")));
             }
@@ -338,7 +338,7 @@ mod tests {
 
     #[test]
     fn decisions_are_checked_against_state_deadline_policy_and_schema() {
-        use crate::protocol::{ApprovalRequest, SCHEMA_VERSION};
+        use flotilla_protocol::{ApprovalRequest, SCHEMA_VERSION};
         use serde_json::json;
         let now = protocol::now();
         let rec = |decisions: Vec<DecisionKind>| ApprovalRecord {
@@ -348,7 +348,7 @@ mod tests {
                 job_id: JobId::new(),
                 task_id: TaskId::new(),
                 tenant: Default::default(),
-                subagent_type: crate::ids::SubagentType::new("ops").unwrap(),
+                subagent_type: flotilla_protocol::ids::SubagentType::new("ops").unwrap(),
                 worker_id: "w".into(),
                 call_id: "c1".into(),
                 tool: "deploy".into(),

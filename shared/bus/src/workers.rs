@@ -12,9 +12,9 @@ use std::time::Duration;
 use async_nats::jetstream::{kv, stream};
 use futures::TryStreamExt;
 
-use super::{Bus, BusError};
-use crate::protocol::{self, MAX_MESSAGE_BYTES, WorkerHeartbeat};
-use crate::subjects::Subjects;
+use crate::{Bus, BusError};
+use flotilla_protocol::{self as protocol, MAX_MESSAGE_BYTES, WorkerHeartbeat};
+use flotilla_protocol::subjects::Subjects;
 
 /// Backstop age of any entry, whatever its TTL (heartbeat intervals are capped below this).
 const MAX_ENTRY_AGE: Duration = Duration::from_secs(15 * 60);

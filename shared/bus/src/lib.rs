@@ -15,6 +15,8 @@
 //! | `flotilla_workers`         | KV bucket, memory    | latest heartbeat per live worker (TTL) |
 //! | `flotilla_approvals`       | KV bucket, 7 d       | approval records `<job>.<task>.<call>` |
 
+#![deny(missing_docs)]
+
 mod approvals;
 pub mod auth;
 pub mod audit;
@@ -31,13 +33,13 @@ use std::time::Duration;
 use async_nats::jetstream::{self, consumer, kv, object_store, stream};
 use bytes::Bytes;
 
-use crate::config::NatsConfig;
-use crate::ids::{SubagentType, Tenant};
-use crate::protocol::{self, MAX_MESSAGE_BYTES, Message};
-use crate::subjects::Subjects;
+use flotilla_config::NatsConfig;
+use flotilla_protocol::ids::{SubagentType, Tenant};
+use flotilla_protocol::{self as protocol, MAX_MESSAGE_BYTES, Message};
+use flotilla_protocol::subjects::Subjects;
 use denials::{Denial, DenialKind, Denials, GuardError};
 
-pub use crate::retry::{Backoff, Retryable, retry};
+pub use flotilla_agent::retry::{Backoff, Retryable, retry};
 
 /// A bus operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -102,7 +104,7 @@ impl BusError {
     }
 }
 
-impl crate::retry::Retryable for BusError {
+impl flotilla_agent::retry::Retryable for BusError {
     fn is_transient(&self) -> bool {
         BusError::is_transient(self)
     }
@@ -543,7 +545,7 @@ pub use flotilla_config::redact_url;
 
 #[cfg(test)]
 mod tests {
-    use super::{BusError, BusErrorKind};
+    use crate::{BusError, BusErrorKind};
 
     #[test]
     fn errors_are_classified_so_only_transient_ones_are_retried() {

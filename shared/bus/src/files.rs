@@ -13,10 +13,10 @@ use base64::Engine;
 use futures::StreamExt;
 use tokio::io::AsyncReadExt;
 
-use super::denials::{Denials, GuardError};
-use super::{Bus, BusError};
-use crate::config::FilesConfig;
-use crate::files::{JobFiles, ObjectBackend, ObjectInfo};
+use crate::denials::{Denials, GuardError};
+use crate::{Bus, BusError};
+use flotilla_config::FilesConfig;
+use flotilla_agent::files::{JobFiles, ObjectBackend, ObjectInfo};
 
 /// The Object Store bucket, with the connection's denials (see [`put`](ObjectBackend::put)).
 struct ObjectStoreBackend {
