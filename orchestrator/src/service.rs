@@ -8,10 +8,10 @@
 //! | `list`                           | `ListRequest`    | `ListReply`           |
 //! | `cancel`                         | `CancelRequest`  | `CancelReply`         |
 //! | `approvals`                      | `ApprovalsRequest` | `ApprovalsReply`    |
-//! | `approve`                        | `ApproveRequest` | `ApproveReply` ([`crate::approvals`]) |
+//! | `approve`                        | `ApproveRequest` | `ApproveReply` (src/approvals.rs) |
 //!
 //! At start the service resumes every job that was submitted or running when
-//! the previous orchestrator stopped (see [`crate::checkpoints`]).
+//! the previous orchestrator stopped (see src/checkpoints.rs).
 //!
 //! The tenant comes from the subject only (NATS permissions confine each
 //! client credential to its tenant); a job of another tenant looks missing.
@@ -106,7 +106,7 @@ impl Orchestrator {
         Ok(Self { service, types: Arc::new(settings.subagents.keys().cloned().collect()) })
     }
 
-    /// `GET /metrics` for Prometheus ([`crate::metrics`]); queue depths and the
+    /// `GET /metrics` for Prometheus (src/metrics.rs); queue depths and the
     /// worker fleet are read from the bus on each scrape.
     pub fn metrics_router(&self) -> axum::Router {
         let metrics = self.service.jobs.metrics().clone();
@@ -118,7 +118,7 @@ impl Orchestrator {
         flotilla_shared::metrics::router(self.service.jobs.metrics().registry().clone(), refresh)
     }
 
-    /// The web dashboard ([`crate::dashboard`]) for serving on `addr` under
+    /// The web dashboard (src/dashboard/) for serving on `addr` under
     /// `config`'s access rules; fails when the rules cannot be met (a token
     /// required or named but not set).
     pub fn dashboard_router(&self, addr: SocketAddr, config: &DashboardConfig) -> anyhow::Result<axum::Router> {
