@@ -10,11 +10,11 @@
 //! (shared/src/bus/approvals.rs): a decision racing another reviewer or the
 //! worker's expiry either wins or gets a clear error, never a silent overwrite.
 
-use flotilla_shared::bus::{ApprovalStore, Bus, DecisionError, Versioned, Write, check_decision};
-use flotilla_shared::ids::Tenant;
-use flotilla_shared::protocol::{
-    self, ApiReply, ApprovalState, ApprovalsReply, ApprovalsRequest, ApproveReply, ApproveRequest, DecisionRecord,
-    ErrorKind,
+use flotilla_bus::{ApprovalStore, Bus, DecisionError, Versioned, Write, check_decision};
+use flotilla_protocol::ids::Tenant;
+use flotilla_protocol::{
+    self as protocol, ApiReply, ApprovalState, ApprovalsReply, ApprovalsRequest, ApproveReply, ApproveRequest,
+    DecisionRecord, ErrorKind,
 };
 
 /// Longest accepted reason or reviewer name.
@@ -111,7 +111,7 @@ async fn mirror(
     decision: &DecisionRecord,
     stored_at: u64,
 ) -> Result<(), ApiReply<ApproveReply>> {
-    let transient = |e: flotilla_shared::bus::BusError| ApiReply::error(ErrorKind::Transient, e.to_string());
+    let transient = |e: flotilla_bus::BusError| ApiReply::error(ErrorKind::Transient, e.to_string());
     loop {
         let Some(Versioned { mut record, revision }) = store.get(key).await.map_err(transient)? else {
             return Ok(());
@@ -135,7 +135,7 @@ async fn mirror(
     }
 }
 
-async fn open_store(bus: &Bus) -> Result<ApprovalStore, flotilla_shared::bus::BusError> {
+async fn open_store(bus: &Bus) -> Result<ApprovalStore, flotilla_bus::BusError> {
     bus.approvals().await
 }
 
@@ -152,7 +152,7 @@ async fn find(
             format!("no approval request for call {:?} in job {}", req.call_id, req.job_id),
         )
     };
-    let transient = |e: flotilla_shared::bus::BusError| ApiReply::error(ErrorKind::Transient, e.to_string());
+    let transient = |e: flotilla_bus::BusError| ApiReply::error(ErrorKind::Transient, e.to_string());
     let mut candidates: Vec<Versioned> = store
         .list(Some(&req.job_id))
         .await

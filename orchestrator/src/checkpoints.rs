@@ -7,10 +7,10 @@
 use std::time::Duration;
 
 use async_nats::jetstream::kv;
-use flotilla_shared::agent::Conversation;
-use flotilla_shared::bus::{Bus, BusError, retry};
-use flotilla_shared::ids::JobId;
-use flotilla_shared::protocol::MAX_MESSAGE_BYTES;
+use flotilla_agent::agent::Conversation;
+use flotilla_bus::{Bus, BusError, retry};
+use flotilla_protocol::MAX_MESSAGE_BYTES;
+use flotilla_protocol::ids::JobId;
 
 /// The checkpoint bucket.
 #[derive(Clone)]

@@ -5,8 +5,8 @@
 //! stream, stores it on the dead-letter subject with the reason, publishes a
 //! `failed` report for it (unless one exists) and removes it from the queue.
 
-use flotilla_shared::bus::Bus;
-use flotilla_shared::protocol::{self, ErrorInfo, ErrorKind, TaskMessage, TaskReport, TaskStatus, Usage};
+use flotilla_bus::Bus;
+use flotilla_protocol::{self as protocol, ErrorInfo, ErrorKind, TaskMessage, TaskReport, TaskStatus, Usage};
 use futures::StreamExt;
 use serde::Deserialize;
 use tokio_util::sync::CancellationToken;

@@ -7,9 +7,9 @@
 //! it, so both see the same events with the same filters and permissions.
 
 use async_nats::jetstream::consumer::{DeliverPolicy, pull};
-use flotilla_shared::bus::Bus;
-use flotilla_shared::ids::{JobId, Tenant};
-use flotilla_shared::protocol::{self, JobEvent, ProgressEvent};
+use flotilla_bus::Bus;
+use flotilla_protocol::ids::{JobId, Tenant};
+use flotilla_protocol::{self as protocol, JobEvent, ProgressEvent};
 use futures::{Stream, StreamExt};
 
 /// One event of either kind.

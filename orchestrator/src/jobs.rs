@@ -14,9 +14,9 @@ use std::sync::Arc;
 
 use async_nats::jetstream::kv;
 use dashmap::DashMap;
-use flotilla_shared::bus::{Bus, BusError, retry};
-use flotilla_shared::ids::{JobId, Tenant};
-use flotilla_shared::protocol::{self, JobEvent, JobEventKind, JobRecord, JobStatus, JobSummary};
+use flotilla_bus::{Bus, BusError, retry};
+use flotilla_protocol::ids::{JobId, Tenant};
+use flotilla_protocol::{self as protocol, JobEvent, JobEventKind, JobRecord, JobStatus, JobSummary};
 use futures::TryStreamExt;
 
 use crate::metrics::OrchestratorMetrics;
@@ -238,7 +238,7 @@ impl Live {
 mod tests {
     use std::sync::Mutex;
 
-    use flotilla_shared::ids::{JobId, Tenant};
+    use flotilla_protocol::ids::{JobId, Tenant};
     use tokio::sync::oneshot;
 
     use super::*;

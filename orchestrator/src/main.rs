@@ -14,9 +14,9 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use flotilla_shared::config::Settings;
-use flotilla_shared::ids::Tenant;
-use flotilla_shared::telemetry::{self, LogFormat};
+use flotilla_config::Settings;
+use flotilla_protocol::ids::Tenant;
+use flotilla_telemetry::logging::{self as telemetry, LogFormat};
 
 /// Flotilla: a planner agent delegating tasks over NATS to horizontally scaled
 /// worker processes.
@@ -97,8 +97,8 @@ fn main() {
     }
     let service = matches!(cli.command, Command::Orchestrator | Command::Up(_));
     telemetry::init(cli.log_format, if service { "info" } else { "warn" });
-    flotilla_shared::tls::install_crypto_provider();
-    flotilla_shared::sanitize::warm_up();
+    flotilla_config::tls::install_crypto_provider();
+    flotilla_agent::sanitize::warm_up();
     let runtime = tokio::runtime::Runtime::new().expect("tokio runtime");
     let code = match runtime.block_on(run(cli)) {
         Ok(code) => code,

@@ -11,9 +11,9 @@ use std::sync::Arc;
 
 use async_nats::jetstream::consumer::{DeliverPolicy, pull};
 use dashmap::DashMap;
-use flotilla_shared::bus::{Bus, BusError};
-use flotilla_shared::ids::{JobId, TaskId, Tenant};
-use flotilla_shared::protocol::{self, TaskReport};
+use flotilla_bus::{Bus, BusError};
+use flotilla_protocol::ids::{JobId, TaskId, Tenant};
+use flotilla_protocol::{self as protocol, TaskReport};
 use futures::StreamExt;
 use tokio::sync::oneshot;
 

@@ -26,11 +26,11 @@ use std::sync::Arc;
 use async_nats::Message;
 use async_nats::jetstream::kv;
 use dashmap::DashMap;
-use flotilla_shared::bus::Bus;
-use flotilla_shared::config::{DashboardConfig, Settings};
-use flotilla_shared::ids::{JobId, SubagentType, Tenant};
-use flotilla_shared::protocol::{
-    self, ApiReply, CancelReply, CancelRequest, ErrorKind, JobEventKind, JobRecord, ListReply, ListRequest,
+use flotilla_bus::Bus;
+use flotilla_config::{DashboardConfig, Settings};
+use flotilla_protocol::ids::{JobId, SubagentType, Tenant};
+use flotilla_protocol::{
+    self as protocol, ApiReply, CancelReply, CancelRequest, ErrorKind, JobEventKind, JobRecord, ListReply, ListRequest,
     StatusRequest, SubmitReply, SubmitRequest,
 };
 use futures::StreamExt;
@@ -115,7 +115,7 @@ impl Orchestrator {
             let (metrics, bus, types) = (metrics.clone(), bus.clone(), types.clone());
             async move { metrics.refresh(&bus, &types).await }
         };
-        flotilla_shared::metrics::router(self.service.jobs.metrics().registry().clone(), refresh)
+        flotilla_telemetry::metrics::router(self.service.jobs.metrics().registry().clone(), refresh)
     }
 
     /// The web dashboard (src/dashboard/) for serving on `addr` under

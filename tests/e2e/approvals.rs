@@ -2,7 +2,7 @@
 //! A scripted subagent calls `calculate_margin`, which its type lists under
 //! `interrupt_on`; the test answers with the `flotilla` CLI as a person would.
 
-use flotilla_shared::protocol::JobStatus;
+use flotilla_protocol::JobStatus;
 use flotilla_tests::{EventLog, TestConfig, proc::run_cli};
 use serde_json::Value;
 

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use flotilla_shared::ids::{JobId, Tenant};
+use flotilla_protocol::ids::{JobId, Tenant};
 use flotilla_tests::{EventLog, TestConfig};
 use serde_json::{Value, json};
 

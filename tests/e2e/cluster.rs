@@ -6,10 +6,10 @@
 
 use std::time::Duration;
 
-use flotilla_shared::bus::Bus;
-use flotilla_shared::config::NatsConfig;
-use flotilla_shared::ids::Tenant;
-use flotilla_shared::protocol::JobStatus;
+use flotilla_bus::Bus;
+use flotilla_config::NatsConfig;
+use flotilla_protocol::JobStatus;
+use flotilla_protocol::ids::Tenant;
 use flotilla_tests::nats_conf::{ConfiguredNats, deploy_dir};
 use flotilla_tests::{Proc, free_port};
 

@@ -3,10 +3,10 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use flotilla_shared::bus::Bus;
-use flotilla_shared::config::NatsConfig;
-use flotilla_shared::ids::{JobId, Tenant};
-use flotilla_shared::protocol::{ApiReply, JobRecord, SCHEMA_VERSION, StatusRequest, SubmitReply, SubmitRequest};
+use flotilla_bus::Bus;
+use flotilla_config::NatsConfig;
+use flotilla_protocol::ids::{JobId, Tenant};
+use flotilla_protocol::{ApiReply, JobRecord, SCHEMA_VERSION, StatusRequest, SubmitReply, SubmitRequest};
 use flotilla_tests::{NatsServer, Proc, TestConfig};
 
 pub const TIMEOUT: Duration = Duration::from_secs(60);
@@ -110,7 +110,7 @@ impl Deployment {
         let mut out = Vec::new();
         for seq in 1..=last {
             if let Ok(m) = stream.get_raw_message(seq).await {
-                let reason = m.headers.get(flotilla_shared::bus::REASON).map(|v| v.to_string()).unwrap_or_default();
+                let reason = m.headers.get(flotilla_bus::REASON).map(|v| v.to_string()).unwrap_or_default();
                 out.push((reason, m.payload.to_vec()));
             }
         }

@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use flotilla_shared::config::Settings;
+use flotilla_config::Settings;
 use flotilla_tests::TempDir;
 use flotilla_tests::nats_conf::{ROLE_USERS, deploy_dir};
 use yaml_rust2::{Yaml, YamlLoader};

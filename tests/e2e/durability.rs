@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use flotilla_shared::protocol::{JobStatus, TaskStatus};
+use flotilla_protocol::{JobStatus, TaskStatus};
 use flotilla_tests::{EventLog, TestConfig, eventually, proc::run_cli};
 use serde_json::Value;
 

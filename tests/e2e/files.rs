@@ -7,16 +7,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use flotilla_shared::builtin::{self, FileToolEnv};
-use flotilla_shared::bus::Bus;
-use flotilla_shared::config::{FilesConfig, NatsConfig};
-use flotilla_shared::files::{FilePath, JobFiles};
-use flotilla_shared::ids::{JobId, TaskId};
-use flotilla_shared::permissions::{Mode, Operation, PermissionRule, Permissions};
-use flotilla_shared::digest::sha256_hex;
-use flotilla_shared::protocol::{ErrorKind, FileRef};
-use flotilla_shared::tool::{ApprovalGate, Eviction, Tool, ToolContext, ToolError, ToolSet, ToolSpec};
+use flotilla_agent::digest::sha256_hex;
+use flotilla_agent::files::{FilePath, JobFiles};
+use flotilla_agent::tool::{ApprovalGate, Eviction, Tool, ToolContext, ToolError, ToolSet, ToolSpec};
+use flotilla_bus::Bus;
+use flotilla_config::permissions::{Mode, Operation, PermissionRule, Permissions};
+use flotilla_config::{FilesConfig, NatsConfig};
+use flotilla_protocol::ids::{JobId, TaskId};
+use flotilla_protocol::{ErrorKind, FileRef};
 use flotilla_tests::NatsServer;
+use flotilla_tools::{self as builtin, FileToolEnv};
 use futures::StreamExt;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -33,7 +33,8 @@ async fn env() -> Env {
         Bus::connect(&NatsConfig { url: nats.url(), ..Default::default() }, "files-test", Duration::from_secs(10))
             .await
             .expect("connect");
-    let files = bus.job_files(&FilesConfig { max_file_bytes: 4 * 1024 * 1024, ..Default::default() })
+    let files = bus
+        .job_files(&FilesConfig { max_file_bytes: 4 * 1024 * 1024, ..Default::default() })
         .await
         .expect("files bucket");
     Env { _nats: nats, bus, files }

@@ -4,8 +4,8 @@
 //! its own, so one approved call left two `approval` records in the audit
 //! stream (docs/APPROVALS.md, "audit `approval` records").
 
-use flotilla_shared::ids::{JobId, Tenant};
-use flotilla_shared::protocol::{AuditAction, AuditOutcome, AuditRecord};
+use flotilla_protocol::ids::{JobId, Tenant};
+use flotilla_protocol::{AuditAction, AuditOutcome, AuditRecord};
 use flotilla_tests::{EventLog, TestConfig, proc::run_cli};
 
 use crate::common::{Deployment, TIMEOUT};
@@ -58,7 +58,7 @@ async fn audit_after_the_call(d: &Deployment, job: JobId) -> Vec<AuditRecord> {
     flotilla_tests::eventually(TIMEOUT, "the calculate_margin call record", || {
         let (bus, tenant) = (d.bus.clone(), tenant.clone());
         async move {
-            let records = flotilla_shared::audit::read(&bus, &tenant, &job).await.ok()?;
+            let records = flotilla_bus::audit::read(&bus, &tenant, &job).await.ok()?;
             let call = |r: &AuditRecord| r.action == AuditAction::ToolCall && r.tool == "calculate_margin";
             records.iter().any(call).then_some(records)
         }

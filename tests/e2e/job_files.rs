@@ -3,8 +3,8 @@
 
 use std::collections::HashSet;
 
-use flotilla_shared::digest::sha256_hex;
-use flotilla_shared::protocol::{JobStatus, TaskStatus};
+use flotilla_agent::digest::sha256_hex;
+use flotilla_protocol::{JobStatus, TaskStatus};
 use flotilla_tests::{EventLog, TestConfig};
 
 use crate::common::{Deployment, TIMEOUT};

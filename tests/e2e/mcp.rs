@@ -8,10 +8,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use flotilla_shared::mcp::config::{self, McpServerSettings, RawMcpServer};
-use flotilla_shared::mcp::{HealthStatus, McpHub};
-use flotilla_shared::protocol::{ErrorKind, JobStatus};
-use flotilla_shared::tool::{ToolContext, ToolOutcome, ToolSet};
+use flotilla_agent::tool::{ToolContext, ToolOutcome, ToolSet};
+use flotilla_mcp::config::{self, McpServerSettings, RawMcpServer};
+use flotilla_mcp::{HealthStatus, McpHub};
+use flotilla_protocol::{ErrorKind, JobStatus};
 use flotilla_tests::config::demo_script;
 use flotilla_tests::proc::run_cli;
 use flotilla_tests::{EventLog, NatsServer, Proc, TempDir, TestConfig, bin, eventually, free_port};
@@ -77,7 +77,7 @@ fn tool_set(hub: &McpHub, entries: &[&str]) -> ToolSet {
 
 fn ctx() -> ToolContext {
     ToolContext {
-        job_id: flotilla_shared::ids::JobId::new(),
+        job_id: flotilla_protocol::ids::JobId::new(),
         task_id: None,
         tenant: Default::default(),
         call_id: "call-1".into(),

@@ -5,7 +5,7 @@
 //! processes; an unknown resource and a server that cannot start fail their
 //! tasks with errors naming the server and the resource.
 
-use flotilla_shared::protocol::JobStatus;
+use flotilla_protocol::JobStatus;
 use flotilla_tests::{EventLog, TestConfig, bin};
 
 use crate::common::{Deployment, TIMEOUT};

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-use flotilla_shared::protocol::{JobStatus, WorkerHeartbeat, WorkerState};
+use flotilla_protocol::{JobStatus, WorkerHeartbeat, WorkerState};
 use flotilla_tests::proc::run_cli;
 use flotilla_tests::{EventLog, Proc, TempDir, TestConfig, eventually, free_port};
 use serde_json::Value;
@@ -47,7 +47,7 @@ fn priced_demo(url: &str, latency_ms: u64, extra: &str) -> TestConfig {
 }
 
 fn http() -> reqwest::Client {
-    flotilla_shared::tls::install_crypto_provider();
+    flotilla_config::tls::install_crypto_provider();
     reqwest::Client::builder().timeout(Duration::from_secs(10)).build().expect("http client")
 }
 
@@ -153,7 +153,7 @@ async fn the_demo_job_is_observable_end_to_end() {
     assert_eq!(rec.usage.model_calls, calls.len() as u64);
     let cost_sum: f64 = calls.iter().map(|e| e["usage"]["cost_usd"].as_f64().unwrap()).sum();
     assert!(close(rec.usage.cost_usd, cost_sum), "{} vs {cost_sum}", rec.usage.cost_usd);
-    let expect = |u: &flotilla_shared::protocol::Usage, p: (f64, f64)| {
+    let expect = |u: &flotilla_protocol::Usage, p: (f64, f64)| {
         (u.input_tokens as f64 * p.0 + u.output_tokens as f64 * p.1) / 1e6
     };
     assert!(

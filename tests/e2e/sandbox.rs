@@ -2,7 +2,7 @@
 //! One subagent type has a sandbox and runs four commands in one turn; another
 //! has none, so `execute` does not exist for it.
 
-use flotilla_shared::protocol::JobStatus;
+use flotilla_protocol::JobStatus;
 use flotilla_tests::{EventLog, TempDir, TestConfig};
 use serde_json::Value;
 use sha2::{Digest, Sha256};

@@ -6,7 +6,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
-use flotilla_shared::protocol::JobStatus;
+use flotilla_protocol::JobStatus;
 use flotilla_tests::{EventLog, TempDir, TestConfig, bin};
 use serde_json::Value;
 

@@ -16,7 +16,7 @@ const TOKEN: &str = "e2e-dashboard-token-0123456789abcdef";
 const TOKEN_ENV: &str = "FLOTILLA_DASHBOARD_TOKEN";
 
 fn client() -> reqwest::Client {
-    flotilla_shared::tls::install_crypto_provider();
+    flotilla_config::tls::install_crypto_provider();
     let redirects = reqwest::redirect::Policy::none();
     reqwest::Client::builder().timeout(Duration::from_secs(10)).redirect(redirects).build().expect("http client")
 }

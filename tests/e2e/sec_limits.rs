@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use flotilla_shared::protocol::{ErrorKind, JobStatus};
+use flotilla_protocol::{ErrorKind, JobStatus};
 use flotilla_tests::TestConfig;
 
 use crate::common::Deployment;

@@ -14,10 +14,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use flotilla_shared::mcp::McpError;
-use flotilla_shared::mcp::config::{self, McpServerSettings, RawMcpServer};
-use flotilla_shared::mcp::session::Session;
-use flotilla_shared::mcp::url_policy::Resolver;
+use flotilla_mcp::McpError;
+use flotilla_mcp::config::{self, McpServerSettings, RawMcpServer};
+use flotilla_mcp::session::Session;
+use flotilla_mcp::url_policy::Resolver;
 use flotilla_tests::{Proc, eventually, free_port};
 
 fn settings(url: &str) -> McpServerSettings {

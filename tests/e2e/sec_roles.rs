@@ -16,11 +16,11 @@ use std::future::IntoFuture;
 use std::time::Duration;
 
 use async_nats::jetstream::consumer::{DeliverPolicy, pull};
-use flotilla_shared::bus::Bus;
-use flotilla_shared::config::FilesConfig;
-use flotilla_shared::files::FilePath;
-use flotilla_shared::ids::{JobId, Tenant};
-use flotilla_shared::protocol::{Decision, DecisionRecord, JobStatus, SCHEMA_VERSION};
+use flotilla_agent::files::FilePath;
+use flotilla_bus::Bus;
+use flotilla_config::FilesConfig;
+use flotilla_protocol::ids::{JobId, Tenant};
+use flotilla_protocol::{Decision, DecisionRecord, JobStatus, SCHEMA_VERSION};
 use flotilla_tests::nats_conf::{ConfiguredNats, deploy_dir};
 use flotilla_tests::proc::run_cli;
 
@@ -88,13 +88,13 @@ async fn tenants_cannot_read_each_others_jobs_and_workers_cannot_decide_or_purge
 
     // The worker credential cannot decide an approval, nor ask for another type.
     let worker = connect_as(&nats, "worker-finance").await;
-    let (job, task) = (JobId::new(), flotilla_shared::ids::TaskId::new());
+    let (job, task) = (JobId::new(), flotilla_protocol::ids::TaskId::new());
     let decision = DecisionRecord {
         v: SCHEMA_VERSION,
         round: 1,
         decision: Decision::Approve,
         by: Some("worker".into()),
-        decided_at: flotilla_shared::protocol::now(),
+        decided_at: flotilla_protocol::now(),
     };
     for key in [format!("dec.finance.{job}.{task}.call_0_0.1"), format!("req.research.{job}.{task}.call_0_0")] {
         let subject = format!("$KV.flotilla_approvals.{key}");

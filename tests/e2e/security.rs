@@ -5,10 +5,10 @@
 
 use std::time::Duration;
 
-use flotilla_shared::bus::Bus;
-use flotilla_shared::config::NatsConfig;
-use flotilla_shared::ids::{JobId, SubagentType, Tenant};
-use flotilla_shared::protocol::{
+use flotilla_bus::Bus;
+use flotilla_config::NatsConfig;
+use flotilla_protocol::ids::{JobId, SubagentType, Tenant};
+use flotilla_protocol::{
     ApiReply, AuditAction, AuditOutcome, ErrorKind, JobRecord, JobStatus, ListReply, ListRequest, SCHEMA_VERSION,
     StatusRequest, SubmitReply, SubmitRequest,
 };
@@ -123,7 +123,7 @@ pub async fn submit(bus: &Bus, tenant: &Tenant, input: &str) -> JobId {
     .await
 }
 
-pub async fn status(bus: &Bus, tenant: &Tenant, job: JobId) -> Result<JobRecord, flotilla_shared::protocol::ErrorInfo> {
+pub async fn status(bus: &Bus, tenant: &Tenant, job: JobId) -> Result<JobRecord, flotilla_protocol::ErrorInfo> {
     let r: ApiReply<JobRecord> =
         bus.request(tenant, "status", &StatusRequest { v: SCHEMA_VERSION, job_id: job }, T).await.expect("status");
     r.into_result()
@@ -180,7 +180,7 @@ async fn roles_confine_every_process_and_audit_every_tool_call() {
     let records = flotilla_tests::eventually(Duration::from_secs(10), "7 audit records", || {
         let acme = acme.clone();
         let t = acme_tenant.clone();
-        async move { flotilla_shared::audit::read(&acme, &t, &job).await.ok().filter(|r| r.len() >= 7) }
+        async move { flotilla_bus::audit::read(&acme, &t, &job).await.ok().filter(|r| r.len() >= 7) }
     })
     .await;
     assert_eq!(records.len(), 7, "{records:#?}");
@@ -203,7 +203,7 @@ async fn roles_confine_every_process_and_audit_every_tool_call() {
             assert!(r.task_id.is_none());
         }
     }
-    let north = flotilla_shared::audit::args_digest(&serde_json::json!({"revenue": 120, "cost": 75}));
+    let north = flotilla_agent::audit::args_digest(&serde_json::json!({"revenue": 120, "cost": 75}));
     assert!(records.iter().any(|r| r.tool == "calculate_margin" && r.args_sha256 == north), "digest of north's args");
 
     // The CLI reads the same trail with the tenant's credential.
@@ -235,7 +235,7 @@ async fn roles_confine_every_process_and_audit_every_tool_call() {
     assert_ne!(code, 0);
     assert!(err.contains("permission denied") && err.contains("flotilla.api.globex.submit"), "{err}");
     // Its audit trail too: the consumer filter names the tenant.
-    let e = flotilla_shared::audit::read(&acme, &globex_tenant, &job).await.unwrap_err();
+    let e = flotilla_bus::audit::read(&acme, &globex_tenant, &job).await.unwrap_err();
     assert!(format!("{e:#}").contains("permission denied"), "{e:#}");
 
     // The worker credential: no job API, no other type's queue, no raw task subjects.

@@ -5,8 +5,8 @@
 
 use std::time::Duration;
 
-use flotilla_shared::bus::Bus;
-use flotilla_shared::config::{NatsConfig, NatsTlsConfig};
+use flotilla_bus::Bus;
+use flotilla_config::{NatsConfig, NatsTlsConfig};
 use flotilla_tests::TempDir;
 use flotilla_tests::nats_conf::{ConfiguredNats, deploy_dir};
 use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair};

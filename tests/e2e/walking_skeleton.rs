@@ -2,7 +2,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use flotilla_shared::protocol::{JobStatus, TaskStatus};
+use flotilla_protocol::{JobStatus, TaskStatus};
 use flotilla_tests::{EventLog, TestConfig, proc::run_cli};
 
 use crate::common::{Deployment, TIMEOUT};

@@ -21,14 +21,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use flotilla_shared::bus::{ApprovalStore, Bus, BusError, Versioned, Write};
-use flotilla_shared::config::SubagentConfig;
-use flotilla_shared::ids::{TaskId, Tenant};
-use flotilla_shared::protocol::{
-    self, ApprovalRecord, ApprovalRequest, ApprovalState, Decision, DecisionKind, DecisionRecord, ErrorKind,
-    ProgressKind,
+use flotilla_agent::tool::{ApprovalGate, ToolContext, ToolError, ToolSet};
+use flotilla_bus::{ApprovalStore, Bus, BusError, Versioned, Write};
+use flotilla_config::SubagentConfig;
+use flotilla_protocol::ids::{TaskId, Tenant};
+use flotilla_protocol::{
+    self as protocol, ApprovalRecord, ApprovalRequest, ApprovalState, Decision, DecisionKind, DecisionRecord,
+    ErrorKind, ProgressKind,
 };
-use flotilla_shared::tool::{ApprovalGate, ToolContext, ToolError, ToolSet};
 use futures::StreamExt;
 use serde_json::Value;
 use time::OffsetDateTime;

@@ -7,8 +7,8 @@
 use std::sync::Arc;
 
 use dashmap::{DashMap, DashSet};
-use flotilla_shared::bus::Bus;
-use flotilla_shared::ids::{JobId, TaskId};
+use flotilla_bus::Bus;
+use flotilla_protocol::ids::{JobId, TaskId};
 use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
 

@@ -3,7 +3,7 @@
 //! the worker's entry removed from the workers bucket once its tasks are
 //! done. Each beat goes out on `<prefix>.worker.heartbeat.<worker>` and into
 //! the `<prefix>_workers` KV bucket with a TTL of three intervals (see
-//! `flotilla_shared::bus::Bus::publish_heartbeat`), so a SIGKILLed worker
+//! `flotilla_bus::Bus::publish_heartbeat`), so a SIGKILLed worker
 //! leaves the live set by itself.
 //!
 //! Load figures (in flight, completed, failed) come from the worker's metrics,
@@ -12,9 +12,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use flotilla_shared::bus::Bus;
-use flotilla_shared::ids::SubagentType;
-use flotilla_shared::protocol::{self, McpServerHealth, TypeLoad, WorkerHeartbeat, WorkerState};
+use flotilla_bus::Bus;
+use flotilla_protocol::ids::SubagentType;
+use flotilla_protocol::{self as protocol, McpServerHealth, TypeLoad, WorkerHeartbeat, WorkerState};
 use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
 

@@ -7,10 +7,10 @@
 //! can write there, and the answer is stored with its sha256, which every
 //! read checks, so another task cannot replace this report with a forgery.
 
-use flotilla_shared::files::FilePath;
-use flotilla_shared::ids::TaskId;
-use flotilla_shared::protocol::{ErrorInfo, ErrorKind, FileRef, TaskMessage};
-use flotilla_shared::tool::LARGE_RESULTS_DIR;
+use flotilla_agent::files::FilePath;
+use flotilla_agent::tool::LARGE_RESULTS_DIR;
+use flotilla_protocol::ids::TaskId;
+use flotilla_protocol::{ErrorInfo, ErrorKind, FileRef, TaskMessage};
 
 use crate::runtime::SubagentRuntime;
 
@@ -39,7 +39,7 @@ pub async fn offload(
             format!("the answer ({} bytes) is too large for a report and could not be stored: {e}", answer.len()),
         )
     })?;
-    let reference = flotilla_shared::digest::describe_file(path.as_str(), &answer);
+    let reference = flotilla_agent::digest::describe_file(path.as_str(), &answer);
     tracing::info!(bytes = answer.len(), path = %path, "answer stored in job files; report carries a reference");
     Ok((reference.head.clone(), Some(reference)))
 }

@@ -21,11 +21,11 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser;
-use flotilla_shared::bus::Bus;
-use flotilla_shared::config::Settings;
-use flotilla_shared::ids::SubagentType;
-use flotilla_shared::mcp::McpHub;
-use flotilla_shared::telemetry::{self, LogFormat};
+use flotilla_bus::Bus;
+use flotilla_config::Settings;
+use flotilla_mcp::McpHub;
+use flotilla_protocol::ids::SubagentType;
+use flotilla_telemetry::logging::{self as telemetry, LogFormat};
 use tokio_util::sync::CancellationToken;
 
 use crate::heartbeat::{Heartbeats, Identity};
@@ -71,8 +71,8 @@ struct Args {
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     telemetry::init(args.log_format, "info");
-    flotilla_shared::tls::install_crypto_provider();
-    flotilla_shared::sanitize::warm_up();
+    flotilla_config::tls::install_crypto_provider();
+    flotilla_agent::sanitize::warm_up();
     let mut settings = Settings::load(args.config.as_deref())?;
     if let Some(path) = &args.mcp_config {
         settings.import_mcp_config(path)?;
@@ -93,9 +93,9 @@ async fn main() -> anyhow::Result<()> {
         .map(|ty| SubagentRuntime::build(&settings, ty, &files, &mcp).map(Arc::new))
         .collect::<anyhow::Result<Vec<_>>>()?;
     // Every tool call and approval of every served type goes to the audit stream.
-    let audit = flotilla_shared::audit::BusAuditSink::new(bus.clone());
+    let audit = flotilla_bus::audit::BusAuditSink::new(bus.clone());
     for rt in &runtimes {
-        rt.tools.set_auditor(flotilla_shared::audit::Auditor::new(audit.clone(), rt.ty.as_str(), &worker_id));
+        rt.tools.set_auditor(flotilla_agent::audit::Auditor::new(audit.clone(), rt.ty.as_str(), &worker_id));
     }
     tracing::info!(%worker_id, types = ?types.iter().map(|t| t.as_str()).collect::<Vec<_>>(), "connected");
 
@@ -105,8 +105,9 @@ async fn main() -> anyhow::Result<()> {
     let metrics = Arc::new(WorkerMetrics::new());
     let metrics_url = match args.metrics_addr.or(settings.metrics.worker) {
         Some(addr) => {
-            let router = flotilla_shared::metrics::router(metrics.registry.clone(), || async {});
-            let bound = flotilla_shared::metrics::serve("worker metrics", addr, router, std::future::pending()).await?;
+            let router = flotilla_telemetry::metrics::router(metrics.registry.clone(), || async {});
+            let bound =
+                flotilla_telemetry::metrics::serve("worker metrics", addr, router, std::future::pending()).await?;
             let host = if bound.ip().is_unspecified() { heartbeat::host_name() } else { bound.ip().to_string() };
             Some(format!("http://{host}:{}/metrics", bound.port()))
         }
@@ -141,9 +142,8 @@ async fn discover_mcp(
     types: &[SubagentType],
     mcp: &McpHub,
 ) -> anyhow::Result<std::collections::BTreeSet<String>> {
-    let names = flotilla_shared::mcp::servers_in(
-        types.iter().filter_map(|ty| settings.subagents.get(ty)).flat_map(|c| c.tools.iter()),
-    );
+    let names =
+        flotilla_mcp::servers_in(types.iter().filter_map(|ty| settings.subagents.get(ty)).flat_map(|c| c.tools.iter()));
     for (name, result) in mcp.discover(&names).await {
         if let Err(e) = result
             && settings.mcp_servers.get(&name).is_none_or(|s| s.required)
@@ -155,8 +155,8 @@ async fn discover_mcp(
 }
 
 /// One MCP server's health as a heartbeat reports it.
-fn mcp_health_entry(h: flotilla_shared::mcp::ServerHealth) -> flotilla_shared::protocol::McpServerHealth {
-    use flotilla_shared::mcp::HealthStatus;
+fn mcp_health_entry(h: flotilla_mcp::ServerHealth) -> flotilla_protocol::McpServerHealth {
+    use flotilla_mcp::HealthStatus;
     let ok = h.status == HealthStatus::Up;
     let detail = match h.status {
         HealthStatus::Up => format!("{} {}: {} tools", h.transport, h.endpoint, h.tools),
@@ -169,7 +169,7 @@ fn mcp_health_entry(h: flotilla_shared::mcp::ServerHealth) -> flotilla_shared::p
             h.last_error.as_deref().unwrap_or("unknown error")
         ),
     };
-    flotilla_shared::protocol::McpServerHealth { name: h.server, ok, detail: Some(detail) }
+    flotilla_protocol::McpServerHealth { name: h.server, ok, detail: Some(detail) }
 }
 
 /// `<host>-<pid>`, with the host name the heartbeats carry.

@@ -1,15 +1,15 @@
 //! Loads a subagent type's app-controlled MCP context (resources and prompt,
-//! `flotilla_shared::mcp::app_context`) into the task's system prompt before
+//! `flotilla_mcp::app_context`) into the task's system prompt before
 //! the subagent starts. Failures fail the task with an error naming the
 //! server and the resource or prompt; every request has the server's
 //! `call_timeout`, and a cancelled job stops the loading at once.
 
 use std::sync::Arc;
 
-use flotilla_shared::config::SubagentConfig;
-use flotilla_shared::mcp::McpHub;
-use flotilla_shared::mcp::app_context::TaskContextSpec;
-use flotilla_shared::protocol::{ErrorInfo, ErrorKind, TaskMessage};
+use flotilla_config::SubagentConfig;
+use flotilla_mcp::McpHub;
+use flotilla_mcp::app_context::TaskContextSpec;
+use flotilla_protocol::{ErrorInfo, ErrorKind, TaskMessage};
 use tokio_util::sync::CancellationToken;
 
 /// A type's validated MCP context and the hub that serves it.

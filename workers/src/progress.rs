@@ -4,13 +4,13 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use flotilla_shared::agent::{AgentObserver, Conversation};
-use flotilla_shared::bus::Bus;
-use flotilla_shared::ids::{JobId, SubagentType, TaskId, Tenant};
-use flotilla_shared::metrics::AgentMetrics;
-use flotilla_shared::model::ToolCall;
-use flotilla_shared::protocol::{self, ProgressEvent, ProgressKind, Usage};
-use flotilla_shared::tool::ToolOutcome;
+use flotilla_agent::agent::{AgentObserver, Conversation};
+use flotilla_agent::metrics::AgentMetrics;
+use flotilla_agent::model::ToolCall;
+use flotilla_agent::tool::ToolOutcome;
+use flotilla_bus::Bus;
+use flotilla_protocol::ids::{JobId, SubagentType, TaskId, Tenant};
+use flotilla_protocol::{self as protocol, ProgressEvent, ProgressKind, Usage};
 
 /// Progress publisher of one task attempt.
 #[derive(Clone)]
@@ -52,7 +52,7 @@ impl ProgressPublisher {
 
 /// sha256 of a JSON value's text, hex encoded.
 pub fn digest(value: &serde_json::Value) -> String {
-    flotilla_shared::digest::sha256_hex(value.to_string().as_bytes())
+    flotilla_agent::digest::sha256_hex(value.to_string().as_bytes())
 }
 
 #[async_trait]

@@ -6,16 +6,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use flotilla_shared::agent::Limits;
-use flotilla_shared::builtin::{self, FileToolEnv};
-use flotilla_shared::config::{Settings, SubagentConfig};
-use flotilla_shared::files::JobFiles;
-use flotilla_shared::ids::SubagentType;
-use flotilla_shared::mcp::McpHub;
-use flotilla_shared::model::{self, ChatModel};
-use flotilla_shared::permissions::Permissions;
-use flotilla_shared::protocol::MAX_MESSAGE_BYTES;
-use flotilla_shared::tool::{Eviction, ToolSet};
+use flotilla_agent::agent::Limits;
+use flotilla_agent::files::JobFiles;
+use flotilla_agent::model::{self, ChatModel};
+use flotilla_agent::tool::{Eviction, ToolSet};
+use flotilla_config::permissions::Permissions;
+use flotilla_config::{Settings, SubagentConfig};
+use flotilla_mcp::McpHub;
+use flotilla_protocol::MAX_MESSAGE_BYTES;
+use flotilla_protocol::ids::SubagentType;
+use flotilla_tools::{self as builtin, FileToolEnv};
 use tokio::sync::Semaphore;
 
 use crate::approval::ApprovalPolicy;
@@ -58,7 +58,8 @@ impl SubagentRuntime {
             })?
             .clone();
         let model_settings = settings.model(&config.model)?;
-        let model = model::priced(model::build(&config.model, model_settings)?, settings.price(&config.model));
+        let model =
+            model::priced(flotilla_model_openai::build(&config.model, model_settings)?, settings.price(&config.model));
         let permissions = Permissions::compile(&config.permissions, config.default_permission).map_err(|e| {
             anyhow::anyhow!("invalid config key `subagents.{ty}.permissions[{}]`: {}", e.rule, e.message)
         })?;

@@ -9,10 +9,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream::{AckKind, Message};
-use flotilla_shared::agent::{Agent, Conversation, RunContext};
-use flotilla_shared::bus::{Bus, TRACEPARENT, retry};
-use flotilla_shared::protocol::{self, ErrorInfo, ErrorKind, ProgressKind, TaskMessage, TaskReport, TaskStatus};
-use flotilla_shared::retry::Backoff;
+use flotilla_agent::agent::{Agent, Conversation, RunContext};
+use flotilla_agent::retry::Backoff;
+use flotilla_bus::{Bus, TRACEPARENT, retry};
+use flotilla_protocol::{self as protocol, ErrorInfo, ErrorKind, ProgressKind, TaskMessage, TaskReport, TaskStatus};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -74,7 +74,7 @@ pub async fn handle(ctx: Arc<WorkerContext>, rt: Arc<SubagentRuntime>, msg: Mess
         task_id = %task.task_id,
         subagent_type = %task.subagent_type,
         attempt,
-        trace_id = traceparent.as_deref().and_then(flotilla_shared::trace::trace_id).unwrap_or("-"),
+        trace_id = traceparent.as_deref().and_then(flotilla_protocol::trace::trace_id).unwrap_or("-"),
     );
     run(ctx, rt, msg, task, attempt, traceparent).instrument(span).await
 }

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use flotilla_shared::retry::Backoff;
+use flotilla_agent::retry::Backoff;
 use futures::StreamExt;
 use tokio_util::task::TaskTracker;
 

@@ -3,7 +3,7 @@
 //! drives. The suite starts a scenario server, runs this binary with its URL
 //! and `MCP_CONFORMANCE_SCENARIO` set, and grades what reaches the server.
 //!
-//! Everything goes through Flotilla's own MCP client (`flotilla_shared::mcp`:
+//! Everything goes through Flotilla's own MCP client (`flotilla_mcp`:
 //! config validation and URL rules, session with timeouts, discovery, calls),
 //! exactly as a worker uses it, so the suite grades the code subagents run.
 //! Scenario-independent: initialize, list tools, call each tool once with
@@ -14,8 +14,8 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use anyhow::{Context, bail};
-use flotilla_shared::mcp::McpHub;
-use flotilla_shared::mcp::config::{self, RawMcpServer};
+use flotilla_mcp::McpHub;
+use flotilla_mcp::config::{self, RawMcpServer};
 use rmcp::model::{JsonObject, RequestMetaObject};
 use serde_json::{Value, json};
 
@@ -26,7 +26,7 @@ async fn main() -> anyhow::Result<()> {
     let url = std::env::args().nth(1).context("usage: mcp-conformance-client <server-url>")?;
     let scenario = std::env::var("MCP_CONFORMANCE_SCENARIO").unwrap_or_default();
     eprintln!("scenario {scenario:?} against {url}");
-    flotilla_shared::tls::install_crypto_provider();
+    flotilla_config::tls::install_crypto_provider();
     let raw = RawMcpServer { url: Some(url), init_timeout: Some(20.0), call_timeout: Some(20.0), ..Default::default() };
     let settings =
         config::validate(SERVER, raw, Path::new(".")).map_err(|p| anyhow::anyhow!("{}: {}", p.key, p.message))?;

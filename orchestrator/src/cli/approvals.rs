@@ -3,11 +3,11 @@
 use std::time::Duration;
 
 use clap::Args as ClapArgs;
-use flotilla_shared::config::Settings;
-use flotilla_shared::ids::{JobId, Tenant};
-use flotilla_shared::protocol::{ApiReply, ApprovalsReply, ApprovalsRequest, SCHEMA_VERSION};
+use flotilla_config::Settings;
+use flotilla_protocol::ids::{JobId, Tenant};
+use flotilla_protocol::{ApiReply, ApprovalsReply, ApprovalsRequest, SCHEMA_VERSION};
 
-use flotilla_shared::protocol::ApprovalRequest;
+use flotilla_protocol::ApprovalRequest;
 
 use super::out::{out, outln};
 use super::{connect, render, table};
@@ -37,7 +37,7 @@ pub async fn run(settings: &Settings, tenant: &Tenant, args: Args) -> anyhow::Re
         outln!("no pending approvals")?;
         return Ok(0);
     }
-    out!("{}", table(&list.approvals, flotilla_shared::protocol::now()))?;
+    out!("{}", table(&list.approvals, flotilla_protocol::now()))?;
     Ok(0)
 }
 

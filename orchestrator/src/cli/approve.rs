@@ -4,9 +4,9 @@
 use std::time::Duration;
 
 use clap::{ArgGroup, Args as ClapArgs};
-use flotilla_shared::config::Settings;
-use flotilla_shared::ids::{JobId, TaskId, Tenant};
-use flotilla_shared::protocol::{ApiReply, ApproveReply, ApproveRequest, Decision, SCHEMA_VERSION};
+use flotilla_config::Settings;
+use flotilla_protocol::ids::{JobId, TaskId, Tenant};
+use flotilla_protocol::{ApiReply, ApproveReply, ApproveRequest, Decision, SCHEMA_VERSION};
 
 use super::connect;
 use super::out::outln;

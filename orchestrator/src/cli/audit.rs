@@ -5,10 +5,10 @@
 use std::time::Duration;
 
 use clap::Args as ClapArgs;
-use flotilla_shared::bus::Bus;
-use flotilla_shared::config::Settings;
-use flotilla_shared::ids::{JobId, Tenant};
-use flotilla_shared::protocol::AuditRecord;
+use flotilla_bus::Bus;
+use flotilla_config::Settings;
+use flotilla_protocol::AuditRecord;
+use flotilla_protocol::ids::{JobId, Tenant};
 
 use super::out::{out, outln};
 use super::table;
@@ -26,7 +26,7 @@ pub struct Args {
 /// Runs the command; exit code 1 when the job has no records.
 pub async fn run(settings: &Settings, tenant: &Tenant, args: Args) -> anyhow::Result<i32> {
     let bus = Bus::connect(&settings.nats, "flotilla-cli", Duration::from_secs(5)).await?;
-    let records = flotilla_shared::audit::read(&bus, tenant, &args.job).await?;
+    let records = flotilla_bus::audit::read(&bus, tenant, &args.job).await?;
     if args.json {
         for r in &records {
             outln!("{}", serde_json::to_string(r)?)?;
@@ -48,8 +48,8 @@ fn table(records: &[AuditRecord]) -> String {
     for r in records {
         let time = r.at.format(&time::format_description::well_known::Rfc3339).unwrap_or_default();
         let action = match r.action {
-            flotilla_shared::protocol::AuditAction::ToolCall => "tool_call",
-            flotilla_shared::protocol::AuditAction::Approval => "approval",
+            flotilla_protocol::AuditAction::ToolCall => "tool_call",
+            flotilla_protocol::AuditAction::Approval => "approval",
         };
         let outcome = match r.error_kind {
             Some(kind) => format!("{} ({kind})", r.outcome.as_str()),

@@ -1,8 +1,8 @@
 //! `flotilla cancel <job>`: stop a job, its queued tasks and running subagents.
 
 use clap::Args as ClapArgs;
-use flotilla_shared::config::Settings;
-use flotilla_shared::ids::{JobId, Tenant};
+use flotilla_config::Settings;
+use flotilla_protocol::ids::{JobId, Tenant};
 
 use super::connect;
 use super::out::outln;

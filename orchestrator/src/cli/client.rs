@@ -3,9 +3,9 @@
 
 use std::time::Duration;
 
-use flotilla_shared::bus::Bus;
-use flotilla_shared::ids::{JobId, Tenant};
-use flotilla_shared::protocol::{
+use flotilla_bus::Bus;
+use flotilla_protocol::ids::{JobId, Tenant};
+use flotilla_protocol::{
     ApiReply, CancelReply, CancelRequest, JobRecord, JobStatus, ListReply, ListRequest, SCHEMA_VERSION, StatusRequest,
     SubmitReply, SubmitRequest,
 };

@@ -7,8 +7,8 @@
 //! [`Orchestrator::dashboard_router`]); binding and serving sockets is the
 //! binary's business, so the library opens no port of its own.
 
+use flotilla_config::Settings;
 use flotilla_orchestrator::service::Orchestrator;
-use flotilla_shared::config::Settings;
 use tokio_util::sync::CancellationToken;
 
 /// Binds and serves the configured endpoints until `shutdown` fires; fails
@@ -20,12 +20,12 @@ pub async fn start(
 ) -> anyhow::Result<()> {
     if let Some(addr) = settings.metrics.orchestrator {
         let router = orchestrator.metrics_router();
-        flotilla_shared::metrics::serve("orchestrator metrics", addr, router, shutdown.clone().cancelled_owned())
+        flotilla_telemetry::metrics::serve("orchestrator metrics", addr, router, shutdown.clone().cancelled_owned())
             .await?;
     }
     if let Some(addr) = settings.dashboard.listen {
         let router = orchestrator.dashboard_router(addr, &settings.dashboard)?;
-        let bound = flotilla_shared::metrics::serve("dashboard", addr, router, shutdown.cancelled_owned()).await?;
+        let bound = flotilla_telemetry::metrics::serve("dashboard", addr, router, shutdown.cancelled_owned()).await?;
         tracing::info!(url = %format!("http://{bound}/"), "dashboard");
     }
     Ok(())

@@ -1,11 +1,11 @@
 //! `flotilla jobs`: a table of jobs, newest first.
 
 use clap::Args as ClapArgs;
-use flotilla_shared::config::Settings;
-use flotilla_shared::ids::Tenant;
-use flotilla_shared::protocol::JobStatus;
+use flotilla_config::Settings;
+use flotilla_protocol::JobStatus;
+use flotilla_protocol::ids::Tenant;
 
-use flotilla_shared::protocol::JobSummary;
+use flotilla_protocol::JobSummary;
 
 use super::out::{out, outln};
 use super::{connect, render, table};

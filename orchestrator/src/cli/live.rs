@@ -9,8 +9,8 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use flotilla_orchestrator::events::Event;
-use flotilla_shared::ids::{JobId, TaskId};
-use flotilla_shared::protocol::{JobEventKind, ProgressKind, TaskStatus, Todo, TodoStatus, Usage};
+use flotilla_protocol::ids::{JobId, TaskId};
+use flotilla_protocol::{JobEventKind, ProgressKind, TaskStatus, Todo, TodoStatus, Usage};
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use super::render::short;

@@ -11,8 +11,8 @@
 
 use super::out::outln;
 use clap::{Args as ClapArgs, Subcommand};
-use flotilla_shared::config::Settings;
-use flotilla_shared::mcp::McpHub;
+use flotilla_config::Settings;
+use flotilla_mcp::McpHub;
 use rmcp::model::RequestMetaObject;
 use serde_json::Value;
 

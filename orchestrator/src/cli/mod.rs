@@ -27,11 +27,11 @@ pub mod workers;
 use std::io::Write;
 use std::time::Duration;
 
+use flotilla_bus::Bus;
+use flotilla_config::Settings;
 use flotilla_orchestrator::events::{self, Event, Scope};
-use flotilla_shared::bus::Bus;
-use flotilla_shared::config::Settings;
-use flotilla_shared::ids::{JobId, Tenant};
-use flotilla_shared::protocol::{JobRecord, JobStatus};
+use flotilla_protocol::ids::{JobId, Tenant};
+use flotilla_protocol::{JobRecord, JobStatus};
 use futures::StreamExt;
 
 use client::ApiClient;

@@ -2,8 +2,8 @@
 //! ([`flotilla_orchestrator::service`]) does the work; this file adds what a
 //! process needs around it: its HTTP endpoints and its signals.
 
+use flotilla_config::Settings;
 use flotilla_orchestrator::service::Orchestrator;
-use flotilla_shared::config::Settings;
 use tokio_util::sync::CancellationToken;
 
 use super::endpoints;

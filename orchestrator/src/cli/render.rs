@@ -2,7 +2,7 @@
 //! --wait`, `status` and `jobs`.
 
 use flotilla_orchestrator::events::Event;
-use flotilla_shared::protocol::{JobEventKind, JobRecord, ProgressKind, TodoStatus, Usage};
+use flotilla_protocol::{JobEventKind, JobRecord, ProgressKind, TodoStatus, Usage};
 
 use super::table;
 

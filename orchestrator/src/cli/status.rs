@@ -1,8 +1,8 @@
 //! `flotilla status <job>`: the whole picture of one job.
 
 use clap::Args as ClapArgs;
-use flotilla_shared::config::Settings;
-use flotilla_shared::ids::{JobId, Tenant};
+use flotilla_config::Settings;
+use flotilla_protocol::ids::{JobId, Tenant};
 
 use super::out::{out, outln};
 use super::{connect, render};

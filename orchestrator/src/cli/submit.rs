@@ -3,8 +3,8 @@
 use std::io::Read;
 
 use clap::Args as ClapArgs;
-use flotilla_shared::config::Settings;
-use flotilla_shared::ids::Tenant;
+use flotilla_config::Settings;
+use flotilla_protocol::ids::Tenant;
 
 use super::out::{out, outln};
 use super::{Output, connect, exit_code, follow_job, render};

@@ -12,8 +12,8 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use flotilla_shared::bus::redact_url;
-use flotilla_shared::config::Settings;
+use flotilla_bus::redact_url;
+use flotilla_config::Settings;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use tokio::process::{Child, Command};

@@ -4,7 +4,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use clap::Args as ClapArgs;
-use flotilla_shared::config::Settings;
+use flotilla_config::Settings;
 
 use super::out::outln;
 use super::supervisor::{Logs, Supervisor};

@@ -6,9 +6,9 @@
 use std::io::{IsTerminal, Write};
 
 use clap::Args as ClapArgs;
+use flotilla_config::Settings;
 use flotilla_orchestrator::events::{self, Event, Scope};
-use flotilla_shared::config::Settings;
-use flotilla_shared::ids::{JobId, Tenant};
+use flotilla_protocol::ids::{JobId, Tenant};
 use futures::StreamExt;
 
 use super::client::ApiClient;
@@ -64,7 +64,7 @@ pub async fn run(settings: &Settings, tenant: &Tenant, args: Args) -> anyhow::Re
 }
 
 /// Draws the live view of `job` until it ends; returns its final record.
-async fn follow_live(api: &ApiClient, job: JobId) -> anyhow::Result<flotilla_shared::protocol::JobRecord> {
+async fn follow_live(api: &ApiClient, job: JobId) -> anyhow::Result<flotilla_protocol::JobRecord> {
     let current = api.status(job).await?;
     if current.status.is_terminal() {
         outln!("job {job} already {}", current.status.as_str())?;

@@ -2,9 +2,9 @@
 //! (each worker's latest heartbeat; entries of silent workers expire).
 
 use clap::Args as ClapArgs;
-use flotilla_shared::config::Settings;
-use flotilla_shared::ids::Tenant;
-use flotilla_shared::protocol::WorkerHeartbeat;
+use flotilla_config::Settings;
+use flotilla_protocol::WorkerHeartbeat;
+use flotilla_protocol::ids::Tenant;
 
 use super::connect;
 use super::out::{out, outln};
@@ -25,7 +25,7 @@ pub async fn run(settings: &Settings, tenant: &Tenant, args: Args) -> anyhow::Re
     if args.json {
         outln!("{}", serde_json::to_string_pretty(&workers)?)?;
     } else {
-        out!("{}", table(&workers, flotilla_shared::protocol::now()))?;
+        out!("{}", table(&workers, flotilla_protocol::now()))?;
     }
     Ok(0)
 }

@@ -23,8 +23,8 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use flotilla_shared::config::DashboardConfig;
-use flotilla_shared::digest::sha256_hex;
+use flotilla_agent::digest::sha256_hex;
+use flotilla_config::DashboardConfig;
 
 /// Names every dashboard answers to.
 const LOOPBACK_NAMES: &[&str] = &["localhost", "127.0.0.1", "::1"];

@@ -31,10 +31,10 @@ use axum::http::StatusCode;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
-use flotilla_shared::bus::Bus;
-use flotilla_shared::config::DashboardConfig;
-use flotilla_shared::ids::JobId;
-use flotilla_shared::protocol::{JobRecord, JobStatus, JobSummary, ProgressKind};
+use flotilla_bus::Bus;
+use flotilla_config::DashboardConfig;
+use flotilla_protocol::ids::JobId;
+use flotilla_protocol::{JobRecord, JobStatus, JobSummary, ProgressKind};
 use futures::{Stream, StreamExt};
 use serde::Deserialize;
 
@@ -139,12 +139,9 @@ async fn jobs_page(State(d): State<Dash>, Query(q): Query<ListQuery>) -> Result<
 
 async fn job_fragment(State(d): State<Dash>, Path(id): Path<String>) -> Result<Html<String>, Failure> {
     let rec = d.job(&id).await?;
-    view::render(
-        "job.html",
-        minijinja::context! { job => view::value(view::job_view(&rec, flotilla_shared::protocol::now())) },
-    )
-    .map(Html)
-    .map_err(template_failure)
+    view::render("job.html", minijinja::context! { job => view::value(view::job_view(&rec, flotilla_protocol::now())) })
+        .map(Html)
+        .map_err(template_failure)
 }
 
 async fn job_page(State(d): State<Dash>, Path(id): Path<String>) -> Result<Html<String>, Failure> {

@@ -4,7 +4,7 @@
 
 use std::sync::LazyLock;
 
-use flotilla_shared::protocol::{JobRecord, JobSummary, TodoStatus, Usage};
+use flotilla_protocol::{JobRecord, JobSummary, TodoStatus, Usage};
 use minijinja::Environment;
 use serde::Serialize;
 use time::OffsetDateTime;
@@ -216,7 +216,7 @@ pub fn job_view(rec: &JobRecord, now: OffsetDateTime) -> JobView {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use flotilla_shared::ids::{JobId, Tenant};
+    use flotilla_protocol::ids::{JobId, Tenant};
 
     #[test]
     fn untrusted_text_is_escaped() {

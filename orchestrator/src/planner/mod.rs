@@ -12,16 +12,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream::kv;
-use flotilla_shared::agent::{Agent, Conversation, Limits, RunContext};
-use flotilla_shared::builtin::{self, FileToolEnv};
-use flotilla_shared::bus::{Bus, BusError, BusErrorKind};
-use flotilla_shared::config::{PlannerConfig, Settings};
-use flotilla_shared::files::JobFiles;
-use flotilla_shared::ids::{JobId, SubagentType};
-use flotilla_shared::model::{self, ChatModel};
-use flotilla_shared::permissions::Permissions;
-use flotilla_shared::protocol::{ErrorInfo, ErrorKind, JobEventKind, JobRecord, JobStatus};
-use flotilla_shared::tool::{Eviction, ToolSet};
+use flotilla_agent::agent::{Agent, Conversation, Limits, RunContext};
+use flotilla_agent::files::JobFiles;
+use flotilla_agent::model::{self, ChatModel};
+use flotilla_agent::tool::{Eviction, ToolSet};
+use flotilla_bus::{Bus, BusError, BusErrorKind};
+use flotilla_config::permissions::Permissions;
+use flotilla_config::{PlannerConfig, Settings};
+use flotilla_protocol::ids::{JobId, SubagentType};
+use flotilla_protocol::{ErrorInfo, ErrorKind, JobEventKind, JobRecord, JobStatus};
+use flotilla_tools::{self as builtin, FileToolEnv};
 use tokio_util::sync::CancellationToken;
 
 use crate::checkpoints::Checkpoints;
@@ -55,14 +55,16 @@ impl Planner {
         files: JobFiles,
     ) -> anyhow::Result<Self> {
         let config = settings.planner()?.clone();
-        let model =
-            model::priced(model::build(&config.model, settings.model(&config.model)?)?, settings.price(&config.model));
+        let model = model::priced(
+            flotilla_model_openai::build(&config.model, settings.model(&config.model)?)?,
+            settings.price(&config.model),
+        );
         let types: BTreeMap<SubagentType, String> =
             settings.subagents.iter().map(|(t, c)| (t.clone(), c.description.clone())).collect();
         let tools = ToolSet::new(Duration::from_secs(config.task_timeout + 60));
         // Every planner tool call goes to the audit stream (docs/SECURITY.md).
-        let audit = flotilla_shared::audit::BusAuditSink::new(bus.clone());
-        tools.set_auditor(flotilla_shared::audit::Auditor::new(audit, "planner", "orchestrator"));
+        let audit = flotilla_bus::audit::BusAuditSink::new(bus.clone());
+        tools.set_auditor(flotilla_agent::audit::Auditor::new(audit, "planner", "orchestrator"));
         let mut tools = tools;
         tools.add(Arc::new(WriteTodos { jobs: jobs.clone() }), "planner")?;
         tools.add(
@@ -113,7 +115,7 @@ impl Planner {
         };
         self.jobs.emit(id, JobEventKind::Running).await;
         // Every log line of the planner run (dispatches included) carries the job and trace ids.
-        let trace_id = rec.traceparent.as_deref().and_then(flotilla_shared::trace::trace_id).unwrap_or("-");
+        let trace_id = rec.traceparent.as_deref().and_then(flotilla_protocol::trace::trace_id).unwrap_or("-");
         let span = tracing::info_span!("job", job_id = %id, trace_id);
         let outcome = tracing::Instrument::instrument(self.plan(&rec, cancel), span).await;
         if shutdown.is_cancelled() {
@@ -215,11 +217,7 @@ impl Planner {
         (JobStatus::Failed, JobEventKind::Failed { error })
     }
 
-    async fn plan(
-        &self,
-        rec: &JobRecord,
-        cancel: CancellationToken,
-    ) -> Result<String, flotilla_shared::protocol::ErrorInfo> {
+    async fn plan(&self, rec: &JobRecord, cancel: CancellationToken) -> Result<String, flotilla_protocol::ErrorInfo> {
         let agent = Agent {
             model: self.model.clone(),
             tools: self.tools.clone(),
@@ -240,7 +238,7 @@ impl Planner {
             job_id: rec.id,
             task_id: None,
             tenant: rec.tenant.clone(),
-            traceparent: Some(rec.traceparent.clone().unwrap_or_else(flotilla_shared::trace::new_traceparent)),
+            traceparent: Some(rec.traceparent.clone().unwrap_or_else(flotilla_protocol::trace::new_traceparent)),
             cancel,
             approvals: None,
         };

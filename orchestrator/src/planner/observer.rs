@@ -4,9 +4,9 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use flotilla_shared::agent::{AgentObserver, Conversation};
-use flotilla_shared::ids::JobId;
-use flotilla_shared::protocol::{JobEventKind, Usage};
+use flotilla_agent::agent::{AgentObserver, Conversation};
+use flotilla_protocol::ids::JobId;
+use flotilla_protocol::{JobEventKind, Usage};
 
 use crate::checkpoints::Checkpoints;
 use crate::jobs::JobStore;

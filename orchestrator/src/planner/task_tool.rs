@@ -7,12 +7,12 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use flotilla_shared::bus::{Bus, retry};
-use flotilla_shared::ids::{SubagentType, TaskId};
-use flotilla_shared::protocol::{
-    self, ErrorInfo, ErrorKind, JobEventKind, TaskEntry, TaskMessage, TaskReport, TaskStatus, Usage,
+use flotilla_agent::tool::{Tool, ToolContext, ToolError, ToolSpec};
+use flotilla_bus::{Bus, retry};
+use flotilla_protocol::ids::{SubagentType, TaskId};
+use flotilla_protocol::{
+    self as protocol, ErrorInfo, ErrorKind, JobEventKind, TaskEntry, TaskMessage, TaskReport, TaskStatus, Usage,
 };
-use flotilla_shared::tool::{Tool, ToolContext, ToolError, ToolSpec};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -82,7 +82,7 @@ impl Tool for TaskTool {
                 )));
             }
         };
-        let transient = |e: flotilla_shared::bus::BusError| ToolError::transient(format!("task not dispatched: {e}"));
+        let transient = |e: flotilla_bus::BusError| ToolError::transient(format!("task not dispatched: {e}"));
         // A resumed planner replays its pending calls: find the task this call
         // already created instead of dispatching it again.
         let existing = self
@@ -248,7 +248,7 @@ impl TaskTool {
     }
 
     /// Removes the job's queued tasks of a type nobody serves.
-    async fn drop_queued(&self, ty: &SubagentType, job: &flotilla_shared::ids::JobId) {
+    async fn drop_queued(&self, ty: &SubagentType, job: &flotilla_protocol::ids::JobId) {
         if let Ok(stream) = self.bus.js.get_stream(self.bus.subjects.tasks_stream()).await
             && let Err(e) = stream.purge().filter(self.bus.subjects.task(ty, job)).await
         {

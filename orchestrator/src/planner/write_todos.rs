@@ -2,8 +2,8 @@
 //! whole, stored in the job record and published as a job event.
 
 use async_trait::async_trait;
-use flotilla_shared::protocol::{JobEventKind, Todo};
-use flotilla_shared::tool::{Tool, ToolContext, ToolError, ToolSpec};
+use flotilla_agent::tool::{Tool, ToolContext, ToolError, ToolSpec};
+use flotilla_protocol::{JobEventKind, Todo};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -51,7 +51,7 @@ impl Tool for WriteTodos {
             .await
             .map_err(|e| ToolError::transient(format!("todo list not saved: {e}")))?;
         self.jobs.emit(ctx.job_id, JobEventKind::TodosChanged { todos: todos.clone() }).await;
-        let done = todos.iter().filter(|t| t.status == flotilla_shared::protocol::TodoStatus::Completed).count();
+        let done = todos.iter().filter(|t| t.status == flotilla_protocol::TodoStatus::Completed).count();
         Ok(json!(format!("todo list updated: {} items, {done} completed", todos.len())))
     }
 }

@@ -16,10 +16,10 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
-use flotilla_protocol::ids::{JobId, TaskId, Tenant};
 use crate::model::{ChatMessage, ChatModel, ModelRequest, ToolCall};
-use flotilla_protocol::{ErrorInfo, ErrorKind, Usage};
 use crate::tool::{ApprovalGate, ToolContext, ToolOutcome, ToolSet};
+use flotilla_protocol::ids::{JobId, TaskId, Tenant};
+use flotilla_protocol::{ErrorInfo, ErrorKind, Usage};
 
 /// Limits of one agent run.
 #[derive(Clone, Copy, Debug)]

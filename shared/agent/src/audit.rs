@@ -17,8 +17,8 @@ use async_trait::async_trait;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use flotilla_protocol::{self as protocol, AuditAction, AuditOutcome, AuditRecord, ErrorKind};
 use crate::tool::{ToolContext, ToolOutcome};
+use flotilla_protocol::{self as protocol, AuditAction, AuditOutcome, AuditRecord, ErrorKind};
 
 /// Stores audit records.
 #[async_trait]

@@ -22,7 +22,9 @@ use futures::{Stream, StreamExt, TryStreamExt};
 
 use crate::{Bus, BusError};
 use flotilla_protocol::ids::{JobId, SubagentType, TaskId};
-use flotilla_protocol::{self as protocol, ApprovalRecord, ApprovalState, Decision, DecisionKind, DecisionRecord, MAX_MESSAGE_BYTES};
+use flotilla_protocol::{
+    self as protocol, ApprovalRecord, ApprovalState, Decision, DecisionKind, DecisionRecord, MAX_MESSAGE_BYTES,
+};
 
 /// How long an approval record is kept.
 pub const APPROVAL_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);

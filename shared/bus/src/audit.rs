@@ -99,4 +99,3 @@ pub async fn read(
     let _ = bus.js.delete_consumer_from_stream(&name, &stream).await;
     Ok(records)
 }
-

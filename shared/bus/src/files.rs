@@ -15,8 +15,8 @@ use tokio::io::AsyncReadExt;
 
 use crate::denials::{Denials, GuardError};
 use crate::{Bus, BusError};
-use flotilla_config::FilesConfig;
 use flotilla_agent::files::{JobFiles, ObjectBackend, ObjectInfo};
+use flotilla_config::FilesConfig;
 
 /// The Object Store bucket, with the connection's denials (see [`put`](ObjectBackend::put)).
 struct ObjectStoreBackend {

@@ -18,8 +18,8 @@
 #![deny(missing_docs)]
 
 mod approvals;
-pub mod auth;
 pub mod audit;
+pub mod auth;
 pub mod denials;
 mod files;
 mod workers;
@@ -27,17 +27,16 @@ mod workers;
 pub use approvals::{APPROVAL_RETENTION, ApprovalStore, DecisionError, Versioned, Write, check_decision};
 pub use workers::TTL_INTERVALS;
 
-
 use std::time::Duration;
 
 use async_nats::jetstream::{self, consumer, kv, object_store, stream};
 use bytes::Bytes;
 
+use denials::{Denial, DenialKind, Denials, GuardError};
 use flotilla_config::NatsConfig;
 use flotilla_protocol::ids::{SubagentType, Tenant};
-use flotilla_protocol::{self as protocol, MAX_MESSAGE_BYTES, Message};
 use flotilla_protocol::subjects::Subjects;
-use denials::{Denial, DenialKind, Denials, GuardError};
+use flotilla_protocol::{self as protocol, MAX_MESSAGE_BYTES, Message};
 
 pub use flotilla_agent::retry::{Backoff, Retryable, retry};
 

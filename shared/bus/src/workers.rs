@@ -13,8 +13,8 @@ use async_nats::jetstream::{kv, stream};
 use futures::TryStreamExt;
 
 use crate::{Bus, BusError};
-use flotilla_protocol::{self as protocol, MAX_MESSAGE_BYTES, WorkerHeartbeat};
 use flotilla_protocol::subjects::Subjects;
+use flotilla_protocol::{self as protocol, MAX_MESSAGE_BYTES, WorkerHeartbeat};
 
 /// Backstop age of any entry, whatever its TTL (heartbeat intervals are capped below this).
 const MAX_ENTRY_AGE: Duration = Duration::from_secs(15 * 60);

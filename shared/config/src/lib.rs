@@ -11,13 +11,13 @@
 pub mod builtin_tools;
 pub mod files;
 pub mod interrupt;
-pub mod nats_auth;
-pub mod operations;
-pub mod raw;
 pub mod mcp;
 mod mcp_import;
+pub mod nats_auth;
+pub mod operations;
 pub mod permissions;
 mod price;
+pub mod raw;
 pub mod sandbox;
 pub mod tls;
 pub mod url_policy;
@@ -28,11 +28,11 @@ use std::time::Duration;
 
 pub use files::FilesConfig;
 pub use interrupt::InterruptConfig;
+pub use mcp::{McpServerSettings, McpTransport, RawMcpServer, SessionMode};
 pub use nats_auth::{NatsAuthConfig, NatsTlsConfig};
 pub use operations::{DashboardConfig, MetricsConfig, WorkerConfig};
-pub use raw::{LocalConfig, NatsConfig, PlannerConfig, SubagentConfig};
-pub use mcp::{McpServerSettings, McpTransport, RawMcpServer, SessionMode};
 pub use price::Price;
+pub use raw::{LocalConfig, NatsConfig, PlannerConfig, SubagentConfig};
 pub use sandbox::SandboxConfig;
 
 /// Hides credentials in a URL for logs and errors: `nats://user:pass@h` -> `nats://***@h`.

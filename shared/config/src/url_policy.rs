@@ -230,5 +230,4 @@ mod tests {
         assert!(!s.contains("3f9a0c2d7e") && !s.contains("s3cret"), "{s}");
         assert!(s.contains("connection refused"), "{s}");
     }
-
 }

@@ -62,7 +62,6 @@ pub async fn resolve_and_pin(url: &Url, resolver: &Resolver) -> Result<Option<Pi
     Ok(Some(Pinned { host: host.to_string(), addrs }))
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -157,5 +156,4 @@ mod tests {
         let unpinned = reqwest::Client::builder().no_proxy().build().unwrap();
         assert!(unpinned.get(&url).send().await.is_err(), "without the pin the name does not resolve");
     }
-
 }

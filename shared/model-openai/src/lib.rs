@@ -35,11 +35,13 @@ use reqwest::{StatusCode, Url};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use flotilla_agent::model::{ChatMessage, ChatModel, ModelError, ModelRequest, ModelResponse, ToolCall, estimate_tokens};
-use flotilla_config::ModelSettings;
+use flotilla_agent::model::{
+    ChatMessage, ChatModel, ModelError, ModelRequest, ModelResponse, ToolCall, estimate_tokens,
+};
 use flotilla_agent::retry::Backoff;
-use flotilla_protocol::{ErrorKind, Usage};
 use flotilla_agent::tool::ToolSpec;
+use flotilla_config::ModelSettings;
+use flotilla_protocol::{ErrorKind, Usage};
 
 #[cfg(test)]
 mod tests;
@@ -607,10 +609,7 @@ struct WireUsage {
 
 /// Builds the provider configured as `name`: the binaries' one place that
 /// knows every provider.
-pub fn build(
-    name: &str,
-    settings: &ModelSettings,
-) -> Result<std::sync::Arc<dyn ChatModel>, ModelError> {
+pub fn build(name: &str, settings: &ModelSettings) -> Result<std::sync::Arc<dyn ChatModel>, ModelError> {
     Ok(match settings {
         ModelSettings::OpenAi { .. } => std::sync::Arc::new(OpenAiModel::new(name, settings)?),
         ModelSettings::Scripted { script } => {

@@ -424,4 +424,3 @@ fn retry_after_is_read_in_seconds_and_capped() {
     assert_eq!(retry_after(&headers("-1")), None);
     assert_eq!(retry_after(&HeaderMap::new()), None);
 }
-

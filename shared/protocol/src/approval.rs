@@ -276,8 +276,7 @@ mod tests {
         assert_eq!(serde_json::to_value(Decision::Approve).unwrap(), json!({"decision": "approve"}));
         let err = serde_json::from_value::<Decision>(json!({"decision": "maybe"})).unwrap_err();
         assert!(err.to_string().contains("unknown variant"), "{err}");
-        let state =
-            ApprovalState::Decided { decision: Decision::Approve, by: None, decided_at: crate::now() };
+        let state = ApprovalState::Decided { decision: Decision::Approve, by: None, decided_at: crate::now() };
         let v = serde_json::to_value(&state).unwrap();
         assert_eq!(v["state"], "decided");
         assert_eq!(v["decision"], "approve");

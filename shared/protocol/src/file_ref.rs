@@ -40,14 +40,7 @@ impl FileRef {
         } else {
             String::new()
         };
-        Self {
-            path: path.into(),
-            size_bytes: text.len() as u64,
-            lines: line_count(text),
-            sha256,
-            head,
-            tail,
-        }
+        Self { path: path.into(), size_bytes: text.len() as u64, lines: line_count(text), sha256, head, tail }
     }
 }
 

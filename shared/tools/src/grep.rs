@@ -23,8 +23,8 @@ use serde_json::{Value, json};
 
 use super::{FileToolEnv, MAX_PATTERN_BYTES, as_text, compile_glob, file_error};
 use flotilla_agent::files::FileMeta;
-use flotilla_config::permissions::{Mode, Operation};
 use flotilla_agent::tool::{Tool, ToolContext, ToolError, ToolSpec};
+use flotilla_config::permissions::{Mode, Operation};
 
 /// Content matches returned at most.
 const MAX_MATCHES: usize = 200;

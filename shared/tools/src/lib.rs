@@ -28,9 +28,9 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use flotilla_agent::files::{FileError, FileMeta, FilePath, JobFiles, reserved_prefix};
+use flotilla_agent::tool::{Tool, ToolContext, ToolError};
 use flotilla_config::permissions::{Mode, Operation, Permissions};
 use flotilla_protocol::ErrorKind;
-use flotilla_agent::tool::{Tool, ToolContext, ToolError};
 
 pub use flotilla_config::builtin_tools::{ALL, READ_ONLY};
 

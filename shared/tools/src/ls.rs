@@ -12,8 +12,8 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::{FileToolEnv, file_error};
-use flotilla_protocol::ErrorKind;
 use flotilla_agent::tool::{Tool, ToolContext, ToolError, ToolSpec};
+use flotilla_protocol::ErrorKind;
 
 /// Entries listed at most.
 const MAX_ENTRIES: usize = 500;

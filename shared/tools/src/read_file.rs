@@ -7,9 +7,9 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::{FileToolEnv, as_text, binary, file_error};
+use flotilla_agent::tool::{Tool, ToolContext, ToolError, ToolSpec};
 use flotilla_config::permissions::Operation;
 use flotilla_protocol::line_count;
-use flotilla_agent::tool::{Tool, ToolContext, ToolError, ToolSpec};
 
 /// Lines per page by default and at most.
 const DEFAULT_LIMIT: usize = 200;

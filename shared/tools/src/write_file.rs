@@ -7,8 +7,8 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::{FileToolEnv, file_error};
-use flotilla_config::permissions::Operation;
 use flotilla_agent::tool::{Tool, ToolContext, ToolError, ToolSpec};
+use flotilla_config::permissions::Operation;
 
 pub(super) struct WriteFile(pub Arc<FileToolEnv>);
 

@@ -4,8 +4,8 @@
 //! `flotilla::audit` target and an `executed` progress event; a durable audit
 //! stream hooks in here too.
 
-use flotilla_shared::ids::{JobId, SubagentType, TaskId, Tenant};
-use flotilla_shared::protocol::ProgressKind;
+use flotilla_protocol::ProgressKind;
+use flotilla_protocol::ids::{JobId, SubagentType, TaskId, Tenant};
 
 use super::bubblewrap::Execution;
 use crate::progress::ProgressPublisher;
@@ -33,7 +33,7 @@ pub struct ExecutionAudit {
 
 /// sha256 of `command`, hex.
 pub fn command_digest(command: &str) -> String {
-    flotilla_shared::digest::sha256_hex(command.as_bytes())
+    flotilla_agent::digest::sha256_hex(command.as_bytes())
 }
 
 /// Reports one execution.

@@ -4,9 +4,9 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use flotilla_shared::builtin::FileToolEnv;
-use flotilla_shared::ids::SubagentType;
-use flotilla_shared::tool::{ErrorKind, Tool, ToolContext, ToolError, ToolSpec};
+use flotilla_agent::tool::{ErrorKind, Tool, ToolContext, ToolError, ToolSpec};
+use flotilla_protocol::ids::SubagentType;
+use flotilla_tools::FileToolEnv;
 use serde_json::{Value, json};
 
 use super::audit::{self, ExecutionAudit};

@@ -34,8 +34,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use flotilla_shared::config::SandboxConfig;
-use flotilla_shared::ids::TaskId;
+use flotilla_config::SandboxConfig;
+use flotilla_protocol::ids::TaskId;
 
 pub use bubblewrap::{Bubblewrap, Limits, SandboxError};
 pub use execute::ExecuteTool;

@@ -14,10 +14,10 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use flotilla_shared::builtin::FileToolEnv;
-use flotilla_shared::files::FilePath;
-use flotilla_shared::ids::JobId;
-use flotilla_shared::permissions::{Mode, Operation};
+use flotilla_agent::files::FilePath;
+use flotilla_config::permissions::{Mode, Operation};
+use flotilla_protocol::ids::JobId;
+use flotilla_tools::FileToolEnv;
 use globset::{Glob, GlobSet, GlobSetBuilder};
 use sha2::{Digest, Sha256};
 

@@ -3,7 +3,7 @@
 //! small result or a business error out.
 
 use async_trait::async_trait;
-use flotilla_shared::tool::{Tool, ToolContext, ToolError, ToolSpec};
+use flotilla_agent::tool::{Tool, ToolContext, ToolError, ToolSpec};
 use serde::Deserialize;
 use serde_json::{Value, json};
 

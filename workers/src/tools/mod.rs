@@ -10,9 +10,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use flotilla_shared::builtin::{self, FileToolEnv};
-use flotilla_shared::mcp::McpHub;
-use flotilla_shared::tool::{Tool, ToolSet};
+use flotilla_agent::tool::{Tool, ToolSet};
+use flotilla_mcp::McpHub;
+use flotilla_tools::{self as builtin, FileToolEnv};
 
 pub use calculate_margin::CalculateMargin;
 
@@ -38,7 +38,7 @@ pub fn build(
 ) -> anyhow::Result<ToolSet> {
     let mut set = ToolSet::new(timeout);
     for name in names {
-        if name.starts_with(flotilla_shared::mcp::hub::ENTRY_PREFIX) {
+        if name.starts_with(flotilla_mcp::hub::ENTRY_PREFIX) {
             let tools =
                 mcp.tools_for(name).map_err(|e| anyhow::anyhow!("invalid config key `subagents.{ty}.tools`: {e}"))?;
             for tool in tools {

@@ -6,10 +6,10 @@
 
 use std::time::{Duration, Instant};
 
-use flotilla_shared::config::Settings;
-use flotilla_shared::mcp::McpHub;
-use flotilla_shared::mcp::config::{self, McpServerSettings, McpTransport, RawMcpServer, SessionMode};
-use flotilla_shared::tool::{ToolContext, ToolSet};
+use flotilla_agent::tool::{ToolContext, ToolSet};
+use flotilla_config::Settings;
+use flotilla_mcp::McpHub;
+use flotilla_mcp::config::{self, McpServerSettings, McpTransport, RawMcpServer, SessionMode};
 use serde_json::json;
 
 use super::{ms, pct};
@@ -30,7 +30,7 @@ fn finance(settings: &Settings) -> anyhow::Result<McpServerSettings> {
 
 fn ctx() -> ToolContext {
     ToolContext {
-        job_id: flotilla_shared::ids::JobId::new(),
+        job_id: flotilla_protocol::ids::JobId::new(),
         task_id: None,
         tenant: Default::default(),
         call_id: "bench".into(),

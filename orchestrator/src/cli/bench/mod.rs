@@ -18,8 +18,8 @@ mod setup;
 use std::time::{Duration, Instant};
 
 use clap::Args as ClapArgs;
-use flotilla_shared::ids::{JobId, SubagentType, TaskId};
-use flotilla_shared::protocol::{self, TaskMessage};
+use flotilla_protocol::ids::{JobId, SubagentType, TaskId};
+use flotilla_protocol::{self as protocol, TaskMessage};
 use futures::StreamExt;
 
 use setup::Rig;
@@ -84,7 +84,7 @@ pub async fn run(args: Args) -> anyhow::Result<i32> {
         rig.stop().await;
     }
     if wanted(&args, "mcp") {
-        let settings = flotilla_shared::config::Settings::load(None)?;
+        let settings = flotilla_config::Settings::load(None)?;
         rows.extend(mcp::measure(&settings, 500).await?);
     }
     let mut t = super::table::new(&["measure", "result", "target"]);

@@ -6,10 +6,10 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use flotilla_bus::Bus;
+use flotilla_config::Settings;
 use flotilla_orchestrator::events::{self, Event, Scope};
-use flotilla_shared::bus::Bus;
-use flotilla_shared::config::Settings;
-use flotilla_shared::protocol::{JobEventKind, ProgressKind};
+use flotilla_protocol::{JobEventKind, ProgressKind};
 use futures::StreamExt;
 
 use crate::cli::client::ApiClient;
@@ -117,7 +117,7 @@ state_dir = "state"
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        let name = self.bus.subjects.task_consumer(&flotilla_shared::ids::SubagentType::new("finance")?);
+        let name = self.bus.subjects.task_consumer(&flotilla_protocol::ids::SubagentType::new("finance")?);
         let stream = self.bus.js.get_stream(self.bus.subjects.tasks_stream()).await?;
         loop {
             let mut c: async_nats::jetstream::consumer::PullConsumer =

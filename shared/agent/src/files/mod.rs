@@ -40,9 +40,9 @@ pub use backend::{MemoryBackend, ObjectBackend, ObjectInfo};
 pub use path::{FilePath, PathError};
 pub use reserved::{LARGE_RESULTS_DIR, RESERVED_DIRS, reserved_prefix};
 
-use flotilla_protocol::ids::JobId;
 use crate::digest::sha256_hex;
 use flotilla_protocol::FileRef;
+use flotilla_protocol::ids::JobId;
 use reserved::CHECKSUM_KEY;
 
 /// A job-file operation failed.
@@ -222,7 +222,9 @@ impl JobFiles {
         let objects = self.backend.list(&Self::prefix(job)).await.map_err(FileError::Store)?;
         let mut out: Vec<FileMeta> = objects
             .into_iter()
-            .filter_map(|(name, i)| Some(FileMeta { path: Self::path_of(job, &name)?, size: i.size, modified: i.modified }))
+            .filter_map(|(name, i)| {
+                Some(FileMeta { path: Self::path_of(job, &name)?, size: i.size, modified: i.modified })
+            })
             .collect();
         out.sort_by(|a, b| a.path.cmp(&b.path));
         Ok(out)

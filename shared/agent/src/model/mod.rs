@@ -9,13 +9,12 @@
 pub mod priced;
 pub mod scripted;
 
-
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use flotilla_protocol::{ErrorKind, Usage};
 use crate::tool::ToolSpec;
+use flotilla_protocol::{ErrorKind, Usage};
 pub use priced::{Price, priced};
 
 /// One message of a conversation.

@@ -13,7 +13,6 @@ use super::{ChatModel, ModelError, ModelRequest, ModelResponse};
 
 pub use flotilla_config::Price;
 
-
 /// Wraps `model` so each response's usage carries its cost; `None` leaves it unpriced.
 pub fn priced(model: Arc<dyn ChatModel>, price: Option<Price>) -> Arc<dyn ChatModel> {
     match price {

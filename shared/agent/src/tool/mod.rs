@@ -21,8 +21,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use flotilla_protocol::ids::{JobId, TaskId, Tenant};
 pub use flotilla_protocol::ErrorKind;
+use flotilla_protocol::ids::{JobId, TaskId, Tenant};
 
 /// What the model is told about a tool.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -9,12 +9,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use flotilla_shared::agent::{Agent, Conversation, Limits, NoObserver, RunContext};
-use flotilla_shared::audit::{Auditor, MemoryAuditSink};
-use flotilla_shared::ids::JobId;
-use flotilla_shared::model::{ChatMessage, ChatModel, ModelError, ModelRequest, ModelResponse, ToolCall};
-use flotilla_shared::protocol::{AuditAction, AuditOutcome, ErrorKind, Usage};
-use flotilla_shared::tool::{ApprovalGate, Tool, ToolContext, ToolError, ToolSet, ToolSpec};
+use flotilla_agent::agent::{Agent, Conversation, Limits, NoObserver, RunContext};
+use flotilla_agent::audit::{Auditor, MemoryAuditSink};
+use flotilla_agent::model::{ChatMessage, ChatModel, ModelError, ModelRequest, ModelResponse, ToolCall};
+use flotilla_agent::tool::{ApprovalGate, Tool, ToolContext, ToolError, ToolSet, ToolSpec};
+use flotilla_protocol::ids::JobId;
+use flotilla_protocol::{AuditAction, AuditOutcome, ErrorKind, Usage};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
@@ -117,7 +117,7 @@ async fn tool_output_cannot_change_tools_permissions_or_approvals() {
         job_id: JobId::new(),
         task_id: None,
         tenant: Default::default(),
-        traceparent: Some(flotilla_shared::trace::new_traceparent()),
+        traceparent: Some(flotilla_protocol::trace::new_traceparent()),
         cancel: CancellationToken::new(),
         approvals: Some(gate.clone()),
     };

@@ -14,12 +14,12 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use flotilla_shared::builtin::{self, FileToolEnv};
-use flotilla_shared::files::{FilePath, JobFiles};
-use flotilla_shared::ids::{JobId, TaskId};
-use flotilla_shared::permissions::{Mode, Operation, PermissionRule, Permissions};
-use flotilla_shared::protocol::ErrorKind;
-use flotilla_shared::tool::ToolContext;
+use flotilla_agent::files::{FilePath, JobFiles};
+use flotilla_agent::tool::ToolContext;
+use flotilla_config::permissions::{Mode, Operation, PermissionRule, Permissions};
+use flotilla_protocol::ErrorKind;
+use flotilla_protocol::ids::{JobId, TaskId};
+use flotilla_tools::{self as builtin, FileToolEnv};
 use proptest::prelude::*;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -112,7 +112,7 @@ fn fixture() -> Fixture {
 static SERIAL: Mutex<()> = Mutex::new(());
 
 impl Fixture {
-    fn call(&self, name: &str, args: Value) -> (Result<Value, flotilla_shared::tool::ToolError>, usize) {
+    fn call(&self, name: &str, args: Value) -> (Result<Value, flotilla_agent::tool::ToolError>, usize) {
         let tool = builtin::tool(name, &self.env).unwrap();
         let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
         peak_of(|| self.rt.block_on(tool.call(&self.ctx, args)))
