@@ -63,9 +63,12 @@ async fn a_job_survives_losing_a_cluster_node() {
     eprintln!("cluster up with R3 topology after {:?}", started.elapsed());
 
     // Orchestrator knows every node; each worker is pinned to its own node.
+    // Model calls are slow (1.5 s) so that one worker, one task at a time,
+    // cannot finish the job before the other's first pull reaches the
+    // consumer's leader, even on a loaded machine.
     let cfg = config(&all_urls);
     let mut slow = cfg;
-    slow.script("finance.toml", &format!("latency_ms = 700\n{}", crate::security::FINANCE));
+    slow.script("finance.toml", &format!("latency_ms = 1500\n{}", crate::security::FINANCE));
     let path = slow.write().display().to_string();
     let mut orch_env = role_env("orchestrator");
     orch_env.push(("FLOTILLA_NATS__REPLICAS".into(), "3".into()));
