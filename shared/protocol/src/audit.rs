@@ -54,7 +54,6 @@ impl AuditOutcome {
 
 /// One audit record.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct AuditRecord {
     /// Schema version.
     #[serde(default = "super::schema_version")]

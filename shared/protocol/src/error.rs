@@ -58,7 +58,6 @@ impl std::fmt::Display for ErrorKind {
 
 /// An error as it travels on the bus.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct ErrorInfo {
     /// The class of failure.
     pub kind: ErrorKind,

@@ -12,7 +12,6 @@ pub const TAIL_CHARS: usize = 500;
 
 /// Where a large text went, and enough of it to decide what to read.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct FileRef {
     /// Absolute path in the job's files; read it with `read_file` or `grep`.
     pub path: String,

@@ -8,8 +8,14 @@
 //! [`decode`] checks the version before the shape so a peer on another version
 //! gets a precise error instead of a confusing missing-field one.
 //!
-//! Inbound commands (tasks, API requests) reject unknown fields: a typo in a
-//! hand-written request is an error, not a silently ignored option.
+//! Versions evolve without a flag day: `v` is `major` or `major.minor`. A
+//! reader accepts every minor version of its major (a newer writer only adds
+//! optional fields) and refuses another major. What peers report (task
+//! reports, usage, errors, audit records, file references, events) is read
+//! ignoring fields this build does not know, so a worker one release newer
+//! than its planner is still heard. Inbound commands (tasks, API requests)
+//! reject unknown fields: a typo in a hand-written request is an error, and a
+//! task claiming a field such as `tools` is refused, not silently ignored.
 
 #![deny(missing_docs)]
 
@@ -78,11 +84,11 @@ pub enum DecodeError {
     /// Not JSON, or not an object with a version.
     #[error("malformed message: {0}")]
     Malformed(String),
-    /// A version this build does not speak.
-    #[error("unsupported schema version {found} (this build speaks version {SCHEMA_VERSION})")]
+    /// A major version this build does not speak.
+    #[error("unsupported schema version {found} (this build speaks version {SCHEMA_VERSION} and its minor versions)")]
     Version {
-        /// The version in the message.
-        found: u32,
+        /// The version in the message, as written.
+        found: String,
     },
     /// Right version, wrong shape (missing or unknown field, wrong type).
     #[error("invalid {what}: {detail}")]
@@ -96,7 +102,26 @@ pub enum DecodeError {
 
 #[derive(Deserialize)]
 struct VersionProbe {
-    v: Option<u32>,
+    v: Option<serde_json::Number>,
+}
+
+/// How a message's `v` relates to [`SCHEMA_VERSION`].
+enum Version {
+    /// Exactly this build's.
+    Current,
+    /// A minor version of this build's major (`1.1`): read with `v` set to the major.
+    Minor,
+}
+
+fn version_of(v: &serde_json::Number) -> Result<Version, DecodeError> {
+    let refused = || DecodeError::Version { found: v.to_string() };
+    if let Some(n) = v.as_u64() {
+        return if n == u64::from(SCHEMA_VERSION) { Ok(Version::Current) } else { Err(refused()) };
+    }
+    match v.as_f64() {
+        Some(f) if f.is_finite() && f >= 0.0 && f.trunc() == f64::from(SCHEMA_VERSION) => Ok(Version::Minor),
+        _ => Err(refused()),
+    }
 }
 
 /// A message type with a name for error messages.
@@ -116,14 +141,18 @@ pub fn decode<T: Message>(bytes: &[u8]) -> Result<T, DecodeError> {
     }
     let probe: VersionProbe =
         serde_json::from_slice(bytes).map_err(|e| DecodeError::Malformed(format!("expected a JSON object: {e}")))?;
-    match probe.v {
-        None => {
-            return Err(DecodeError::Malformed("missing schema version field \"v\"".into()));
+    let Some(v) = probe.v else {
+        return Err(DecodeError::Malformed("missing schema version field \"v\"".into()));
+    };
+    let shape = |e: serde_json::Error| DecodeError::Shape { what: T::NAME, detail: e.to_string() };
+    match version_of(&v)? {
+        Version::Current => serde_json::from_slice(bytes).map_err(shape),
+        Version::Minor => {
+            let mut value: serde_json::Value = serde_json::from_slice(bytes).map_err(shape)?;
+            value["v"] = SCHEMA_VERSION.into();
+            serde_json::from_value(value).map_err(shape)
         }
-        Some(SCHEMA_VERSION) => {}
-        Some(found) => return Err(DecodeError::Version { found }),
     }
-    serde_json::from_slice(bytes).map_err(|e| DecodeError::Shape { what: T::NAME, detail: e.to_string() })
 }
 
 /// Encodes a message as JSON bytes.

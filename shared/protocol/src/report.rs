@@ -34,7 +34,6 @@ impl TaskStatus {
 
 /// Published on `<prefix>.job.<job>.report.<task>` (kept in the reports stream).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct TaskReport {
     /// Schema version.
     #[serde(default = "super::schema_version")]

@@ -192,3 +192,41 @@ mod fuzz {
         }
     }
 }
+
+/// A peer one release newer (minor version 1.1, a field this build does not
+/// know) is still heard; another major is refused by name.
+#[test]
+fn newer_minor_versions_and_unknown_report_fields_are_accepted() {
+    let report = TaskReport {
+        v: SCHEMA_VERSION,
+        job_id: JobId::new(),
+        task_id: TaskId::new(),
+        subagent_type: SubagentType::new("finance").unwrap(),
+        status: TaskStatus::Completed,
+        summary: "0.375".into(),
+        summary_file: None,
+        error: None,
+        usage: Usage { input_tokens: 3, ..Usage::default() },
+        worker_id: "w1".into(),
+        attempt: 1,
+        started_at: crate::now(),
+        finished_at: crate::now(),
+        duration_ms: 5,
+    };
+    let mut v = serde_json::to_value(&report).unwrap();
+    v["v"] = serde_json::json!(1.1);
+    v["confidence"] = 0.9.into();
+    v["usage"]["cache_read_tokens"] = 7.into();
+    let read: TaskReport = decode(&serde_json::to_vec(&v).unwrap()).expect("a newer minor version is read");
+    assert_eq!(read, report, "known fields read as written, v normalised to the major");
+    v["v"] = serde_json::json!(2.0);
+    let e = decode::<TaskReport>(&serde_json::to_vec(&v).unwrap()).unwrap_err().to_string();
+    assert!(e.contains("unsupported schema version 2.0"), "{e}");
+    // A command stays strict at any minor version: a task cannot carry unknown fields.
+    let mut t = serde_json::to_value(task()).unwrap();
+    t["v"] = serde_json::json!(1.2);
+    decode::<TaskMessage>(&serde_json::to_vec(&t).unwrap()).expect("minor version of a command");
+    t["tools"] = serde_json::json!(["execute"]);
+    let e = decode::<TaskMessage>(&serde_json::to_vec(&t).unwrap()).unwrap_err().to_string();
+    assert!(e.contains("unknown field `tools`"), "{e}");
+}

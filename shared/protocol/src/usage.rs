@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 
 /// Tokens and calls spent by an agent (or summed over many).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
+#[serde(default)]
 pub struct Usage {
     /// Prompt tokens, as reported by the model provider.
     pub input_tokens: u64,
