@@ -21,7 +21,7 @@ use flotilla_telemetry::logging::{self as telemetry, LogFormat};
 /// Flotilla: a planner agent delegating tasks over NATS to horizontally scaled
 /// worker processes.
 #[derive(Parser, Debug)]
-#[command(version, after_help = AFTER_HELP)]
+#[command(name = "flotilla", version, after_help = AFTER_HELP)]
 struct Cli {
     /// Config file (TOML). Default for `up` and `demo`: deploy/local/flotilla.toml.
     /// Env overrides: FLOTILLA_<SECTION>__<KEY>, e.g. FLOTILLA_NATS__URL.
@@ -165,5 +165,18 @@ pub async fn shutdown_signal() {
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {}
         _ = term.recv() => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    /// `flotilla --version` names the command people type, not the package.
+    #[test]
+    fn version_and_help_name_the_flotilla_command() {
+        let cmd = super::Cli::command();
+        assert_eq!(cmd.get_name(), "flotilla");
+        assert_eq!(cmd.render_version().trim(), format!("flotilla {}", env!("CARGO_PKG_VERSION")));
     }
 }
