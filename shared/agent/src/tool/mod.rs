@@ -8,10 +8,11 @@
 //! carries only the trace id (the detail goes to the log).
 
 mod evict;
+mod pipeline;
 mod set;
 
 pub use evict::{Eviction, LARGE_RESULTS_DIR};
-pub use set::schema_problems;
+pub use pipeline::schema_problems;
 pub use set::{ToolOutcome, ToolSet, ToolSetError};
 
 use std::sync::Arc;

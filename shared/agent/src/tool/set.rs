@@ -1,19 +1,17 @@
-//! The tools of one agent, and the execution policy around every call:
-//! lookup, JSON Schema validation, approval, timeout, panic isolation, and
-//! the one audit record of every approval decision (docs/APPROVALS.md): gates
-//! decide, the tool set records, so a decision is audited exactly once.
-//!
-//! Each call runs in its own task, which is aborted when the call's future is
-//! dropped (the agent's wall-time limit, cancellation): a tool never keeps
-//! running after its agent gave up on it.
+//! The tools of one agent and the settings of the execution policy around
+//! every call: timeout, approval requirements, eviction, auditor. The policy
+//! itself is the pipeline of layers in tool/pipeline/mod.rs, which
+//! [`ToolSet::invoke`] runs each call through.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::Value;
 
-use super::{ApprovalGate, Tool, ToolContext, ToolError, ToolSpec};
+use super::pipeline::{self, Call, Policy};
+use super::{Tool, ToolContext, ToolError, ToolSpec};
+#[cfg(test)]
 use flotilla_protocol::ErrorKind;
 
 /// Why a tool set could not be assembled.
@@ -48,10 +46,14 @@ pub enum ToolSetError {
     },
 }
 
-struct Entry {
-    tool: Arc<dyn Tool>,
+/// One tool of the set, with its schema compiled once.
+pub(super) struct Entry {
+    /// What the calls run.
+    pub(super) tool: Arc<dyn Tool>,
+    /// What the model is told about it.
     spec: ToolSpec,
-    validator: jsonschema::Validator,
+    /// Its input schema, compiled.
+    pub(super) validator: jsonschema::Validator,
 }
 
 /// The outcome of one call, ready for the conversation.
@@ -154,306 +156,17 @@ impl ToolSet {
         self.tools.keys().cloned().collect()
     }
 
-    /// Validates and runs one call. Never panics, never hangs past the timeout.
+    /// Validates and runs one call through the pipeline
+    /// (tool/pipeline/mod.rs). Never panics, never hangs past the timeout.
     pub async fn invoke(&self, ctx: &ToolContext, name: &str, args: &Value) -> ToolOutcome {
-        let started = Instant::now();
-        let (result, artifact) = self.invoke_inner(ctx, name, args).await;
-        let mut outcome = ToolOutcome { result, duration: started.elapsed(), artifact };
-        if let Some(eviction) = &self.eviction {
-            eviction.apply(ctx, name, &mut outcome).await;
-            outcome.duration = started.elapsed();
-        }
-        if let Some(auditor) = self.auditor.get() {
-            auditor.tool_call(ctx, name, args, &outcome).await;
-        }
-        outcome
-    }
-
-    async fn invoke_inner(
-        &self,
-        ctx: &ToolContext,
-        name: &str,
-        args: &Value,
-    ) -> (Result<Value, ToolError>, Option<Value>) {
-        let Some(entry) = self.tools.get(name) else {
-            return (
-                Err(ToolError::validation(format!(
-                    "unknown tool {name:?}; available tools: {}",
-                    self.names().join(", ")
-                ))),
-                None,
-            );
+        let policy = Policy {
+            auditor: self.auditor.get(),
+            eviction: self.eviction.as_ref(),
+            gated: &self.gated,
+            timeout: self.timeout,
         };
-        if let Err(e) = validate(&entry.validator, args) {
-            return (Err(e), None);
-        }
-        let args = if self.gated.contains(name) {
-            match approve(entry, ctx, name, args, self.auditor.get()).await {
-                Ok(a) => a,
-                Err(e) => return (Err(e), None),
-            }
-        } else {
-            args.clone()
-        };
-        let outcome = match self.run_timed(entry, ctx, name, args).await {
-            Ok(outcome) => outcome,
-            Err(stopped) => return (Err(stopped), None),
-        };
-        match outcome {
-            // The tool's own error text may carry paths, traces or secrets: the
-            // model reads a sanitized copy, the log keeps the detail (seed 000 3.4).
-            Ok((Err(e), artifact)) => {
-                let trace = ctx.traceparent.as_deref().and_then(flotilla_protocol::trace::trace_id);
-                let message = crate::sanitize::sanitize_logged(&e.message, &format!("error of tool {name}"), trace);
-                (Err(ToolError { kind: e.kind, message }), artifact)
-            }
-            Ok(r) => r,
-            Err(join) => {
-                tracing::error!(tool = name, call_id = %ctx.call_id, traceparent = ?ctx.traceparent, error = %join, "tool panicked");
-                (
-                    Err(ToolError::new(
-                        ErrorKind::Bug,
-                        format!(
-                            "internal error in tool {name}; reported under trace {}",
-                            ctx.traceparent.as_deref().unwrap_or("-")
-                        ),
-                    )),
-                    None,
-                )
-            }
-        }
+        pipeline::invoke(&policy, Call::new(&self.tools, ctx, name, args)).await
     }
-
-    /// Runs the tool in its own task under the tool timeout; the time the
-    /// tool spends waiting for a person (a permission rule with mode
-    /// `interrupt` asking the gate from inside the call) does not count, since
-    /// `approval_timeout` governs that wait (docs/APPROVALS.md). The task is
-    /// aborted on timeout, on cancellation, and when this future is dropped
-    /// (the agent's wall-time limit fired): no tool keeps running detached.
-    async fn run_timed(
-        &self,
-        entry: &Entry,
-        ctx: &ToolContext,
-        name: &str,
-        args: Value,
-    ) -> Result<Result<(Result<Value, ToolError>, Option<Value>), tokio::task::JoinError>, ToolError> {
-        let tool = entry.tool.clone();
-        let pause = Arc::new(tokio::sync::watch::Sender::new(Paused::default()));
-        let mut ctx2 = ctx.clone();
-        let approved = self.gated.contains(name).then(|| (name.to_string(), args.clone()));
-        if approved.is_some() || ctx.approvals.is_some() {
-            ctx2.approvals = Some(Arc::new(Asked {
-                approved,
-                gate: ctx.approvals.clone(),
-                pause: pause.clone(),
-                auditor: self.auditor.get().cloned(),
-            }));
-        }
-        // Spawned so a panicking tool becomes a `bug` result, not a dead agent;
-        // in the caller's span so the tool's log lines keep job, task and trace ids.
-        let handle =
-            tokio_util::task::AbortOnDropHandle::new(tokio::spawn(tracing::Instrument::in_current_span(async move {
-                tool.call_with_artifact(&ctx2, args).await
-            })));
-        tokio::select! {
-            r = handle => Ok(r),
-            _ = expiry(self.timeout, pause.subscribe()) => Err(ToolError::new(
-                ErrorKind::Timeout,
-                format!("tool {name} timed out after {}s", self.timeout.as_secs_f32()),
-            )),
-            _ = ctx.cancel.cancelled() => Err(ToolError::new(ErrorKind::Cancelled, "cancelled")),
-        }
-    }
-}
-
-/// How long a running tool has waited for approval decisions, and whether
-/// it is waiting now: the tool timeout's clock stops meanwhile.
-#[derive(Clone, Copy, Debug, Default)]
-struct Paused {
-    /// Approval waits in progress.
-    waiting: usize,
-    /// Since when the current wait runs, when `waiting > 0`.
-    since: Option<tokio::time::Instant>,
-    /// Finished waits, summed.
-    total: Duration,
-}
-
-/// Resolves when the tool has run for `timeout`, approval waits excluded.
-async fn expiry(timeout: Duration, mut pause: tokio::sync::watch::Receiver<Paused>) {
-    let started = tokio::time::Instant::now();
-    loop {
-        let p = *pause.borrow_and_update();
-        if p.waiting > 0 {
-            // Stopped clock: wait for the decision (the sender lives as long
-            // as the call, so a closed channel only means it is over).
-            if pause.changed().await.is_err() {
-                std::future::pending::<()>().await;
-            }
-            continue;
-        }
-        let deadline = started + timeout + p.total;
-        if tokio::time::Instant::now() >= deadline {
-            return;
-        }
-        tokio::select! {
-            _ = tokio::time::sleep_until(deadline) => {}
-            _ = pause.changed() => {}
-        }
-    }
-}
-
-/// Ends one approval wait when dropped (also when the wait is aborted).
-struct Resume(Arc<tokio::sync::watch::Sender<Paused>>);
-
-impl Resume {
-    fn start(pause: &Arc<tokio::sync::watch::Sender<Paused>>) -> Self {
-        pause.send_modify(|p| {
-            p.waiting += 1;
-            if p.waiting == 1 {
-                p.since = Some(tokio::time::Instant::now());
-            }
-        });
-        Self(pause.clone())
-    }
-}
-
-impl Drop for Resume {
-    fn drop(&mut self) {
-        self.0.send_modify(|p| {
-            p.waiting -= 1;
-            if p.waiting == 0
-                && let Some(since) = p.since.take()
-            {
-                p.total += since.elapsed();
-            }
-        });
-    }
-}
-
-/// The gate a tool sees from inside its call. A gated tool asking again for
-/// the call that was just approved (a file permission rule with mode
-/// `interrupt`) is answered by that approval instead of a second round; any
-/// other question goes to the real gate, with the tool timeout's clock stopped
-/// while a person decides, and its decision audited here, once.
-struct Asked {
-    /// The gated call this run was approved for, if any.
-    approved: Option<(String, Value)>,
-    gate: Option<Arc<dyn ApprovalGate>>,
-    pause: Arc<tokio::sync::watch::Sender<Paused>>,
-    auditor: Option<crate::audit::Auditor>,
-}
-
-#[async_trait::async_trait]
-impl ApprovalGate for Asked {
-    async fn approve(&self, ctx: &ToolContext, tool: &str, args: &Value) -> Result<Value, ToolError> {
-        if self.approved.as_ref().is_some_and(|(t, a)| t == tool && a == args) {
-            return Ok(args.clone());
-        }
-        let Some(gate) = &self.gate else {
-            return Err(ToolError::new(
-                ErrorKind::Permission,
-                format!("{tool} requires human approval; the call was not run"),
-            ));
-        };
-        let asked = Instant::now();
-        let decided = {
-            let _resume = Resume::start(&self.pause);
-            gate.approve(ctx, tool, args).await
-        };
-        audit_decision(self.auditor.as_ref(), ctx, tool, args, &decided, asked.elapsed()).await;
-        decided
-    }
-}
-
-/// Waits for the approval gate; returns the arguments to run with. The
-/// decision is audited when the set has an auditor.
-async fn approve(
-    entry: &Entry,
-    ctx: &ToolContext,
-    name: &str,
-    args: &Value,
-    auditor: Option<&crate::audit::Auditor>,
-) -> Result<Value, ToolError> {
-    let Some(gate) = &ctx.approvals else {
-        return Err(ToolError::new(
-            ErrorKind::Permission,
-            format!("tool {name} requires human approval and no approval gate is available; the call was not run"),
-        ));
-    };
-    let asked = Instant::now();
-    let decided = tokio::select! {
-        r = gate.approve(ctx, name, args) => r,
-        _ = ctx.cancel.cancelled() => return Err(ToolError::new(ErrorKind::Cancelled, "cancelled")),
-    };
-    audit_decision(auditor, ctx, name, args, &decided, asked.elapsed()).await;
-    let args = decided?;
-    validate(&entry.validator, &args).map_err(|e| {
-        ToolError::validation(format!("the reviewer's edited arguments do not fit the tool: {}", e.message))
-    })?;
-    Ok(args)
-}
-
-/// The one audit record of an approval decision: `approved`, `edited` (with
-/// the edited arguments) or `rejected` (by a reviewer, or because nobody
-/// answered within `approval_timeout`: both are `permission` errors). A call
-/// that got no decision (gate unavailable, cancelled) has no approval record;
-/// its tool call record says why. Gates themselves do not audit.
-async fn audit_decision(
-    auditor: Option<&crate::audit::Auditor>,
-    ctx: &ToolContext,
-    name: &str,
-    args: &Value,
-    decided: &Result<Value, ToolError>,
-    waited: Duration,
-) {
-    use flotilla_protocol::AuditOutcome;
-    let Some(auditor) = auditor else { return };
-    let (outcome, audited) = match decided {
-        Ok(a) if a == args => (AuditOutcome::Approved, a),
-        Ok(a) => (AuditOutcome::Edited, a),
-        Err(e) if e.kind == ErrorKind::Permission => (AuditOutcome::Rejected, args),
-        Err(_) => return,
-    };
-    auditor.approval(ctx, name, audited, outcome, waited).await;
-}
-
-/// The first five ways `args` breaks the schema, each with its JSON pointer.
-pub fn schema_problems(validator: &jsonschema::Validator, args: &Value) -> Vec<String> {
-    validator
-        .iter_errors(args)
-        .take(5)
-        .map(|e| {
-            let at = e.instance_path().to_string();
-            if at.is_empty() { e.to_string() } else { format!("{at}: {e}") }
-        })
-        .collect()
-}
-
-fn validate(validator: &jsonschema::Validator, args: &Value) -> Result<(), ToolError> {
-    if !args.is_object() {
-        return Err(ToolError::validation(format!(
-            "arguments must be a JSON object, got: {}",
-            truncate(&args.to_string(), 200)
-        )));
-    }
-    let problems = schema_problems(validator, args);
-    if problems.is_empty() {
-        Ok(())
-    } else {
-        Err(ToolError::validation(format!("invalid arguments: {}", problems.join("; "))))
-    }
-}
-
-/// Cuts `s` to at most `max` bytes on a char boundary, marking the cut.
-pub(crate) fn truncate(s: &str, max: usize) -> String {
-    if s.len() <= max {
-        return s.to_string();
-    }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &s[..end])
 }
 
 #[cfg(test)]

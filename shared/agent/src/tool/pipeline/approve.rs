@@ -1,0 +1,140 @@
+//! Human approval (docs/APPROVALS.md), before and during a call.
+//!
+//! Before: a gated tool's call waits for the gate; the arguments a reviewer
+//! edited are validated again and are the ones that run. Outside the timeout
+//! layer, so the wait never counts against the tool timeout.
+//!
+//! During: the tool gets an [`Asked`] gate. A gated tool asking again for the
+//! call that was just approved (a file permission rule with mode `interrupt`)
+//! is answered by that approval instead of a second round; any other question
+//! goes to the real gate, with the tool timeout's clock stopped while a person
+//! decides (pipeline/timeout.rs).
+//!
+//! Either way the decision is audited here, once: gates decide, the pipeline
+//! records.
+
+use std::borrow::Cow;
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use super::timeout::Waits;
+use super::validate::validate;
+use super::{Call, Layer, Next, Reply};
+use crate::audit::Auditor;
+use crate::tool::{ApprovalGate, ToolContext, ToolError};
+use flotilla_protocol::ErrorKind;
+
+/// Waits for a person on gated calls and hands the tool a gate that audits.
+pub(crate) struct Approve<'s> {
+    /// Tools whose calls wait for the gate first.
+    pub gated: &'s BTreeSet<String>,
+    /// Where decisions are recorded, if anywhere.
+    pub auditor: Option<&'s Auditor>,
+}
+
+#[async_trait::async_trait]
+impl Layer for Approve<'_> {
+    async fn handle<'a>(&self, mut call: Call<'a>, next: Next<'a>) -> Reply {
+        let gated = self.gated.contains(call.name);
+        if gated {
+            match self.before(&call).await {
+                Ok(args) => call.args = Cow::Owned(args),
+                Err(e) => return Reply::refused(e),
+            }
+        }
+        if gated || call.gate.is_some() {
+            call.gate = Some(Arc::new(Asked {
+                approved: gated.then(|| (call.name.to_string(), call.args.clone().into_owned())),
+                gate: call.gate.take(),
+                waits: call.waits.clone(),
+                auditor: self.auditor.cloned(),
+            }));
+        }
+        next.run(call).await
+    }
+}
+
+impl Approve<'_> {
+    /// Waits for the decision on a gated call: the arguments to run with.
+    async fn before(&self, call: &Call<'_>) -> Result<Value, ToolError> {
+        let (ctx, name) = (call.ctx, call.name);
+        let Some(gate) = &call.gate else {
+            return Err(ToolError::new(
+                ErrorKind::Permission,
+                format!("tool {name} requires human approval and no approval gate is available; the call was not run"),
+            ));
+        };
+        let asked = Instant::now();
+        let decided = tokio::select! {
+            r = gate.approve(ctx, name, &call.args) => r,
+            _ = ctx.cancel.cancelled() => return Err(ToolError::new(ErrorKind::Cancelled, "cancelled")),
+        };
+        audit_decision(self.auditor, ctx, name, &call.args, &decided, asked.elapsed()).await;
+        let args = decided?;
+        validate(&call.entry()?.validator, &args).map_err(|e| {
+            ToolError::validation(format!("the reviewer's edited arguments do not fit the tool: {}", e.message))
+        })?;
+        Ok(args)
+    }
+}
+
+/// The gate a tool sees from inside its call (see the module docs).
+struct Asked {
+    /// The gated call this run was approved for, if any.
+    approved: Option<(String, Value)>,
+    /// The caller's gate, if it has one.
+    gate: Option<Arc<dyn ApprovalGate>>,
+    /// The call's approval waits, which the tool timeout does not count.
+    waits: Waits,
+    /// Where decisions are recorded, if anywhere.
+    auditor: Option<Auditor>,
+}
+
+#[async_trait::async_trait]
+impl ApprovalGate for Asked {
+    async fn approve(&self, ctx: &ToolContext, tool: &str, args: &Value) -> Result<Value, ToolError> {
+        if self.approved.as_ref().is_some_and(|(t, a)| t == tool && a == args) {
+            return Ok(args.clone());
+        }
+        let Some(gate) = &self.gate else {
+            return Err(ToolError::new(
+                ErrorKind::Permission,
+                format!("{tool} requires human approval; the call was not run"),
+            ));
+        };
+        let asked = Instant::now();
+        let decided = {
+            let _resume = self.waits.start();
+            gate.approve(ctx, tool, args).await
+        };
+        audit_decision(self.auditor.as_ref(), ctx, tool, args, &decided, asked.elapsed()).await;
+        decided
+    }
+}
+
+/// The one audit record of an approval decision: `approved`, `edited` (with
+/// the edited arguments) or `rejected` (by a reviewer, or because nobody
+/// answered within `approval_timeout`: both are `permission` errors). A call
+/// that got no decision (gate unavailable, cancelled) has no approval record;
+/// its tool call record says why. Gates themselves do not audit.
+async fn audit_decision(
+    auditor: Option<&Auditor>,
+    ctx: &ToolContext,
+    name: &str,
+    args: &Value,
+    decided: &Result<Value, ToolError>,
+    waited: Duration,
+) {
+    use flotilla_protocol::AuditOutcome;
+    let Some(auditor) = auditor else { return };
+    let (outcome, audited) = match decided {
+        Ok(a) if a == args => (AuditOutcome::Approved, a),
+        Ok(a) => (AuditOutcome::Edited, a),
+        Err(e) if e.kind == ErrorKind::Permission => (AuditOutcome::Rejected, args),
+        Err(_) => return,
+    };
+    auditor.approval(ctx, name, audited, outcome, waited).await;
+}
