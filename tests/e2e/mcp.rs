@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use flotilla_agent::tool::{ToolContext, ToolOutcome, ToolSet};
+use flotilla_config::ToolRef;
 use flotilla_mcp::config::{self, McpServerSettings, RawMcpServer};
 use flotilla_mcp::{HealthStatus, McpHub};
 use flotilla_protocol::{ErrorKind, JobStatus};
@@ -68,7 +69,8 @@ async fn discovered(hub: &McpHub, name: &str) {
 fn tool_set(hub: &McpHub, entries: &[&str]) -> ToolSet {
     let mut set = ToolSet::new(Duration::from_secs(30));
     for e in entries {
-        for t in hub.tools_for(e).unwrap() {
+        let Ok(ToolRef::Mcp { server, tool }) = e.parse::<ToolRef>() else { panic!("not an MCP entry: {e}") };
+        for t in hub.tools_for(&server, tool.as_deref()).unwrap() {
             set.add(t, e).unwrap();
         }
     }
@@ -374,7 +376,7 @@ tools = ["mcp:finance/gross_margin", "mcp:dead"]
         c
     })
     .await;
-    let mut log = EventLog::subscribe(&d.bus.client, "flotilla.job.>").await;
+    let mut log = EventLog::subscribe(&d.raw.client, "flotilla.job.>").await;
     let job = d.submit("Margins: north: revenue 120, cost 75; south: revenue 0, cost 30.").await;
     let end = log.job_end(TIMEOUT).await;
     assert_eq!(end["event"], "completed", "{end}");

@@ -64,14 +64,10 @@ impl SubagentRuntime {
             anyhow::anyhow!("invalid config key `subagents.{ty}.permissions[{}]`: {}", e.rule, e.message)
         })?;
         let builtins = Arc::new(FileToolEnv { files: files.clone(), permissions });
-        // `execute` exists only with a sandbox; listing it in `tools` is optional.
-        let names: Vec<String> = config.tools.iter().filter(|n| n.as_str() != "execute").cloned().collect();
-        if names.len() != config.tools.len() && config.sandbox.is_none() {
-            anyhow::bail!(
-                "invalid config key `subagents.{ty}.tools`: \"execute\" needs a [subagents.{ty}.sandbox] section (docs/SANDBOX.md)"
-            );
-        }
-        let mut tools = tools::build(ty.as_str(), &names, Duration::from_secs(config.tool_timeout), &builtins, mcp)?;
+        // `execute` comes with the sandbox, listed in `tools` or not; config
+        // validation refuses it without one (shared/config/src/lib.rs).
+        let mut tools =
+            tools::build(ty.as_str(), &config.tools, Duration::from_secs(config.tool_timeout), &builtins, mcp)?;
         let sandbox = match &config.sandbox {
             Some(sb) => {
                 let sandbox = Sandbox::start(ty.as_str(), sb)?;

@@ -18,7 +18,7 @@ use flotilla_agent::model::{self, ChatModel};
 use flotilla_agent::tool::{Eviction, ToolSet};
 use flotilla_bus::{Bus, BusError, BusErrorKind};
 use flotilla_config::permissions::Permissions;
-use flotilla_config::{PlannerConfig, Settings};
+use flotilla_config::{PlannerConfig, Settings, ToolRef};
 use flotilla_protocol::ids::{JobId, SubagentType};
 use flotilla_protocol::{ErrorInfo, ErrorKind, JobEventKind, JobRecord, JobStatus};
 use flotilla_tools::{self as builtin, FileToolEnv};
@@ -82,9 +82,14 @@ impl Planner {
         let permissions = Permissions::compile(&config.permissions, config.default_permission)
             .map_err(|e| anyhow::anyhow!("invalid config key `planner.permissions[{}]`: {}", e.rule, e.message))?;
         let env = Arc::new(FileToolEnv { files: files.clone(), permissions });
-        for name in &config.tools {
-            let tool = builtin::tool(name, &env)
-                .ok_or_else(|| anyhow::anyhow!("invalid config key `planner.tools`: unknown built-in {name:?}"))?;
+        for r in &config.tools {
+            // Config validation admits only built-ins here (shared/config/src/lib.rs).
+            let tool = match r {
+                ToolRef::Builtin(name) => builtin::tool(name, &env),
+                ToolRef::Native(_) | ToolRef::Mcp { .. } | ToolRef::Execute => None,
+            };
+            let tool =
+                tool.ok_or_else(|| anyhow::anyhow!("invalid config key `planner.tools`: \"{r}\" is not a built-in"))?;
             tools.add(tool, "builtin")?;
         }
         if let Some(max_bytes) = settings.files.large_result_bytes() {

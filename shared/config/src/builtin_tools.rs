@@ -1,5 +1,6 @@
 //! The names of the built-in file tools: config validates `tools` lists
-//! against them; `flotilla_shared::builtin` implements them (docs/TOOLS.md).
+//! against them (`crate::ToolRef::Builtin`); `flotilla_tools` implements them
+//! (docs/TOOLS.md).
 
 /// Every built-in tool name.
 pub const ALL: &[&str] = &["ls", "read_file", "write_file", "edit_file", "glob", "grep"];

@@ -20,6 +20,7 @@ mod price;
 pub mod raw;
 pub mod sandbox;
 pub mod tls;
+pub mod tool_ref;
 pub mod url_policy;
 
 use std::collections::BTreeMap;
@@ -34,6 +35,7 @@ pub use operations::{DashboardConfig, MetricsConfig, WorkerConfig};
 pub use price::Price;
 pub use raw::{LocalConfig, NatsConfig, PlannerConfig, SubagentConfig};
 pub use sandbox::SandboxConfig;
+pub use tool_ref::ToolRef;
 
 /// Hides credentials in a URL for logs and errors: `nats://user:pass@h` -> `nats://***@h`.
 pub fn redact_url(url: &str) -> String {
@@ -231,10 +233,14 @@ impl Settings {
             if p.max_steps == 0 {
                 return Err(invalid("planner.max_steps", "must be at least 1"));
             }
-            if let Some(t) = p.tools.iter().find(|t| !crate::builtin_tools::ALL.contains(&t.as_str())) {
+            if let Some(t) = p.tools.iter().find(|t| !matches!(t, ToolRef::Builtin(_))) {
                 return Err(invalid(
                     "planner.tools",
-                    format!("unknown built-in tool {t:?} (built-ins: {})", crate::builtin_tools::ALL.join(", ")),
+                    format!(
+                        "{:?} is not a built-in tool: the planner gets only built-ins ({})",
+                        t.to_string(),
+                        crate::builtin_tools::ALL.join(", ")
+                    ),
                 ));
             }
             check_permissions("planner", &p.permissions, p.default_permission)?;
@@ -243,32 +249,7 @@ impl Settings {
         for (name, s) in raw.subagents {
             let ty = SubagentType::new(&name).map_err(|e| invalid(format!("subagents.{name}"), e.to_string()))?;
             check_model(format!("subagents.{name}.model"), &s.model)?;
-            if s.concurrency == 0 {
-                return Err(invalid(format!("subagents.{name}.concurrency"), "must be at least 1"));
-            }
-            if s.max_steps == 0 {
-                return Err(invalid(format!("subagents.{name}.max_steps"), "must be at least 1"));
-            }
-            for (tool, i) in &s.interrupt_on {
-                if i.decisions.is_empty() {
-                    return Err(invalid(
-                        format!("subagents.{name}.interrupt_on.{tool}.decisions"),
-                        "list at least one of \"approve\", \"reject\", \"edit\"",
-                    ));
-                }
-            }
-            if s.approval_timeout == 0 || (!s.interrupt_on.is_empty() && s.approval_timeout >= s.timeout) {
-                return Err(invalid(
-                    format!("subagents.{name}.approval_timeout"),
-                    format!("must be at least 1 and below the task timeout ({}s)", s.timeout),
-                ));
-            }
-            if let Some(sb) = &s.sandbox
-                && let Err((k, m)) = sb.check()
-            {
-                return Err(invalid(format!("subagents.{name}.sandbox.{k}"), m));
-            }
-            check_permissions(&format!("subagents.{name}"), &s.permissions, s.default_permission)?;
+            check_subagent(&name, &s)?;
             subagents.insert(ty, s);
         }
         let mut local = raw.local;
@@ -332,6 +313,43 @@ impl Settings {
             invalid("planner", "missing: the orchestrator needs a [planner] section (see docs/CONFIG.md)")
         })
     }
+}
+
+/// The checks of one `[subagents.<name>]` that need no other section.
+fn check_subagent(name: &str, s: &SubagentConfig) -> Result<(), ConfigError> {
+    if s.concurrency == 0 {
+        return Err(invalid(format!("subagents.{name}.concurrency"), "must be at least 1"));
+    }
+    if s.max_steps == 0 {
+        return Err(invalid(format!("subagents.{name}.max_steps"), "must be at least 1"));
+    }
+    for (tool, i) in &s.interrupt_on {
+        if i.decisions.is_empty() {
+            return Err(invalid(
+                format!("subagents.{name}.interrupt_on.{tool}.decisions"),
+                "list at least one of \"approve\", \"reject\", \"edit\"",
+            ));
+        }
+    }
+    if s.approval_timeout == 0 || (!s.interrupt_on.is_empty() && s.approval_timeout >= s.timeout) {
+        return Err(invalid(
+            format!("subagents.{name}.approval_timeout"),
+            format!("must be at least 1 and below the task timeout ({}s)", s.timeout),
+        ));
+    }
+    if s.sandbox.is_none() && s.tools.contains(&ToolRef::Execute) {
+        return Err(invalid(
+            format!("subagents.{name}.tools"),
+            format!("\"execute\" needs a [subagents.{name}.sandbox] section (docs/SANDBOX.md)"),
+        ));
+    }
+    if let Some(sb) = &s.sandbox
+        && let Err((k, m)) = sb.check()
+    {
+        return Err(invalid(format!("subagents.{name}.sandbox.{k}"), m));
+    }
+    check_permissions(&format!("subagents.{name}"), &s.permissions, s.default_permission)?;
+    Ok(())
 }
 
 /// Checks an agent's file permission rules, naming the failing rule's key.

@@ -154,9 +154,10 @@ pub struct PlannerConfig {
     #[serde(default)]
     pub max_tokens: Option<u64>,
     /// Built-in tools the planner gets besides `write_todos` and `task`
-    /// (default: the read-only file tools; docs/TOOLS.md).
+    /// (default: the read-only file tools; docs/TOOLS.md). Validation
+    /// refuses any other kind of [`crate::ToolRef`] here.
     #[serde(default = "default_planner_tools")]
-    pub tools: Vec<String>,
+    pub tools: Vec<crate::ToolRef>,
     /// File permission rules of the planner's built-in file tools, first match wins.
     #[serde(default)]
     pub permissions: Vec<crate::permissions::PermissionRule>,
@@ -165,8 +166,8 @@ pub struct PlannerConfig {
     pub default_permission: crate::permissions::Mode,
 }
 
-fn default_planner_tools() -> Vec<String> {
-    crate::builtin_tools::READ_ONLY.iter().map(|s| s.to_string()).collect()
+fn default_planner_tools() -> Vec<crate::ToolRef> {
+    crate::builtin_tools::READ_ONLY.iter().map(|s| crate::ToolRef::Builtin(s.to_string())).collect()
 }
 
 fn default_planner_prompt() -> String {
@@ -201,9 +202,9 @@ pub struct SubagentConfig {
     pub system_prompt: String,
     /// Name under `[models]`.
     pub model: String,
-    /// Tool names this type gets; nothing else, whatever a task says.
+    /// The tools this type gets; nothing else, whatever a task says.
     #[serde(default)]
-    pub tools: Vec<String>,
+    pub tools: Vec<crate::ToolRef>,
     /// Model turns before the task fails.
     #[serde(default = "default_subagent_steps")]
     pub max_steps: u32,

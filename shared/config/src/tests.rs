@@ -79,3 +79,55 @@ fn defaults_work_without_a_file() {
     assert_eq!(s.nats.url, "nats://127.0.0.1:4222");
     assert!(s.planner().unwrap_err().to_string().contains("[planner]"));
 }
+
+#[test]
+fn tools_are_parsed_once_at_load() {
+    let d = tmpdir();
+    write(&d, "s.toml", "");
+    let text = GOOD.replace(
+        "tools = [\"calculate_margin\"]",
+        "tools = [\"calculate_margin\", \"grep\", \"mcp:finance/add\", \"mcp:docs\"]",
+    );
+    let s = Settings::load_with_env(Some(&write(&d, "f.toml", &text)), vec![]).unwrap();
+    let fin = &s.subagents[&SubagentType::new("finance").unwrap()];
+    assert_eq!(
+        fin.tools,
+        vec![
+            ToolRef::Native("calculate_margin".into()),
+            ToolRef::Builtin("grep".into()),
+            ToolRef::Mcp { server: "finance".into(), tool: Some("add".into()) },
+            ToolRef::Mcp { server: "docs".into(), tool: None },
+        ]
+    );
+    // The planner's default: the read-only built-ins.
+    let planner: Vec<String> = s.planner().unwrap().tools.iter().map(ToString::to_string).collect();
+    assert_eq!(planner, crate::builtin_tools::READ_ONLY);
+}
+
+#[test]
+fn bad_tool_entries_name_the_key_and_the_choices() {
+    let d = tmpdir();
+    write(&d, "s.toml", "");
+    let sub = |tools: &str| GOOD.replace("tools = [\"calculate_margin\"]", &format!("tools = [{tools}]"));
+    let planner = |tools: &str| GOOD.replace("model = \"gpt\"", &format!("model = \"gpt\"\ntools = [{tools}]"));
+    let cases = [
+        (
+            sub("\"ls\", \"calc_margin\""),
+            "subagents.finance.tools",
+            "unknown tool \"calc_margin\": use a built-in (ls,",
+        ),
+        (sub("\"mcp:\""), "subagents.finance.tools", "invalid MCP tool entry \"mcp:\""),
+        (sub("\"execute\""), "subagents.finance.tools", "\"execute\" needs a [subagents.finance.sandbox] section"),
+        (planner("\"write_file\", \"calculate_margin\""), "planner.tools", "\"calculate_margin\" is not a built-in"),
+        (planner("\"mcp:finance\""), "planner.tools", "\"mcp:finance\" is not a built-in tool"),
+        (planner("\"nope\""), "planner.tools", "unknown tool \"nope\""),
+    ];
+    for (text, key, message) in cases {
+        let err = Settings::load_with_env(Some(&write(&d, "f.toml", &text)), vec![]).unwrap_err().to_string();
+        assert!(err.contains(&format!("`{key}")) && err.contains(message), "{key}: {err}");
+    }
+    // With a sandbox, `execute` is accepted.
+    let text = format!("{}\n[subagents.finance.sandbox]\n", sub("\"execute\""));
+    let s = Settings::load_with_env(Some(&write(&d, "f.toml", &text)), vec![]).unwrap();
+    assert_eq!(s.subagents[&SubagentType::new("finance").unwrap()].tools, vec![ToolRef::Execute]);
+}

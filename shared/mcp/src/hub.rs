@@ -22,42 +22,11 @@ use super::error::McpError;
 use super::manager::{ServerConn, ServerHealth};
 use super::tool::McpTool;
 use flotilla_agent::tool::Tool;
+use flotilla_config::ToolRef;
 
-/// Prefix of MCP entries in a subagent's `tools` list.
-pub const ENTRY_PREFIX: &str = "mcp:";
-
-/// What a `tools` entry names.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum McpEntry {
-    /// `mcp:<server>`: every tool of the server.
-    Server(String),
-    /// `mcp:<server>/<tool>`: one tool (its name on the server).
-    Tool(String, String),
-}
-
-impl McpEntry {
-    /// `None` when `entry` is not an MCP entry at all.
-    pub fn parse(entry: &str) -> Option<Result<Self, McpError>> {
-        let rest = entry.strip_prefix(ENTRY_PREFIX)?;
-        let bad = || McpError::BadEntry { entry: entry.to_string() };
-        Some(match rest.split_once('/') {
-            None if !rest.is_empty() => Ok(McpEntry::Server(rest.into())),
-            Some((s, t)) if !s.is_empty() && !t.is_empty() => Ok(McpEntry::Tool(s.into(), t.into())),
-            _ => Err(bad()),
-        })
-    }
-
-    /// The server named.
-    pub fn server(&self) -> &str {
-        match self {
-            McpEntry::Server(s) | McpEntry::Tool(s, _) => s,
-        }
-    }
-}
-
-/// The servers that `entries` (a `tools` list) refer to.
-pub fn servers_in<'a>(entries: impl IntoIterator<Item = &'a String>) -> BTreeSet<String> {
-    entries.into_iter().filter_map(|e| McpEntry::parse(e)?.ok()).map(|e| e.server().to_string()).collect()
+/// The servers that `entries` (a parsed `tools` list) refer to.
+pub fn servers_in<'a>(entries: impl IntoIterator<Item = &'a ToolRef>) -> BTreeSet<String> {
+    entries.into_iter().filter_map(ToolRef::mcp_server).map(str::to_string).collect()
 }
 
 /// Tool names every model provider accepts.
@@ -152,21 +121,21 @@ impl McpHub {
         self.generation.load(Ordering::SeqCst)
     }
 
-    /// The tools an entry (`mcp:<server>` or `mcp:<server>/<tool>`) names.
-    /// Empty while the server is undiscovered; an error for an unknown server
-    /// or, once discovered, an unknown tool.
-    pub fn tools_for(&self, entry: &str) -> Result<Vec<Arc<dyn Tool>>, McpError> {
-        let parsed = McpEntry::parse(entry).unwrap_or_else(|| Err(McpError::BadEntry { entry: entry.into() }))?;
-        let conn = self.server(parsed.server())?;
+    /// The tools of a `tools` entry [`ToolRef::Mcp`]: every tool of `server`,
+    /// or only `tool` (its name on the server). Empty while the server is
+    /// undiscovered; an error for an unknown server or, once discovered, an
+    /// unknown tool.
+    pub fn tools_for(&self, server: &str, tool: Option<&str>) -> Result<Vec<Arc<dyn Tool>>, McpError> {
+        let conn = self.server(server)?;
         let Some(tools) = conn.tools() else { return Ok(Vec::new()) };
-        let wanted: Vec<&rmcp::model::Tool> = match &parsed {
-            McpEntry::Server(_) => tools.iter().collect(),
-            McpEntry::Tool(server, tool) => match tools.iter().find(|t| t.name == tool.as_str()) {
+        let wanted: Vec<&rmcp::model::Tool> = match tool {
+            None => tools.iter().collect(),
+            Some(tool) => match tools.iter().find(|t| t.name == tool) {
                 Some(t) => vec![t],
                 None => {
                     return Err(McpError::UnknownTool {
-                        server: server.clone(),
-                        tool: tool.clone(),
+                        server: server.to_string(),
+                        tool: tool.to_string(),
                         known: tools.iter().map(|t| t.name.to_string()).collect::<Vec<_>>().join(", "),
                     });
                 }
@@ -177,7 +146,7 @@ impl McpHub {
             let tool = McpTool::new(conn.clone(), t);
             let name = tool.spec().name;
             if !valid_tool_name(&name) {
-                tracing::warn!(server = %parsed.server(), tool = %name, "MCP tool left out: names must be 1-64 of a-z, A-Z, 0-9, '_', '-'");
+                tracing::warn!(server = %server, tool = %name, "MCP tool left out: names must be 1-64 of a-z, A-Z, 0-9, '_', '-'");
                 continue;
             }
             out.push(Arc::new(tool));

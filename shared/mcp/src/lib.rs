@@ -34,6 +34,6 @@ pub mod url_policy;
 
 pub use config::{McpServerSettings, McpTransport, RawMcpServer, SessionMode};
 pub use error::McpError;
-pub use hub::{McpEntry, McpHub, servers_in};
+pub use hub::{McpHub, servers_in};
 pub use manager::{HealthStatus, ServerHealth};
 pub use tool::McpTool;

@@ -1,24 +1,23 @@
-//! The tools a worker can give a subagent, by the names used in
-//! `[subagents.<type>] tools`. A subagent gets exactly the tools its config
-//! lists; a task message has no way to add one. `mcp:<server>` and
-//! `mcp:<server>/<tool>` entries resolve through the worker's [`McpHub`]; a
-//! name collision between any two sources is a startup error naming both.
+//! The tools a worker can give a subagent, from the parsed entries of
+//! `[subagents.<type>] tools` ([`ToolRef`], docs/CONFIG.md). A subagent gets
+//! exactly the tools its config lists; a task message has no way to add one.
+//! MCP entries resolve through the worker's [`McpHub`]; a name collision
+//! between any two sources is a startup error naming both.
 
 mod calculate_margin;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use flotilla_agent::tool::{Tool, ToolSet};
+use flotilla_config::ToolRef;
 use flotilla_mcp::McpHub;
 use flotilla_tools::{self as builtin, FileToolEnv};
 
 pub use calculate_margin::CalculateMargin;
 
-/// Native tool names this worker build knows.
-pub const NATIVE: &[&str] = &["calculate_margin"];
-
+/// The native tool `name`, one of `flotilla_config::tool_ref::NATIVE`.
 fn native(name: &str) -> Option<Arc<dyn Tool>> {
     match name {
         "calculate_margin" => Some(Arc::new(CalculateMargin)),
@@ -26,38 +25,54 @@ fn native(name: &str) -> Option<Arc<dyn Tool>> {
     }
 }
 
-/// Builds the tool set of subagent type `ty` from its configured names:
-/// built-in file tools (over `builtins`, with the type's permissions) and
-/// native tools, and MCP tools discovered by `mcp`.
+/// Builds the tool set of subagent type `ty` from its configured entries:
+/// built-in file tools (over `builtins`, with the type's permissions), native
+/// tools, and MCP tools discovered by `mcp`. `execute` is left to the caller,
+/// which owns the sandbox.
 pub fn build(
     ty: &str,
-    names: &[String],
+    refs: &[ToolRef],
     timeout: Duration,
     builtins: &Arc<FileToolEnv>,
     mcp: &McpHub,
 ) -> anyhow::Result<ToolSet> {
     let mut set = ToolSet::new(timeout);
-    for name in names {
-        if name.starts_with(flotilla_mcp::hub::ENTRY_PREFIX) {
-            let tools =
-                mcp.tools_for(name).map_err(|e| anyhow::anyhow!("invalid config key `subagents.{ty}.tools`: {e}"))?;
-            for tool in tools {
-                set.add(tool, name).with_context(|| format!("subagents.{ty}.tools"))?;
+    let key = || format!("subagents.{ty}.tools");
+    for r in refs {
+        match r {
+            ToolRef::Builtin(name) => {
+                let tool = builtin::tool(name, builtins).with_context(|| format!("no built-in tool {name:?}"))?;
+                set.add(tool, "builtin").with_context(key)?;
             }
-            continue;
+            ToolRef::Native(name) => {
+                let tool = native(name).with_context(|| format!("this worker build has no native tool {name:?}"))?;
+                set.add(tool, "native").with_context(key)?;
+            }
+            ToolRef::Mcp { server, tool } => {
+                let tools = mcp
+                    .tools_for(server, tool.as_deref())
+                    .map_err(|e| anyhow::anyhow!("invalid config key `subagents.{ty}.tools`: {e}"))?;
+                for t in tools {
+                    set.add(t, &r.to_string()).with_context(key)?;
+                }
+            }
+            ToolRef::Execute => {}
         }
-        if let Some(tool) = builtin::tool(name, builtins) {
-            set.add(tool, "builtin").with_context(|| format!("subagents.{ty}.tools"))?;
-            continue;
-        }
-        let Some(tool) = native(name) else {
-            bail!(
-                "invalid config key `subagents.{ty}.tools`: unknown tool {name:?} (this worker knows: {}, {}, and mcp:<server>[/<tool>] entries)",
-                builtin::ALL.join(", "),
-                NATIVE.join(", ")
-            );
-        };
-        set.add(tool, "native").with_context(|| format!("subagents.{ty}.tools"))?;
     }
     Ok(set)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Config accepts exactly the native names this build implements.
+    #[test]
+    fn every_native_name_config_accepts_is_implemented() {
+        for name in flotilla_config::tool_ref::NATIVE {
+            let tool = native(name).unwrap_or_else(|| panic!("{name} is accepted by config but not built"));
+            assert_eq!(tool.spec().name, *name);
+        }
+        assert!(native("read_file").is_none());
+    }
 }

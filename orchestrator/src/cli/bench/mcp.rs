@@ -47,7 +47,7 @@ async fn latencies(server: McpServerSettings, calls: usize) -> anyhow::Result<Ve
         anyhow::bail!("{e}");
     }
     let mut set = ToolSet::new(Duration::from_secs(30));
-    for t in hub.tools_for("mcp:finance/add")? {
+    for t in hub.tools_for("finance", Some("add"))? {
         set.add(t, "mcp:finance/add")?;
     }
     let name = set.names().pop().unwrap_or_default();
