@@ -159,13 +159,22 @@ impl ToolSet {
     /// Validates and runs one call through the pipeline
     /// (tool/pipeline/mod.rs). Never panics, never hangs past the timeout.
     pub async fn invoke(&self, ctx: &ToolContext, name: &str, args: &Value) -> ToolOutcome {
-        let policy = Policy {
+        pipeline::invoke(&self.policy(), self.call(ctx, name, args)).await
+    }
+
+    /// The settings the pipeline's layers read.
+    pub(super) fn policy(&self) -> Policy<'_> {
+        Policy {
             auditor: self.auditor.get(),
             eviction: self.eviction.as_ref(),
             gated: &self.gated,
             timeout: self.timeout,
-        };
-        pipeline::invoke(&policy, Call::new(&self.tools, ctx, name, args)).await
+        }
+    }
+
+    /// A call of `name` on this set, before any layer saw it.
+    pub(super) fn call<'a>(&'a self, ctx: &'a ToolContext, name: &'a str, args: &'a Value) -> Call<'a> {
+        Call::new(&self.tools, ctx, name, args)
     }
 }
 

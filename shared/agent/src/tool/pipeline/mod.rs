@@ -38,6 +38,9 @@ mod stopwatch;
 mod timeout;
 mod validate;
 
+#[cfg(test)]
+mod tests;
+
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
