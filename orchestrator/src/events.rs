@@ -6,7 +6,6 @@
 //! `demo`, `bench`) and the dashboard's Server-Sent Events both follow through
 //! it, so both see the same events with the same filters and permissions.
 
-use async_nats::jetstream::consumer::{DeliverPolicy, pull};
 use flotilla_bus::Bus;
 use flotilla_protocol::ids::{JobId, Tenant};
 use flotilla_protocol::{self as protocol, JobEvent, ProgressEvent};
@@ -61,30 +60,23 @@ pub async fn follow_counted(
     with_progress: bool,
 ) -> anyhow::Result<(usize, impl Stream<Item = anyhow::Result<Event>> + use<>)> {
     let s = &bus.subjects;
-    let (filter, deliver_policy) = match (&scope, with_progress) {
-        (Scope::Job(t, id), true) => (s.job_all(t, id), DeliverPolicy::All),
-        (Scope::Job(t, id), false) => (s.job_event(t, id), DeliverPolicy::All),
-        (Scope::Tenant(t), true) => (s.tenant_jobs(t), DeliverPolicy::New),
-        (Scope::Tenant(t), false) => (s.tenant_job_events(t), DeliverPolicy::New),
-        (Scope::All, true) => (s.all_jobs(), DeliverPolicy::New),
-        (Scope::All, false) => (s.all_job_events(), DeliverPolicy::New),
+    // A job's events replay from its start; a tenant's or everyone's are live only.
+    let (filter, replay) = match (&scope, with_progress) {
+        (Scope::Job(t, id), true) => (s.job_all(t, id), true),
+        (Scope::Job(t, id), false) => (s.job_event(t, id), true),
+        (Scope::Tenant(t), true) => (s.tenant_jobs(t), false),
+        (Scope::Tenant(t), false) => (s.tenant_job_events(t), false),
+        (Scope::All, true) => (s.all_jobs(), false),
+        (Scope::All, false) => (s.all_job_events(), false),
     };
-    // Named, so the filter is part of the `$JS.API.CONSUMER.CREATE` subject;
-    // created without a stream lookup, which a client may not do.
-    let name = format!("follow-{}", uuid::Uuid::now_v7().simple());
-    let api = format!("$JS.API.CONSUMER.CREATE.{}.{name}", s.events_stream());
-    let config = pull::OrderedConfig { name: Some(name), filter_subject: filter, deliver_policy, ..Default::default() };
-    let create = bus.js.create_consumer_on_stream(config, s.events_stream());
-    let consumer = bus.guarded("cannot follow the events stream", create, |d| d.subject.starts_with(&api)).await?;
-    let stored = consumer.cached_info().num_pending as usize;
-    let messages = consumer.messages().await.map_err(|e| anyhow::anyhow!("cannot follow events: {e}"))?;
+    let (stored, messages) = bus.events().follow(filter, replay).await?;
     let marker = format!("{}.job.", s.prefix());
     let events = messages.filter_map(move |m| {
         let marker = marker.clone();
         async move {
             let m = match m {
                 Ok(m) => m,
-                Err(e) => return Some(Err(anyhow::anyhow!("event stream error: {e}"))),
+                Err(e) => return Some(Err(e.into())),
             };
             let is_event = m.subject.as_str().strip_prefix(&marker).is_some_and(|r| r.ends_with(".event"));
             let decoded = if is_event {

@@ -123,21 +123,17 @@ impl OrchestratorMetrics {
 
     /// Reads queue depths of `types` and the live worker set (on each scrape).
     pub async fn refresh(&self, bus: &Bus, types: &[SubagentType]) {
-        match bus.js.get_stream(bus.subjects.tasks_stream()).await {
-            Ok(stream) => {
-                for ty in types {
-                    let label = TypeLabel { subagent_type: ty.to_string() };
-                    match stream.consumer_info(bus.subjects.task_consumer(ty)).await {
-                        Ok(info) => {
-                            self.queue_pending.get_or_create(&label).set(info.num_pending as i64);
-                            self.queue_unacked.get_or_create(&label).set(info.num_ack_pending as i64);
-                        }
-                        // No worker of this type ever started: nothing to report yet.
-                        Err(e) => tracing::debug!(subagent_type = %ty, error = %e, "no consumer info"),
-                    }
+        let queue = bus.tasks();
+        for ty in types {
+            let label = TypeLabel { subagent_type: ty.to_string() };
+            match queue.depth(ty).await {
+                Ok(depth) => {
+                    self.queue_pending.get_or_create(&label).set(depth.pending as i64);
+                    self.queue_unacked.get_or_create(&label).set(depth.unacked as i64);
                 }
+                // No worker of this type ever started: nothing to report yet.
+                Err(e) => tracing::debug!(subagent_type = %ty, error = %e, "no queue depth"),
             }
-            Err(e) => tracing::warn!(error = %e, "tasks stream not readable for metrics"),
         }
         match bus.live_workers().await {
             Ok(workers) => {

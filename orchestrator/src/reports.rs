@@ -9,11 +9,10 @@
 
 use std::sync::Arc;
 
-use async_nats::jetstream::consumer::{DeliverPolicy, pull};
 use dashmap::DashMap;
 use flotilla_bus::{Bus, BusError};
+use flotilla_protocol::TaskReport;
 use flotilla_protocol::ids::{JobId, TaskId, Tenant};
-use flotilla_protocol::{self as protocol, TaskReport};
 use futures::StreamExt;
 use tokio::sync::oneshot;
 
@@ -27,47 +26,25 @@ pub struct ReportRouter {
 impl ReportRouter {
     /// Starts following new reports.
     pub async fn start(bus: Bus) -> Result<Self, BusError> {
-        let stream = bus
-            .js
-            .get_stream(bus.subjects.reports_stream())
-            .await
-            .map_err(|e| BusError::new("cannot open the reports stream", e))?;
-        let consumer = stream
-            .create_consumer(pull::OrderedConfig {
-                filter_subject: bus.subjects.all_reports(),
-                deliver_policy: DeliverPolicy::New,
-                ..Default::default()
-            })
-            .await
-            .map_err(|e| BusError::new("cannot follow reports", e))?;
-        let mut messages = consumer.messages().await.map_err(|e| BusError::new("cannot follow reports", e))?;
+        let mut reports = Box::pin(bus.reports().follow().await?);
         let router = Self { bus, waiters: Arc::default() };
         let r = router.clone();
         tokio::spawn(async move {
-            while let Some(m) = messages.next().await {
-                match m {
-                    Ok(m) => r.route(&m.payload),
-                    Err(e) => tracing::warn!(error = %e, "report stream hiccup"),
-                }
+            while let Some(report) = reports.next().await {
+                r.route(report);
             }
             tracing::error!("report stream ended");
         });
         Ok(router)
     }
 
-    fn route(&self, payload: &[u8]) {
-        match protocol::decode::<TaskReport>(payload) {
-            Ok(report) => {
-                if let Some((_, tx)) = self.waiters.remove(&report.task_id) {
-                    let _ = tx.send(report);
-                } else {
-                    tracing::debug!(task_id = %report.task_id, attempt = report.attempt, "report with no waiter (duplicate or not ours)");
-                }
-            }
-            Err(e) => tracing::warn!(error = %e, "undecodable report ignored"),
+    fn route(&self, report: TaskReport) {
+        if let Some((_, tx)) = self.waiters.remove(&report.task_id) {
+            let _ = tx.send(report);
+        } else {
+            tracing::debug!(task_id = %report.task_id, attempt = report.attempt, "report with no waiter (duplicate or not ours)");
         }
     }
-
     /// Registers interest in `task`'s report. Call before publishing the task.
     pub fn expect(&self, task: TaskId) -> oneshot::Receiver<TaskReport> {
         let (tx, rx) = oneshot::channel();
@@ -78,9 +55,7 @@ impl ReportRouter {
     /// A report already stored for `task` (one that arrived while nobody
     /// waited, e.g. during an orchestrator restart).
     pub async fn stored(&self, tenant: &Tenant, job: &JobId, task: &TaskId) -> Option<TaskReport> {
-        let stream = self.bus.js.get_stream(self.bus.subjects.reports_stream()).await.ok()?;
-        let msg = stream.get_last_raw_message_by_subject(&self.bus.subjects.report(tenant, job, task)).await.ok()?;
-        protocol::decode(&msg.payload).ok()
+        self.bus.reports().stored(tenant, job, task).await
     }
 
     /// Stops waiting for `task`.

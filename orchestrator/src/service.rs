@@ -24,9 +24,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use async_nats::Message;
-use async_nats::jetstream::kv;
 use dashmap::DashMap;
-use flotilla_bus::Bus;
+use flotilla_bus::{Bus, Cancellations};
 use flotilla_config::{DashboardConfig, Settings};
 use flotilla_protocol::ids::{JobId, SubagentType, Tenant};
 use flotilla_protocol::{
@@ -66,7 +65,7 @@ struct Service {
     /// Cancellation token of each job planned here (fires on `cancel`).
     running: Arc<DashMap<JobId, CancellationToken>>,
     /// Cancelled jobs, watched by every worker.
-    cancelled: kv::Store,
+    cancelled: Cancellations,
 }
 
 /// A connected orchestrator: bus topology ensured and stores open, but not yet
@@ -88,10 +87,10 @@ impl Orchestrator {
         let jobs = JobStore::open(bus.clone()).await?;
         let reports = ReportRouter::start(bus.clone()).await?;
         let checkpoints = Checkpoints::open(&bus).await?;
-        let cancelled = bus.cancelled().await?;
+        let cancelled = bus.cancellations().await?;
         let files = bus.job_files(&settings.files).await?;
         let planner =
-            Planner::new(settings, bus.clone(), jobs.clone(), reports, checkpoints, cancelled.clone(), files)?;
+            Planner::new(settings, bus.clone(), jobs.clone(), reports, checkpoints, bus.cancelled().await?, files)?;
         let concurrency = settings.planner()?.concurrency.max(1);
         let service = Arc::new(Service {
             bus,
@@ -136,11 +135,7 @@ impl Orchestrator {
             service.start(rec.id);
         }
         tokio::spawn(dead_letters::watch(bus.clone(), service.shutdown.clone()));
-        let mut requests = bus
-            .client
-            .queue_subscribe(bus.subjects.api_all(), API_QUEUE.into())
-            .await
-            .map_err(|e| anyhow::anyhow!("cannot subscribe to {}: {e}", bus.subjects.api_all()))?;
+        let mut requests = bus.api_requests(API_QUEUE).await?;
         tracing::info!(api = %bus.subjects.api_all(), "orchestrator ready");
         tokio::pin!(shutdown);
         let ended = loop {
@@ -176,7 +171,7 @@ impl Service {
             Some(Ok(t)) => t,
             _ => {
                 let reply = ApiReply::<()>::error(ErrorKind::Validation, "invalid tenant in the API subject");
-                let _ = self.bus.client.publish(reply_to, encode(reply)).await;
+                let _ = self.bus.reply(reply_to, encode(reply)).await;
                 return;
             }
         };
@@ -192,7 +187,7 @@ impl Service {
                 format!("unknown API operation {other:?}: use submit, status, list, cancel, approvals or approve"),
             )),
         };
-        if let Err(e) = self.bus.client.publish(reply_to, payload).await {
+        if let Err(e) = self.bus.reply(reply_to, payload).await {
             tracing::warn!(error = %e, "API reply not sent");
         }
     }
@@ -257,7 +252,7 @@ impl Service {
         let reason = req.reason.unwrap_or_else(|| format!("cancelled by tenant {tenant}"));
         // 1. Every worker watches this bucket: it aborts the job's running subagents
         //    and reports any later task of the job `cancelled` without starting it.
-        if let Err(e) = self.cancelled.put(rec.id.to_string(), reason.clone().into_bytes().into()).await {
+        if let Err(e) = self.cancelled.record(&rec.id, &reason).await {
             return ApiReply::error(ErrorKind::Transient, format!("cancel not recorded: {e}"));
         }
         // 2. The planner stops, so it publishes no more tasks; its pending `task`
@@ -267,16 +262,7 @@ impl Service {
             None => tracing::warn!(job_id = %rec.id, "cancelled job is not planned by this orchestrator"),
         }
         // 3. Queued tasks of the job leave the work queue.
-        let purged = match self.bus.js.get_stream(self.bus.subjects.tasks_stream()).await {
-            Ok(stream) => stream
-                .purge()
-                .filter(self.bus.subjects.tasks_of_job(&rec.id))
-                .await
-                .map(|p| p.purged)
-                .map_err(|e| e.to_string()),
-            Err(e) => Err(e.to_string()),
-        };
-        let purged_tasks = purged.unwrap_or_else(|e| {
+        let purged_tasks = self.bus.tasks().purge_job(&rec.id, None).await.unwrap_or_else(|e| {
             tracing::warn!(job_id = %rec.id, error = %e, "queued tasks not purged; workers will drop them");
             0
         });

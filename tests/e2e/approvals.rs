@@ -83,7 +83,7 @@ fn progress<'a>(log: &'a EventLog, event: &str) -> Vec<&'a Value> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn approved_call_runs_after_a_person_approves_it() {
     let d = Deployment::start(1, |url| config(url, r#"["approve", "reject", "edit"]"#, 60)).await;
-    let mut log = EventLog::subscribe(&d.bus.client, "flotilla.job.>").await;
+    let mut log = EventLog::subscribe(&d.raw.client, "flotilla.job.>").await;
     let job = d.submit("one margin").await;
     let req = request(&mut log).await;
     assert_eq!(req["job_id"], job.to_string());
@@ -127,7 +127,7 @@ async fn approved_call_runs_after_a_person_approves_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rejected_call_is_an_error_the_model_reads() {
     let d = Deployment::start(1, |url| config(url, r#"["approve", "reject"]"#, 60)).await;
-    let mut log = EventLog::subscribe(&d.bus.client, "flotilla.job.>").await;
+    let mut log = EventLog::subscribe(&d.raw.client, "flotilla.job.>").await;
     let job = d.submit("one margin").await.to_string();
     let call = request(&mut log).await["call_id"].as_str().unwrap().to_string();
 
@@ -149,7 +149,7 @@ async fn rejected_call_is_an_error_the_model_reads() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn edited_call_runs_with_the_reviewers_arguments() {
     let d = Deployment::start(1, |url| config(url, r#"["approve", "reject", "edit"]"#, 60)).await;
-    let mut log = EventLog::subscribe(&d.bus.client, "flotilla.job.>").await;
+    let mut log = EventLog::subscribe(&d.raw.client, "flotilla.job.>").await;
     let job = d.submit("one margin").await.to_string();
     let call = request(&mut log).await["call_id"].as_str().unwrap().to_string();
 
@@ -170,7 +170,7 @@ async fn edited_call_runs_with_the_reviewers_arguments() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unanswered_call_is_rejected_after_the_timeout() {
     let d = Deployment::start(1, |url| config(url, r#"["approve", "reject"]"#, 2)).await;
-    let mut log = EventLog::subscribe(&d.bus.client, "flotilla.job.>").await;
+    let mut log = EventLog::subscribe(&d.raw.client, "flotilla.job.>").await;
     let job = d.submit("one margin").await.to_string();
     let call = request(&mut log).await["call_id"].as_str().unwrap().to_string();
     assert_eq!(
@@ -186,7 +186,7 @@ async fn unanswered_call_is_rejected_after_the_timeout() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn answered_call_is_not_asked_again_after_the_worker_dies() {
     let mut d = Deployment::start(1, |url| config(url, r#"["approve", "reject", "edit"]"#, 60)).await;
-    let mut log = EventLog::subscribe(&d.bus.client, "flotilla.job.>").await;
+    let mut log = EventLog::subscribe(&d.raw.client, "flotilla.job.>").await;
     let job = d.submit("one margin").await.to_string();
     let call = request(&mut log).await["call_id"].as_str().unwrap().to_string();
 
@@ -233,7 +233,7 @@ async fn an_approval_is_used_once_and_a_replayed_call_asks_again() {
         c
     })
     .await;
-    let mut log = EventLog::subscribe(&d.bus.client, "flotilla.job.>").await;
+    let mut log = EventLog::subscribe(&d.raw.client, "flotilla.job.>").await;
     let job = d.submit("two margins").await.to_string();
     let first = request(&mut log).await["call_id"].as_str().unwrap().to_string();
     let (code, _, err) = cli(&d, &["approve", &job, &first, "--approve"]).await;

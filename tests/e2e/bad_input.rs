@@ -116,7 +116,7 @@ async fn a_corpus_of_bad_messages_is_rejected_with_reasons_and_crashes_nothing()
     for (op, body) in &apis {
         let subject = d.bus.subjects.api(&Tenant::default(), op);
         let reply =
-            tokio::time::timeout(Duration::from_secs(10), d.bus.client.request(subject.clone(), body.clone().into()))
+            tokio::time::timeout(Duration::from_secs(10), d.raw.client.request(subject.clone(), body.clone().into()))
                 .await
                 .unwrap_or_else(|_| panic!("no reply on {subject} for {:?}", String::from_utf8_lossy(body)))
                 .unwrap_or_else(|e| panic!("request on {subject} failed: {e}"));
@@ -130,11 +130,11 @@ async fn a_corpus_of_bad_messages_is_rejected_with_reasons_and_crashes_nothing()
     let job = JobId::new();
     let subject = format!("flotilla.task.finance.{job}");
     for body in &tasks {
-        d.bus.js.publish(subject.clone(), body.clone().into()).await.unwrap().await.expect("stored in the work queue");
+        d.raw.js.publish(subject.clone(), body.clone().into()).await.unwrap().await.expect("stored in the work queue");
     }
     // An oversized message never reaches the bus: the client refuses it with a reason.
     let huge = vec![b'x'; 2 * 1024 * 1024];
-    let err = d.bus.client.publish(subject.clone(), huge.into()).await.expect_err("refused");
+    let err = d.raw.client.publish(subject.clone(), huge.into()).await.expect_err("refused");
     assert!(err.to_string().contains("payload"), "{err}");
 
     let dead = flotilla_tests::eventually(TIMEOUT, "every bad task to be dead-lettered", || async {
@@ -155,7 +155,7 @@ async fn a_corpus_of_bad_messages_is_rejected_with_reasons_and_crashes_nothing()
     }
     assert!(d.orchestrator.as_mut().unwrap().running(), "the orchestrator survived the corpus");
     // Nothing accepted was lost: a real job still completes.
-    let mut log = EventLog::subscribe(&d.bus.client, "flotilla.job.>").await;
+    let mut log = EventLog::subscribe(&d.raw.client, "flotilla.job.>").await;
     let job = d.submit("after: revenue 120, cost 75").await;
     assert_eq!(log.job_end(TIMEOUT).await["event"], "completed");
     assert!(d.status(job).await.answer.unwrap().contains("0.375"));

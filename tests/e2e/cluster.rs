@@ -56,10 +56,11 @@ async fn a_job_survives_losing_a_cluster_node() {
         async move { bus.ensure_topology().await.ok() }
     })
     .await;
-    let tasks = bus.js.get_stream(bus.subjects.tasks_stream()).await.expect("tasks stream").cached_info().clone();
+    let raw = flotilla_tests::RawNats::connect(&admin).await;
+    let tasks = raw.js.get_stream(bus.subjects.tasks_stream()).await.expect("tasks stream").cached_info().clone();
     assert_eq!(tasks.config.num_replicas, 3);
     assert_eq!(tasks.cluster.as_ref().map(|c| c.replicas.len()), Some(2), "a leader and two replicas");
-    drop(bus);
+    drop((bus, raw));
     eprintln!("cluster up with R3 topology after {:?}", started.elapsed());
 
     // Orchestrator knows every node; each worker is pinned to its own node.

@@ -7,7 +7,7 @@ use flotilla_bus::Bus;
 use flotilla_config::NatsConfig;
 use flotilla_protocol::ids::{JobId, Tenant};
 use flotilla_protocol::{ApiReply, JobRecord, SCHEMA_VERSION, StatusRequest, SubmitReply, SubmitRequest};
-use flotilla_tests::{NatsServer, Proc, TestConfig};
+use flotilla_tests::{NatsServer, Proc, RawNats, TestConfig};
 
 pub const TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -22,6 +22,9 @@ pub struct Deployment {
     pub orchestrator: Option<Proc>,
     pub workers: Vec<Proc>,
     pub bus: Bus,
+    /// A plain NATS client of the same server, for observing subjects and
+    /// inspecting streams as any NATS client could (tests/harness/raw.rs).
+    pub raw: RawNats,
 }
 
 impl Deployment {
@@ -36,7 +39,8 @@ impl Deployment {
                 .await
                 .expect("connect");
         bus.ensure_topology().await.expect("topology");
-        let mut d = Self { nats, config, config_path, orchestrator: None, workers: Vec::new(), bus };
+        let raw = RawNats::connect(&NatsConfig { url: nats.url(), ..Default::default() }).await;
+        let mut d = Self { nats, config, config_path, orchestrator: None, workers: Vec::new(), bus, raw };
         for i in 1..=workers {
             d.add_worker(&format!("w{i}"));
         }
@@ -105,7 +109,7 @@ impl Deployment {
 
     /// Every dead letter so far: (reason header, payload).
     pub async fn dead_letters(&self) -> Vec<(String, Vec<u8>)> {
-        let stream = self.bus.js.get_stream(self.bus.subjects.dead_letter_stream()).await.expect("dead letter stream");
+        let stream = self.raw.js.get_stream(self.bus.subjects.dead_letter_stream()).await.expect("dead letter stream");
         let last = stream.get_info().await.expect("info").state.last_sequence;
         let mut out = Vec::new();
         for seq in 1..=last {

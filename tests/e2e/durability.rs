@@ -43,7 +43,7 @@ async fn worker_crashes_lose_no_task_and_count_none_twice() {
         c
     })
     .await;
-    let mut log = EventLog::subscribe(&d.bus.client, "flotilla.job.>").await;
+    let mut log = EventLog::subscribe(&d.raw.client, "flotilla.job.>").await;
     let started = std::time::Instant::now();
     let job = d.submit(&regions(100)).await;
     // Three SIGKILLs at random moments of the run, each replaced by a fresh worker.
@@ -82,7 +82,7 @@ async fn worker_crashes_lose_no_task_and_count_none_twice() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_nats_restart_mid_job_is_survived() {
     let mut d = Deployment::start(2, |url| TestConfig::demo(url, 4, 300)).await;
-    let mut log = EventLog::subscribe(&d.bus.client, "flotilla.job.>").await;
+    let mut log = EventLog::subscribe(&d.raw.client, "flotilla.job.>").await;
     let job = d.submit(&regions(12)).await;
     log.until_count(TIMEOUT, 2, "task starts", is_started).await;
     d.nats.restart().await; // SIGKILL, then the same port and store
@@ -102,7 +102,7 @@ async fn a_nats_restart_mid_job_is_survived() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_orchestrator_crash_resumes_the_job_without_dispatching_twice() {
     let mut d = Deployment::start(2, |url| TestConfig::demo(url, 4, 400)).await;
-    let mut log = EventLog::subscribe(&d.bus.client, "flotilla.job.>").await;
+    let mut log = EventLog::subscribe(&d.raw.client, "flotilla.job.>").await;
     let job = d.submit(&regions(10)).await;
     log.until_count(TIMEOUT, 5, "dispatches", is_dispatched).await;
     d.orchestrator.as_mut().unwrap().kill();
@@ -123,7 +123,7 @@ async fn an_orchestrator_crash_resumes_the_job_without_dispatching_twice() {
 async fn cancel_stops_the_planner_queued_tasks_and_running_subagents() {
     // 2 workers × 2 slots, 10 s per model call: 4 tasks run, 4 wait in the queue.
     let d = Deployment::start(2, |url| TestConfig::demo(url, 2, 10_000)).await;
-    let mut log = EventLog::subscribe(&d.bus.client, "flotilla.job.>").await;
+    let mut log = EventLog::subscribe(&d.raw.client, "flotilla.job.>").await;
     let job = d.submit(&regions(8)).await;
     log.until_count(TIMEOUT, 4, "task starts", is_started).await;
     let (code, out, err) = run_cli(&["--config", &d.config_arg(), "cancel", &job.to_string(), "--json"], &[]);
@@ -139,7 +139,7 @@ async fn cancel_stops_the_planner_queued_tasks_and_running_subagents() {
     // Queued messages were purged (running ones may already have been acked by
     // their cancelled workers, so the count varies); none of the job's is left.
     assert!(reply["purged_tasks"].as_u64().is_some(), "{reply}");
-    let stream = d.bus.js.get_stream(d.bus.subjects.tasks_stream()).await.unwrap();
+    let stream = d.raw.js.get_stream(d.bus.subjects.tasks_stream()).await.unwrap();
     let left = stream.info_with_subjects(d.bus.subjects.tasks_of_job(&job)).await.unwrap();
     let left: Vec<_> = futures::StreamExt::collect::<Vec<_>>(left).await;
     assert!(left.is_empty(), "no task of the job left in the work queue: {left:?}");
@@ -175,7 +175,7 @@ content = "{% set r = last[0] %}{% if r.ok %}ok{% else %}{{ r.error.kind }}: {{ 
         c
     })
     .await;
-    let mut log = EventLog::subscribe(&d.bus.client, "flotilla.job.>").await;
+    let mut log = EventLog::subscribe(&d.raw.client, "flotilla.job.>").await;
     let job = d.submit("anything").await;
     assert_eq!(log.job_end(TIMEOUT).await["event"], "completed");
     let rec = d.status(job).await;
@@ -199,7 +199,7 @@ async fn a_task_that_kills_every_worker_still_gets_a_failed_report() {
         c
     })
     .await;
-    let mut log = EventLog::subscribe(&d.bus.client, "flotilla.job.>").await;
+    let mut log = EventLog::subscribe(&d.raw.client, "flotilla.job.>").await;
     let job = d.submit("only: revenue 10, cost 5").await;
     for i in 1..=2 {
         log.until_count(TIMEOUT, i, "task starts", is_started).await;
@@ -242,7 +242,7 @@ content = "{% for r in last %}{% if r.ok %}ok {{ r.value }}{% else %}{{ r.error.
     })
     .await;
     d.add_worker_with("finance-only", &["--types", "finance"]);
-    let mut log = EventLog::subscribe(&d.bus.client, "flotilla.job.>").await;
+    let mut log = EventLog::subscribe(&d.raw.client, "flotilla.job.>").await;
     let job = d.submit("x").await;
     assert_eq!(log.job_end(TIMEOUT).await["event"], "completed");
     let answer = d.status(job).await.answer.unwrap();

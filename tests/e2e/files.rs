@@ -22,7 +22,7 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 struct Env {
-    _nats: NatsServer,
+    nats: NatsServer,
     bus: Bus,
     files: JobFiles,
 }
@@ -37,7 +37,7 @@ async fn env() -> Env {
         .job_files(&FilesConfig { max_file_bytes: 4 * 1024 * 1024, ..Default::default() })
         .await
         .expect("files bucket");
-    Env { _nats: nats, bus, files }
+    Env { nats, bus, files }
 }
 
 fn tools(files: &JobFiles, rules: Vec<PermissionRule>, default: Mode) -> ToolSet {
@@ -124,7 +124,8 @@ async fn traversal_corpus_never_escapes_the_job() {
 
     // Zero escapes: every object in the bucket belongs to one of the two jobs,
     // and each job sees only its own files.
-    let store = e.bus.js.get_object_store(e.bus.subjects.files_bucket()).await.unwrap();
+    let raw = flotilla_tests::RawNats::connect(&NatsConfig { url: e.nats.url(), ..Default::default() }).await;
+    let store = raw.js.get_object_store(e.bus.subjects.files_bucket()).await.unwrap();
     let names: Vec<String> = store.list().await.unwrap().map(|i| i.unwrap().name).collect().await;
     assert_eq!(names.len(), 5, "{names:?}");
     for n in &names {

@@ -73,7 +73,7 @@ fn approvals(records: &[AuditRecord]) -> Vec<AuditOutcome> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fixes_one_approved_call_leaves_one_approval_record() {
     let d = Deployment::start(1, |url| config(url, 60)).await;
-    let mut log = EventLog::subscribe(&d.bus.client, "flotilla.job.>").await;
+    let mut log = EventLog::subscribe(&d.raw.client, "flotilla.job.>").await;
     let job = d.submit("one margin").await;
     let req = log.until(TIMEOUT, "an approval request", |s, _| s.contains(".approval.")).await;
     let call = req["call_id"].as_str().unwrap().to_string();
@@ -93,7 +93,7 @@ async fn fixes_one_approved_call_leaves_one_approval_record() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fixes_an_expired_approval_is_one_rejected_record() {
     let d = Deployment::start(1, |url| config(url, 1)).await;
-    let mut log = EventLog::subscribe(&d.bus.client, "flotilla.job.>").await;
+    let mut log = EventLog::subscribe(&d.raw.client, "flotilla.job.>").await;
     let job = d.submit("one margin").await;
     assert_eq!(log.job_end(TIMEOUT).await["event"], "completed");
 

@@ -376,7 +376,7 @@ tools = ["mcp:finance/gross_margin", "mcp:dead"]
         c
     })
     .await;
-    let mut log = EventLog::subscribe(&d.bus.client, "flotilla.job.>").await;
+    let mut log = EventLog::subscribe(&d.raw.client, "flotilla.job.>").await;
     let job = d.submit("Margins: north: revenue 120, cost 75; south: revenue 0, cost 30.").await;
     let end = log.job_end(TIMEOUT).await;
     assert_eq!(end["event"], "completed", "{end}");

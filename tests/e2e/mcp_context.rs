@@ -70,7 +70,7 @@ mcp_resources = ["gone/finance://rules/gross-margin"]
         c
     })
     .await;
-    let mut log = EventLog::subscribe(&d.bus.client, "flotilla.job.>").await;
+    let mut log = EventLog::subscribe(&d.raw.client, "flotilla.job.>").await;
     let job = d.submit("Check the MCP context of each type.").await;
     let end = log.job_end(TIMEOUT).await;
     assert_eq!(end["event"], "completed", "{end}");

@@ -234,7 +234,7 @@ fn heartbeat_of<'a>(workers: &'a [WorkerHeartbeat], id: &str) -> Option<&'a Work
 async fn workers_view_follows_started_killed_and_stopped_workers() {
     let mut d = Deployment::start(0, |url| priced_demo(url, 0, "")).await;
     let cfg = d.config_arg();
-    let mut beats = EventLog::subscribe(&d.bus.client, "flotilla.worker.heartbeat.*").await;
+    let mut beats = EventLog::subscribe(&d.raw.client, "flotilla.worker.heartbeat.*").await;
     d.add_worker("w1");
     d.add_worker("w2");
     let listed = |out: &str| -> Vec<Value> { serde_json::from_str(out).unwrap_or_else(|e| panic!("{e}: {out}")) };
@@ -318,7 +318,7 @@ async fn the_dashboard_shows_a_running_job_live_in_chromium() {
     let d =
         Deployment::start(2, |url| priced_demo(url, 1500, &format!("[dashboard]\nlisten = \"127.0.0.1:{port}\"\n")))
             .await;
-    let mut log = EventLog::subscribe(&d.bus.client, "flotilla.job.>").await;
+    let mut log = EventLog::subscribe(&d.raw.client, "flotilla.job.>").await;
     let job = d.submit(DEMO_JOB).await;
     log.until_count(TIMEOUT, 4, "four tasks started", |_, v| v["event"] == "started").await;
     let base = format!("http://127.0.0.1:{port}");

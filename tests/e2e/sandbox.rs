@@ -85,7 +85,7 @@ scratch_root = "{root}"
     })
     .await;
     let cmds = cmds.unwrap();
-    let mut log = EventLog::subscribe(&d.bus.client, "flotilla.job.>").await;
+    let mut log = EventLog::subscribe(&d.raw.client, "flotilla.job.>").await;
     let job = d.submit("probe").await;
     let end = log.job_end(TIMEOUT).await;
     assert_eq!(end["event"], "completed", "{end}");
@@ -198,7 +198,7 @@ stage_out = ["/out/**"]
         c
     })
     .await;
-    let mut log = EventLog::subscribe(&d.bus.client, "flotilla.job.>").await;
+    let mut log = EventLog::subscribe(&d.raw.client, "flotilla.job.>").await;
     let job = d.submit("go").await;
     assert_eq!(log.job_end(TIMEOUT).await["event"], "completed");
     let rec = d.status(job).await;

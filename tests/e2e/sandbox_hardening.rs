@@ -42,7 +42,7 @@ scratch_root = "{}"
 
 /// Runs the job and returns the shell subagent's answer, parsed as JSON.
 async fn run_job(d: &Deployment) -> Value {
-    let mut log = EventLog::subscribe(&d.bus.client, "flotilla.job.>").await;
+    let mut log = EventLog::subscribe(&d.raw.client, "flotilla.job.>").await;
     let job = d.submit("go").await;
     assert_eq!(log.job_end(TIMEOUT).await["event"], "completed");
     let rec = d.status(job).await;
@@ -191,7 +191,7 @@ content = "{% set r = last[0] %}{% if r.ok %}FOUND{% else %}{{ r.error.kind }}{%
         c
     })
     .await;
-    let mut log = EventLog::subscribe(&d.bus.client, "flotilla.job.>").await;
+    let mut log = EventLog::subscribe(&d.raw.client, "flotilla.job.>").await;
     let job = d.submit("go").await;
     assert_eq!(log.job_end(TIMEOUT).await["event"], "completed");
     let rec = d.status(job).await;

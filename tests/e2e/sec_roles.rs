@@ -17,18 +17,18 @@ use std::time::Duration;
 
 use async_nats::jetstream::consumer::{DeliverPolicy, pull};
 use flotilla_agent::files::FilePath;
-use flotilla_bus::Bus;
 use flotilla_config::FilesConfig;
 use flotilla_protocol::ids::{JobId, Tenant};
 use flotilla_protocol::{Decision, DecisionRecord, JobStatus, SCHEMA_VERSION};
+use flotilla_tests::RawNats;
 use flotilla_tests::nats_conf::{ConfiguredNats, deploy_dir};
 use flotilla_tests::proc::run_cli;
 
-use crate::security::{JOB, config, connect_as, finished, refs, role_env, spawn_roles, submit};
+use crate::security::{JOB, config, connect_as, finished, raw_as, refs, role_env, spawn_roles, submit};
 
 /// Creates a named consumer on `stream` filtered on `filter`, as `bus`'s
 /// credential would to read those messages; `Err` carries the server's answer.
-async fn open_consumer(bus: &Bus, stream: &str, filter: &str) -> Result<(), String> {
+async fn open_consumer(bus: &RawNats, stream: &str, filter: &str) -> Result<(), String> {
     let name = format!("probe-{}", uuid::Uuid::now_v7().simple());
     let api = format!("$JS.API.CONSUMER.CREATE.{stream}.{name}");
     let config = pull::Config {
@@ -66,6 +66,7 @@ async fn tenants_cannot_read_each_others_jobs_and_workers_cannot_decide_or_purge
     assert_eq!(finished(&globex, &globex_t, globex_job).await.status, JobStatus::Completed);
 
     // globex, with a raw client, tries every way to read acme's events and progress.
+    let globex = raw_as(&nats, "client-globex").await;
     let events = "FLOTILLA_EVENTS";
     assert_denied(open_consumer(&globex, events, &format!("flotilla.job.acme.{acme_job}.>")).await, "acme's job");
     assert_denied(open_consumer(&globex, events, "flotilla.job.>").await, "every job");
@@ -102,12 +103,14 @@ async fn tenants_cannot_read_each_others_jobs_and_workers_cannot_decide_or_purge
         assert_denied(r.map_err(|e| format!("{e:#}")), &subject);
     }
     // Nor wipe or reconfigure the job files of every tenant.
-    let files = worker.js.get_stream("OBJ_flotilla_files").await.expect("workers may look the bucket up");
-    let purge = worker.guarded("purge", files.purge().into_future(), |d| d.subject.contains("STREAM.PURGE"));
+    let raw_worker = raw_as(&nats, "worker-finance").await;
+    let files = raw_worker.js.get_stream("OBJ_flotilla_files").await.expect("workers may look the bucket up");
+    let purge = raw_worker.guarded("purge", files.purge().into_future(), |d| d.subject.contains("STREAM.PURGE"));
     assert_denied(purge.await.map(|_| ()).map_err(|e| format!("{e:#}")), "purging job files");
     let mut changed = files.cached_info().config.clone();
     changed.max_age = Duration::from_secs(1);
-    let update = worker.guarded("update", worker.js.update_stream(changed), |d| d.subject.contains("STREAM.UPDATE"));
+    let update =
+        raw_worker.guarded("update", raw_worker.js.update_stream(changed), |d| d.subject.contains("STREAM.UPDATE"));
     assert_denied(update.await.map(|_| ()).map_err(|e| format!("{e:#}")), "reconfiguring job files");
     // Overwriting a file still works without the purge grant (the old
     // version's chunks go with the bucket's max_age).

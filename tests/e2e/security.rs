@@ -14,7 +14,7 @@ use flotilla_protocol::{
 };
 use flotilla_tests::nats_conf::{ConfiguredNats, deploy_dir, password};
 use flotilla_tests::proc::run_cli;
-use flotilla_tests::{Proc, TestConfig};
+use flotilla_tests::{Proc, RawNats, TestConfig};
 use futures::StreamExt;
 
 const T: Duration = Duration::from_secs(10);
@@ -102,13 +102,23 @@ pub fn refs(env: &[(String, String)]) -> Vec<(&str, &str)> {
 
 /// An in-process connection as a role user (credentials in the URL).
 pub async fn connect_as(nats: &ConfiguredNats, user: &str) -> Bus {
-    let config = NatsConfig {
+    let config = config_as(nats, user);
+    Bus::connect(&config, &format!("test {user}"), T).await.unwrap_or_else(|e| panic!("connect as {user}: {e:#}"))
+}
+
+/// A plain NATS client with `user`'s credential, for attempts no Flotilla
+/// process would make (tests/harness/raw.rs).
+pub async fn raw_as(nats: &ConfiguredNats, user: &str) -> RawNats {
+    RawNats::connect(&config_as(nats, user)).await
+}
+
+fn config_as(nats: &ConfiguredNats, user: &str) -> NatsConfig {
+    NatsConfig {
         url: nats.url_as(user),
         inbox_prefix: format!("_INBOX.{user}"),
         manage_topology: false,
         ..Default::default()
-    };
-    Bus::connect(&config, &format!("test {user}"), T).await.unwrap_or_else(|e| panic!("connect as {user}: {e:#}"))
+    }
 }
 
 pub async fn submit(bus: &Bus, tenant: &Tenant, input: &str) -> JobId {
@@ -244,25 +254,25 @@ async fn roles_confine_every_process_and_audit_every_tool_call() {
     let e = worker.request::<_, ApiReply<SubmitReply>>(&acme_tenant, "submit", &req, T).await.unwrap_err();
     assert!(format!("{e:#}").contains("permission denied"), "{e:#}");
     let research = SubagentType::new("research").unwrap();
-    let e = worker.task_consumer(&research).await.map(|_| ()).expect_err("other type's queue refused");
+    let e = worker.tasks().consumer(&research).await.map(|_| ()).expect_err("other type's queue refused");
     let msg = format!("{e:#}");
     assert!(msg.contains("permission denied") && msg.contains("flotilla-task-research"), "{msg}");
-    assert_subscription_denied(&worker, "flotilla.task.>").await;
+    assert_subscription_denied(&raw_as(&nats, "worker-finance").await, "flotilla.task.>").await;
     let e = worker.publish_durable(format!("flotilla.task.finance.{job}"), &req, None, None).await.unwrap_err();
     assert!(format!("{e:#}").contains("permission denied"), "{e:#}");
 
     // The client credential: no task queue, no task subjects.
     let finance = SubagentType::new("finance").unwrap();
-    let e = acme.task_consumer(&finance).await.map(|_| ()).expect_err("client cannot consume tasks");
+    let e = acme.tasks().consumer(&finance).await.map(|_| ()).expect_err("client cannot consume tasks");
     assert!(format!("{e:#}").contains("permission denied"), "{e:#}");
-    assert_subscription_denied(&acme, "flotilla.task.>").await;
+    assert_subscription_denied(&raw_as(&nats, "client-acme").await, "flotilla.task.>").await;
     let e = acme.publish_durable(format!("flotilla.task.finance.{job}"), &req, None, None).await.unwrap_err();
     assert!(format!("{e:#}").contains("permission denied"), "{e:#}");
 }
 
 /// Subscribes to `subject` and expects the server's refusal to surface as a
 /// permission error (instead of a subscription that silently never delivers).
-async fn assert_subscription_denied(bus: &Bus, subject: &str) {
+async fn assert_subscription_denied(bus: &RawNats, subject: &str) {
     // Subscribing inside the guarded future: the guard listens before the server can answer.
     let wait = async {
         let mut sub = bus.client.subscribe(subject.to_string()).await.map_err(std::io::Error::other)?;

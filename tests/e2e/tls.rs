@@ -86,7 +86,8 @@ async fn mutual_tls_with_a_test_ca() {
     let config = NatsConfig { url: format!("tls://127.0.0.1:{}", nats.port), tls: tls.clone(), ..Default::default() };
     let bus = Bus::connect(&config, "tls-test", Duration::from_secs(10)).await.expect("mutual TLS connects");
     bus.ensure_topology().await.expect("JetStream works over TLS");
-    assert!(bus.client.server_info().tls_required, "the server asked for TLS");
+    let raw = flotilla_tests::RawNats::connect(&config).await;
+    assert!(raw.client.server_info().tls_required, "the server asked for TLS");
 
     // Without the test CA the server certificate is not trusted: fail fast, say what to fix.
     let started = std::time::Instant::now();

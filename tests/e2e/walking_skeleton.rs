@@ -14,7 +14,7 @@ const SIX_REGIONS: &str = "Gross margin table: a: revenue 120, cost 75; b: reven
 async fn six_parallel_tasks_over_two_workers_are_consolidated_once_each() {
     // 3 slots per worker and 300 ms per model call: 6 concurrent tasks need both workers.
     let d = Deployment::start(2, |url| TestConfig::demo(url, 3, 300)).await;
-    let mut log = EventLog::subscribe(&d.bus.client, "flotilla.job.>").await;
+    let mut log = EventLog::subscribe(&d.raw.client, "flotilla.job.>").await;
     let job = d.submit(SIX_REGIONS).await;
     let end = log.job_end(TIMEOUT).await;
     assert_eq!(end["event"], "completed", "{end}");
@@ -77,7 +77,7 @@ content = "{% for r in last %}{% if r.ok %}ok: {{ r.value }}{% else %}{{ r.error
         c
     })
     .await;
-    let mut log = EventLog::subscribe(&d.bus.client, "flotilla.job.>").await;
+    let mut log = EventLog::subscribe(&d.raw.client, "flotilla.job.>").await;
     let job = d.submit("anything").await;
     assert_eq!(log.job_end(TIMEOUT).await["event"], "completed");
     let answer = d.status(job).await.answer.unwrap();

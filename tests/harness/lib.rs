@@ -10,11 +10,13 @@ pub mod events;
 pub mod nats;
 pub mod nats_conf;
 pub mod proc;
+pub mod raw;
 
 pub use config::TestConfig;
 pub use events::EventLog;
 pub use nats::NatsServer;
 pub use proc::{Proc, bin};
+pub use raw::RawNats;
 
 use std::path::PathBuf;
 

@@ -34,21 +34,12 @@ impl Drop for Registration {
 impl CancelWatch {
     /// Starts watching the bucket; returns once current entries are loaded.
     pub async fn start(bus: &Bus) -> anyhow::Result<Arc<Self>> {
-        let kv = bus.cancelled().await?;
+        let mut cancels = Box::pin(bus.cancellations().await?.watch().await?);
         let watch = Arc::new(Self::default());
-        let mut updates = kv.watch_with_history(">").await?;
         let w = watch.clone();
         tokio::spawn(async move {
-            while let Some(entry) = updates.next().await {
-                match entry {
-                    Ok(e) if e.operation == async_nats::jetstream::kv::Operation::Put => {
-                        if let Ok(job) = e.key.parse::<JobId>() {
-                            w.cancel(job, &String::from_utf8_lossy(&e.value));
-                        }
-                    }
-                    Ok(_) => {}
-                    Err(e) => tracing::warn!(error = %e, "cancel watch hiccup"),
-                }
+            while let Some(c) = cancels.next().await {
+                w.cancel(c.job, &c.reason);
             }
             tracing::error!("cancel watch ended");
         });

@@ -206,14 +206,12 @@ async fn run(
         duration_ms: started.elapsed().as_millis() as u64,
     };
     progress.emit(ProgressKind::Finished { status, usage }).await;
-    let subject = ctx.bus.subjects.report(&task.tenant, &task.job_id, &task.task_id);
-    let msg_id = format!("report:{}", task.task_id);
     // Ride out a short NATS outage; the task stays ours meanwhile (ack_wait).
+    // `Nats-Msg-Id` = `report:<task>` (shared/bus/src/reports.rs).
     let budget = Duration::from_secs(ctx.bus.config.ack_wait.max(2) / 2);
-    let stored = retry("report publish", budget, || {
-        ctx.bus.publish_durable(subject.clone(), &report, Some(&msg_id), traceparent.as_deref())
-    })
-    .await;
+    let reports = ctx.bus.reports();
+    let stored =
+        retry("report publish", budget, || reports.publish(&task.tenant, &report, traceparent.as_deref())).await;
     match stored {
         Ok(()) => {
             // A plain ack suffices: the report is already stored, so if this ack

@@ -20,7 +20,7 @@ pub async fn run(ctx: Arc<WorkerContext>, runtimes: Vec<Arc<SubagentRuntime>>, g
     let tracker = TaskTracker::new();
     let mut loops = Vec::new();
     for rt in runtimes {
-        let consumer = ctx.bus.task_consumer(&rt.ty).await?;
+        let consumer = ctx.bus.tasks().consumer(&rt.ty).await?;
         loops.push(tokio::spawn(consume(ctx.clone(), rt, consumer, tracker.clone())));
     }
     tracing::info!(worker_id = %ctx.worker_id, "worker ready");

@@ -139,14 +139,10 @@ impl Tool for TaskTool {
                 traceparent: ctx.traceparent.clone(),
                 created_at: protocol::now(),
             };
-            // Nats-Msg-Id = task id: a publish repeated after a crash inside the
-            // duplicate window is dropped by JetStream.
-            let subject = self.bus.subjects.task(&ty, &ctx.job_id);
-            let msg_id = task_id.to_string();
-            let published = retry("task publish", Duration::from_secs(30), || {
-                self.bus.publish_durable(subject.clone(), &msg, Some(&msg_id), ctx.traceparent.as_deref())
-            })
-            .await;
+            // Nats-Msg-Id = task id (shared/bus/src/tasks.rs): a publish repeated
+            // after a crash inside the duplicate window is dropped by JetStream.
+            let queue = self.bus.tasks();
+            let published = retry("task publish", Duration::from_secs(30), || queue.publish(&msg)).await;
             if let Err(e) = published {
                 self.reports.forget(&task_id);
                 return Err(transient(e));
@@ -249,9 +245,7 @@ impl TaskTool {
 
     /// Removes the job's queued tasks of a type nobody serves.
     async fn drop_queued(&self, ty: &SubagentType, job: &flotilla_protocol::ids::JobId) {
-        if let Ok(stream) = self.bus.js.get_stream(self.bus.subjects.tasks_stream()).await
-            && let Err(e) = stream.purge().filter(self.bus.subjects.task(ty, job)).await
-        {
+        if let Err(e) = self.bus.tasks().purge_job(job, Some(ty)).await {
             tracing::warn!(error = %e, "queued tasks of an unserved type not purged");
         }
     }

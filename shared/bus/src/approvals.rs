@@ -17,14 +17,11 @@
 use std::time::Duration;
 
 use async_nats::jetstream::kv::{self, CreateErrorKind, Operation, UpdateErrorKind};
-use async_nats::jetstream::stream;
 use futures::{Stream, StreamExt, TryStreamExt};
 
 use crate::{Bus, BusError};
 use flotilla_protocol::ids::{JobId, SubagentType, TaskId};
-use flotilla_protocol::{
-    self as protocol, ApprovalRecord, ApprovalState, Decision, DecisionKind, DecisionRecord, MAX_MESSAGE_BYTES,
-};
+use flotilla_protocol::{self as protocol, ApprovalRecord, ApprovalState, Decision, DecisionKind, DecisionRecord};
 
 /// How long an approval record is kept.
 pub const APPROVAL_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
@@ -58,26 +55,7 @@ impl Bus {
     /// The approvals bucket, declared when this process manages the topology,
     /// otherwise opened as declared by the orchestrator.
     pub async fn approvals(&self) -> Result<ApprovalStore, BusError> {
-        let bucket = self.subjects.approvals_bucket();
-        let kv = if self.config.manage_topology {
-            self.js
-                .create_or_update_key_value(kv::Config {
-                    bucket: bucket.clone(),
-                    history: 1,
-                    storage: stream::StorageType::File,
-                    max_age: APPROVAL_RETENTION,
-                    max_value_size: MAX_MESSAGE_BYTES as i32,
-                    num_replicas: self.config.replicas,
-                    ..Default::default()
-                })
-                .await
-                .map_err(|e| BusError::new(format!("cannot open KV bucket {bucket}"), e))?
-        } else {
-            self.js
-                .get_key_value(&bucket)
-                .await
-                .map_err(|e| BusError::new(format!("cannot open KV bucket {bucket}"), e))?
-        };
+        let kv = self.approvals_bucket().await?;
         Ok(ApprovalStore { kv, bus: self.clone() })
     }
 }

@@ -17,24 +17,36 @@
 
 #![deny(missing_docs)]
 
+mod api;
 mod approvals;
 pub mod audit;
 pub mod auth;
+mod buckets;
+mod cancellations;
+mod dead_letters;
 pub mod denials;
+mod events;
 mod files;
+mod reports;
+mod tasks;
 mod workers;
 
+pub use api::ApiRequests;
 pub use approvals::{APPROVAL_RETENTION, ApprovalStore, DecisionError, Versioned, Write, check_decision};
+pub use cancellations::{Cancellations, Cancelled};
+pub use events::{EventStream, RawEvent};
+pub use reports::ReportStream;
+pub use tasks::{GivenUp, QueueDepth, TaskQueue};
 pub use workers::TTL_INTERVALS;
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use async_nats::jetstream::{self, consumer, kv, object_store, stream};
+use async_nats::jetstream::{self, object_store, stream};
 use bytes::Bytes;
 
 use denials::{Denial, DenialKind, Denials, GuardError};
 use flotilla_config::NatsConfig;
-use flotilla_protocol::ids::{SubagentType, Tenant};
 use flotilla_protocol::subjects::Subjects;
 use flotilla_protocol::{self as protocol, MAX_MESSAGE_BYTES, Message};
 
@@ -115,19 +127,24 @@ pub const REASON: &str = "Flotilla-Reason";
 /// Header carrying the W3C trace context.
 pub const TRACEPARENT: &str = "traceparent";
 
-/// A connected process's view of the bus.
+/// A connected process's view of the bus. The connection itself is private:
+/// callers use the typed stores (see the table above), so each operation on a
+/// stream or bucket is written once. `subjects` and `config` stay public:
+/// they are plain values (names and settings), reading them does no I/O.
 #[derive(Clone)]
 pub struct Bus {
     /// Core NATS client (cheap to clone).
-    pub client: async_nats::Client,
+    client: async_nats::Client,
     /// JetStream context.
-    pub js: jetstream::Context,
+    js: jetstream::Context,
     /// Names under the configured prefix.
     pub subjects: Subjects,
     /// The `[nats]` settings.
     pub config: NatsConfig,
     /// Permission denials the server reported on this connection.
-    pub denials: Denials,
+    denials: Denials,
+    /// The KV bucket handles, opened once (`buckets.rs`).
+    buckets: Arc<buckets::Buckets>,
 }
 
 impl Bus {
@@ -193,7 +210,14 @@ impl Bus {
             }
         };
         let js = jetstream::new(client.clone());
-        Ok(Self { client, js, subjects: Subjects::new(&config.prefix), config: config.clone(), denials })
+        Ok(Self {
+            client,
+            js,
+            subjects: Subjects::new(&config.prefix),
+            config: config.clone(),
+            denials,
+            buckets: Arc::default(),
+        })
     }
 
     /// Runs `op`, turning a permission denial the server reports for a subject
@@ -271,54 +295,7 @@ impl Bus {
             })
             .await?;
         }
-        self.jobs().await?;
-        self.cancelled().await?;
-        self.workers().await?;
-        self.approvals().await?;
-        Ok(())
-    }
-
-    /// The jobs KV bucket, created when missing.
-    pub async fn jobs(&self) -> Result<kv::Store, BusError> {
-        let bucket = self.subjects.jobs_bucket();
-        self.js
-            .create_or_update_key_value(kv::Config {
-                bucket: bucket.clone(),
-                history: 1,
-                storage: stream::StorageType::File,
-                max_value_size: MAX_MESSAGE_BYTES as i32,
-                num_replicas: self.config.replicas,
-                ..Default::default()
-            })
-            .await
-            .map_err(|e| BusError::new(format!("cannot open KV bucket {bucket}"), e))
-    }
-
-    /// The bucket of cancelled jobs (key = job id, value = reason), watched by
-    /// every worker; entries expire after a day.
-    pub async fn cancelled(&self) -> Result<kv::Store, BusError> {
-        self.bucket(self.subjects.cancelled_bucket(), Duration::from_secs(24 * 3600)).await
-    }
-
-    /// The bucket of planner checkpoints (key = job id, value = conversation).
-    pub async fn checkpoints(&self) -> Result<kv::Store, BusError> {
-        self.bucket(self.subjects.checkpoints_bucket(), Duration::ZERO).await
-    }
-
-    /// A single-revision KV bucket, created when missing; `max_age` zero = forever.
-    async fn bucket(&self, bucket: String, max_age: Duration) -> Result<kv::Store, BusError> {
-        self.js
-            .create_or_update_key_value(kv::Config {
-                bucket: bucket.clone(),
-                history: 1,
-                max_age,
-                storage: stream::StorageType::File,
-                max_value_size: MAX_MESSAGE_BYTES as i32,
-                num_replicas: self.config.replicas,
-                ..Default::default()
-            })
-            .await
-            .map_err(|e| BusError::new(format!("cannot open KV bucket {bucket}"), e))
+        self.open_buckets().await
     }
 
     /// Waits (up to a minute) until the streams a worker needs exist, declared
@@ -387,27 +364,6 @@ impl Bus {
         self.js.get_object_store(&bucket).await.map_err(|e| open(e.into()))
     }
 
-    /// The durable pull consumer shared by every worker serving `ty`.
-    pub async fn task_consumer(&self, ty: &SubagentType) -> Result<consumer::PullConsumer, BusError> {
-        let name = self.subjects.task_consumer(ty);
-        let stream = self.subjects.tasks_stream();
-        let api = format!("$JS.API.CONSUMER.CREATE.{stream}.{name}");
-        let create = self.js.create_consumer_on_stream(
-            consumer::pull::Config {
-                durable_name: Some(name.clone()),
-                filter_subject: self.subjects.tasks_of_type(ty),
-                ack_policy: consumer::AckPolicy::Explicit,
-                ack_wait: Duration::from_secs(self.config.ack_wait),
-                max_deliver: self.config.max_deliver,
-                max_ack_pending: 10_000,
-                ..Default::default()
-            },
-            &stream,
-        );
-        self.guarded(format!("cannot declare consumer {name} on {stream}"), create, |d| d.subject.starts_with(&api))
-            .await
-    }
-
     /// Publishes `msg` through JetStream and waits for the stream's ack.
     /// `msg_id` becomes `Nats-Msg-Id` (deduplication within the window).
     pub async fn publish_durable<T: Message>(
@@ -451,67 +407,6 @@ impl Bus {
             }
             Err(e) => tracing::warn!(%subject, error = %e, "event not published"),
         }
-    }
-
-    /// Stores an unprocessable message on `<p>.deadletter.<what>` with the reason
-    /// in a header, so nothing accepted vanishes silently.
-    pub async fn dead_letter(&self, what: &str, payload: Bytes, reason: &str) {
-        let subject = self.subjects.dead_letter(what);
-        let mut headers = async_nats::HeaderMap::new();
-        headers.insert(REASON, reason.replace(['\r', '\n'], " ").as_str());
-        let mut body = payload;
-        body.truncate(MAX_MESSAGE_BYTES - 4096);
-        match self.js.publish_with_headers(subject.clone(), headers, body).await {
-            Ok(ack) => {
-                if let Err(e) = ack.await {
-                    tracing::error!(%subject, error = %e, reason, "dead letter not stored");
-                }
-            }
-            Err(e) => tracing::error!(%subject, error = %e, reason, "dead letter not stored"),
-        }
-    }
-
-    /// Request/reply on the job API with a timeout, decoding the typed reply.
-    pub async fn request<Req: Message, Rep: Message>(
-        &self,
-        tenant: &Tenant,
-        op: &str,
-        req: &Req,
-        timeout: Duration,
-    ) -> Result<Rep, BusError> {
-        let subject = self.subjects.api(tenant, op);
-        let payload = checked(protocol::encode(req).into(), Req::NAME)?;
-        let call = async {
-            Ok::<_, std::convert::Infallible>(
-                tokio::time::timeout(timeout, self.client.request(subject.clone(), payload)).await,
-            )
-        };
-        let inbox = format!("{}.", self.config.inbox_prefix);
-        let concerns = |d: &Denial| match d.kind {
-            DenialKind::Publish => d.subject == subject,
-            DenialKind::Subscribe => d.subject.starts_with(&inbox),
-        };
-        let reply = match self.denials.guard(call, concerns).await {
-            Ok(r) => r,
-            Err(GuardError::Denied(d)) => return Err(BusError::new(format!("request on {subject} refused"), d)),
-            Err(GuardError::Op(never)) => match never {},
-        };
-        let reply = reply
-            .map_err(|_| {
-                BusError::new(
-                    format!("no reply on {subject} within {}s", timeout.as_secs()),
-                    "is `flotilla orchestrator` (or `flotilla up`) running against this NATS server?",
-                )
-            })?
-            .map_err(|e| {
-                let hint = if matches!(e.kind(), async_nats::RequestErrorKind::NoResponders) {
-                    "no orchestrator is listening: start `flotilla orchestrator` or `flotilla up`"
-                } else {
-                    "request failed"
-                };
-                BusError::new(format!("{hint} ({subject})"), e)
-            })?;
-        protocol::decode(&reply.payload).map_err(|e| BusError::new(format!("bad reply on {subject}"), e))
     }
 }
 

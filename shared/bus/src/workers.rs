@@ -7,42 +7,16 @@
 //! killed without a goodbye drops out of the set within three intervals, with
 //! no clock comparison between hosts and no sweeper process.
 
-use std::time::Duration;
-
-use async_nats::jetstream::{kv, stream};
 use futures::TryStreamExt;
 
 use crate::{Bus, BusError};
 use flotilla_protocol::subjects::Subjects;
-use flotilla_protocol::{self as protocol, MAX_MESSAGE_BYTES, WorkerHeartbeat};
-
-/// Backstop age of any entry, whatever its TTL (heartbeat intervals are capped below this).
-const MAX_ENTRY_AGE: Duration = Duration::from_secs(15 * 60);
-
-/// How long the server keeps the delete marker of an expired entry.
-const MARKER_TTL: Duration = Duration::from_secs(60);
+use flotilla_protocol::{self as protocol, WorkerHeartbeat};
 
 /// Entries live this many heartbeat intervals.
 pub const TTL_INTERVALS: u32 = 3;
 
 impl Bus {
-    /// The workers KV bucket, created when missing.
-    pub async fn workers(&self) -> Result<kv::Store, BusError> {
-        let bucket = self.subjects.workers_bucket();
-        self.js
-            .create_or_update_key_value(kv::Config {
-                bucket: bucket.clone(),
-                history: 1,
-                storage: stream::StorageType::Memory,
-                max_age: MAX_ENTRY_AGE,
-                max_value_size: MAX_MESSAGE_BYTES as i32,
-                limit_markers: Some(MARKER_TTL),
-                ..Default::default()
-            })
-            .await
-            .map_err(|e| BusError::new(format!("cannot open KV bucket {bucket}"), e))
-    }
-
     /// Publishes `hb` on `<prefix>.worker.heartbeat.<worker>` for subscribers
     /// and stores it as the worker's entry, expiring after
     /// [`TTL_INTERVALS`] × `hb.interval_ms`.
@@ -64,7 +38,7 @@ impl Bus {
 
     /// Removes a worker's entry (on a clean shutdown, once its tasks are done).
     pub async fn remove_worker(&self, worker_id: &str) -> Result<(), BusError> {
-        self.workers()
+        self.workers_bucket()
             .await?
             .delete(Subjects::worker_token(worker_id))
             .await
@@ -74,7 +48,7 @@ impl Bus {
     /// The latest heartbeat of every live worker, sorted by worker id.
     /// Undecodable entries (another schema version) are skipped with a warning.
     pub async fn live_workers(&self) -> Result<Vec<WorkerHeartbeat>, BusError> {
-        let store = self.workers().await?;
+        let store = self.workers_bucket().await?;
         let keys: Vec<String> = store
             .keys()
             .await

@@ -124,13 +124,12 @@ fn task(job: JobId, ty: &SubagentType) -> TaskMessage {
 async fn overhead(rig: &Rig, n: usize) -> anyhow::Result<Vec<Duration>> {
     let job = JobId::new();
     let ty = SubagentType::new("finance")?;
-    let mut reports = rig.bus().client.subscribe(format!("{}.job.{job}.report.*", rig.bus().subjects.prefix())).await?;
-    let subject = rig.bus().subjects.task(&ty, &job);
+    let mut reports = Box::pin(rig.bus().reports().live_of_job(&Default::default(), &job).await?);
     let mut out = Vec::with_capacity(n);
     for i in 0..n + 20 {
         let t = task(job, &ty);
         let started = Instant::now();
-        rig.bus().publish_durable(subject.clone(), &t, Some(&t.task_id.to_string()), None).await?;
+        rig.bus().tasks().publish(&t).await?;
         tokio::time::timeout(Duration::from_secs(30), reports.next())
             .await?
             .ok_or_else(|| anyhow::anyhow!("report stream ended"))?;
@@ -146,13 +145,12 @@ async fn overhead(rig: &Rig, n: usize) -> anyhow::Result<Vec<Duration>> {
 async fn throughput(rig: &Rig, n: usize) -> anyhow::Result<f64> {
     let job = JobId::new();
     let ty = SubagentType::new("finance")?;
-    let mut reports = rig.bus().client.subscribe(format!("{}.job.{job}.report.*", rig.bus().subjects.prefix())).await?;
-    let subject = rig.bus().subjects.task(&ty, &job);
+    let mut reports = Box::pin(rig.bus().reports().live_of_job(&Default::default(), &job).await?);
     let started = Instant::now();
     let publishes = (0..n).map(|_| {
         let t = task(job, &ty);
-        let (bus, subject) = (rig.bus().clone(), subject.clone());
-        async move { bus.publish_durable(subject, &t, Some(&t.task_id.to_string()), None).await }
+        let queue = rig.bus().tasks();
+        async move { queue.publish(&t).await }
     });
     for r in futures::future::join_all(publishes).await {
         r?;

@@ -117,12 +117,10 @@ state_dir = "state"
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        let name = self.bus.subjects.task_consumer(&flotilla_protocol::ids::SubagentType::new("finance")?);
-        let stream = self.bus.js.get_stream(self.bus.subjects.tasks_stream()).await?;
+        let ty = flotilla_protocol::ids::SubagentType::new("finance")?;
+        let queue = self.bus.tasks();
         loop {
-            let mut c: async_nats::jetstream::consumer::PullConsumer =
-                stream.get_consumer(&name).await.map_err(|e| anyhow::anyhow!("{e}"))?;
-            if c.info().await?.num_waiting as usize >= workers {
+            if queue.depth(&ty).await?.waiting as usize >= workers {
                 return Ok(());
             }
             anyhow::ensure!(

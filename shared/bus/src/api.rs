@@ -1,0 +1,76 @@
+//! The job API on `<prefix>.api.<tenant>.<op>` (request/reply, docs/OPERATIONS.md):
+//! the client side ([`Bus::request`], used by the CLI and tests) and the
+//! serving side (the orchestrator's queue subscription and its replies,
+//! orchestrator/src/service.rs).
+
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use crate::denials::{Denial, DenialKind, GuardError};
+use crate::{Bus, BusError, checked};
+use flotilla_protocol::ids::Tenant;
+use flotilla_protocol::{self as protocol, Message};
+
+/// The API requests of every tenant, delivered to one member of a queue group.
+pub type ApiRequests = async_nats::Subscriber;
+
+impl Bus {
+    /// Request/reply on the job API with a timeout, decoding the typed reply.
+    pub async fn request<Req: Message, Rep: Message>(
+        &self,
+        tenant: &Tenant,
+        op: &str,
+        req: &Req,
+        timeout: Duration,
+    ) -> Result<Rep, BusError> {
+        let subject = self.subjects.api(tenant, op);
+        let payload = checked(protocol::encode(req).into(), Req::NAME)?;
+        let call = async {
+            Ok::<_, std::convert::Infallible>(
+                tokio::time::timeout(timeout, self.client.request(subject.clone(), payload)).await,
+            )
+        };
+        let inbox = format!("{}.", self.config.inbox_prefix);
+        let concerns = |d: &Denial| match d.kind {
+            DenialKind::Publish => d.subject == subject,
+            DenialKind::Subscribe => d.subject.starts_with(&inbox),
+        };
+        let reply = match self.denials.guard(call, concerns).await {
+            Ok(r) => r,
+            Err(GuardError::Denied(d)) => return Err(BusError::new(format!("request on {subject} refused"), d)),
+            Err(GuardError::Op(never)) => match never {},
+        };
+        let reply = reply
+            .map_err(|_| {
+                BusError::new(
+                    format!("no reply on {subject} within {}s", timeout.as_secs()),
+                    "is `flotilla orchestrator` (or `flotilla up`) running against this NATS server?",
+                )
+            })?
+            .map_err(|e| {
+                let hint = if matches!(e.kind(), async_nats::RequestErrorKind::NoResponders) {
+                    "no orchestrator is listening: start `flotilla orchestrator` or `flotilla up`"
+                } else {
+                    "request failed"
+                };
+                BusError::new(format!("{hint} ({subject})"), e)
+            })?;
+        protocol::decode(&reply.payload).map_err(|e| BusError::new(format!("bad reply on {subject}"), e))
+    }
+
+    /// Subscribes to every tenant's API requests in queue group `queue`, so
+    /// each request is answered by one orchestrator.
+    pub async fn api_requests(&self, queue: &str) -> Result<ApiRequests, BusError> {
+        let subject = self.subjects.api_all();
+        self.client
+            .queue_subscribe(subject.clone(), queue.to_string())
+            .await
+            .map_err(|e| BusError::new(format!("cannot subscribe to {subject}"), e))
+    }
+
+    /// Sends `payload` (an encoded reply) to a request's `reply_to` inbox.
+    pub async fn reply(&self, reply_to: async_nats::Subject, payload: Bytes) -> Result<(), BusError> {
+        self.client.publish(reply_to, payload).await.map_err(|e| BusError::new("API reply not sent", e))
+    }
+}

@@ -1,0 +1,129 @@
+//! The KV buckets, declared (or, for approvals without `manage_topology`,
+//! opened) once per connection and then handed out as cheap clones: a
+//! `kv::Store` is a handle, and declaring a bucket is a JetStream API round
+//! trip that used to run on every read. [`Bus::ensure_topology`] opens them
+//! all at start; a bucket first used before that is opened on first use. A
+//! failed open is not remembered, so the next use tries again.
+
+use std::future::Future;
+use std::time::Duration;
+
+use async_nats::jetstream::{kv, stream};
+use tokio::sync::OnceCell;
+
+use crate::approvals::APPROVAL_RETENTION;
+use crate::{Bus, BusError};
+use flotilla_protocol::MAX_MESSAGE_BYTES;
+
+/// Backstop age of any worker entry, whatever its TTL (heartbeat intervals are capped below this).
+const WORKER_MAX_AGE: Duration = Duration::from_secs(15 * 60);
+
+/// How long the server keeps the delete marker of an expired worker entry.
+const WORKER_MARKER_TTL: Duration = Duration::from_secs(60);
+
+/// How long a cancellation is remembered.
+const CANCEL_MAX_AGE: Duration = Duration::from_secs(24 * 3600);
+
+/// The bucket handles of one connection, shared by its clones.
+#[derive(Default)]
+pub(crate) struct Buckets {
+    jobs: OnceCell<kv::Store>,
+    cancelled: OnceCell<kv::Store>,
+    checkpoints: OnceCell<kv::Store>,
+    workers: OnceCell<kv::Store>,
+    approvals: OnceCell<kv::Store>,
+}
+
+impl Bus {
+    /// Opens every bucket (at start, from [`ensure_topology`](Bus::ensure_topology)).
+    pub(crate) async fn open_buckets(&self) -> Result<(), BusError> {
+        self.jobs().await?;
+        self.cancelled().await?;
+        self.workers_bucket().await?;
+        self.approvals_bucket().await?;
+        Ok(())
+    }
+
+    /// The jobs KV bucket (job records by job id; orchestrator/src/jobs.rs).
+    pub async fn jobs(&self) -> Result<kv::Store, BusError> {
+        let bucket = self.subjects.jobs_bucket();
+        once(&self.buckets.jobs, || self.declare(bucket, Duration::ZERO)).await
+    }
+
+    /// The raw cancelled-jobs bucket (key = job id, value = reason); prefer
+    /// [`cancellations`](Bus::cancellations).
+    pub async fn cancelled(&self) -> Result<kv::Store, BusError> {
+        let bucket = self.subjects.cancelled_bucket();
+        once(&self.buckets.cancelled, || self.declare(bucket, CANCEL_MAX_AGE)).await
+    }
+
+    /// The bucket of planner checkpoints (key = job id, value = conversation).
+    pub async fn checkpoints(&self) -> Result<kv::Store, BusError> {
+        let bucket = self.subjects.checkpoints_bucket();
+        once(&self.buckets.checkpoints, || self.declare(bucket, Duration::ZERO)).await
+    }
+
+    /// The live workers' bucket: in memory, entries expire by per-message TTL
+    /// (see `workers.rs`), so it allows markers.
+    pub(crate) async fn workers_bucket(&self) -> Result<kv::Store, BusError> {
+        let bucket = self.subjects.workers_bucket();
+        once(&self.buckets.workers, || async {
+            self.js
+                .create_or_update_key_value(kv::Config {
+                    bucket: bucket.clone(),
+                    history: 1,
+                    storage: stream::StorageType::Memory,
+                    max_age: WORKER_MAX_AGE,
+                    max_value_size: MAX_MESSAGE_BYTES as i32,
+                    limit_markers: Some(WORKER_MARKER_TTL),
+                    ..Default::default()
+                })
+                .await
+                .map_err(|e| BusError::new(format!("cannot open KV bucket {bucket}"), e))
+        })
+        .await
+    }
+
+    /// The approvals bucket, declared when this process manages the topology,
+    /// otherwise opened as declared by the orchestrator.
+    pub(crate) async fn approvals_bucket(&self) -> Result<kv::Store, BusError> {
+        let bucket = self.subjects.approvals_bucket();
+        once(&self.buckets.approvals, || async {
+            if self.config.manage_topology {
+                self.declare(bucket, APPROVAL_RETENTION).await
+            } else {
+                self.js
+                    .get_key_value(&bucket)
+                    .await
+                    .map_err(|e| BusError::new(format!("cannot open KV bucket {bucket}"), e))
+            }
+        })
+        .await
+    }
+
+    /// A single-revision file-backed KV bucket, created when missing;
+    /// `max_age` zero = forever.
+    async fn declare(&self, bucket: String, max_age: Duration) -> Result<kv::Store, BusError> {
+        self.js
+            .create_or_update_key_value(kv::Config {
+                bucket: bucket.clone(),
+                history: 1,
+                max_age,
+                storage: stream::StorageType::File,
+                max_value_size: MAX_MESSAGE_BYTES as i32,
+                num_replicas: self.config.replicas,
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| BusError::new(format!("cannot open KV bucket {bucket}"), e))
+    }
+}
+
+/// The handle in `cell`, opened by `open` the first time.
+async fn once<F, Fut>(cell: &OnceCell<kv::Store>, open: F) -> Result<kv::Store, BusError>
+where
+    F: FnOnce() -> Fut,
+    Fut: Future<Output = Result<kv::Store, BusError>>,
+{
+    cell.get_or_try_init(open).await.cloned()
+}
