@@ -1,19 +1,31 @@
 //! The bus: one NATS connection with JetStream, and the streams, consumers and
 //! buckets every Flotilla process agrees on. Each process declares what it
-//! needs idempotently at start (`create_or_update`), so the order in which
-//! orchestrator and workers start does not matter.
+//! needs idempotently at start (`create_or_update`, [`Bus::ensure_topology`]),
+//! so the order in which orchestrator and workers start does not matter.
 //!
-//! | name (prefix `flotilla`)   | kind                 | holds                                  |
-//! |----------------------------|----------------------|----------------------------------------|
-//! | `FLOTILLA_TASKS`           | stream, work queue   | `flotilla.task.>`                      |
-//! | `flotilla-task-<type>`     | durable pull consumer| `flotilla.task.<type>.*`               |
-//! | `FLOTILLA_REPORTS`         | stream, limits 7 d   | `flotilla.job.*.report.*`              |
-//! | `FLOTILLA_EVENTS`          | stream, limits 24 h  | `flotilla.job.*.event`, `.progress.*`  |
-//! | `FLOTILLA_DEADLETTER`      | stream, limits 30 d  | `flotilla.deadletter.>` + reason header |
-//! | `flotilla_jobs`            | KV bucket            | job records by job id                  |
-//! | `flotilla_files`           | Object Store bucket  | job files, `[files] max_age` retention |
-//! | `flotilla_workers`         | KV bucket, memory    | latest heartbeat per live worker (TTL) |
-//! | `flotilla_approvals`       | KV bucket, 7 d       | approval records `<job>.<task>.<call>` |
+//! The connection is private: every process (and every test that is not
+//! acting as a plain NATS client) goes through the typed stores below, so each
+//! operation on a stream or bucket is written once, here.
+//!
+//! | name (prefix `flotilla`)   | kind                 | holds                                  | typed store (file) |
+//! |----------------------------|----------------------|----------------------------------------|--------------------|
+//! | `FLOTILLA_TASKS`           | stream, work queue   | `flotilla.task.>`                      | [`TaskQueue`]: publish (dedup id, traceparent), purge a job's tasks, consumer, depth, given-up tasks (`tasks.rs`) |
+//! | `flotilla-task-<type>`     | durable pull consumer| `flotilla.task.<type>.*`               | [`TaskQueue::consumer`] (`tasks.rs`) |
+//! | `FLOTILLA_REPORTS`         | stream, limits 7 d   | `flotilla.job.*.*.report.*`            | [`ReportStream`]: publish, stored report of a task, follow (`reports.rs`) |
+//! | `FLOTILLA_EVENTS`          | stream, limits 24 h  | `flotilla.job.*.*.event`, `.progress.*`| [`Bus::publish_event`]; [`EventStream`]: follow a filter with its stored count (`events.rs`) |
+//! | `FLOTILLA_DEADLETTER`      | stream, limits 30 d  | `flotilla.deadletter.>` + reason header | [`Bus::dead_letter`] (`dead_letters.rs`) |
+//! | `FLOTILLA_AUDIT`           | stream               | `flotilla.audit.<tenant>.<job>`        | [`audit::BusAuditSink`], [`audit::read`] (`audit.rs`) |
+//! | `flotilla_jobs`            | KV bucket            | job records by job id                  | [`Bus::jobs`] handle, read by the orchestrator's job store |
+//! | `flotilla_cancelled`       | KV bucket, 24 h      | cancelled job id -> reason             | [`Cancellations`]: record, reason, watch (`cancellations.rs`) |
+//! | `flotilla_checkpoints`     | KV bucket            | planner conversation by job id         | [`Bus::checkpoints`] handle (`buckets.rs`) |
+//! | `flotilla_files`           | Object Store bucket  | job files, `[files] max_age` retention | [`Bus::job_files`] (`files.rs`) |
+//! | `flotilla_workers`         | KV bucket, memory    | latest heartbeat per live worker (TTL) | [`Bus::publish_heartbeat`], [`Bus::live_workers`], [`Bus::remove_worker`] (`workers.rs`) |
+//! | `flotilla_approvals`       | KV bucket, 7 d       | `req.<type>.<job>.<task>.<call>`, `dec.…<round>` | [`ApprovalStore`] (`approvals.rs`) |
+//! | `flotilla.api.<tenant>.<op>` | request/reply      | the job API                            | [`Bus::request`], [`Bus::api_requests`], [`Bus::reply`] (`api.rs`) |
+//!
+//! The KV handles are opened once per connection and shared by its clones
+//! (`buckets.rs`); auth and TLS are applied at connect (`auth.rs`), and a
+//! permission the server refuses surfaces at once (`denials.rs`).
 
 #![deny(missing_docs)]
 
