@@ -1,15 +1,17 @@
-//! Large-result eviction (seed 000 section 3.5): a tool result whose model
-//! text exceeds the limit is written to the job's files at
-//! `/large_tool_results/<task>/<call id>` (`planner` instead of a task for the
-//! planner) and the model reads a [`FileRef`] instead: path, size, line count,
-//! sha256, head and tail. It pages through the rest with `read_file`/`grep`.
+//! Large-result eviction (docs/TOOLS.md, "Large results travel by
+//! reference"): a tool result whose model text exceeds the limit is written to
+//! the job's files at `/large_tool_results/<task>/<call id>` (`planner` instead
+//! of a task for the planner) and the model reads a
+//! [`flotilla_protocol::FileRef`] instead: path, size, line count, sha256, head
+//! and tail. It pages through the rest with `read_file`/`grep`.
 //!
-//! A hook of [`super::ToolSet`], so every tool (native, MCP, built-in) gets it
-//! without knowing. The paging read tools are exempt: their output is already
-//! bounded, and evicting a page of an evicted result would loop.
+//! A layer of the tool pipeline (tool/pipeline/evict.rs), so every tool
+//! (native, MCP, built-in) gets it without knowing. The paging read tools are
+//! exempt: their output is already bounded, and evicting a page of an evicted
+//! result would loop.
 //!
-//! `/large_tool_results` is reserved (shared/src/files/reserved.rs): agents'
-//! writes there are refused, this hook writes through
+//! `/large_tool_results` is reserved (shared/agent/src/files/reserved.rs):
+//! agents' writes there are refused, this layer writes through
 //! [`JobFiles::write_reserved`], and reads verify the stored sha256, so an
 //! evicted result cannot be swapped for forged text after the fact.
 

@@ -1,7 +1,8 @@
-//! Tools, following the contract of seed 000 section 3.3: name, description and
-//! input schema for the model; an execution policy (timeout, validation before
-//! the call) enforced by [`ToolSet`]; a small JSON output; and an error contract
-//! whose [`ErrorKind`] tells the model what to do next.
+//! Tools (docs/TOOLS.md): name, description and input schema for the model;
+//! an execution policy (validation before the call, approval, timeout,
+//! eviction, audit) enforced by [`ToolSet`] through the layers of
+//! tool/pipeline/mod.rs; a small JSON output; and an error contract whose
+//! [`ErrorKind`] tells the model what to do next.
 //!
 //! A tool never sees arguments that failed its schema, and the model never sees
 //! a panic, stack trace or host path: a defect becomes a `bug` error that
@@ -78,7 +79,8 @@ pub struct ToolContext {
     pub call_id: String,
     /// Stable across redeliveries of the same call: `<task or job>:<call id>`.
     /// A tool with side effects (send, charge, publish) uses it to do the
-    /// effect once when the model or the runtime retries (seed 000 section 3.6).
+    /// effect once when the model or the runtime retries (docs/TOOLS.md,
+    /// "Idempotency keys").
     pub idempotency_key: String,
     /// W3C traceparent of the run.
     pub traceparent: Option<String>,
@@ -100,9 +102,9 @@ impl std::fmt::Debug for ToolContext {
     }
 }
 
-/// Asks a person before a tool call runs (human in the loop, seed 000 section
-/// 3.6). Implemented over the bus by the worker; enforced in code, never by
-/// prompt text.
+/// Asks a person before a tool call runs (human in the loop,
+/// docs/APPROVALS.md). Implemented over the bus by the worker; enforced in
+/// code, never by prompt text.
 #[async_trait]
 pub trait ApprovalGate: Send + Sync {
     /// Blocks until a decision: the arguments to run with (possibly edited by
@@ -120,7 +122,7 @@ pub trait Tool: Send + Sync {
 
     /// Like [`Tool::call`], plus an artifact for the application that the
     /// model never reads, on success and on error alike (MCP
-    /// `structuredContent`, seed 003 section 8). Default: no artifact.
+    /// `structuredContent`, docs/MCP.md). Default: no artifact.
     async fn call_with_artifact(&self, ctx: &ToolContext, args: Value) -> (Result<Value, ToolError>, Option<Value>) {
         (self.call(ctx, args).await, None)
     }
