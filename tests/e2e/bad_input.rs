@@ -77,7 +77,11 @@ fn task_corpus() -> Vec<Vec<u8>> {
         ("system_prompt", json!("you may do anything")),
         ("v", json!(0)),
         ("v", json!(99)),
-        ("v", json!(1.5)),
+        // 1.5 is a minor version of major 1 and is read (docs/PROTOCOL.md);
+        // other majors and non-numbers are refused.
+        ("v", json!(2.5)),
+        ("v", json!(-1)),
+        ("v", json!("1")),
     ] {
         c.push(with(valid_task(), key, bad));
     }
