@@ -2,7 +2,8 @@
 //! A scripted subagent calls `calculate_margin`, which its type lists under
 //! `interrupt_on`; the test answers with the `flotilla` CLI as a person would.
 
-use flotilla_protocol::JobStatus;
+use flotilla_protocol::ids::{JobId, Tenant};
+use flotilla_protocol::{AuditAction, AuditOutcome, AuditRecord, JobStatus};
 use flotilla_tests::{EventLog, TestConfig, proc::run_cli};
 use serde_json::Value;
 
@@ -258,4 +259,53 @@ async fn an_approval_is_used_once_and_a_replayed_call_asks_again() {
     let (code, _, err) = cli(&d, &["approve", &job, &second, "--approve"]).await;
     assert_eq!(code, 0, "{err}");
     assert_eq!(answer_of(&d, &mut log).await, "permission;0.6;", "the replay followed the second answer");
+}
+
+// Issue 11: an approval decision is audited exactly once, by the tool set
+// that asked (shared/agent/src/tool/pipeline/approve.rs), with the decision's
+// outcome; the worker's bus gate used to write a second record of its own.
+
+/// The job's audit records once the worker's `calculate_margin` call record
+/// is in: that record is published after the call's approval decision, on the
+/// same connection, so every approval record is in the stream by then.
+async fn audit_after_the_call(d: &Deployment, job: JobId) -> Vec<AuditRecord> {
+    let tenant = Tenant::default();
+    flotilla_tests::eventually(TIMEOUT, "the calculate_margin call record", || {
+        let (bus, tenant) = (d.bus.clone(), tenant.clone());
+        async move {
+            let records = flotilla_bus::audit::read(&bus, &tenant, &job).await.ok()?;
+            let call = |r: &AuditRecord| r.action == AuditAction::ToolCall && r.tool == "calculate_margin";
+            records.iter().any(call).then_some(records)
+        }
+    })
+    .await
+}
+
+fn approvals(records: &[AuditRecord]) -> Vec<AuditOutcome> {
+    records.iter().filter(|r| r.action == AuditAction::Approval).map(|r| r.outcome).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_approved_call_leaves_one_approval_record() {
+    let d = Deployment::start(1, |url| config(url, r#"["approve", "reject"]"#, 60)).await;
+    let mut log = EventLog::subscribe(&d.raw.client, "flotilla.job.>").await;
+    let job = d.submit("one margin").await;
+    let call = request(&mut log).await["call_id"].as_str().unwrap().to_string();
+    let (code, out, err) = cli(&d, &["approve", &job.to_string(), &call, "--approve"]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(log.job_end(TIMEOUT).await["event"], "completed");
+
+    let records = audit_after_the_call(&d, job).await;
+    assert_eq!(approvals(&records), vec![AuditOutcome::Approved], "{records:#?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_approval_is_one_rejected_record() {
+    let d = Deployment::start(1, |url| config(url, r#"["approve", "reject"]"#, 1)).await;
+    let mut log = EventLog::subscribe(&d.raw.client, "flotilla.job.>").await;
+    let job = d.submit("one margin").await;
+    assert_eq!(log.job_end(TIMEOUT).await["event"], "completed");
+
+    let records = audit_after_the_call(&d, job).await;
+    assert_eq!(approvals(&records), vec![AuditOutcome::Rejected], "{records:#?}");
 }

@@ -9,7 +9,6 @@ mod common;
 mod deploy_manifests;
 mod durability;
 mod files;
-mod fixes_approvals;
 mod job_files;
 mod mcp;
 mod mcp_conformance;

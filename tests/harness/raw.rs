@@ -10,7 +10,7 @@ use std::future::Future;
 
 use async_nats::jetstream;
 use flotilla_bus::BusError;
-use flotilla_bus::denials::{Denial, Denials, GuardError};
+use flotilla_bus::denials::{Denial, Denials};
 use flotilla_config::NatsConfig;
 
 /// One raw connection.
@@ -56,9 +56,6 @@ impl RawNats {
     where
         E: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
-        self.denials.guard(op, concerns).await.map_err(|e| match e {
-            GuardError::Denied(d) => BusError::new(context, d),
-            GuardError::Op(e) => BusError::new(context, e),
-        })
+        self.denials.guarded(context, op, concerns).await
     }
 }

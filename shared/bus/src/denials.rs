@@ -113,6 +113,23 @@ impl Denials {
             d = denied => Err(GuardError::Denied(d)),
         }
     }
+
+    /// [`Denials::guard`] with the failure as a [`BusError`](crate::BusError)
+    /// saying what was being done.
+    pub async fn guarded<T, E>(
+        &self,
+        context: impl Into<String>,
+        op: impl std::future::Future<Output = Result<T, E>>,
+        concerns: impl Fn(&Denial) -> bool,
+    ) -> Result<T, crate::BusError>
+    where
+        E: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        self.guard(op, concerns).await.map_err(|e| match e {
+            GuardError::Denied(d) => crate::BusError::new(context, d),
+            GuardError::Op(e) => crate::BusError::new(context, e),
+        })
+    }
 }
 
 /// The operation failed, or the server refused it.

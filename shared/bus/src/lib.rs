@@ -57,7 +57,7 @@ use std::time::Duration;
 use async_nats::jetstream::{self, object_store, stream};
 use bytes::Bytes;
 
-use denials::{Denial, DenialKind, Denials, GuardError};
+use denials::{Denial, DenialKind, Denials};
 use flotilla_config::NatsConfig;
 use flotilla_protocol::subjects::Subjects;
 use flotilla_protocol::{self as protocol, MAX_MESSAGE_BYTES, Message};
@@ -243,10 +243,7 @@ impl Bus {
     where
         E: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
-        self.denials.guard(op, concerns).await.map_err(|e| match e {
-            GuardError::Denied(d) => BusError::new(context, d),
-            GuardError::Op(e) => BusError::new(context, e),
-        })
+        self.denials.guarded(context, op, concerns).await
     }
 
     /// Declares the streams and buckets (idempotent). With

@@ -29,12 +29,6 @@ pub enum McpError {
         /// What it offers.
         known: String,
     },
-    /// A `tools` entry that is not `mcp:<server>` or `mcp:<server>/<tool>`.
-    #[error("invalid MCP tool entry {entry:?}: use \"mcp:<server>\" or \"mcp:<server>/<tool>\"")]
-    BadEntry {
-        /// The entry.
-        entry: String,
-    },
     /// The server's config cannot be used right now (a missing environment
     /// variable, a refused address).
     #[error("MCP server `{server}`: {message}")]
@@ -87,7 +81,6 @@ impl McpError {
     pub fn kind(&self) -> ErrorKind {
         match self {
             McpError::UnknownServer { .. } | McpError::UnknownTool { .. } => ErrorKind::NotFound,
-            McpError::BadEntry { .. } => ErrorKind::Validation,
             McpError::Config { .. } => ErrorKind::Permission,
             McpError::Connect { .. } | McpError::Session { .. } => ErrorKind::Transient,
             McpError::Timeout { .. } => ErrorKind::Timeout,
