@@ -9,10 +9,16 @@
 //! version; the writes of one job run one at a time, each storing the newest
 //! snapshot, and a write whose version an earlier-finished write already
 //! covered is skipped, so an older snapshot never overwrites a newer one.
+//!
+//! The bucket and the event stream sit behind [`JobBackend`]
+//! (orchestrator/src/ports.rs): [`NatsJobs`] in production, an in-memory
+//! fake in unit tests (orchestrator/src/fakes.rs).
 
 use std::sync::Arc;
 
 use async_nats::jetstream::kv;
+use async_trait::async_trait;
+use bytes::Bytes;
 use dashmap::DashMap;
 use flotilla_bus::{Bus, BusError, retry};
 use flotilla_protocol::ids::{JobId, Tenant};
@@ -20,6 +26,7 @@ use flotilla_protocol::{self as protocol, JobEvent, JobEventKind, JobRecord, Job
 use futures::TryStreamExt;
 
 use crate::metrics::OrchestratorMetrics;
+use crate::ports::JobBackend;
 
 /// How long a job-record write is retried before the caller sees the error.
 const WRITE_BUDGET: std::time::Duration = std::time::Duration::from_secs(60);
@@ -27,8 +34,7 @@ const WRITE_BUDGET: std::time::Duration = std::time::Duration::from_secs(60);
 /// Job records and job events.
 #[derive(Clone)]
 pub struct JobStore {
-    bus: Bus,
-    kv: kv::Store,
+    backend: Arc<dyn JobBackend>,
     live: Arc<DashMap<JobId, Arc<Live>>>,
     metrics: Arc<OrchestratorMetrics>,
 }
@@ -37,7 +43,12 @@ impl JobStore {
     /// Opens the jobs bucket.
     pub async fn open(bus: Bus) -> Result<Self, BusError> {
         let kv = bus.jobs().await?;
-        Ok(Self { bus, kv, live: Arc::default(), metrics: Arc::new(OrchestratorMetrics::new()) })
+        Ok(Self::with_backend(Arc::new(NatsJobs { bus, kv })))
+    }
+
+    /// A store over `backend` (an in-memory one in unit tests).
+    pub(crate) fn with_backend(backend: Arc<dyn JobBackend>) -> Self {
+        Self { backend, live: Arc::default(), metrics: Arc::new(OrchestratorMetrics::new()) }
     }
 
     /// Stores a new record and keeps it live.
@@ -52,7 +63,7 @@ impl JobStore {
         if let Some(rec) = self.live.get(id).map(|r| r.clone()) {
             return Ok(Some(rec.snapshot().0));
         }
-        let bytes = self.kv.get(id.to_string()).await.map_err(|e| BusError::new(format!("cannot read job {id}"), e))?;
+        let bytes = self.backend.get(id).await?;
         match bytes {
             None => Ok(None),
             Some(b) => {
@@ -96,23 +107,14 @@ impl JobStore {
 
     /// Persists `rec`, riding out a short NATS outage (restart, election).
     async fn write(&self, rec: &JobRecord) -> Result<(), BusError> {
-        let payload = bytes::Bytes::from(protocol::encode(rec));
-        retry("job record write", WRITE_BUDGET, || async {
-            self.kv
-                .put(rec.id.to_string(), payload.clone())
-                .await
-                .map_err(|e| BusError::new(format!("cannot store job {}", rec.id), e))
-        })
-        .await?;
+        let payload = Bytes::from(protocol::encode(rec));
+        retry("job record write", WRITE_BUDGET, || self.backend.put(&rec.id, payload.clone())).await?;
         Ok(())
     }
 
     /// Every stored job id.
     async fn ids(&self) -> Result<Vec<JobId>, BusError> {
-        let keys: Vec<String> = match self.kv.keys().await {
-            Ok(k) => k.try_collect().await.map_err(|e| BusError::new("cannot list jobs", e))?,
-            Err(e) => return Err(BusError::new("cannot list jobs", e)),
-        };
+        let keys = self.backend.keys().await?;
         Ok(keys.iter().filter_map(|k| k.parse().ok()).collect())
     }
 
@@ -175,7 +177,36 @@ impl JobStore {
             Err(e) => return tracing::warn!(%job_id, error = %e, "job event not published: tenant unknown"),
         };
         let ev = JobEvent { v: protocol::SCHEMA_VERSION, job_id, at: protocol::now(), kind };
-        self.bus.publish_event(self.bus.subjects.job_event(&tenant, &job_id), &ev).await;
+        self.backend.emit(&tenant, &job_id, &ev).await;
+    }
+}
+
+/// The jobs KV bucket and the events stream.
+struct NatsJobs {
+    bus: Bus,
+    kv: kv::Store,
+}
+
+#[async_trait]
+impl JobBackend for NatsJobs {
+    async fn get(&self, id: &JobId) -> Result<Option<Bytes>, BusError> {
+        self.kv.get(id.to_string()).await.map_err(|e| BusError::new(format!("cannot read job {id}"), e))
+    }
+
+    async fn put(&self, id: &JobId, record: Bytes) -> Result<(), BusError> {
+        self.kv.put(id.to_string(), record).await.map_err(|e| BusError::new(format!("cannot store job {id}"), e))?;
+        Ok(())
+    }
+
+    async fn keys(&self) -> Result<Vec<String>, BusError> {
+        match self.kv.keys().await {
+            Ok(k) => k.try_collect().await.map_err(|e| BusError::new("cannot list jobs", e)),
+            Err(e) => Err(BusError::new("cannot list jobs", e)),
+        }
+    }
+
+    async fn emit(&self, tenant: &Tenant, job: &JobId, event: &JobEvent) {
+        self.bus.publish_event(self.bus.subjects.job_event(tenant, job), event).await;
     }
 }
 

@@ -41,8 +41,11 @@ mod checkpoints;
 mod dashboard;
 mod dead_letters;
 pub mod events;
+#[cfg(test)]
+mod fakes;
 mod jobs;
 mod metrics;
 mod planner;
+mod ports;
 mod reports;
 pub mod service;

@@ -6,6 +6,9 @@
 //! report by subject, then waits for the live one. The first report for a
 //! task wins; later ones (a redelivered attempt) find no waiter and are
 //! dropped, which is what makes consolidation exactly-once.
+//!
+//! The stored-report lookup goes through [`StoredReports`]
+//! (orchestrator/src/ports.rs) so unit tests route reports without NATS.
 
 use std::sync::Arc;
 
@@ -16,10 +19,12 @@ use flotilla_protocol::ids::{JobId, TaskId, Tenant};
 use futures::StreamExt;
 use tokio::sync::oneshot;
 
+use crate::ports::StoredReports;
+
 /// Hands each report to the one call awaiting it.
 #[derive(Clone)]
 pub struct ReportRouter {
-    bus: Bus,
+    stored: Arc<dyn StoredReports>,
     waiters: Arc<DashMap<TaskId, oneshot::Sender<TaskReport>>>,
 }
 
@@ -27,7 +32,7 @@ impl ReportRouter {
     /// Starts following new reports.
     pub async fn start(bus: Bus) -> Result<Self, BusError> {
         let mut reports = Box::pin(bus.reports().follow().await?);
-        let router = Self { bus, waiters: Arc::default() };
+        let router = Self::new(Arc::new(bus));
         let r = router.clone();
         tokio::spawn(async move {
             while let Some(report) = reports.next().await {
@@ -38,7 +43,14 @@ impl ReportRouter {
         Ok(router)
     }
 
-    fn route(&self, report: TaskReport) {
+    /// A router looking stored reports up in `stored`; live reports come
+    /// through [`route`](Self::route).
+    pub(crate) fn new(stored: Arc<dyn StoredReports>) -> Self {
+        Self { stored, waiters: Arc::default() }
+    }
+
+    /// Hands `report` to its waiter, if any (the first report of a task wins).
+    pub(crate) fn route(&self, report: TaskReport) {
         if let Some((_, tx)) = self.waiters.remove(&report.task_id) {
             let _ = tx.send(report);
         } else {
@@ -55,11 +67,17 @@ impl ReportRouter {
     /// A report already stored for `task` (one that arrived while nobody
     /// waited, e.g. during an orchestrator restart).
     pub async fn stored(&self, tenant: &Tenant, job: &JobId, task: &TaskId) -> Option<TaskReport> {
-        self.bus.reports().stored(tenant, job, task).await
+        self.stored.stored(tenant, job, task).await
     }
 
     /// Stops waiting for `task`.
     pub fn forget(&self, task: &TaskId) {
         self.waiters.remove(task);
+    }
+
+    /// How many calls wait for a report.
+    #[cfg(test)]
+    pub(crate) fn waiting(&self) -> usize {
+        self.waiters.len()
     }
 }

@@ -69,7 +69,7 @@ impl Planner {
         tools.add(Arc::new(WriteTodos { jobs: jobs.clone() }), "planner")?;
         tools.add(
             Arc::new(TaskTool {
-                bus,
+                queue: Arc::new(bus),
                 jobs: jobs.clone(),
                 reports,
                 types,
