@@ -15,7 +15,6 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 
 use crate::tool::{ToolContext, ToolOutcome};
 use flotilla_protocol::{self as protocol, AuditAction, AuditOutcome, AuditRecord, ErrorKind};
@@ -97,7 +96,7 @@ impl Auditor {
 /// Hex SHA-256 of `args` as canonical JSON (object keys sorted at every level).
 pub fn args_digest(args: &Value) -> String {
     let bytes = serde_json::to_vec(&canonical(args)).unwrap_or_default();
-    Sha256::digest(&bytes).iter().map(|b| format!("{b:02x}")).collect()
+    crate::digest::sha256_hex(&bytes)
 }
 
 fn canonical(v: &Value) -> Value {
