@@ -1,5 +1,6 @@
-//! Writing audit records: every tool call passes through [`crate::tool::ToolSet`],
-//! which hands it to the tool set's [`Auditor`]; approval code writes its
+//! Writing audit records: every tool call passes through the tool set's
+//! pipeline (shared/agent/src/tool/pipeline/), which hands it to the tool
+//! set's [`Auditor`]; approval code writes its
 //! decisions through the same auditor ([`Auditor::approval`]), so one sink sees
 //! every tool call and approval of a process.
 //!
@@ -16,8 +17,25 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde_json::Value;
 
-use crate::tool::{ToolContext, ToolOutcome};
+use flotilla_protocol::ids::{JobId, TaskId, Tenant};
 use flotilla_protocol::{self as protocol, AuditAction, AuditOutcome, AuditRecord, ErrorKind};
+
+/// Where a call happened, as the audit record names it. The tool layer
+/// builds it from its call context (`ToolContext::call_site`), so this module
+/// needs nothing of the tool module.
+#[derive(Clone, Copy, Debug)]
+pub struct CallSite<'a> {
+    /// Whose job.
+    pub tenant: &'a Tenant,
+    /// The job.
+    pub job_id: JobId,
+    /// The task, `None` for the planner.
+    pub task_id: Option<TaskId>,
+    /// The model's call id.
+    pub call_id: &'a str,
+    /// The run's W3C traceparent, whose trace id the record carries.
+    pub traceparent: Option<&'a str>,
+}
 
 /// Stores audit records.
 #[async_trait]
@@ -48,7 +66,7 @@ impl Auditor {
 
     fn record(
         &self,
-        ctx: &ToolContext,
+        site: CallSite<'_>,
         action: AuditAction,
         tool: &str,
         args: &Value,
@@ -59,36 +77,51 @@ impl Auditor {
             v: protocol::SCHEMA_VERSION,
             at: protocol::now(),
             action,
-            tenant: ctx.tenant.clone(),
-            job_id: ctx.job_id,
-            task_id: ctx.task_id,
+            tenant: site.tenant.clone(),
+            job_id: site.job_id,
+            task_id: site.task_id,
             agent: self.agent.clone(),
             worker: self.worker.clone(),
             tool: tool.to_string(),
-            call_id: ctx.call_id.clone(),
+            call_id: site.call_id.to_string(),
             args_sha256: args_digest(args),
             outcome,
             error_kind,
             duration_ms: duration.as_millis() as u64,
-            trace_id: ctx.traceparent.as_deref().and_then(flotilla_protocol::trace::trace_id).map(str::to_string),
+            trace_id: site.traceparent.and_then(flotilla_protocol::trace::trace_id).map(str::to_string),
         }
     }
 
-    /// Records one finished tool call.
-    pub async fn tool_call(&self, ctx: &ToolContext, tool: &str, args: &Value, outcome: &ToolOutcome) {
-        let result = match &outcome.result {
-            Ok(_) => (AuditOutcome::Ok, None),
-            Err(e) => (AuditOutcome::Error, Some(e.kind)),
+    /// Records one finished tool call: `failed` is the error kind the call
+    /// ended with, `None` when it succeeded.
+    pub async fn tool_call(
+        &self,
+        site: CallSite<'_>,
+        tool: &str,
+        args: &Value,
+        failed: Option<ErrorKind>,
+        duration: Duration,
+    ) {
+        let result = match failed {
+            None => (AuditOutcome::Ok, None),
+            Some(kind) => (AuditOutcome::Error, Some(kind)),
         };
-        let rec = self.record(ctx, AuditAction::ToolCall, tool, args, result, outcome.duration);
+        let rec = self.record(site, AuditAction::ToolCall, tool, args, result, duration);
         self.sink.write(rec).await;
     }
 
     /// Records an approval decision on a gated call: `outcome` is `approved`,
     /// `edited` (then `args` are the edited arguments) or `rejected`;
     /// `waited` is how long the call waited for the decision.
-    pub async fn approval(&self, ctx: &ToolContext, tool: &str, args: &Value, outcome: AuditOutcome, waited: Duration) {
-        let rec = self.record(ctx, AuditAction::Approval, tool, args, (outcome, None), waited);
+    pub async fn approval(
+        &self,
+        site: CallSite<'_>,
+        tool: &str,
+        args: &Value,
+        outcome: AuditOutcome,
+        waited: Duration,
+    ) {
+        let rec = self.record(site, AuditAction::Approval, tool, args, (outcome, None), waited);
         self.sink.write(rec).await;
     }
 }

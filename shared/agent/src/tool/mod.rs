@@ -90,6 +90,19 @@ pub struct ToolContext {
     pub approvals: Option<Arc<dyn ApprovalGate>>,
 }
 
+impl ToolContext {
+    /// Where this call happens, as its audit records name it.
+    pub fn call_site(&self) -> crate::audit::CallSite<'_> {
+        crate::audit::CallSite {
+            tenant: &self.tenant,
+            job_id: self.job_id,
+            task_id: self.task_id,
+            call_id: &self.call_id,
+            traceparent: self.traceparent.as_deref(),
+        }
+    }
+}
+
 impl std::fmt::Debug for ToolContext {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ToolContext")

@@ -136,5 +136,5 @@ async fn audit_decision(
         Err(e) if e.kind == ErrorKind::Permission => (AuditOutcome::Rejected, args),
         Err(_) => return,
     };
-    auditor.approval(ctx, name, audited, outcome, waited).await;
+    auditor.approval(ctx.call_site(), name, audited, outcome, waited).await;
 }

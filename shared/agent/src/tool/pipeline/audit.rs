@@ -14,7 +14,8 @@ impl Layer for Audit<'_> {
         let (ctx, name, requested) = (call.ctx, call.name, call.requested);
         let reply = next.run(call).await;
         if let Some(auditor) = self.0 {
-            auditor.tool_call(ctx, name, requested, &reply.outcome).await;
+            let failed = reply.outcome.result.as_ref().err().map(|e| e.kind);
+            auditor.tool_call(ctx.call_site(), name, requested, failed, reply.outcome.duration).await;
         }
         reply
     }
