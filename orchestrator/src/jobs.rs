@@ -16,14 +16,12 @@
 
 use std::sync::Arc;
 
-use async_nats::jetstream::kv;
 use async_trait::async_trait;
 use bytes::Bytes;
 use dashmap::DashMap;
-use flotilla_bus::{Bus, BusError, retry};
+use flotilla_bus::{Bus, BusError, JobRecords, retry};
 use flotilla_protocol::ids::{JobId, Tenant};
 use flotilla_protocol::{self as protocol, JobEvent, JobEventKind, JobRecord, JobStatus, JobSummary};
-use futures::TryStreamExt;
 
 use crate::metrics::OrchestratorMetrics;
 use crate::ports::JobBackend;
@@ -42,8 +40,8 @@ pub struct JobStore {
 impl JobStore {
     /// Opens the jobs bucket.
     pub async fn open(bus: Bus) -> Result<Self, BusError> {
-        let kv = bus.jobs().await?;
-        Ok(Self::with_backend(Arc::new(NatsJobs { bus, kv })))
+        let records = bus.job_records().await?;
+        Ok(Self::with_backend(Arc::new(NatsJobs { bus, records })))
     }
 
     /// A store over `backend` (an in-memory one in unit tests).
@@ -184,25 +182,21 @@ impl JobStore {
 /// The jobs KV bucket and the events stream.
 struct NatsJobs {
     bus: Bus,
-    kv: kv::Store,
+    records: JobRecords,
 }
 
 #[async_trait]
 impl JobBackend for NatsJobs {
     async fn get(&self, id: &JobId) -> Result<Option<Bytes>, BusError> {
-        self.kv.get(id.to_string()).await.map_err(|e| BusError::new(format!("cannot read job {id}"), e))
+        self.records.get(id).await
     }
 
     async fn put(&self, id: &JobId, record: Bytes) -> Result<(), BusError> {
-        self.kv.put(id.to_string(), record).await.map_err(|e| BusError::new(format!("cannot store job {id}"), e))?;
-        Ok(())
+        self.records.put(id, record).await
     }
 
     async fn keys(&self) -> Result<Vec<String>, BusError> {
-        match self.kv.keys().await {
-            Ok(k) => k.try_collect().await.map_err(|e| BusError::new("cannot list jobs", e)),
-            Err(e) => Err(BusError::new("cannot list jobs", e)),
-        }
+        self.records.keys().await
     }
 
     async fn emit(&self, tenant: &Tenant, job: &JobId, event: &JobEvent) {

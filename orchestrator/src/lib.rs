@@ -16,8 +16,8 @@
 //!   job event goes through it, so it is also where `metrics` counts.
 //! - `reports`: routes task reports from the reports stream to the `task` call
 //!   waiting for each, first report wins (exactly-once consolidation).
-//! - `checkpoints`: the planner's conversation after every turn, so a restarted
-//!   orchestrator resumes a job where it stopped.
+//! - checkpoints (`flotilla_bus::Checkpoints`): the planner's conversation
+//!   after every turn, so a restarted orchestrator resumes a job where it stopped.
 //! - `dead_letters`: turns tasks JetStream gave up on (`max_deliver`) into
 //!   failed reports, so a planner never waits in silence.
 //! - `approvals`: the `approvals`/`approve` API operations over the approvals
@@ -37,7 +37,6 @@
 #![deny(missing_docs)]
 
 mod approvals;
-mod checkpoints;
 mod dashboard;
 mod dead_letters;
 pub mod events;

@@ -37,11 +37,11 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::checkpoints::Checkpoints;
 use crate::dead_letters;
 use crate::jobs::JobStore;
 use crate::planner::Planner;
 use crate::reports::ReportRouter;
+use flotilla_bus::Checkpoints;
 
 /// Queue group of the API subscription, so several orchestrators share requests.
 const API_QUEUE: &str = "flotilla-orchestrator";
@@ -90,7 +90,7 @@ impl Orchestrator {
         let cancelled = bus.cancellations().await?;
         let files = bus.job_files(&settings.files).await?;
         let planner =
-            Planner::new(settings, bus.clone(), jobs.clone(), reports, checkpoints, bus.cancelled().await?, files)?;
+            Planner::new(settings, bus.clone(), jobs.clone(), reports, checkpoints, bus.cancellations().await?, files)?;
         let concurrency = settings.planner()?.concurrency.max(1);
         let service = Arc::new(Service {
             bus,

@@ -11,12 +11,11 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_nats::jetstream::kv;
 use flotilla_agent::agent::{Agent, Conversation, Limits, RunContext};
 use flotilla_agent::files::JobFiles;
 use flotilla_agent::model::{self, ChatModel};
 use flotilla_agent::tool::{Eviction, ToolSet};
-use flotilla_bus::{Bus, BusError, BusErrorKind};
+use flotilla_bus::{Bus, BusError, BusErrorKind, Cancellations, Checkpoints};
 use flotilla_config::permissions::Permissions;
 use flotilla_config::{PlannerConfig, Settings, ToolRef};
 use flotilla_protocol::ids::{JobId, SubagentType};
@@ -24,7 +23,6 @@ use flotilla_protocol::{ErrorInfo, ErrorKind, JobEventKind, JobRecord, JobStatus
 use flotilla_tools::{self as builtin, FileToolEnv};
 use tokio_util::sync::CancellationToken;
 
-use crate::checkpoints::Checkpoints;
 use crate::jobs::JobStore;
 use crate::reports::ReportRouter;
 use observer::PlannerObserver;
@@ -39,7 +37,7 @@ pub struct Planner {
     jobs: JobStore,
     checkpoints: Checkpoints,
     /// Cancelled jobs with their reasons.
-    cancelled: kv::Store,
+    cancelled: Cancellations,
     system_prompt: String,
 }
 
@@ -51,7 +49,7 @@ impl Planner {
         jobs: JobStore,
         reports: ReportRouter,
         checkpoints: Checkpoints,
-        cancelled: kv::Store,
+        cancelled: Cancellations,
         files: JobFiles,
     ) -> anyhow::Result<Self> {
         let config = settings.planner()?.clone();
@@ -167,8 +165,8 @@ impl Planner {
                     Ok(()) => {}
                 }
                 let kind = if status == JobStatus::Cancelled {
-                    let reason = match self.cancelled.get(id.to_string()).await {
-                        Ok(Some(r)) => String::from_utf8_lossy(&r).into_owned(),
+                    let reason = match self.cancelled.reason(&id).await {
+                        Ok(Some(r)) => r,
                         _ => error.message,
                     };
                     JobEventKind::Cancelled { reason }

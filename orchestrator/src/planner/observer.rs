@@ -8,8 +8,8 @@ use flotilla_agent::agent::{AgentObserver, Conversation};
 use flotilla_protocol::ids::JobId;
 use flotilla_protocol::{JobEventKind, Usage};
 
-use crate::checkpoints::Checkpoints;
 use crate::jobs::JobStore;
+use flotilla_bus::Checkpoints;
 
 /// Observer of one job's planner run.
 pub struct PlannerObserver {

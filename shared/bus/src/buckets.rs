@@ -45,20 +45,20 @@ impl Bus {
     }
 
     /// The jobs KV bucket (job records by job id; orchestrator/src/jobs.rs).
-    pub async fn jobs(&self) -> Result<kv::Store, BusError> {
+    pub(crate) async fn jobs(&self) -> Result<kv::Store, BusError> {
         let bucket = self.subjects.jobs_bucket();
         once(&self.buckets.jobs, || self.declare(bucket, Duration::ZERO)).await
     }
 
-    /// The raw cancelled-jobs bucket (key = job id, value = reason); prefer
+    /// The cancelled-jobs bucket (key = job id, value = reason), behind
     /// [`cancellations`](Bus::cancellations).
-    pub async fn cancelled(&self) -> Result<kv::Store, BusError> {
+    pub(crate) async fn cancelled(&self) -> Result<kv::Store, BusError> {
         let bucket = self.subjects.cancelled_bucket();
         once(&self.buckets.cancelled, || self.declare(bucket, CANCEL_MAX_AGE)).await
     }
 
     /// The bucket of planner checkpoints (key = job id, value = conversation).
-    pub async fn checkpoints(&self) -> Result<kv::Store, BusError> {
+    pub(crate) async fn checkpoints(&self) -> Result<kv::Store, BusError> {
         let bucket = self.subjects.checkpoints_bucket();
         once(&self.buckets.checkpoints, || self.declare(bucket, Duration::ZERO)).await
     }

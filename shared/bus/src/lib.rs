@@ -15,9 +15,9 @@
 //! | `FLOTILLA_EVENTS`          | stream, limits 24 h  | `flotilla.job.*.*.event`, `.progress.*`| [`Bus::publish_event`]; [`EventStream`]: follow a filter with its stored count (`events.rs`) |
 //! | `FLOTILLA_DEADLETTER`      | stream, limits 30 d  | `flotilla.deadletter.>` + reason header | [`Bus::dead_letter`] (`dead_letters.rs`) |
 //! | `FLOTILLA_AUDIT`           | stream               | `flotilla.audit.<tenant>.<job>`        | [`audit::BusAuditSink`], [`audit::read`] (`audit.rs`) |
-//! | `flotilla_jobs`            | KV bucket            | job records by job id                  | [`Bus::jobs`] handle, read by the orchestrator's job store |
+//! | `flotilla_jobs`            | KV bucket            | job records by job id                  | [`JobRecords`]: get, put, keys (`job_records.rs`); the orchestrator's job store keeps live copies over it |
 //! | `flotilla_cancelled`       | KV bucket, 24 h      | cancelled job id -> reason             | [`Cancellations`]: record, reason, watch (`cancellations.rs`) |
-//! | `flotilla_checkpoints`     | KV bucket            | planner conversation by job id         | [`Bus::checkpoints`] handle (`buckets.rs`) |
+//! | `flotilla_checkpoints`     | KV bucket            | planner conversation by job id         | [`Checkpoints`]: save, load, remove (`checkpoints.rs`) |
 //! | `flotilla_files`           | Object Store bucket  | job files, `[files] max_age` retention | [`Bus::job_files`] (`files.rs`) |
 //! | `flotilla_workers`         | KV bucket, memory    | latest heartbeat per live worker (TTL) | [`Bus::publish_heartbeat`], [`Bus::live_workers`], [`Bus::remove_worker`] (`workers.rs`) |
 //! | `flotilla_approvals`       | KV bucket, 7 d       | `req.<type>.<job>.<task>.<call>`, `dec.…<round>` | [`ApprovalStore`] (`approvals.rs`) |
@@ -35,10 +35,12 @@ pub mod audit;
 pub mod auth;
 mod buckets;
 mod cancellations;
+mod checkpoints;
 mod dead_letters;
 pub mod denials;
 mod events;
 mod files;
+mod job_records;
 mod reports;
 mod tasks;
 mod workers;
@@ -46,7 +48,9 @@ mod workers;
 pub use api::ApiRequests;
 pub use approvals::{APPROVAL_RETENTION, ApprovalStore, DecisionError, Versioned, Write, check_decision};
 pub use cancellations::{Cancellations, Cancelled};
+pub use checkpoints::Checkpoints;
 pub use events::{EventStream, RawEvent};
+pub use job_records::JobRecords;
 pub use reports::ReportStream;
 pub use tasks::{GivenUp, QueueDepth, TaskQueue};
 pub use workers::TTL_INTERVALS;

@@ -6,9 +6,9 @@
 
 use std::time::Duration;
 
+use crate::{Bus, BusError, retry};
 use async_nats::jetstream::kv;
 use flotilla_agent::agent::Conversation;
-use flotilla_bus::{Bus, BusError, retry};
 use flotilla_protocol::MAX_MESSAGE_BYTES;
 use flotilla_protocol::ids::JobId;
 
