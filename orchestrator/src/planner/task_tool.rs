@@ -16,7 +16,7 @@ use flotilla_agent::tool::{Tool, ToolContext, ToolError, ToolSpec};
 use flotilla_bus::retry;
 use flotilla_protocol::ids::{SubagentType, TaskId};
 use flotilla_protocol::{
-    self as protocol, ErrorInfo, ErrorKind, JobEventKind, TaskEntry, TaskMessage, TaskReport, TaskStatus, Usage,
+    self as protocol, ErrorInfo, ErrorKind, JobEventKind, TaskEntry, TaskMessage, TaskReport, TaskStatus,
 };
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -103,23 +103,7 @@ impl Tool for TaskTool {
             Some(entry) => (entry.task_id, entry.published),
             None => {
                 let task_id = TaskId::new();
-                let entry = TaskEntry {
-                    task_id,
-                    subagent_type: ty.clone(),
-                    description: description.clone(),
-                    status: None,
-                    summary: String::new(),
-                    error: None,
-                    usage: Usage::default(),
-                    worker_id: None,
-                    attempt: 0,
-                    duration_ms: 0,
-                    dispatched_at: Some(protocol::now()),
-                    started_at: None,
-                    finished_at: None,
-                    call_id: Some(ctx.call_id.clone()),
-                    published: false,
-                };
+                let entry = TaskEntry::dispatched(task_id, ty.clone(), description.clone(), ctx.call_id.clone());
                 self.jobs.update(&ctx.job_id, |rec| rec.tasks.push(entry)).await.map_err(transient)?;
                 (task_id, false)
             }
@@ -309,7 +293,7 @@ mod tests {
     //! a type nobody serves (issue #11 item 4).
 
     use flotilla_protocol::ids::{JobId, Tenant};
-    use flotilla_protocol::{JobEvent, JobRecord};
+    use flotilla_protocol::{JobEvent, JobRecord, Usage};
     use tokio_util::sync::CancellationToken;
 
     use super::*;
@@ -434,23 +418,9 @@ mod tests {
     async fn left_behind(published: bool) -> (Arc<FakeJobs>, JobId, TaskMessage) {
         let (backend, job, task_id) = (Arc::new(FakeJobs::default()), JobId::new(), TaskId::new());
         let mut rec = JobRecord::new(job, Tenant::new("acme").unwrap(), "revenue by region".into());
-        rec.tasks.push(TaskEntry {
-            task_id,
-            subagent_type: finance(),
-            description: "sum the north region".into(),
-            status: None,
-            summary: String::new(),
-            error: None,
-            usage: Usage::default(),
-            worker_id: None,
-            attempt: 0,
-            duration_ms: 0,
-            dispatched_at: Some(protocol::now()),
-            started_at: None,
-            finished_at: None,
-            call_id: Some(CALL.into()),
-            published,
-        });
+        let mut entry = TaskEntry::dispatched(task_id, finance(), "sum the north region".into(), CALL.into());
+        entry.published = published;
+        rec.tasks.push(entry);
         JobStore::with_backend(backend.clone()).insert(rec.clone()).await.unwrap();
         let msg = TaskMessage {
             v: protocol::SCHEMA_VERSION,

@@ -97,6 +97,30 @@ pub struct TaskEntry {
     pub published: bool,
 }
 
+impl TaskEntry {
+    /// A task just dispatched by the planner's call `call_id`, not yet
+    /// published: no status, no report, stamped now.
+    pub fn dispatched(task_id: TaskId, subagent_type: SubagentType, description: String, call_id: String) -> Self {
+        Self {
+            task_id,
+            subagent_type,
+            description,
+            status: None,
+            summary: String::new(),
+            error: None,
+            usage: crate::Usage::default(),
+            worker_id: None,
+            attempt: 0,
+            duration_ms: 0,
+            dispatched_at: Some(crate::now()),
+            started_at: None,
+            finished_at: None,
+            call_id: Some(call_id),
+            published: false,
+        }
+    }
+}
+
 /// Everything known about a job.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct JobRecord {

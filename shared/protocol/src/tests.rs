@@ -66,23 +66,9 @@ fn every_message_round_trips() {
         kind: JobEventKind::TodosChanged { todos: vec![Todo { content: "a".into(), status: TodoStatus::InProgress }] },
     });
     let mut rec = JobRecord::new(t.job_id, Tenant::default(), "job".into());
-    rec.tasks.push(TaskEntry {
-        task_id: t.task_id,
-        subagent_type: t.subagent_type.clone(),
-        description: "d".into(),
-        status: None,
-        summary: String::new(),
-        error: None,
-        usage: Usage::default(),
-        worker_id: None,
-        attempt: 0,
-        duration_ms: 0,
-        dispatched_at: Some(now()),
-        started_at: None,
-        finished_at: None,
-        call_id: Some("call_1_0".into()),
-        published: true,
-    });
+    let mut entry = TaskEntry::dispatched(t.task_id, t.subagent_type.clone(), "d".into(), "call_1_0".into());
+    entry.published = true;
+    rec.tasks.push(entry);
     round_trip(&rec);
     round_trip(&SubmitRequest { v: 1, input: "x".into() });
     round_trip(&ApiReply::ok(SubmitReply { job_id: t.job_id }));

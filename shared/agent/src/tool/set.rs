@@ -179,7 +179,7 @@ impl ToolSet {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use async_trait::async_trait;
     use serde_json::json;

@@ -8,7 +8,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use async_trait::async_trait;
 use flotilla_protocol::{AuditAction, AuditOutcome, AuditRecord, ErrorKind};
 use serde_json::json;
-use tokio_util::sync::CancellationToken;
 
 use super::approve::Approve;
 use super::audit::Audit;
@@ -56,16 +55,9 @@ impl ApprovalGate for Reviewer {
 }
 
 fn ctx(gate: Option<Arc<Reviewer>>) -> ToolContext {
-    ToolContext {
-        job_id: flotilla_protocol::ids::JobId::new(),
-        task_id: None,
-        tenant: Default::default(),
-        call_id: "c1".into(),
-        idempotency_key: "k".into(),
-        traceparent: None,
-        cancel: CancellationToken::new(),
-        approvals: gate.map(|g| g as Arc<dyn ApprovalGate>),
-    }
+    let mut c = crate::tool::set::tests::ctx();
+    c.approvals = gate.map(|g| g as Arc<dyn ApprovalGate>);
+    c
 }
 
 /// An `echo` set with a 1 s timeout, audited into the returned sink.
