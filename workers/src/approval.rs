@@ -49,8 +49,6 @@ pub struct ApprovalPolicy {
     schemas: BTreeMap<String, Value>,
     /// How long a request waits.
     timeout: Duration,
-    /// The approvals bucket, opened on the first gated call of any task.
-    store: tokio::sync::OnceCell<ApprovalStore>,
 }
 
 impl ApprovalPolicy {
@@ -69,16 +67,11 @@ impl ApprovalPolicy {
             rules: config.interrupt_on.iter().map(|(k, v)| (k.clone(), v.decisions.clone())).collect(),
             schemas: tools.specs().into_iter().map(|s| (s.name, s.input_schema)).collect(),
             timeout: Duration::from_secs(config.approval_timeout),
-            store: tokio::sync::OnceCell::new(),
         })
     }
 
     fn decisions(&self, tool: &str) -> Vec<DecisionKind> {
         self.rules.get(tool).cloned().unwrap_or_else(|| DEFAULT_DECISIONS.to_vec())
-    }
-
-    async fn store(&self, bus: &Bus) -> Result<&ApprovalStore, BusError> {
-        self.store.get_or_try_init(|| bus.approvals()).await
     }
 }
 
@@ -357,7 +350,8 @@ impl ApprovalGate for BusApprovalGate {
             tracing::warn!(tool, call_id = %ctx.call_id, error = %e, "approval store unavailable");
             ToolError::transient(format!("cannot ask for approval of {tool} right now; the call was not run"))
         };
-        let store = self.policy.store(&self.bus).await.map_err(unavailable)?;
+        // The bus opens the bucket once per connection and hands out clones.
+        let store = &self.bus.approvals().await.map_err(unavailable)?;
         // The decision is audited by the tool set that asked, once
         // (`audit_decision` in shared/src/tool/set.rs), not here.
         match self.open(store, &key, task, ctx, tool, args).await.map_err(unavailable)? {
