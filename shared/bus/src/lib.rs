@@ -137,6 +137,9 @@ impl flotilla_agent::retry::Retryable for BusError {
     }
 }
 
+/// How long a starting process waits for the bus's streams and buckets.
+pub const TOPOLOGY_BUDGET: Duration = Duration::from_secs(60);
+
 /// Header carrying why a message was dead-lettered.
 pub const REASON: &str = "Flotilla-Reason";
 
@@ -252,10 +255,17 @@ impl Bus {
 
     /// Declares the streams and buckets (idempotent). With
     /// `[nats] manage_topology = false` it only waits for them to exist.
+    /// A process starting while NATS restarts or elects a leader retries
+    /// transient failures for up to [`TOPOLOGY_BUDGET`]; a permission error
+    /// ends it at once.
     pub async fn ensure_topology(&self) -> Result<(), BusError> {
         if !self.config.manage_topology {
             return self.await_topology().await;
         }
+        retry("JetStream topology declaration", TOPOLOGY_BUDGET, || self.declare_topology()).await
+    }
+
+    async fn declare_topology(&self) -> Result<(), BusError> {
         let s = &self.subjects;
         let streams = [
             stream::Config {
@@ -314,7 +324,7 @@ impl Bus {
     /// Waits (up to a minute) until the streams a worker needs exist, declared
     /// by a process allowed to manage them, normally the orchestrator.
     async fn await_topology(&self) -> Result<(), BusError> {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        let deadline = tokio::time::Instant::now() + TOPOLOGY_BUDGET;
         let files = format!("OBJ_{}", self.subjects.files_bucket());
         for name in [self.subjects.tasks_stream(), self.subjects.reports_stream(), self.subjects.audit_stream(), files]
         {
