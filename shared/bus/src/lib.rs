@@ -180,6 +180,7 @@ impl Bus {
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| BusError::new(format!("invalid [nats] url {}", redact_url(&config.url)), e))?;
         let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(2));
+        let mut next_warning = tokio::time::Instant::now();
         let client = loop {
             let seen = denials.clone();
             let opts = async_nats::ConnectOptions::new()
@@ -214,7 +215,13 @@ impl Bus {
                     ));
                 }
                 Err(e) if tokio::time::Instant::now() < deadline => {
-                    tracing::debug!(error = %e, "NATS not reachable yet, retrying");
+                    // An operator starting services before NATS sees why they wait (issue 17).
+                    if tokio::time::Instant::now() >= next_warning {
+                        tracing::warn!(url = %redact_url(&config.url), error = %e, "waiting for NATS");
+                        next_warning = tokio::time::Instant::now() + Duration::from_secs(10);
+                    } else {
+                        tracing::debug!(error = %e, "NATS not reachable yet, retrying");
+                    }
                     tokio::time::sleep(backoff.next_delay().min(deadline - tokio::time::Instant::now())).await;
                 }
                 Err(e) => {
