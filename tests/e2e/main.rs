@@ -7,6 +7,7 @@ mod cli_pipe;
 mod cluster;
 mod common;
 mod deploy_manifests;
+mod draining;
 mod durability;
 mod files;
 mod job_files;

@@ -1,7 +1,8 @@
 //! Worker heartbeats: one when the worker is ready, one every `[worker]
-//! heartbeat` seconds, one with state `stopping` when shutdown begins, and
-//! the worker's entry removed from the workers bucket once its tasks are
-//! done. Each beat goes out on `<prefix>.worker.heartbeat.<worker>` and into
+//! heartbeat` seconds, state `draining` from the moment it is told to stop
+//! (it still beats while its running tasks finish), one `stopping` beat when
+//! its tasks are done, and then the worker's entry removed from the workers
+//! bucket. Each beat goes out on `<prefix>.worker.heartbeat.<worker>` and into
 //! the `<prefix>_workers` KV bucket with a TTL of three intervals (see
 //! `flotilla_bus::Bus::publish_heartbeat`), so a SIGKILLed worker
 //! leaves the live set by itself.
@@ -41,40 +42,49 @@ pub struct Identity {
 pub struct Heartbeats {
     bus: Bus,
     worker_id: String,
+    stop: CancellationToken,
     task: tokio::task::JoinHandle<()>,
 }
 
 impl Heartbeats {
     /// Publishes the first heartbeat now (so the worker is visible once this
-    /// returns), then keeps beating until `shutdown` fires, when it sends the
-    /// `stopping` beat.
+    /// returns), then keeps beating: `running` until `draining` fires, then
+    /// `draining` (the first such beat at once) until [`finish`](Self::finish).
     pub async fn start(
         bus: Bus,
         id: Identity,
         metrics: Arc<WorkerMetrics>,
         mcp: Option<McpHealth>,
-        shutdown: CancellationToken,
+        draining: CancellationToken,
     ) -> Self {
         let beat = Beat { id, metrics, mcp, started_at: protocol::now() };
         send(&bus, &beat.make(WorkerState::Running)).await;
-        let (b, worker_id) = (bus.clone(), beat.id.worker_id.clone());
+        let (b, worker_id, stop) = (bus.clone(), beat.id.worker_id.clone(), CancellationToken::new());
+        let stopped = stop.clone();
         let task = tokio::spawn(async move {
             let every = beat.id.interval;
             let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut announced = false;
             loop {
+                let state = if draining.is_cancelled() { WorkerState::Draining } else { WorkerState::Running };
                 tokio::select! {
-                    _ = tick.tick() => send(&b, &beat.make(WorkerState::Running)).await,
-                    _ = shutdown.cancelled() => break,
+                    _ = tick.tick() => send(&b, &beat.make(state)).await,
+                    _ = draining.cancelled(), if !announced => {
+                        announced = true;
+                        send(&b, &beat.make(WorkerState::Draining)).await;
+                    }
+                    _ = stopped.cancelled() => break,
                 }
             }
             send(&b, &beat.make(WorkerState::Stopping)).await;
         });
-        Self { bus, worker_id, task }
+        Self { bus, worker_id, stop, task }
     }
 
-    /// Waits for the `stopping` beat, then removes the worker from the live set.
+    /// Sends the `stopping` beat, then removes the worker from the live set.
     pub async fn finish(self) {
+        self.stop.cancel();
         let _ = self.task.await;
         if let Err(e) = self.bus.remove_worker(&self.worker_id).await {
             tracing::warn!(error = %e, "worker entry not removed; it expires by itself");

@@ -52,9 +52,10 @@ struct Args {
     /// Worker id shown in reports and progress (default: <host>-<pid>).
     #[arg(long)]
     id: Option<String>,
-    /// Seconds to let running tasks finish on shutdown before handing them back.
-    #[arg(long, default_value_t = 20)]
-    grace: u64,
+    /// Seconds to let running tasks finish after SIGTERM before handing the rest
+    /// back (default: `[worker] grace`, 30).
+    #[arg(long)]
+    grace: Option<u64>,
     /// Log format: text or json.
     #[arg(long, default_value = "text")]
     log_format: LogFormat,
@@ -127,8 +128,10 @@ async fn main() -> anyhow::Result<()> {
     let heartbeats =
         Heartbeats::start(bus.clone(), identity, metrics.clone(), Some(mcp_health), shutdown.clone()).await;
     let cancels = cancel::CancelWatch::start(&bus).await.context("cannot watch job cancellations")?;
-    let ctx = Arc::new(WorkerContext { bus, worker_id, shutdown, metrics, cancels });
-    let result = worker::run(ctx, runtimes, Duration::from_secs(args.grace)).await;
+    let hand_back = CancellationToken::new();
+    let ctx = Arc::new(WorkerContext { bus, worker_id, shutdown, hand_back, metrics, cancels });
+    let grace = Duration::from_secs(args.grace.unwrap_or(settings.worker.grace));
+    let result = worker::run(ctx, runtimes, grace).await;
     heartbeats.finish().await;
     mcp.shutdown().await;
     result
@@ -183,7 +186,7 @@ async fn shutdown_on_signal(token: CancellationToken) {
         _ = tokio::signal::ctrl_c() => {}
         _ = term.recv() => {}
     }
-    tracing::info!("shutting down");
+    tracing::info!("told to stop: draining");
     token.cancel();
 }
 

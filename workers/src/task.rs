@@ -28,8 +28,12 @@ pub struct WorkerContext {
     pub bus: Bus,
     /// This worker's id, in reports and progress.
     pub worker_id: String,
-    /// Fires when the worker shuts down: running tasks are handed back (nak).
+    /// Fires when the worker is told to stop (SIGTERM): it pulls no more
+    /// tasks; running ones go on (docs/RELIABILITY.md, draining).
     pub shutdown: CancellationToken,
+    /// Fires when the drain grace runs out: running tasks stop and are
+    /// handed back (nak) for another worker.
+    pub hand_back: CancellationToken,
     /// Task, model and tool metrics (also the source of heartbeat load figures).
     pub metrics: Arc<WorkerMetrics>,
     /// Cancelled jobs; aborts their running subagents.
@@ -100,10 +104,10 @@ async fn run(
         attempt,
         metrics: ctx.metrics.agent.clone(),
     };
-    let cancel = ctx.shutdown.child_token();
+    let cancel = ctx.hand_back.child_token();
     let _registration = ctx.cancels.register(task.job_id, task.task_id, cancel.clone());
     // A task of an already cancelled job reports `cancelled` without starting.
-    let job_cancelled = cancel.is_cancelled() && !ctx.shutdown.is_cancelled();
+    let job_cancelled = cancel.is_cancelled() && !ctx.hand_back.is_cancelled();
     if !job_cancelled {
         tracing::info!("task started");
         progress.emit(ProgressKind::Started).await;
@@ -153,9 +157,9 @@ async fn run(
     };
     keepalive.abort();
 
-    if ctx.shutdown.is_cancelled() {
-        // Not the task's fault: hand it to another worker.
-        tracing::info!("worker shutting down: task handed back");
+    if ctx.hand_back.is_cancelled() {
+        // Not the task's fault: the drain grace ran out; hand it to another worker.
+        tracing::info!("worker stopping: task handed back");
         ctx.metrics.task_ended(&rt.ty, HANDED_BACK, None);
         let _ = msg.ack_with(AckKind::Nak(None)).await;
         return;

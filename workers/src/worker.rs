@@ -1,6 +1,10 @@
 //! The worker's consume loops: one per served subagent type, each pulling from
 //! the type's durable consumer only while it has a free slot, so a busy worker
 //! never hoards messages that an idle replica could run.
+//!
+//! Stopping drains (docs/RELIABILITY.md): on SIGTERM the loops stop pulling,
+//! running tasks go on (keeping their in-progress acks) for up to the grace
+//! period and report as usual; only what is still running then is handed back.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,7 +19,11 @@ use crate::task::{self, WorkerContext};
 /// How long a pull waits for a task before asking again.
 const PULL_EXPIRES: Duration = Duration::from_secs(5);
 
-/// Runs until `ctx.shutdown` fires, then waits up to `grace` for running tasks.
+/// How long handed-back tasks get to send their naks once the grace is over.
+const HAND_BACK_WAIT: Duration = Duration::from_secs(10);
+
+/// Runs until `ctx.shutdown` fires, then drains: no more pulls, running tasks
+/// get up to `grace` to finish, and whatever still runs is handed back.
 pub async fn run(ctx: Arc<WorkerContext>, runtimes: Vec<Arc<SubagentRuntime>>, grace: Duration) -> anyhow::Result<()> {
     let tracker = TaskTracker::new();
     let mut loops = Vec::new();
@@ -25,12 +33,18 @@ pub async fn run(ctx: Arc<WorkerContext>, runtimes: Vec<Arc<SubagentRuntime>>, g
     }
     tracing::info!(worker_id = %ctx.worker_id, "worker ready");
     ctx.shutdown.cancelled().await;
-    for l in &loops {
-        l.abort();
+    // Each loop ends at its next await point; none leaves a pulled task behind.
+    for l in loops {
+        let _ = l.await;
     }
     tracker.close();
+    tracing::info!(running = tracker.len(), grace_s = grace.as_secs(), "draining: letting running tasks finish");
     if tokio::time::timeout(grace, tracker.wait()).await.is_err() {
-        tracing::warn!("tasks still running after the grace period; they will be redelivered");
+        tracing::warn!(running = tracker.len(), "grace period over: handing the running tasks back");
+        ctx.hand_back.cancel();
+        if tokio::time::timeout(HAND_BACK_WAIT, tracker.wait()).await.is_err() {
+            tracing::warn!("tasks did not stop in time; the queue redelivers them after ack_wait");
+        }
     }
     Ok(())
 }
@@ -43,7 +57,14 @@ async fn consume(
 ) {
     let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
     loop {
-        let Ok(permit) = rt.slots.clone().acquire_owned().await else { return };
+        let permit = tokio::select! {
+            p = rt.slots.clone().acquire_owned() => p,
+            _ = ctx.shutdown.cancelled() => return,
+        };
+        let Ok(permit) = permit else { return };
+        if ctx.shutdown.is_cancelled() {
+            return;
+        }
         let batch = consumer.batch().max_messages(1).expires(PULL_EXPIRES).messages().await;
         let mut batch = match batch {
             Ok(b) => b,
@@ -53,6 +74,9 @@ async fn consume(
                 continue;
             }
         };
+        // Not cut short on shutdown: a pull in flight (at most PULL_EXPIRES)
+        // may still deliver one task, which then runs like any other during
+        // the drain instead of waiting out ack_wait unacked.
         match batch.next().await {
             Some(Ok(msg)) => {
                 backoff.reset();

@@ -14,11 +14,15 @@ pub struct WorkerConfig {
     /// Seconds between heartbeats on `<prefix>.worker.heartbeat.<worker>`.
     /// A worker's entry in the workers bucket expires after three of them.
     pub heartbeat: u64,
+    /// Seconds a worker told to stop (SIGTERM) lets its running tasks finish
+    /// before handing the rest back to the queue (docs/RELIABILITY.md).
+    /// Keep a pod's `terminationGracePeriodSeconds` above it.
+    pub grace: u64,
 }
 
 impl Default for WorkerConfig {
     fn default() -> Self {
-        Self { heartbeat: 5 }
+        Self { heartbeat: 5, grace: 30 }
     }
 }
 

@@ -22,7 +22,10 @@ pub enum WorkerState {
     /// Serving its types.
     #[default]
     Running,
-    /// Shutting down: pulls no new tasks, hands running ones back after its grace period.
+    /// Told to stop: pulls no new tasks and lets its running ones finish
+    /// within its grace period (`[worker] grace`).
+    Draining,
+    /// Its last beat: running tasks are reported or handed back; it is leaving.
     Stopping,
 }
 
@@ -31,6 +34,7 @@ impl WorkerState {
     pub fn as_str(self) -> &'static str {
         match self {
             WorkerState::Running => "running",
+            WorkerState::Draining => "draining",
             WorkerState::Stopping => "stopping",
         }
     }
