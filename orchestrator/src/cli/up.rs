@@ -37,6 +37,7 @@ pub async fn run(mut settings: Settings, config: &Path, args: Args) -> anyhow::R
             1
         }
     };
-    sup.stop(Duration::from_secs(15)).await;
+    // Workers drain for `[worker] grace`; give them that before SIGKILL.
+    sup.stop(Duration::from_secs(settings.worker.grace + 5)).await;
     Ok(code)
 }
