@@ -171,6 +171,73 @@ fn kubernetes_manifests_are_complete_and_consistent() {
     assert!(dir.join("nats.conf").is_file() && deploy_dir().join("nats/roles.conf").is_file());
 }
 
+/// Every document of every manifest in deploy/kubernetes/, by kind.
+fn kubernetes_docs() -> BTreeMap<String, Vec<Yaml>> {
+    let mut by_kind: BTreeMap<String, Vec<Yaml>> = BTreeMap::new();
+    for entry in std::fs::read_dir(deploy_dir().join("kubernetes")).unwrap() {
+        let p = entry.unwrap().path();
+        if p.extension().is_some_and(|e| e == "yaml") {
+            for d in yaml_docs(&p) {
+                by_kind.entry(s(&d["kind"], "kind").to_string()).or_default().push(d);
+            }
+        }
+    }
+    by_kind
+}
+
+/// Issue 13 item 3: KEDA scales each worker Deployment on its own queue (the
+/// stream and durable consumer Flotilla really uses, read from the NATS
+/// monitoring port the cluster serves), disruption budgets select real pods,
+/// and a pod's termination grace outlasts the worker's drain grace.
+#[test]
+fn autoscaling_targets_the_real_queue_and_pods_outlast_the_drain() {
+    let by_kind = kubernetes_docs();
+    let deployments: BTreeMap<&str, &Yaml> =
+        by_kind["Deployment"].iter().map(|d| (s(&d["metadata"]["name"], "name"), d)).collect();
+    let subjects = flotilla_protocol::subjects::Subjects::new("flotilla");
+    let nats_conf = read(&deploy_dir().join("kubernetes/nats.conf"));
+    let monitor_port = nats_conf.lines().find_map(|l| l.strip_prefix("http: ")).and_then(|a| a.rsplit(':').next());
+    let roles = read(&deploy_dir().join("nats/roles.conf"));
+    let mut scaled = BTreeSet::new();
+    for so in &by_kind["ScaledObject"] {
+        let target = s(&so["spec"]["scaleTargetRef"]["name"], "scaleTargetRef.name");
+        let d = deployments.get(target).unwrap_or_else(|| panic!("ScaledObject targets unknown Deployment {target}"));
+        let ty = s(&d["spec"]["template"]["metadata"]["labels"]["flotilla.dev/subagent-type"], "subagent-type label");
+        let trigger = &so["spec"]["triggers"][0];
+        assert_eq!(s(&trigger["type"], "trigger type"), "nats-jetstream");
+        let m = &trigger["metadata"];
+        assert_eq!(s(&m["stream"], "stream"), subjects.tasks_stream());
+        let ty = flotilla_protocol::ids::SubagentType::new(ty).unwrap();
+        assert_eq!(s(&m["consumer"], "consumer"), subjects.task_consumer(&ty), "{target}: the type's durable consumer");
+        let endpoint = s(&m["natsServerMonitoringEndpoint"], "monitoring endpoint");
+        assert_eq!(endpoint.rsplit(':').next(), monitor_port, "{target}: the port nats.conf serves `http` on");
+        assert!(roles.contains(&format!("{} {{", s(&m["account"], "account"))), "{target}: account in roles.conf");
+        assert!(so["spec"]["minReplicaCount"].as_i64().is_some_and(|n| n >= 1), "{target}: never scaled to zero");
+        scaled.insert(target);
+    }
+    for (name, d) in &deployments {
+        if !name.starts_with("flotilla-worker") {
+            continue;
+        }
+        assert!(scaled.contains(name), "{name} has a ScaledObject");
+        let pod = &d["spec"]["template"]["spec"];
+        let args: Vec<&str> = pod["containers"][0]["args"].as_vec().unwrap().iter().map(|a| s(a, "arg")).collect();
+        let grace: i64 = args.iter().position(|a| *a == "--grace").map_or(30, |i| args[i + 1].parse().unwrap());
+        let pod_grace = pod["terminationGracePeriodSeconds"].as_i64().unwrap_or(30);
+        assert!(pod_grace > grace, "{name}: terminationGracePeriodSeconds {pod_grace} must exceed --grace {grace}");
+    }
+    let workloads: Vec<&Yaml> = by_kind["Deployment"].iter().chain(by_kind["StatefulSet"].iter()).collect();
+    for pdb in &by_kind["PodDisruptionBudget"] {
+        let name = s(&pdb["metadata"]["name"], "name");
+        let selector = pdb["spec"]["selector"]["matchLabels"].as_hash().expect("PDB selector");
+        let matches = workloads.iter().any(|w| {
+            let labels = w["spec"]["template"]["metadata"]["labels"].as_hash().unwrap();
+            selector.iter().all(|(k, v)| labels.get(k) == Some(v))
+        });
+        assert!(matches, "PodDisruptionBudget {name} selects no pods");
+    }
+}
+
 #[test]
 fn compose_file_defines_the_cluster_and_scalable_workers() {
     let dir = deploy_dir().join("compose");
