@@ -20,8 +20,8 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use dashmap::DashMap;
 use flotilla_bus::{Bus, BusError, JobRecords, retry};
-use flotilla_protocol::ids::{JobId, Tenant};
-use flotilla_protocol::{self as protocol, JobEvent, JobEventKind, JobRecord, JobStatus, JobSummary};
+use flotilla_protocol::ids::{JobId, TaskId, Tenant};
+use flotilla_protocol::{self as protocol, JobEvent, JobEventKind, JobRecord, JobStatus, JobSummary, TaskEntry};
 
 use crate::metrics::OrchestratorMetrics;
 use crate::ports::JobBackend;
@@ -96,6 +96,46 @@ impl JobStore {
         });
         rec.persist(version, |snapshot| async move { self.write(&snapshot).await }).await?;
         Ok(out)
+    }
+
+    /// The task `job` dispatched under `key` (a tool call id, a map item key), if any.
+    pub async fn task_by_key(&self, job: &JobId, key: &str) -> Result<Option<TaskEntry>, BusError> {
+        self.read(job, |rec| rec.tasks.iter().find(|t| t.call_id.as_deref() == Some(key)).cloned()).await
+    }
+
+    /// The entry of `task` in `job`, if dispatched.
+    pub async fn task(&self, job: &JobId, task: &TaskId) -> Result<Option<TaskEntry>, BusError> {
+        self.read(job, |rec| rec.tasks.iter().find(|t| &t.task_id == task).cloned()).await
+    }
+
+    /// Records a new task entry under its dispatch key (`entry.call_id`);
+    /// returns the stored entry, which is an earlier one when that key was
+    /// already used.
+    pub async fn add_task(&self, job: &JobId, entry: TaskEntry) -> Result<TaskEntry, BusError> {
+        self.update(job, |rec| {
+            if let Some(t) = rec.tasks.iter().find(|t| t.call_id.is_some() && t.call_id == entry.call_id) {
+                return t.clone();
+            }
+            rec.tasks.push(entry.clone());
+            entry
+        })
+        .await
+    }
+
+    /// Applies `change` to the entry of `task` and stores it when `change`
+    /// says it changed something; returns the stored entry then, `None` when
+    /// nothing changed (or there is no such task).
+    pub async fn update_task(
+        &self,
+        job: &JobId,
+        task: &TaskId,
+        mut change: impl FnMut(&mut TaskEntry) -> bool + Send,
+    ) -> Result<Option<TaskEntry>, BusError> {
+        self.update(job, |rec| {
+            let entry = rec.task_mut(task)?;
+            change(entry).then(|| entry.clone())
+        })
+        .await
     }
 
     /// Drops the in-memory copy of a finished job.

@@ -3,6 +3,7 @@
 //! default) over the job's files. It owns the job's lifecycle: submitted -> running -> completed |
 //! failed, written to the job record and published as job events.
 
+pub mod dispatch;
 mod observer;
 mod task_tool;
 mod write_todos;
@@ -26,6 +27,7 @@ use tokio_util::sync::CancellationToken;
 use crate::jobs::JobStore;
 use crate::reports::ReportRouter;
 use observer::PlannerObserver;
+pub use dispatch::Dispatcher;
 pub use task_tool::TaskTool;
 pub use write_todos::WriteTodos;
 
@@ -65,17 +67,15 @@ impl Planner {
         tools.set_auditor(flotilla_agent::audit::Auditor::new(audit, "planner", "orchestrator"));
         let mut tools = tools;
         tools.add(Arc::new(WriteTodos { jobs: jobs.clone() }), "planner")?;
-        tools.add(
-            Arc::new(TaskTool {
-                queue: Arc::new(bus),
-                jobs: jobs.clone(),
-                reports,
-                types,
-                task_timeout: Duration::from_secs(config.task_timeout),
-                no_worker_timeout: Duration::from_secs(config.no_worker_timeout.max(1)),
-            }),
-            "planner",
-        )?;
+        let dispatcher = Dispatcher::new(
+            Arc::new(bus),
+            jobs.clone(),
+            reports,
+            types,
+            Duration::from_secs(config.task_timeout),
+            Duration::from_secs(config.no_worker_timeout.max(1)),
+        );
+        tools.add(Arc::new(TaskTool { dispatcher: dispatcher.clone() }), "planner")?;
         // Built-in file tools (read-only by default) over the job's files, under the planner's rules.
         let permissions = Permissions::compile(&config.permissions, config.default_permission)
             .map_err(|e| anyhow::anyhow!("invalid config key `planner.permissions[{}]`: {}", e.rule, e.message))?;

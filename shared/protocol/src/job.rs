@@ -95,6 +95,9 @@ pub struct TaskEntry {
     /// Whether the task message was stored in JetStream.
     #[serde(default)]
     pub published: bool,
+    /// The full report in the job files, when the summary is only its head.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub report_file: Option<super::FileRef>,
 }
 
 impl TaskEntry {
@@ -117,6 +120,7 @@ impl TaskEntry {
             finished_at: None,
             call_id: Some(call_id),
             published: false,
+            report_file: None,
         }
     }
 }
