@@ -13,15 +13,17 @@
 //! | `flotilla-task-<type>`     | durable pull consumer| `flotilla.task.<type>.*`               | [`TaskQueue::consumer`] (`tasks.rs`) |
 //! | `FLOTILLA_REPORTS`         | stream, limits 7 d   | `flotilla.job.*.*.report.*`            | [`ReportStream`]: publish, stored report of a task, follow (`reports.rs`) |
 //! | `FLOTILLA_EVENTS`          | stream, limits 24 h  | `flotilla.job.*.*.event`, `.progress.*`| [`Bus::publish_event`]; [`EventStream`]: follow a filter with its stored count (`events.rs`) |
+//! | `FLOTILLA_MESSAGES`        | stream, limits 7 d   | `flotilla.job.*.*.message.*`           | [`TaskMessages`]: publish, follow one task's (`task_messages.rs`) |
 //! | `FLOTILLA_DEADLETTER`      | stream, limits 30 d  | `flotilla.deadletter.>` + reason header | [`Bus::dead_letter`] (`dead_letters.rs`) |
 //! | `FLOTILLA_AUDIT`           | stream               | `flotilla.audit.<tenant>.<job>`        | [`audit::BusAuditSink`], [`audit::read`] (`audit.rs`) |
 //! | `flotilla_jobs`            | KV bucket            | job records by job id                  | [`JobRecords`]: get, put, keys (`job_records.rs`); the orchestrator's job store keeps live copies over it |
-//! | `flotilla_cancelled`       | KV bucket, 24 h      | cancelled job id -> reason             | [`Cancellations`]: record, reason, watch (`cancellations.rs`) |
+//! | `flotilla_cancelled`       | KV bucket, 24 h      | `<job>` or `<job>.<task>` -> reason    | [`Cancellations`]: record, reason, watch (`cancellations.rs`) |
 //! | `flotilla_checkpoints`     | KV bucket            | planner conversation by job id         | [`Checkpoints`]: save, load, remove (`checkpoints.rs`) |
 //! | `flotilla_files`           | Object Store bucket  | job files, `[files] max_age` retention | [`Bus::job_files`] (`files.rs`) |
 //! | `flotilla_workers`         | KV bucket, memory    | latest heartbeat per live worker (TTL) | [`Bus::publish_heartbeat`], [`Bus::live_workers`], [`Bus::remove_worker`] (`workers.rs`) |
 //! | `flotilla_approvals`       | KV bucket, 7 d       | `req.<type>.<job>.<task>.<call>`, `dec.…<round>` | [`ApprovalStore`] (`approvals.rs`) |
 //! | `flotilla.api.<tenant>.<op>` | request/reply      | the job API                            | [`Bus::request`], [`Bus::api_requests`], [`Bus::reply`] (`api.rs`) |
+//! | `$SRV.PING\|INFO\|STATS[.<name>[.<id>]]` | NATS service API | one instance per worker, metadata: worker id, host, types | [`Bus::announce_service`] (`service.rs`) |
 //!
 //! The KV handles are opened once per connection and shared by its clones
 //! (`buckets.rs`); auth and TLS are applied at connect (`auth.rs`), and a
@@ -42,6 +44,8 @@ mod events;
 mod files;
 mod job_records;
 mod reports;
+mod service;
+mod task_messages;
 mod tasks;
 mod workers;
 
@@ -52,6 +56,7 @@ pub use checkpoints::Checkpoints;
 pub use events::{EventStream, RawEvent};
 pub use job_records::JobRecords;
 pub use reports::ReportStream;
+pub use task_messages::TaskMessages;
 pub use tasks::{GivenUp, QueueDepth, TaskQueue};
 pub use workers::TTL_INTERVALS;
 
@@ -301,6 +306,7 @@ impl Bus {
                 max_message_size: MAX_MESSAGE_BYTES as i32,
                 ..Default::default()
             },
+            task_messages::stream_config(s),
             stream::Config {
                 name: s.dead_letter_stream(),
                 subjects: vec![s.all_dead_letters()],

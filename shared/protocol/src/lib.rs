@@ -19,6 +19,7 @@
 
 #![deny(missing_docs)]
 
+pub mod files_api;
 pub mod ids;
 pub mod path;
 pub mod subjects;
@@ -35,6 +36,7 @@ mod job_event;
 mod progress;
 mod report;
 mod task;
+mod task_message;
 mod todo;
 mod usage;
 
@@ -47,11 +49,12 @@ pub use audit::{AuditAction, AuditOutcome, AuditRecord};
 pub use error::{ErrorInfo, ErrorKind};
 pub use file_ref::{FileRef, line_count};
 pub use heartbeat::{McpServerHealth, TypeLoad, WorkerHeartbeat, WorkerState};
-pub use job::{JobRecord, JobStatus, TaskEntry};
+pub use job::{JobRecord, JobStatus, TaskCounts, TaskEntry, TaskState};
 pub use job_event::{JobEvent, JobEventKind};
 pub use progress::{ProgressEvent, ProgressKind};
 pub use report::{TaskReport, TaskStatus};
 pub use task::TaskMessage;
+pub use task_message::{FollowUp, MAX_FOLLOW_UP_BYTES, check_text as check_follow_up_text};
 pub use todo::{Todo, TodoStatus};
 pub use usage::Usage;
 

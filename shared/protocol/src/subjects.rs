@@ -68,6 +68,15 @@ impl Subjects {
     pub fn all_approvals(&self) -> String {
         format!("{}.job.*.*.approval.*", self.prefix)
     }
+    /// `<p>.job.<tenant>.<job>.message.<task>`: follow-up messages to a
+    /// running task (`message_task`), kept in [`Self::task_messages_stream`].
+    pub fn task_message(&self, tenant: &Tenant, job: &JobId, task: &TaskId) -> String {
+        format!("{}.job.{tenant}.{job}.message.{task}", self.prefix)
+    }
+    /// `<p>.job.*.*.message.*`: every follow-up message (the messages stream).
+    pub fn all_task_messages(&self) -> String {
+        format!("{}.job.*.*.message.*", self.prefix)
+    }
     /// `<p>.job.<tenant>.<job>.>`: everything about one job.
     pub fn job_all(&self, tenant: &Tenant, job: &JobId) -> String {
         format!("{}.job.{tenant}.{job}.>", self.prefix)
@@ -165,6 +174,11 @@ impl Subjects {
     pub fn reports_stream(&self) -> String {
         format!("{}_REPORTS", self.upper())
     }
+    /// JetStream stream of follow-up messages to running tasks (limits
+    /// retention): a message sent before the worker subscribed is replayed.
+    pub fn task_messages_stream(&self) -> String {
+        format!("{}_MESSAGES", self.upper())
+    }
     /// JetStream stream of job events and progress (replay for `watch`).
     pub fn events_stream(&self) -> String {
         format!("{}_EVENTS", self.upper())
@@ -233,6 +247,9 @@ mod tests {
         assert_eq!(s.task_consumer(&ty), "flotilla-task-finance");
         assert_eq!(Subjects::new("my-app").tasks_stream(), "MY_APP_TASKS");
         assert_eq!(s.files_bucket(), "flotilla_files");
+        assert_eq!(s.task_message(&acme, &job, &task), format!("flotilla.job.acme.{job}.message.{task}"));
+        assert_eq!(s.all_task_messages(), "flotilla.job.*.*.message.*");
+        assert_eq!(s.task_messages_stream(), "FLOTILLA_MESSAGES");
         assert_eq!(s.workers_bucket(), "flotilla_workers");
         assert_eq!(Subjects::worker_token("host.example.com-12"), "host_example_com-12");
     }

@@ -1,0 +1,99 @@
+//! The follow-up messages stream (`<prefix>_MESSAGES`, limits retention, 7
+//! days): instructions the planner sends to a running task with
+//! `message_task` (orchestrator/src/planner/async_tasks.rs), on
+//! `<prefix>.job.<tenant>.<job>.message.<task>`. A stream, not core NATS: a
+//! message sent before the worker subscribed (the task still queued, or just
+//! pulled) is not lost, and a redelivered attempt replays every message from
+//! the task's start (workers/src/inbox.rs). Contract: docs/PROTOCOL.md.
+
+use std::time::Duration;
+
+use async_nats::jetstream::consumer::{DeliverPolicy, pull};
+use async_nats::jetstream::stream;
+use futures::{Stream, StreamExt};
+
+use crate::{Bus, BusError};
+use flotilla_protocol::ids::{JobId, TaskId, Tenant};
+use flotilla_protocol::subjects::Subjects;
+use flotilla_protocol::{self as protocol, FollowUp, MAX_MESSAGE_BYTES};
+
+/// How long follow-up messages are kept: as long as reports.
+const RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// The stream's configuration, declared with the rest of the topology
+/// (`Bus::ensure_topology`, lib.rs).
+pub(crate) fn stream_config(s: &Subjects) -> stream::Config {
+    stream::Config {
+        name: s.task_messages_stream(),
+        subjects: vec![s.all_task_messages()],
+        storage: stream::StorageType::File,
+        max_age: RETENTION,
+        duplicate_window: Duration::from_secs(120),
+        max_message_size: MAX_MESSAGE_BYTES as i32,
+        ..Default::default()
+    }
+}
+
+/// The follow-up messages stream.
+#[derive(Clone)]
+pub struct TaskMessages {
+    bus: Bus,
+}
+
+impl Bus {
+    /// The follow-up messages stream.
+    pub fn task_messages(&self) -> TaskMessages {
+        TaskMessages { bus: self.clone() }
+    }
+}
+
+impl TaskMessages {
+    /// Stores `msg` for a task of `tenant` and waits for the stream's ack.
+    /// `Nats-Msg-Id` is `message:<id>`: a replayed tool call is dropped.
+    pub async fn publish(&self, tenant: &Tenant, msg: &FollowUp) -> Result<(), BusError> {
+        let subject = self.bus.subjects.task_message(tenant, &msg.job_id, &msg.task_id);
+        let id = format!("message:{}", msg.id);
+        self.bus.publish_durable(subject, msg, Some(&id), None).await
+    }
+
+    /// Every message stored for `task`, from its first, then new ones as
+    /// they are stored (an ordered consumer: no acks). Undecodable or
+    /// invalid messages are skipped with a warning.
+    ///
+    /// The consumer is named, so its filter is part of the
+    /// `$JS.API.CONSUMER.CREATE` subject that NATS permissions check
+    /// (deploy/nats/roles.conf), and created without a stream lookup.
+    pub async fn follow(
+        &self,
+        tenant: &Tenant,
+        job: &JobId,
+        task: TaskId,
+    ) -> Result<impl Stream<Item = FollowUp> + use<>, BusError> {
+        let stream = self.bus.subjects.task_messages_stream();
+        let name = format!("inbox-{}", uuid::Uuid::now_v7().simple());
+        let api = format!("$JS.API.CONSUMER.CREATE.{stream}.{name}");
+        let config = pull::OrderedConfig {
+            name: Some(name),
+            filter_subject: self.bus.subjects.task_message(tenant, job, &task),
+            deliver_policy: DeliverPolicy::All,
+            ..Default::default()
+        };
+        let create = self.bus.js.create_consumer_on_stream(config, &stream);
+        let consumer =
+            self.bus.guarded("cannot follow follow-up messages", create, |d| d.subject.starts_with(&api)).await?;
+        let messages = consumer.messages().await.map_err(|e| BusError::new("cannot follow follow-up messages", e))?;
+        Ok(messages.filter_map(move |m| async move {
+            let m = m.map_err(|e| tracing::warn!(error = %e, "follow-up stream hiccup")).ok()?;
+            match protocol::decode::<FollowUp>(&m.payload).map_err(|e| e.to_string()).and_then(|f| {
+                f.check(&task)?;
+                Ok(f)
+            }) {
+                Ok(f) => Some(f),
+                Err(e) => {
+                    tracing::warn!(%task, error = %e, "follow-up message ignored");
+                    None
+                }
+            }
+        }))
+    }
+}
