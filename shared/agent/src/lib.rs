@@ -11,6 +11,7 @@
 //! - [`sanitize`]: the one sanitizer of errors that leave a process.
 //! - [`files`]: job files over an `ObjectBackend` (the Object Store one is the
 //!   bus's), with their path, size and integrity rules.
+//! - [`tokens`]: token counts and truncation with the o200k_base tokenizer.
 //! - [`retry`]: the one backoff policy; [`digest`]: the one sha256 hex;
 //!   [`metrics`]: the agent's Prometheus families.
 //!
@@ -26,4 +27,5 @@ pub mod metrics;
 pub mod model;
 pub mod retry;
 pub mod sanitize;
+pub mod tokens;
 pub mod tool;

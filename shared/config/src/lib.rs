@@ -33,7 +33,9 @@ pub use mcp::{McpServerSettings, McpTransport, RawMcpServer, SessionMode};
 pub use nats_auth::{NatsAuthConfig, NatsTlsConfig};
 pub use operations::{DashboardConfig, MetricsConfig, WorkerConfig};
 pub use price::Price;
-pub use raw::{LocalConfig, NatsConfig, PlannerConfig, SubagentConfig};
+pub use raw::{
+    DEFAULT_COMPACTION_PROMPT, DEFAULT_CONTEXT_TOKENS, LocalConfig, NatsConfig, PlannerConfig, SubagentConfig,
+};
 pub use sandbox::SandboxConfig;
 pub use tool_ref::ToolRef;
 
@@ -233,6 +235,7 @@ impl Settings {
             if p.max_steps == 0 {
                 return Err(invalid("planner.max_steps", "must be at least 1"));
             }
+            check_context(p.context_tokens, p.report_tokens, &p.compaction_prompt)?;
             if let Some(t) = p.tools.iter().find(|t| !matches!(t, ToolRef::Builtin(_))) {
                 return Err(invalid(
                     "planner.tools",
@@ -316,12 +319,42 @@ impl Settings {
 }
 
 /// The checks of one `[subagents.<name>]` that need no other section.
+/// The planner's context keys: positive, and a report summary smaller than
+/// the context it enters.
+fn check_context(context_tokens: u64, report_tokens: u64, prompt: &str) -> Result<(), ConfigError> {
+    if context_tokens == 0 {
+        return Err(invalid(
+            "planner.context_tokens",
+            "must be at least 1 (tokens the planner's model request may hold before older turns are compacted)",
+        ));
+    }
+    if report_tokens == 0 || report_tokens >= context_tokens {
+        return Err(invalid(
+            "planner.report_tokens",
+            format!("must be at least 1 and below planner.context_tokens ({context_tokens})"),
+        ));
+    }
+    if prompt.trim().is_empty() {
+        return Err(invalid(
+            "planner.compaction_prompt",
+            "must not be empty (the instructions of the compaction call)",
+        ));
+    }
+    Ok(())
+}
+
 fn check_subagent(name: &str, s: &SubagentConfig) -> Result<(), ConfigError> {
     if s.concurrency == 0 {
         return Err(invalid(format!("subagents.{name}.concurrency"), "must be at least 1"));
     }
     if s.max_steps == 0 {
         return Err(invalid(format!("subagents.{name}.max_steps"), "must be at least 1"));
+    }
+    if s.context_tokens == 0 {
+        return Err(invalid(
+            format!("subagents.{name}.context_tokens"),
+            "must be at least 1 (tokens a task's model request may hold before older turns are compacted)",
+        ));
     }
     for (tool, i) in &s.interrupt_on {
         if i.decisions.is_empty() {

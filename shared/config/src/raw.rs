@@ -153,6 +153,18 @@ pub struct PlannerConfig {
     /// (each task has its own budget, `[subagents.<type>] max_tokens`).
     #[serde(default)]
     pub max_tokens: Option<u64>,
+    /// Tokens (o200k_base) the planner's next model request may hold; past
+    /// it, older turns are compacted into a model-written summary
+    /// (docs/CONFIG.md, "Bounded context").
+    #[serde(default = "default_context_tokens")]
+    pub context_tokens: u64,
+    /// The instructions of the compaction call that summarises older turns.
+    #[serde(default = "default_compaction_prompt")]
+    pub compaction_prompt: String,
+    /// Tokens of a task's summary that enter the planner's conversation; the
+    /// full report stays in the job's files.
+    #[serde(default = "default_report_tokens")]
+    pub report_tokens: u64,
     /// Built-in tools the planner gets besides `write_todos` and `task`
     /// (default: the read-only file tools; docs/TOOLS.md). Validation
     /// refuses any other kind of [`crate::ToolRef`] here.
@@ -174,6 +186,28 @@ fn default_planner_prompt() -> String {
     "You are the planner. Keep a todo list with write_todos, delegate self-contained work with \
      task(description, subagent_type), then consolidate the reports into one answer."
         .into()
+}
+/// The default `context_tokens` of the planner and of every subagent type.
+pub const DEFAULT_CONTEXT_TOKENS: u64 = 32_000;
+
+/// The default `[planner] compaction_prompt`, also the compaction prompt of
+/// every subagent.
+pub const DEFAULT_COMPACTION_PROMPT: &str = "\
+You are compacting the earlier part of an agent's conversation so it can continue within its context window. \
+Write a faithful, dense summary of the turns below for the agent itself to read. Keep, verbatim: every task id, \
+tool call outcome that still matters, file path (job files such as /reports/... and /inputs/...), number and \
+result the final answer will need; the decisions taken and why; and the open items: work started but not \
+finished, tasks still running, what remains to do. Drop greetings, repetition and detail that a file path \
+already points to. Do not invent anything and do not answer the job: only summarise.";
+
+fn default_context_tokens() -> u64 {
+    DEFAULT_CONTEXT_TOKENS
+}
+fn default_compaction_prompt() -> String {
+    DEFAULT_COMPACTION_PROMPT.into()
+}
+fn default_report_tokens() -> u64 {
+    2_000
 }
 fn default_planner_steps() -> u32 {
     30
@@ -229,6 +263,10 @@ pub struct SubagentConfig {
     /// Token budget of one task, when set.
     #[serde(default)]
     pub max_tokens: Option<u64>,
+    /// Tokens (o200k_base) a task's next model request may hold before older
+    /// turns are compacted (docs/CONFIG.md, "Bounded context").
+    #[serde(default = "default_context_tokens")]
+    pub context_tokens: u64,
     /// File permission rules of this type's built-in file tools, first match wins.
     #[serde(default)]
     pub permissions: Vec<crate::permissions::PermissionRule>,

@@ -131,3 +131,38 @@ fn bad_tool_entries_name_the_key_and_the_choices() {
     let s = Settings::load_with_env(Some(&write(&d, "f.toml", &text)), vec![]).unwrap();
     assert_eq!(s.subagents[&SubagentType::new("finance").unwrap()].tools, vec![ToolRef::Execute]);
 }
+
+#[test]
+fn context_keys_have_defaults_and_refuse_nonsense_naming_the_key() {
+    let d = tmpdir();
+    write(&d, "s.toml", "");
+    let s = Settings::load_with_env(Some(&write(&d, "f.toml", GOOD)), vec![]).unwrap();
+    let p = s.planner().unwrap();
+    assert_eq!((p.context_tokens, p.report_tokens), (32_000, 2_000));
+    assert!(p.compaction_prompt.contains("task id"));
+    assert_eq!(s.subagents[&SubagentType::new("finance").unwrap()].context_tokens, 32_000);
+    let planner = |keys: &str| GOOD.replace("model = \"gpt\"", &format!("model = \"gpt\"\n{keys}"));
+    let cases = [
+        (planner("context_tokens = 0"), "planner.context_tokens", "must be at least 1"),
+        (planner("report_tokens = 0"), "planner.report_tokens", "must be at least 1"),
+        (
+            planner("context_tokens = 1000\nreport_tokens = 1000"),
+            "planner.report_tokens",
+            "below planner.context_tokens",
+        ),
+        (planner("compaction_prompt = \" \""), "planner.compaction_prompt", "must not be empty"),
+        (
+            GOOD.replace("tools = [", "context_tokens = 0\ntools = ["),
+            "subagents.finance.context_tokens",
+            "must be at least 1",
+        ),
+    ];
+    for (text, key, message) in cases {
+        let err = Settings::load_with_env(Some(&write(&d, "f.toml", &text)), vec![]).unwrap_err().to_string();
+        assert!(err.contains(&format!("`{key}`")) && err.contains(message), "{key}: {err}");
+    }
+    let text = planner("context_tokens = 3000\nreport_tokens = 200\ncompaction_prompt = \"Summarise.\"");
+    let s = Settings::load_with_env(Some(&write(&d, "f.toml", &text)), vec![]).unwrap();
+    let p = s.planner().unwrap();
+    assert_eq!((p.context_tokens, p.report_tokens, p.compaction_prompt.as_str()), (3000, 200, "Summarise."));
+}

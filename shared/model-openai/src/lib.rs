@@ -32,14 +32,12 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderValue, RETRY_AFTER};
 use reqwest::{StatusCode, Url};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::Value;
 
-use flotilla_agent::model::{
-    ChatMessage, ChatModel, ModelError, ModelRequest, ModelResponse, ToolCall, estimate_tokens,
-};
+use flotilla_agent::model::wire::{WireRequest, arguments_text};
+use flotilla_agent::model::{ChatModel, ModelError, ModelRequest, ModelResponse, ToolCall, estimate_tokens};
 use flotilla_agent::retry::Backoff;
-use flotilla_agent::tool::ToolSpec;
 use flotilla_config::ModelSettings;
 use flotilla_protocol::{ErrorKind, Usage};
 
@@ -436,124 +434,10 @@ fn parse_arguments(raw: Option<Value>) -> Value {
     }
 }
 
-/// Our arguments to wire text: a kept raw string goes back as the model wrote it.
-fn arguments_text(arguments: &Value) -> String {
-    match arguments {
-        Value::String(raw) => raw.clone(),
-        other => other.to_string(),
-    }
-}
-
 fn error_text(error: &Value) -> String {
     match error {
         Value::String(s) => s.clone(),
         other => other.get("message").and_then(Value::as_str).map_or_else(|| other.to_string(), str::to_owned),
-    }
-}
-
-// ---- Request wire format ----
-
-#[derive(Serialize)]
-struct WireRequest<'a> {
-    model: &'a str,
-    messages: Vec<WireMessage<'a>>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    tools: Vec<WireTool<'a>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    temperature: Option<f32>,
-}
-
-impl<'a> WireRequest<'a> {
-    fn new(model: &'a str, request: ModelRequest<'a>, temperature: Option<f32>) -> Self {
-        Self {
-            model,
-            messages: request.messages.iter().map(WireMessage::from).collect(),
-            tools: request.tools.iter().map(WireTool::from).collect(),
-            temperature,
-        }
-    }
-}
-
-#[derive(Serialize)]
-#[serde(tag = "role", rename_all = "snake_case")]
-enum WireMessage<'a> {
-    System {
-        content: &'a str,
-    },
-    User {
-        content: &'a str,
-    },
-    Assistant {
-        /// `null` only beside tool calls: a bare assistant turn needs content.
-        content: Option<&'a str>,
-        #[serde(skip_serializing_if = "Vec::is_empty")]
-        tool_calls: Vec<WireToolCall<'a>>,
-    },
-    Tool {
-        tool_call_id: &'a str,
-        content: &'a str,
-    },
-}
-
-impl<'a> From<&'a ChatMessage> for WireMessage<'a> {
-    fn from(message: &'a ChatMessage) -> Self {
-        match message {
-            ChatMessage::System { content } => Self::System { content },
-            ChatMessage::User { content } => Self::User { content },
-            ChatMessage::Assistant { content, tool_calls } => Self::Assistant {
-                content: match content.as_deref() {
-                    None if tool_calls.is_empty() => Some(""),
-                    other => other,
-                },
-                tool_calls: tool_calls
-                    .iter()
-                    .map(|call| WireToolCall {
-                        id: &call.id,
-                        kind: "function",
-                        function: WireFunctionCall { name: &call.name, arguments: arguments_text(&call.arguments) },
-                    })
-                    .collect(),
-            },
-            // `name` and `is_error` stay home: the wire has no place for them.
-            ChatMessage::Tool { tool_call_id, content, .. } => Self::Tool { tool_call_id, content },
-        }
-    }
-}
-
-#[derive(Serialize)]
-struct WireToolCall<'a> {
-    id: &'a str,
-    #[serde(rename = "type")]
-    kind: &'static str,
-    function: WireFunctionCall<'a>,
-}
-
-#[derive(Serialize)]
-struct WireFunctionCall<'a> {
-    name: &'a str,
-    arguments: String,
-}
-
-#[derive(Serialize)]
-struct WireTool<'a> {
-    #[serde(rename = "type")]
-    kind: &'static str,
-    function: WireFunction<'a>,
-}
-
-#[derive(Serialize)]
-struct WireFunction<'a> {
-    name: &'a str,
-    description: &'a str,
-    parameters: &'a Value,
-}
-
-impl<'a> From<&'a ToolSpec> for WireTool<'a> {
-    fn from(spec: &'a ToolSpec) -> Self {
-        Self {
-            kind: "function",
-            function: WireFunction { name: &spec.name, description: &spec.description, parameters: &spec.input_schema },
-        }
     }
 }
 

@@ -12,6 +12,8 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
 use super::*;
+use flotilla_agent::model::ChatMessage;
+use flotilla_agent::tool::ToolSpec;
 
 /// One answer of the fake server.
 #[derive(Clone)]

@@ -8,6 +8,7 @@
 
 pub mod priced;
 pub mod scripted;
+pub mod wire;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};

@@ -1,0 +1,126 @@
+//! The OpenAI `/chat/completions` request body, shared by the provider that
+//! sends it (`shared/model-openai/src/lib.rs`) and the token counter that
+//! measures it ([`crate::tokens::count_request`]): one serialisation, so what is
+//! counted is byte for byte what a model endpoint receives.
+//!
+//! Pure serde, no HTTP; the response side stays in the provider.
+
+use serde::Serialize;
+use serde_json::Value;
+
+use super::{ChatMessage, ModelRequest};
+use crate::tool::ToolSpec;
+
+/// One `/chat/completions` request body.
+#[derive(Serialize)]
+pub struct WireRequest<'a> {
+    model: &'a str,
+    messages: Vec<WireMessage<'a>>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tools: Vec<WireTool<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    temperature: Option<f32>,
+}
+
+impl<'a> WireRequest<'a> {
+    /// The body for `model` with `request`'s messages and tools.
+    pub fn new(model: &'a str, request: ModelRequest<'a>, temperature: Option<f32>) -> Self {
+        Self {
+            model,
+            messages: request.messages.iter().map(WireMessage::from).collect(),
+            tools: request.tools.iter().map(WireTool::from).collect(),
+            temperature,
+        }
+    }
+}
+
+/// Our arguments to wire text: a kept raw string goes back as the model wrote it.
+pub fn arguments_text(arguments: &Value) -> String {
+    match arguments {
+        Value::String(raw) => raw.clone(),
+        other => other.to_string(),
+    }
+}
+
+#[derive(Serialize)]
+#[serde(tag = "role", rename_all = "snake_case")]
+enum WireMessage<'a> {
+    System {
+        content: &'a str,
+    },
+    User {
+        content: &'a str,
+    },
+    Assistant {
+        /// `null` only beside tool calls: a bare assistant turn needs content.
+        content: Option<&'a str>,
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        tool_calls: Vec<WireToolCall<'a>>,
+    },
+    Tool {
+        tool_call_id: &'a str,
+        content: &'a str,
+    },
+}
+
+impl<'a> From<&'a ChatMessage> for WireMessage<'a> {
+    fn from(message: &'a ChatMessage) -> Self {
+        match message {
+            ChatMessage::System { content } => Self::System { content },
+            ChatMessage::User { content } => Self::User { content },
+            ChatMessage::Assistant { content, tool_calls } => Self::Assistant {
+                content: match content.as_deref() {
+                    None if tool_calls.is_empty() => Some(""),
+                    other => other,
+                },
+                tool_calls: tool_calls
+                    .iter()
+                    .map(|call| WireToolCall {
+                        id: &call.id,
+                        kind: "function",
+                        function: WireFunctionCall { name: &call.name, arguments: arguments_text(&call.arguments) },
+                    })
+                    .collect(),
+            },
+            // `name` and `is_error` stay home: the wire has no place for them.
+            ChatMessage::Tool { tool_call_id, content, .. } => Self::Tool { tool_call_id, content },
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct WireToolCall<'a> {
+    id: &'a str,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    function: WireFunctionCall<'a>,
+}
+
+#[derive(Serialize)]
+struct WireFunctionCall<'a> {
+    name: &'a str,
+    arguments: String,
+}
+
+#[derive(Serialize)]
+struct WireTool<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    function: WireFunction<'a>,
+}
+
+#[derive(Serialize)]
+struct WireFunction<'a> {
+    name: &'a str,
+    description: &'a str,
+    parameters: &'a Value,
+}
+
+impl<'a> From<&'a ToolSpec> for WireTool<'a> {
+    fn from(spec: &'a ToolSpec) -> Self {
+        Self {
+            kind: "function",
+            function: WireFunction { name: &spec.name, description: &spec.description, parameters: &spec.input_schema },
+        }
+    }
+}

@@ -1,0 +1,120 @@
+//! Token counts with a real tokenizer (`o200k_base`, the encoding of OpenAI's
+//! current models, whose tables ship inside `tiktoken-rs`; no download), not a
+//! characters/4 estimate: the planner's context bound (`[planner]
+//! context_tokens`, docs/CONFIG.md) and the cap on a report summary (`[planner]
+//! report_tokens`) are both measured in these tokens.
+//!
+//! A request is counted as the exact body the OpenAI-compatible provider sends
+//! ([`crate::model::wire`]), so the count is what a model endpoint receives,
+//! JSON punctuation and tool schemas included (an upper bound on the prompt
+//! tokens a provider bills, which skip the JSON syntax).
+
+use tiktoken_rs::CoreBPE;
+
+use crate::model::wire::WireRequest;
+use crate::model::{ChatMessage, ModelRequest};
+use crate::tool::ToolSpec;
+
+/// The tokenizer, built once per process (parsing its tables takes about a
+/// hundred milliseconds).
+fn bpe() -> &'static CoreBPE {
+    tiktoken_rs::o200k_base_singleton()
+}
+
+/// Tokens of `text` (special-token markers count as ordinary text).
+pub fn count(text: &str) -> usize {
+    bpe().encode_ordinary(text).len()
+}
+
+/// Tokens of the request a model would get for `messages` and `tools`: the
+/// provider's wire body (docs/ARCHITECTURE.md, the agent loop), model name
+/// left empty.
+pub fn count_request(messages: &[ChatMessage], tools: &[ToolSpec]) -> usize {
+    let wire = WireRequest::new("", ModelRequest { messages, tools }, None);
+    match serde_json::to_string(&wire) {
+        Ok(body) => count(&body),
+        // Serialising plain strings and JSON values cannot fail; count the
+        // parts rather than report zero if it ever does.
+        Err(_) => messages.iter().map(|m| count(&format!("{m:?}"))).sum(),
+    }
+}
+
+/// `text` cut to at most `max_tokens` tokens, on a character boundary, and
+/// whether it was cut.
+pub fn truncate(text: &str, max_tokens: usize) -> (String, bool) {
+    let tokens = bpe().encode_ordinary(text);
+    if tokens.len() <= max_tokens {
+        return (text.to_string(), false);
+    }
+    let bytes = bpe().decode_bytes(&tokens[..max_tokens]).unwrap_or_default();
+    // A token may end inside a multi-byte character: keep the whole ones.
+    let kept = match std::str::from_utf8(&bytes) {
+        Ok(s) => s.to_string(),
+        Err(e) => String::from_utf8_lossy(&bytes[..e.valid_up_to()]).into_owned(),
+    };
+    (kept, true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn counts_are_the_tokenizers_not_a_character_estimate() {
+        assert_eq!(count(""), 0);
+        assert_eq!(count("hello world"), 2);
+        // 400 characters of one repeated word are far fewer than 100 tokens.
+        let repeated = "margin ".repeat(57);
+        assert!(count(&repeated) < 100, "{}", count(&repeated));
+        // Digits split into groups of at most three in o200k_base.
+        assert_eq!(count("123456789"), 3);
+    }
+
+    #[test]
+    fn truncation_keeps_a_prefix_within_the_budget() {
+        let text = "The north region's margin is 0.375; the south region had no revenue. ".repeat(20);
+        let (cut, was_cut) = truncate(&text, 50);
+        assert!(was_cut);
+        assert_eq!(count(&cut), 50);
+        assert!(text.starts_with(&cut));
+        let (same, was_cut) = truncate("short", 50);
+        assert_eq!((same.as_str(), was_cut), ("short", false));
+        assert_eq!(truncate(&text, 0), (String::new(), true));
+    }
+
+    #[test]
+    fn truncation_never_splits_a_character() {
+        let text = "日本語のテキストと絵文字🚢🚢🚢".repeat(10);
+        for max in 1..40 {
+            let (cut, _) = truncate(&text, max);
+            assert!(text.starts_with(&cut));
+            assert!(count(&cut) <= max, "{max}: {}", count(&cut));
+        }
+    }
+
+    #[test]
+    fn a_request_counts_its_messages_and_tool_schemas() {
+        let messages = vec![
+            ChatMessage::System { content: "You plan.".into() },
+            ChatMessage::User { content: "Compute the margins.".into() },
+        ];
+        let bare = count_request(&messages, &[]);
+        assert!(bare > count("You plan.") + count("Compute the margins."));
+        let tool = ToolSpec {
+            name: "task".into(),
+            description: "Delegate one self-contained task.".into(),
+            input_schema: json!({"type": "object", "properties": {"description": {"type": "string"}}}),
+        };
+        let with_tool = count_request(&messages, std::slice::from_ref(&tool));
+        assert!(with_tool > bare + count("Delegate one self-contained task."));
+        let mut longer = messages.clone();
+        longer.push(ChatMessage::Tool {
+            tool_call_id: "c1".into(),
+            name: "task".into(),
+            content: "x ".repeat(500),
+            is_error: false,
+        });
+        assert!(count_request(&longer, &[]) >= bare + 500);
+    }
+}
