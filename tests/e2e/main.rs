@@ -22,6 +22,7 @@ mod sec_limits;
 mod sec_mcp_http;
 mod sec_roles;
 mod security;
+mod service_api;
 mod tls;
 mod tools_reserved;
 mod walking_skeleton;

@@ -127,14 +127,34 @@ async fn main() -> anyhow::Result<()> {
     let mcp_health: heartbeat::McpHealth = Arc::new(move || hub.health().into_iter().map(mcp_health_entry).collect());
     let heartbeats =
         Heartbeats::start(bus.clone(), identity, metrics.clone(), Some(mcp_health), shutdown.clone()).await;
+    let service = announce(&bus, &worker_id, &types).await;
     let cancels = cancel::CancelWatch::start(&bus).await.context("cannot watch job cancellations")?;
     let hand_back = CancellationToken::new();
     let ctx = Arc::new(WorkerContext { bus, worker_id, shutdown, hand_back, metrics, cancels });
     let grace = Duration::from_secs(args.grace.unwrap_or(settings.worker.grace));
     let result = worker::run(ctx, runtimes, grace).await;
+    if let Some(s) = service {
+        let _ = s.stop().await;
+    }
     heartbeats.finish().await;
     mcp.shutdown().await;
     result
+}
+
+/// Answers the NATS service API as an instance of `flotilla-worker`, so NATS
+/// tooling discovers the fleet. Optional: a role without `$SRV` permissions
+/// (deploy/nats/roles.conf grants them) only loses the discovery.
+async fn announce(bus: &Bus, worker_id: &str, types: &[SubagentType]) -> Option<async_nats::service::Service> {
+    let metadata = [
+        ("worker_id", worker_id.to_string()),
+        ("host", heartbeat::host_name()),
+        ("types", types.iter().map(|t| t.as_str()).collect::<Vec<_>>().join(",")),
+    ];
+    let metadata = metadata.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+    let announced = bus
+        .announce_service("flotilla-worker", env!("CARGO_PKG_VERSION"), "Flotilla worker (subagent runtime)", metadata)
+        .await;
+    announced.map_err(|e| tracing::warn!(error = %e, "not discoverable through $SRV")).ok()
 }
 
 /// Discovers the MCP servers the served types use. A server down now only
