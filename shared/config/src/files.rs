@@ -15,11 +15,19 @@ pub struct FilesConfig {
     /// characters per token, go to `/large_tool_results/...` and the model gets
     /// a reference instead. 0 turns eviction off.
     pub large_result_tokens: u64,
+    /// Most bytes one `flotilla submit --file ...` (or `files put`) may
+    /// upload in total through the job API (docs/TOOLS.md, "Job inputs").
+    pub max_upload_bytes: u64,
 }
 
 impl Default for FilesConfig {
     fn default() -> Self {
-        Self { max_age: 7 * 24 * 3600, max_file_bytes: 16 * 1024 * 1024, large_result_tokens: 20_000 }
+        Self {
+            max_age: 7 * 24 * 3600,
+            max_file_bytes: 16 * 1024 * 1024,
+            large_result_tokens: 20_000,
+            max_upload_bytes: 64 * 1024 * 1024,
+        }
     }
 }
 

@@ -27,6 +27,7 @@ pub use flotilla_protocol::path;
 pub mod reserved;
 
 mod backend;
+mod staging;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -36,9 +37,10 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use time::OffsetDateTime;
 
 pub use backend::{MemoryBackend, ObjectBackend, ObjectInfo};
+pub use staging::Upload;
 
 pub use path::{FilePath, PathError};
-pub use reserved::{LARGE_RESULTS_DIR, RESERVED_DIRS, reserved_prefix};
+pub use reserved::{LARGE_RESULTS_DIR, REPORTS_DIR, RESERVED_DIRS, report_path, reserved_prefix};
 
 use crate::digest::sha256_hex;
 use flotilla_protocol::FileRef;
@@ -79,6 +81,14 @@ pub enum FileError {
         /// The file.
         path: FilePath,
         /// What did not match.
+        reason: String,
+    },
+    /// An upload in parts that cannot be assembled (staging.rs).
+    #[error("upload of {path} incomplete: {reason}")]
+    Upload {
+        /// Where it was to go.
+        path: FilePath,
+        /// What is missing or does not match.
         reason: String,
     },
     /// The store could not be reached or answered with an error.

@@ -1,9 +1,10 @@
 //! Reserved directories: parts of the job files that only the runtime writes.
 //!
-//! Evicted tool results and oversized task reports (docs/TOOLS.md, "Large
-//! results travel by reference") are read back by another agent on the word
-//! of a [`flotilla_protocol::FileRef`]: the planner trusts that
-//! `/large_tool_results/<task>/report` is what the subagent answered. If any
+//! Evicted tool results (docs/TOOLS.md, "Large results travel by reference")
+//! and task reports (`/reports/<task id>.md`, docs/TOOLS.md, "Job inputs and
+//! reports") are read back by another agent, or a client, on the runtime's
+//! word: the planner trusts that `/reports/<task>.md` is what the subagent
+//! answered. If any
 //! agent with `write_file`/`edit_file` (or a sandboxed command whose output
 //! is staged back) could write there, one task could forge another task's
 //! report or evicted result. So:
@@ -11,7 +12,7 @@
 //! - [`super::JobFiles::write`] (the path every agent-driven write takes)
 //!   refuses a reserved path with [`super::FileError::Reserved`];
 //! - only [`super::JobFiles::write_reserved`], called by the runtime's own
-//!   writers (`shared/src/tool/evict.rs`, `workers/src/large_report.rs`),
+//!   writers (`shared/agent/src/tool/evict.rs`, `workers/src/large_report.rs`),
 //!   writes there, and it stores the sha256 of the bytes with the object;
 //! - [`super::JobFiles::read`] of a reserved path verifies that sha256 and
 //!   fails with [`super::FileError::Tampered`] on a mismatch or a missing
@@ -25,15 +26,38 @@ pub const LARGE_RESULTS_DIR: &str = "/large_tool_results";
 /// Every reserved directory.
 pub const RESERVED_DIRS: &[&str] = &[LARGE_RESULTS_DIR];
 
+/// Directory of the task reports. Only the names the runtime gives them,
+/// `<task id>.md`, are reserved: agents and clients may keep other files
+/// (their own drafts, `/reports/q2.md`) there.
+pub const REPORTS_DIR: &str = "/reports";
+
+/// How a refusal names the reserved report files.
+const REPORT_FILES: &str = "/reports/<task id>.md";
+
+/// Where the full report of `task` is kept.
+pub fn report_path(task: &flotilla_protocol::ids::TaskId) -> FilePath {
+    FilePath::parse(&format!("{REPORTS_DIR}/{task}.md")).expect("task ids make valid file names")
+}
+
+/// Whether `path` is `/reports/<uuid>.md`.
+fn is_report_file(path: &FilePath) -> bool {
+    let Some(name) = path.as_str().strip_prefix(REPORTS_DIR).and_then(|n| n.strip_prefix('/')) else {
+        return false;
+    };
+    name.strip_suffix(".md").is_some_and(|id| id.len() == 36 && id.parse::<flotilla_protocol::ids::TaskId>().is_ok())
+}
+
 /// Object metadata key holding the lowercase hex sha256 of a runtime-written file.
 pub(super) const CHECKSUM_KEY: &str = "flotilla-sha256";
 
-/// The reserved directory `path` lies in (or is), if any.
+/// The reserved directory `path` lies in (or is), or the reserved report
+/// name it has, if any.
 pub fn reserved_prefix(path: &FilePath) -> Option<&'static str> {
-    RESERVED_DIRS.iter().copied().find(|dir| {
+    let dir = RESERVED_DIRS.iter().copied().find(|dir| {
         let dir = FilePath::parse(dir).expect("reserved dirs are valid paths");
         path.is_within(&dir) && !dir.is_root()
-    })
+    });
+    dir.or_else(|| is_report_file(path).then_some(REPORT_FILES))
 }
 
 #[cfg(test)]
@@ -49,5 +73,20 @@ mod tests {
         assert_eq!(reserved_prefix(&p("/large_tool_results_mine/x")), None);
         assert_eq!(reserved_prefix(&p("/notes/large_tool_results/x")), None);
         assert_eq!(reserved_prefix(&FilePath::root()), None);
+    }
+
+    #[test]
+    fn task_report_names_are_reserved_other_reports_are_not() {
+        fn p(s: &str) -> FilePath {
+            FilePath::parse(s).unwrap()
+        }
+        let task = flotilla_protocol::ids::TaskId::new();
+        assert_eq!(report_path(&task).as_str(), format!("/reports/{task}.md"));
+        assert_eq!(reserved_prefix(&report_path(&task)), Some(REPORT_FILES));
+        assert_eq!(reserved_prefix(&p(&format!("/reports/./{task}.md"))), Some(REPORT_FILES));
+        assert_eq!(reserved_prefix(&p("/reports/q2.md")), None);
+        assert_eq!(reserved_prefix(&p(&format!("/reports/{task}.txt"))), None);
+        assert_eq!(reserved_prefix(&p(&format!("/reports/sub/{task}.md"))), None);
+        assert_eq!(reserved_prefix(&p(&format!("/notes/{task}.md"))), None);
     }
 }
