@@ -235,6 +235,12 @@ impl Settings {
             if p.max_steps == 0 {
                 return Err(invalid("planner.max_steps", "must be at least 1"));
             }
+            if p.max_in_flight == 0 {
+                return Err(invalid(
+                    "planner.max_in_flight",
+                    "must be at least 1 (tasks of one map_tasks call at once)",
+                ));
+            }
             check_context(p.context_tokens, p.report_tokens, &p.compaction_prompt)?;
             if let Some(t) = p.tools.iter().find(|t| !matches!(t, ToolRef::Builtin(_))) {
                 return Err(invalid(

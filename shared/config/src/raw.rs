@@ -165,6 +165,9 @@ pub struct PlannerConfig {
     /// full report stays in the job's files.
     #[serde(default = "default_report_tokens")]
     pub report_tokens: u64,
+    /// Tasks of one `map_tasks` call outstanding at most (docs/TOOLS.md, "map_tasks").
+    #[serde(default = "default_max_in_flight")]
+    pub max_in_flight: usize,
     /// Built-in tools the planner gets besides `write_todos` and `task`
     /// (default: the read-only file tools; docs/TOOLS.md). Validation
     /// refuses any other kind of [`crate::ToolRef`] here.
@@ -208,6 +211,9 @@ fn default_compaction_prompt() -> String {
 }
 fn default_report_tokens() -> u64 {
     2_000
+}
+fn default_max_in_flight() -> usize {
+    256
 }
 fn default_planner_steps() -> u32 {
     30
