@@ -42,6 +42,7 @@ mod dead_letters;
 pub mod events;
 #[cfg(test)]
 mod fakes;
+mod files_api;
 mod jobs;
 mod metrics;
 mod planner;

@@ -67,6 +67,8 @@ enum Command {
     Approve(cli::approve::Args),
     /// Measure overhead, throughput, fan-out and footprint on this machine.
     Bench(cli::bench::Args),
+    /// Read and write a job's files: ls, get, put.
+    Files(cli::files::Args),
     /// Show a job's audit trail: every tool call and approval.
     Audit(cli::audit::Args),
     /// Debug MCP servers without a model: list tools, call one, check health.
@@ -136,6 +138,7 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
                 Command::Orchestrator => cli::orchestrator::run(settings).await,
                 Command::Submit(a) => cli::submit::run(&settings, &cli.tenant, a).await,
                 Command::Status(a) => cli::status::run(&settings, &cli.tenant, a).await,
+                Command::Files(a) => cli::files::run(&settings, &cli.tenant, a).await,
                 Command::Jobs(a) => cli::jobs::run(&settings, &cli.tenant, a).await,
                 Command::Watch(a) => cli::watch::run(&settings, &cli.tenant, a).await,
                 Command::Workers(a) => cli::workers::run(&settings, &cli.tenant, a).await,

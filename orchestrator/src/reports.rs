@@ -9,14 +9,22 @@
 //!
 //! The stored-report lookup goes through [`StoredReports`]
 //! (orchestrator/src/ports.rs) so unit tests route reports without NATS.
+//!
+//! [`planner_view`] is what of a report enters the planner's conversation:
+//! a summary capped at `[planner] report_tokens` plus the path of the full
+//! report (`/reports/<task>.md`, written by the worker,
+//! workers/src/large_report.rs), so a job's context does not grow with the
+//! size of its reports (docs/TOOLS.md, "Job inputs and reports").
 
 use std::sync::Arc;
 
 use dashmap::DashMap;
+use flotilla_agent::files::report_path;
 use flotilla_bus::{Bus, BusError};
-use flotilla_protocol::TaskReport;
 use flotilla_protocol::ids::{JobId, TaskId, Tenant};
+use flotilla_protocol::{TaskReport, TaskStatus};
 use futures::StreamExt;
+use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
 use crate::ports::StoredReports;
@@ -79,5 +87,108 @@ impl ReportRouter {
     #[cfg(test)]
     pub(crate) fn waiting(&self) -> usize {
         self.waiters.len()
+    }
+}
+
+/// The tool result a report becomes in the planner's conversation. A
+/// completed task gives `summary` (the report, cut to `report_tokens` tokens
+/// of o200k_base), `truncated`, and `report_file` (`path`, `size_bytes`,
+/// `lines`, `sha256` of the full report in the job files); `note` says how
+/// to read the rest when the summary was cut. Another status gives `status`
+/// and `error` (the planner's own error handling decides what to make of it).
+#[allow(dead_code)] // until the delegating tools (src/planner/dispatch.rs) call it
+pub fn planner_view(report: &TaskReport, report_tokens: usize) -> Value {
+    if report.status != TaskStatus::Completed {
+        return json!({
+            "task_id": report.task_id,
+            "status": report.status.as_str(),
+            "error": report.error,
+        });
+    }
+    let file = match &report.summary_file {
+        Some(f) => json!({"path": f.path, "size_bytes": f.size_bytes, "lines": f.lines, "sha256": f.sha256}),
+        None => {
+            let s = &report.summary;
+            let sha256 = flotilla_agent::digest::sha256_hex(s.as_bytes());
+            let lines = flotilla_protocol::line_count(s);
+            json!({"path": report_path(&report.task_id).as_str(), "size_bytes": s.len(), "lines": lines, "sha256": sha256})
+        }
+    };
+    let (summary, cut) = flotilla_agent::tokens::truncate(&report.summary, report_tokens);
+    let truncated = cut || report.summary_file.is_some();
+    let mut view = json!({
+        "task_id": report.task_id,
+        "status": "completed",
+        "summary": summary,
+        "truncated": truncated,
+        "report_file": file,
+    });
+    if truncated {
+        view["note"] = "summary cut short: the full report is report_file.path; read it with read_file or grep".into();
+    }
+    view
+}
+
+#[cfg(test)]
+mod view_tests {
+    use super::*;
+    use flotilla_protocol::ids::{JobId, SubagentType, TaskId};
+    use flotilla_protocol::{ErrorInfo, ErrorKind};
+
+    fn report(summary: &str) -> TaskReport {
+        TaskReport {
+            v: 1,
+            job_id: JobId::new(),
+            task_id: TaskId::new(),
+            subagent_type: SubagentType::new("analyst").unwrap(),
+            status: TaskStatus::Completed,
+            summary: summary.into(),
+            summary_file: None,
+            error: None,
+            usage: Default::default(),
+            worker_id: "w1".into(),
+            attempt: 1,
+            started_at: flotilla_protocol::now(),
+            finished_at: flotilla_protocol::now(),
+            duration_ms: 1,
+        }
+    }
+
+    #[test]
+    fn a_short_report_is_shown_whole_with_its_path() {
+        let r = report("north: margin 37.5%");
+        let v = planner_view(&r, 100);
+        assert_eq!(v["summary"], "north: margin 37.5%");
+        assert_eq!(v["truncated"], false);
+        assert_eq!(v["report_file"]["path"], format!("/reports/{}.md", r.task_id));
+        assert_eq!(v["report_file"]["size_bytes"], 19);
+        assert!(v.get("note").is_none());
+    }
+
+    #[test]
+    fn a_long_report_is_capped_in_tokens() {
+        let text: String = (0..2000).map(|i| format!("finding {i}: revenue up, cost down\n")).collect();
+        let v = planner_view(&report(&text), 50);
+        let summary = v["summary"].as_str().unwrap();
+        assert_eq!(flotilla_agent::tokens::count(summary), 50, "{summary}");
+        assert!(text.starts_with(summary));
+        assert_eq!(v["truncated"], true);
+        assert_eq!(v["report_file"]["lines"], 2000);
+        assert!(v["note"].as_str().unwrap().contains("report_file.path"));
+        assert!(v.to_string().len() < 1000, "the view stays small: {v}");
+    }
+
+    #[test]
+    fn a_report_by_reference_keeps_the_workers_file_and_a_failure_its_error() {
+        let mut r = report("head of a huge answer");
+        let path = format!("/reports/{}.md", r.task_id);
+        r.summary_file = Some(flotilla_agent::digest::describe_file(path.clone(), "head of a huge answer ..."));
+        let v = planner_view(&r, 1000);
+        assert_eq!((v["report_file"]["path"].as_str(), v["truncated"].as_bool()), (Some(path.as_str()), Some(true)));
+        assert!(v["report_file"].get("head").is_none(), "no head or tail copies in the planner's context");
+        r.status = TaskStatus::Failed;
+        r.error = Some(ErrorInfo::new(ErrorKind::Timeout, "model too slow"));
+        let v = planner_view(&r, 1000);
+        assert_eq!((v["status"].as_str(), v["error"]["kind"].as_str()), (Some("failed"), Some("timeout")));
     }
 }

@@ -9,6 +9,7 @@
 //! | `cancel`                         | `CancelRequest`  | `CancelReply`         |
 //! | `approvals`                      | `ApprovalsRequest` | `ApprovalsReply`    |
 //! | `approve`                        | `ApproveRequest` | `ApproveReply` (src/approvals.rs) |
+//! | `files_ls`, `files_get`, `files_put`, `files_commit` | `Files*Request` | `Files*Reply` (src/files_api.rs) |
 //!
 //! At start the service resumes every job that was submitted or running when
 //! the previous orchestrator stopped (see src/checkpoints.rs).
@@ -38,6 +39,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::dead_letters;
+use crate::files_api::FilesApi;
 use crate::jobs::JobStore;
 use crate::planner::Planner;
 use crate::reports::ReportRouter;
@@ -66,6 +68,8 @@ struct Service {
     running: Arc<DashMap<JobId, CancellationToken>>,
     /// Cancelled jobs, watched by every worker.
     cancelled: Cancellations,
+    /// The job-files operations, and the files of a submit.
+    files: FilesApi,
 }
 
 /// A connected orchestrator: bus topology ensured and stores open, but not yet
@@ -89,6 +93,7 @@ impl Orchestrator {
         let checkpoints = Checkpoints::open(&bus).await?;
         let cancelled = bus.cancellations().await?;
         let files = bus.job_files(&settings.files).await?;
+        let files_api = FilesApi::new(files.clone(), jobs.clone(), &settings.files);
         let planner =
             Planner::new(settings, bus.clone(), jobs.clone(), reports, checkpoints, bus.cancellations().await?, files)?;
         let concurrency = settings.planner()?.concurrency.max(1);
@@ -101,6 +106,7 @@ impl Orchestrator {
             shutdown: CancellationToken::new(),
             running: Arc::default(),
             cancelled,
+            files: files_api,
         });
         Ok(Self { service, types: Arc::new(settings.subagents.keys().cloned().collect()) })
     }
@@ -182,9 +188,13 @@ impl Service {
             "cancel" => encode(self.cancel(&tenant, &msg.payload).await),
             "approvals" => encode(crate::approvals::list(&self.bus, &tenant, &msg.payload).await),
             "approve" => encode(crate::approvals::decide(&self.bus, &tenant, &msg.payload).await),
+            "files_ls" => encode(self.files.ls(&tenant, &msg.payload).await),
+            "files_get" => encode(self.files.get(&tenant, &msg.payload).await),
+            "files_put" => encode(self.files.put(&tenant, &msg.payload).await),
+            "files_commit" => encode(self.files.commit(&tenant, &msg.payload).await),
             other => encode::<()>(ApiReply::error(
                 ErrorKind::NotFound,
-                format!("unknown API operation {other:?}: use submit, status, list, cancel, approvals or approve"),
+                format!("unknown API operation {other:?}: use submit, status, list, cancel, approvals, approve, files_ls, files_get, files_put or files_commit"),
             )),
         };
         if let Err(e) = self.bus.reply(reply_to, payload).await {
@@ -207,6 +217,10 @@ impl Service {
             );
         }
         let id = JobId::new();
+        // The job's files are stored before its record: no planner starts without them.
+        if let Err(e) = self.files.adopt(&tenant, &id, &req.files).await {
+            return ApiReply::error(e.kind, e.message);
+        }
         let rec = JobRecord::new(id, tenant, req.input.clone());
         if let Err(e) = self.jobs.insert(rec).await {
             return ApiReply::error(ErrorKind::Transient, format!("job not stored: {e}"));

@@ -147,7 +147,7 @@ model = "writer"
     let task = &rec.tasks[0];
     assert_eq!(task.status, Some(TaskStatus::Completed));
     assert!(task.summary.starts_with("report line 0: lorem"), "{}", task.summary);
-    let reference = format!("[full report: /large_tool_results/{}/report ({} bytes)]", task.task_id, expected.len());
+    let reference = format!("[full report: /reports/{}.md ({} bytes)]", task.task_id, expected.len());
     assert!(task.summary.ends_with(&reference), "{}", task.summary);
     assert!(task.summary.len() < 2000, "the job record keeps only the head");
 }

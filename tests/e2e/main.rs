@@ -11,6 +11,7 @@ mod draining;
 mod durability;
 mod files;
 mod job_files;
+mod job_io;
 mod mcp;
 mod mcp_conformance;
 mod mcp_context;

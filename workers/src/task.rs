@@ -185,13 +185,11 @@ async fn run(
             Ok((summary, file)) => (TaskStatus::Completed, summary, file, None, usage),
             Err(e) => (TaskStatus::Failed, String::new(), None, Some(e), usage),
         },
-        Err((e, usage)) => (
-            if e.kind == ErrorKind::Cancelled { TaskStatus::Cancelled } else { TaskStatus::Failed },
-            String::new(),
-            None,
-            Some(e),
-            usage,
-        ),
+        Err((e, usage)) => {
+            let status = if e.kind == ErrorKind::Cancelled { TaskStatus::Cancelled } else { TaskStatus::Failed };
+            crate::large_report::store_failure(&rt, &task, status.as_str(), &e).await;
+            (status, String::new(), None, Some(e), usage)
+        }
     };
     let report = TaskReport {
         v: protocol::SCHEMA_VERSION,

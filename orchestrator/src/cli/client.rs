@@ -40,7 +40,7 @@ impl ApiClient {
 
     /// Submits a job; returns its id.
     pub async fn submit(&self, input: String) -> anyhow::Result<JobId> {
-        let req = SubmitRequest { v: SCHEMA_VERSION, input };
+        let req = SubmitRequest { v: SCHEMA_VERSION, input, files: vec![] };
         let reply: ApiReply<SubmitReply> = self.bus.request(&self.tenant, "submit", &req, TIMEOUT).await?;
         Ok(reply.into_result().map_err(|e| anyhow::anyhow!("submit refused: {e}"))?.job_id)
     }

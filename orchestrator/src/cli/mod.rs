@@ -10,6 +10,7 @@ pub mod cancel;
 pub mod client;
 pub mod demo;
 pub mod endpoints;
+pub mod files;
 pub mod jobs;
 pub mod live;
 pub mod mcp;

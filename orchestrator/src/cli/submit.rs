@@ -1,4 +1,6 @@
-//! `flotilla submit`: start a job; prints its id at once.
+//! `flotilla submit`: start a job; prints its id at once. `--file` uploads
+//! local files into the job's files first (src/cli/files.rs): the job starts
+//! only once every file is stored, and a failed upload starts no job.
 
 use std::io::Read;
 
@@ -20,6 +22,10 @@ pub struct Args {
     /// Print JSON instead of text (with --wait: the final job record).
     #[arg(long)]
     pub json: bool,
+    /// A local file for the job, `LOCAL[:/job/path]` (default path
+    /// `/inputs/<file name>`); repeatable.
+    #[arg(long = "file", value_name = "LOCAL[:/job/path]")]
+    pub files: Vec<super::files::LocalFile>,
 }
 
 /// Runs the command; returns the process exit code.
@@ -32,7 +38,8 @@ pub async fn run(settings: &Settings, tenant: &Tenant, args: Args) -> anyhow::Re
         args.input
     };
     let api = connect(settings, tenant).await?;
-    let id = api.submit(input).await?;
+    let staged = super::files::upload(&api, &args.files, settings.files.max_upload_bytes).await?;
+    let id = super::files::submit(&api, input, staged).await?;
     if !args.wait {
         if args.json {
             outln!("{}", serde_json::json!({ "job_id": id }))?;

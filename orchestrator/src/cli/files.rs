@@ -1,0 +1,264 @@
+//! `flotilla files ls|get|put <job> ...`, and the uploads of `flotilla submit
+//! --file`: a job's files through the job API (`files_*` operations,
+//! orchestrator/src/files_api.rs; a client has no Object Store access,
+//! docs/SECURITY.md). Files travel in parts of at most
+//! [`FILE_PART_BYTES`], so any file up to `[files] max_file_bytes` fits
+//! through 1 MiB NATS messages; a download is checked against the sha256
+//! the orchestrator reports for the whole file.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use clap::{Args as ClapArgs, Subcommand};
+use flotilla_agent::digest::sha256_hex;
+use flotilla_agent::files::FilePath;
+use flotilla_config::Settings;
+use flotilla_protocol::files_api::{
+    FILE_PART_BYTES, FilesCommitReply, FilesCommitRequest, FilesGetReply, FilesGetRequest, FilesLsReply,
+    FilesLsRequest, FilesPutReply, FilesPutRequest, StagedFile, UploadId,
+};
+use flotilla_protocol::ids::{JobId, Tenant};
+use flotilla_protocol::{ApiReply, Message, SCHEMA_VERSION, SubmitReply, SubmitRequest};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use super::client::ApiClient;
+use super::connect;
+use super::out::outln;
+
+const TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Read and write a job's files (running or finished, within retention).
+#[derive(ClapArgs, Debug)]
+pub struct Args {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The `files` subcommands.
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// List a job's files: path, size, last write.
+    Ls {
+        /// The job.
+        job: JobId,
+        /// Only paths starting with this (e.g. /reports/).
+        prefix: Option<String>,
+        /// One JSON object with the files.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print a job file (or write it to a local file with -o).
+    Get {
+        /// The job.
+        job: JobId,
+        /// The job path, e.g. /reports/<task>.md.
+        path: String,
+        /// Write to this local file instead of stdout.
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+        /// With -o: print a JSON object (path, size, sha256, output).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Upload a local file to a job path (reserved paths are refused).
+    Put {
+        /// The job.
+        job: JobId,
+        /// The local file.
+        local: PathBuf,
+        /// The job path, e.g. /inputs/extra.csv.
+        path: String,
+        /// Print the stored file as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Runs the command; returns the process exit code.
+pub async fn run(settings: &Settings, tenant: &Tenant, args: Args) -> anyhow::Result<i32> {
+    let api = connect(settings, tenant).await?;
+    match args.command {
+        Command::Ls { job, prefix, json } => ls(&api, job, prefix, json).await,
+        Command::Get { job, path, output, json } => get(&api, job, &path, output.as_deref(), json).await,
+        Command::Put { job, local, path, json } => {
+            let spec = LocalFile { local, path: job_path(&path)? };
+            let staged = upload(&api, &[spec], settings.files.max_upload_bytes).await?;
+            let req = FilesCommitRequest { v: SCHEMA_VERSION, job_id: job, files: staged };
+            let reply: FilesCommitReply = call(&api, "files_commit", &req).await.context("files put")?;
+            if json {
+                outln!("{}", serde_json::to_string(&reply.files)?)?;
+            } else {
+                for f in &reply.files {
+                    outln!("stored {} ({} bytes)", f.path, f.size)?;
+                }
+            }
+            Ok(0)
+        }
+    }
+}
+
+async fn ls(api: &ApiClient, job: JobId, prefix: Option<String>, json: bool) -> anyhow::Result<i32> {
+    let reply: FilesLsReply = call(api, "files_ls", &FilesLsRequest { v: SCHEMA_VERSION, job_id: job, prefix }).await?;
+    if json {
+        outln!("{}", serde_json::to_string(&reply)?)?;
+        return Ok(0);
+    }
+    for f in &reply.files {
+        let modified = f.modified.map(|t| t.to_string()).unwrap_or_else(|| "-".into());
+        outln!("{:>12}  {modified}  {}", f.size, f.path)?;
+    }
+    Ok(0)
+}
+
+async fn get(api: &ApiClient, job: JobId, path: &str, output: Option<&Path>, json: bool) -> anyhow::Result<i32> {
+    if json && output.is_none() {
+        bail!("--json describes a file written with -o; without -o the file's bytes go to stdout");
+    }
+    let (bytes, sha256) = download(api, job, path).await?;
+    match output {
+        Some(local) => {
+            std::fs::write(local, &bytes).with_context(|| format!("writing {}", local.display()))?;
+            if json {
+                let v = serde_json::json!({"path": path, "size": bytes.len(), "sha256": sha256, "output": local});
+                outln!("{v}")?;
+            }
+        }
+        None => {
+            use std::io::Write;
+            let mut stdout = std::io::stdout().lock();
+            stdout.write_all(&bytes)?;
+            stdout.flush()?;
+        }
+    }
+    Ok(0)
+}
+
+/// The whole file at `path` of `job`, part by part, checked against the
+/// sha256 the orchestrator reports; also returns that sha256.
+pub async fn download(api: &ApiClient, job: JobId, path: &str) -> anyhow::Result<(Vec<u8>, String)> {
+    let mut bytes = Vec::new();
+    let mut expected: Option<String> = None;
+    loop {
+        let req =
+            FilesGetRequest { v: SCHEMA_VERSION, job_id: job, path: path.to_string(), offset: bytes.len() as u64 };
+        let part: FilesGetReply = call(api, "files_get", &req).await.with_context(|| format!("reading {path}"))?;
+        if expected.get_or_insert_with(|| part.sha256.clone()) != &part.sha256 {
+            bail!("{path} changed while it was being read; read it again");
+        }
+        bytes.extend(STANDARD.decode(part.data.as_bytes()).context("a part that is not base64")?);
+        if part.eof {
+            break;
+        }
+    }
+    let sha256 = expected.unwrap_or_default();
+    if sha256_hex(&bytes) != sha256 {
+        bail!("{path}: the bytes received do not match the file's sha256; read it again");
+    }
+    Ok((bytes, sha256))
+}
+
+/// A local file and the job path it goes to.
+#[derive(Clone, Debug)]
+pub struct LocalFile {
+    /// On this machine.
+    pub local: PathBuf,
+    /// In the job's files.
+    pub path: FilePath,
+}
+
+impl std::str::FromStr for LocalFile {
+    type Err = anyhow::Error;
+
+    /// `LOCAL[:/job/path]`; the job path defaults to `/inputs/<file name>`.
+    fn from_str(spec: &str) -> anyhow::Result<Self> {
+        let (local, path) = match spec.rsplit_once(":/") {
+            Some((local, rest)) if !local.is_empty() => (PathBuf::from(local), format!("/{rest}")),
+            _ => {
+                let local = PathBuf::from(spec);
+                let name = local.file_name().and_then(|n| n.to_str()).with_context(|| {
+                    format!("{spec:?} has no file name to put under /inputs; write LOCAL:/job/path")
+                })?;
+                (local.clone(), format!("/inputs/{name}"))
+            }
+        };
+        Ok(Self { path: job_path(&path)?, local })
+    }
+}
+
+fn job_path(raw: &str) -> anyhow::Result<FilePath> {
+    let path = FilePath::parse(raw).with_context(|| format!("invalid job path {raw:?}"))?;
+    if path.is_root() {
+        bail!("job path {raw:?} names the root directory, not a file");
+    }
+    Ok(path)
+}
+
+/// Reads every local file (refusing more than `max_total` bytes in all,
+/// before anything is sent), then sends each one's parts with `files_put`.
+/// Returns what a submit or `files_commit` names to store them.
+pub async fn upload(api: &ApiClient, files: &[LocalFile], max_total: u64) -> anyhow::Result<Vec<StagedFile>> {
+    let mut contents = Vec::with_capacity(files.len());
+    let mut total = 0u64;
+    for f in files {
+        let bytes = std::fs::read(&f.local).with_context(|| format!("reading {}", f.local.display()))?;
+        total += bytes.len() as u64;
+        if total > max_total {
+            bail!(
+                "the files come to more than [files] max_upload_bytes ({max_total} bytes) at {}; send fewer or smaller files",
+                f.local.display()
+            );
+        }
+        contents.push(bytes);
+    }
+    let mut staged = Vec::with_capacity(files.len());
+    for (f, bytes) in files.iter().zip(contents) {
+        let upload = UploadId::new_v4();
+        let parts = bytes.chunks(FILE_PART_BYTES);
+        let count = parts.len() as u32;
+        for (index, part) in parts.enumerate() {
+            let req = FilesPutRequest { v: SCHEMA_VERSION, upload, index: index as u32, data: STANDARD.encode(part) };
+            let _: FilesPutReply = call(api, "files_put", &req)
+                .await
+                .with_context(|| format!("uploading {} (part {} of {count})", f.local.display(), index + 1))?;
+        }
+        let (size, sha256) = (bytes.len() as u64, sha256_hex(&bytes));
+        staged.push(StagedFile { upload, parts: count, path: f.path.to_string(), size, sha256 });
+    }
+    Ok(staged)
+}
+
+/// Submits a job whose `files` were uploaded by [`upload`].
+pub async fn submit(api: &ApiClient, input: String, files: Vec<StagedFile>) -> anyhow::Result<JobId> {
+    let req = SubmitRequest { v: SCHEMA_VERSION, input, files };
+    let reply: SubmitReply = call(api, "submit", &req).await.context("submit refused")?;
+    Ok(reply.job_id)
+}
+
+/// One typed request/reply; an error reply becomes an error with its kind.
+async fn call<Req: Message, Rep: Serialize + DeserializeOwned>(
+    api: &ApiClient,
+    op: &str,
+    req: &Req,
+) -> anyhow::Result<Rep> {
+    let reply: ApiReply<Rep> = api.bus().request(api.tenant(), op, req, TIMEOUT).await?;
+    reply.into_result().map_err(|e| anyhow::anyhow!("{}: {}", e.kind.as_str(), e.message))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_specs_default_to_inputs() {
+        let f: LocalFile = "data/sales.csv".parse().unwrap();
+        assert_eq!((f.local.as_path(), f.path.as_str()), (Path::new("data/sales.csv"), "/inputs/sales.csv"));
+        let f: LocalFile = "items.jsonl:/maps/in/items.jsonl".parse().unwrap();
+        assert_eq!((f.local.as_path(), f.path.as_str()), (Path::new("items.jsonl"), "/maps/in/items.jsonl"));
+        assert!("x:/../..".parse::<LocalFile>().is_err());
+        assert!("/".parse::<LocalFile>().is_err());
+    }
+}

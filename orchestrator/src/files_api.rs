@@ -1,0 +1,221 @@
+//! The job-files operations of the job API (`<prefix>.api.<tenant>.files_ls`,
+//! `files_get`, `files_put`, `files_commit`; types and the part protocol in
+//! shared/protocol/src/files_api.rs, contract in docs/PROTOCOL.md, "Job
+//! files"), and the files of a `submit`.
+//!
+//! Why through the orchestrator: a client credential has no Object Store
+//! access (deploy/nats/roles.conf) and must not get it, since one bucket holds
+//! every tenant's files (docs/SECURITY.md). The orchestrator checks that the
+//! job is the tenant's own (another tenant's job is `not_found`, as for
+//! `status`) and writes through [`JobFiles`], so the size cap and the
+//! reserved paths (shared/agent/src/files/reserved.rs) hold for clients as
+//! they do for agents: a client cannot overwrite a task's report.
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use flotilla_agent::digest::sha256_hex;
+use flotilla_agent::files::{FileError, FileMeta, FilePath, JobFiles, Upload};
+use flotilla_config::FilesConfig;
+use flotilla_protocol::files_api::{
+    FILE_PART_BYTES, FileEntry, FilesCommitReply, FilesCommitRequest, FilesGetReply, FilesGetRequest, FilesLsReply,
+    FilesLsRequest, FilesPutReply, FilesPutRequest, StagedFile,
+};
+use flotilla_protocol::ids::{JobId, Tenant};
+use flotilla_protocol::{self as protocol, ApiReply, ErrorInfo, ErrorKind};
+
+use crate::jobs::JobStore;
+
+/// An API error: kind and message.
+type Refusal = (ErrorKind, String);
+
+/// Answers the job-files operations.
+pub(crate) struct FilesApi {
+    files: JobFiles,
+    jobs: JobStore,
+    /// `[files] max_upload_bytes`: most bytes one commit or submit stores.
+    max_upload_bytes: u64,
+}
+
+fn reply<T>(r: Result<T, Refusal>) -> ApiReply<T> {
+    match r {
+        Ok(v) => ApiReply::ok(v),
+        Err((kind, message)) => ApiReply::error(kind, message),
+    }
+}
+
+impl FilesApi {
+    pub(crate) fn new(files: JobFiles, jobs: JobStore, config: &FilesConfig) -> Self {
+        Self { files, jobs, max_upload_bytes: config.max_upload_bytes }
+    }
+
+    /// `files_ls`: the job's files, optionally under a path prefix.
+    pub(crate) async fn ls(&self, tenant: &Tenant, payload: &[u8]) -> ApiReply<FilesLsReply> {
+        reply(self.try_ls(tenant, payload).await)
+    }
+
+    async fn try_ls(&self, tenant: &Tenant, payload: &[u8]) -> Result<FilesLsReply, Refusal> {
+        let req: FilesLsRequest = decode(payload)?;
+        self.owned(tenant, &req.job_id).await?;
+        let prefix = req.prefix.unwrap_or_default();
+        let files = self.files.list(&req.job_id).await.map_err(refusal)?;
+        let files = files.into_iter().filter(|f| f.path.as_str().starts_with(&prefix)).map(entry).collect();
+        Ok(FilesLsReply { job_id: req.job_id, files })
+    }
+
+    /// `files_get`: one part of a file, from the requested offset.
+    pub(crate) async fn get(&self, tenant: &Tenant, payload: &[u8]) -> ApiReply<FilesGetReply> {
+        reply(self.try_get(tenant, payload).await)
+    }
+
+    async fn try_get(&self, tenant: &Tenant, payload: &[u8]) -> Result<FilesGetReply, Refusal> {
+        let req: FilesGetRequest = decode(payload)?;
+        self.owned(tenant, &req.job_id).await?;
+        let path = path(&req.path)?;
+        // The whole file is read for each part: simple, and cheap for the
+        // files a job holds (at most `[files] max_file_bytes`).
+        let bytes = self.files.read(&req.job_id, &path).await.map_err(refusal)?;
+        let size = bytes.len() as u64;
+        if req.offset > size {
+            return Err((
+                ErrorKind::Validation,
+                format!("offset {} is past the end of {path} ({size} bytes)", req.offset),
+            ));
+        }
+        let start = req.offset as usize;
+        let end = (start + FILE_PART_BYTES).min(bytes.len());
+        Ok(FilesGetReply {
+            path: path.to_string(),
+            size,
+            sha256: sha256_hex(&bytes),
+            offset: req.offset,
+            data: STANDARD.encode(&bytes[start..end]),
+            eof: end == bytes.len(),
+        })
+    }
+
+    /// `files_put`: stores one part of an upload.
+    pub(crate) async fn put(&self, tenant: &Tenant, payload: &[u8]) -> ApiReply<FilesPutReply> {
+        reply(self.try_put(tenant, payload).await)
+    }
+
+    async fn try_put(&self, tenant: &Tenant, payload: &[u8]) -> Result<FilesPutReply, Refusal> {
+        let req: FilesPutRequest = decode(payload)?;
+        let bytes = STANDARD
+            .decode(req.data.as_bytes())
+            .map_err(|e| (ErrorKind::Validation, format!("part {} is not standard base64: {e}", req.index)))?;
+        if bytes.len() > FILE_PART_BYTES {
+            let msg = format!("part {} is {} bytes; a part holds at most {FILE_PART_BYTES}", req.index, bytes.len());
+            return Err((ErrorKind::Validation, msg));
+        }
+        if u64::from(req.index) * FILE_PART_BYTES as u64 >= self.max_upload_bytes.max(1) {
+            return Err((ErrorKind::Limit, self.over_limit(u64::from(req.index + 1) * FILE_PART_BYTES as u64)));
+        }
+        self.files.stage_part(tenant, &req.upload, req.index, &bytes).await.map_err(refusal)?;
+        Ok(FilesPutReply { upload: req.upload, index: req.index, size: bytes.len() as u64 })
+    }
+
+    /// `files_commit`: assembles uploads into an existing job's files.
+    pub(crate) async fn commit(&self, tenant: &Tenant, payload: &[u8]) -> ApiReply<FilesCommitReply> {
+        reply(self.try_commit(tenant, payload).await)
+    }
+
+    async fn try_commit(&self, tenant: &Tenant, payload: &[u8]) -> Result<FilesCommitReply, Refusal> {
+        let req: FilesCommitRequest = decode(payload)?;
+        self.owned(tenant, &req.job_id).await?;
+        let files = self.store(tenant, &req.job_id, &req.files).await?;
+        Ok(FilesCommitReply { job_id: req.job_id, files })
+    }
+
+    /// Stores a submit's files in the new job `job` (not yet recorded, so no
+    /// planner can see a partial set). On any failure the files already
+    /// stored are removed again and the submit must fail: no job starts.
+    pub(crate) async fn adopt(&self, tenant: &Tenant, job: &JobId, staged: &[StagedFile]) -> Result<(), ErrorInfo> {
+        if staged.is_empty() {
+            return Ok(());
+        }
+        match self.store(tenant, job, staged).await {
+            Ok(files) => {
+                tracing::info!(job_id = %job, files = files.len(), "submitted files stored");
+                Ok(())
+            }
+            Err((kind, message)) => {
+                if let Err(e) = self.files.purge(job).await {
+                    tracing::warn!(job_id = %job, error = %e, "files of a refused submit not removed; max_age will");
+                }
+                Err(ErrorInfo::new(kind, format!("files not stored, job not started: {message}")))
+            }
+        }
+    }
+
+    /// Assembles every staged file into `job`, checking the total first.
+    async fn store(&self, tenant: &Tenant, job: &JobId, staged: &[StagedFile]) -> Result<Vec<FileEntry>, Refusal> {
+        let total: u64 = staged.iter().map(|f| f.size).sum();
+        if total > self.max_upload_bytes {
+            return Err((ErrorKind::Limit, self.over_limit(total)));
+        }
+        let mut out = Vec::with_capacity(staged.len());
+        for f in staged {
+            let path = path(&f.path)?;
+            let upload = Upload { id: f.upload, parts: f.parts, size: f.size, sha256: f.sha256.clone() };
+            let meta = self.files.commit_upload(tenant, &upload, job, &path).await.map_err(refusal)?;
+            out.push(entry(meta));
+        }
+        Ok(out)
+    }
+
+    fn over_limit(&self, bytes: u64) -> String {
+        format!(
+            "an upload of {bytes} bytes is over [files] max_upload_bytes ({} bytes); send fewer or smaller files",
+            self.max_upload_bytes
+        )
+    }
+
+    /// Ok when `job` exists and belongs to `tenant`; another tenant's job is
+    /// indistinguishable from a missing one.
+    async fn owned(&self, tenant: &Tenant, job: &JobId) -> Result<(), Refusal> {
+        match self.jobs.get(job).await {
+            Ok(Some(rec)) if &rec.tenant == tenant => Ok(()),
+            Ok(_) => Err((ErrorKind::NotFound, format!("no job {job}"))),
+            Err(e) => Err((ErrorKind::Transient, e.to_string())),
+        }
+    }
+}
+
+fn decode<T: protocol::Message>(payload: &[u8]) -> Result<T, Refusal> {
+    protocol::decode(payload).map_err(|e| (ErrorKind::Validation, e.to_string()))
+}
+
+fn path(raw: &str) -> Result<FilePath, Refusal> {
+    FilePath::parse(raw).map_err(|e| (ErrorKind::Validation, format!("invalid path {raw:?}: {e}")))
+}
+
+fn entry(meta: FileMeta) -> FileEntry {
+    FileEntry { path: meta.path.to_string(), size: meta.size, modified: meta.modified }
+}
+
+/// The API error for a job-files error.
+fn refusal(e: FileError) -> Refusal {
+    let kind = match &e {
+        FileError::NotFound(_) => ErrorKind::NotFound,
+        FileError::Reserved { .. } => ErrorKind::Permission,
+        FileError::TooLarge { .. } => ErrorKind::Limit,
+        FileError::Path(_) | FileError::Upload { .. } => ErrorKind::Validation,
+        FileError::Tampered { .. } => ErrorKind::Business,
+        _ => ErrorKind::Transient,
+    };
+    (kind, e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_errors_keep_their_kind() {
+        let p = FilePath::parse("/reports/x.md").unwrap();
+        assert_eq!(refusal(FileError::NotFound(p.clone())).0, ErrorKind::NotFound);
+        assert_eq!(refusal(FileError::Reserved { path: p.clone(), prefix: "/reports" }).0, ErrorKind::Permission);
+        assert_eq!(refusal(FileError::TooLarge { path: p, size: 2, max: 1 }).0, ErrorKind::Limit);
+        assert_eq!(refusal(FileError::Store("down".into())).0, ErrorKind::Transient);
+    }
+}
