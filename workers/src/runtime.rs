@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use flotilla_agent::agent::Limits;
+use flotilla_agent::agent::{ContextBudget, Limits};
 use flotilla_agent::files::JobFiles;
 use flotilla_agent::model::{self, ChatModel};
 use flotilla_agent::tool::{Eviction, ToolSet};
@@ -103,6 +103,10 @@ impl SubagentRuntime {
             max_steps: self.config.max_steps,
             timeout: Duration::from_secs(self.config.timeout),
             max_tokens: self.config.max_tokens,
+            context: Some(ContextBudget {
+                tokens: self.config.context_tokens,
+                prompt: flotilla_config::DEFAULT_COMPACTION_PROMPT.into(),
+            }),
         }
     }
 }

@@ -151,6 +151,7 @@ async fn run(
             traceparent: traceparent.clone(),
             cancel: cancel.clone(),
             approvals: Some(Arc::new(gate)),
+            inbox: None,
         };
         let r = agent.run(&mut conv, &run_ctx, &progress).await;
         r.map(|answer| (answer, conv.usage)).map_err(|e| (e, conv.usage))

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use flotilla_agent::agent::{Agent, Conversation, Limits, RunContext};
+use flotilla_agent::agent::{Agent, ContextBudget, Conversation, Limits, RunContext};
 use flotilla_agent::files::JobFiles;
 use flotilla_agent::model::{self, ChatModel};
 use flotilla_agent::tool::{Eviction, ToolSet};
@@ -228,6 +228,10 @@ impl Planner {
                 max_steps: self.config.max_steps,
                 timeout: Duration::from_secs(self.config.timeout),
                 max_tokens: self.config.max_tokens,
+                context: Some(ContextBudget {
+                    tokens: self.config.context_tokens,
+                    prompt: self.config.compaction_prompt.clone(),
+                }),
             },
         };
         let mut conv = match self.checkpoints.load(&rec.id).await {
@@ -244,6 +248,7 @@ impl Planner {
             traceparent: Some(rec.traceparent.clone().unwrap_or_else(flotilla_protocol::trace::new_traceparent)),
             cancel,
             approvals: None,
+            inbox: None,
         };
         let observer =
             PlannerObserver { jobs: self.jobs.clone(), checkpoints: self.checkpoints.clone(), job_id: rec.id };

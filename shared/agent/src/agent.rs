@@ -8,6 +8,12 @@
 //! after every step and a worker can publish progress events. A conversation
 //! whose last message is a model turn with unanswered tool calls resumes by
 //! running those calls, which is how a restarted planner picks up a job.
+//!
+//! Before every model call the loop takes the follow-up messages waiting in
+//! the run's [`Inbox`] (a user's `message_task`, docs/PROTOCOL.md) and, when a
+//! [`ContextBudget`] is set, keeps the request under it by compacting older
+//! turns into a model-written summary ([`compaction`], docs/CONFIG.md
+//! "Bounded context").
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -16,13 +22,17 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
-use crate::model::{ChatMessage, ChatModel, ModelRequest, ToolCall};
+use crate::model::{ChatMessage, ChatModel, ModelRequest, Purpose, ToolCall};
 use crate::tool::{ApprovalGate, ToolContext, ToolOutcome, ToolSet};
 use flotilla_protocol::ids::{JobId, TaskId, Tenant};
 use flotilla_protocol::{ErrorInfo, ErrorKind, Usage};
 
+pub mod compaction;
+
+pub use compaction::ContextBudget;
+
 /// Limits of one agent run.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct Limits {
     /// Model calls at most.
     pub max_steps: u32,
@@ -30,6 +40,9 @@ pub struct Limits {
     pub timeout: Duration,
     /// Input plus output tokens at most, when set.
     pub max_tokens: Option<u64>,
+    /// The bound on each request's size, when set: past it older turns are
+    /// compacted.
+    pub context: Option<ContextBudget>,
 }
 
 /// An agent's memory: its messages and what it has spent. Serializable so the
@@ -40,8 +53,12 @@ pub struct Conversation {
     pub messages: Vec<ChatMessage>,
     /// Spend so far.
     pub usage: Usage,
-    /// Model calls so far.
+    /// Model calls so far (compaction calls not included).
     pub steps: u32,
+    /// Model turns replaced by a compaction summary, so no longer in
+    /// `messages`.
+    #[serde(default)]
+    pub compacted_turns: u32,
 }
 
 impl Conversation {
@@ -51,6 +68,7 @@ impl Conversation {
             messages: vec![ChatMessage::System { content: system.into() }, ChatMessage::User { content: user.into() }],
             usage: Usage::default(),
             steps: 0,
+            compacted_turns: 0,
         }
     }
 
@@ -72,8 +90,40 @@ pub trait AgentObserver: Send + Sync {
     async fn tool_started(&self, _call: &ToolCall) {}
     /// A tool call ended.
     async fn tool_finished(&self, _call: &ToolCall, _outcome: &ToolOutcome) {}
-    /// The conversation changed (after a model turn, after its tool results).
+    /// The conversation changed (after a model turn, after its tool results,
+    /// after inbox messages were added, after a compaction).
     async fn checkpoint(&self, _conversation: &Conversation) {}
+    /// Older turns were replaced by a summary: the request measured
+    /// `before_tokens` and now measures `after_tokens` (o200k_base, the whole
+    /// request); `usage` is the compaction call's, already added to the
+    /// conversation's.
+    async fn on_compacted(&self, _before_tokens: u64, _after_tokens: u64, _usage: Usage) {}
+}
+
+/// Follow-up messages for a running agent (`message_task`): the loop takes
+/// them before each model call and adds each as a user message.
+pub trait Inbox: Send + Sync {
+    /// Every message waiting, oldest first; each is returned once.
+    fn take(&self) -> Vec<String>;
+}
+
+/// An in-memory [`Inbox`]: whoever holds it pushes, the loop takes.
+#[derive(Default)]
+pub struct MessageInbox {
+    waiting: std::sync::Mutex<Vec<String>>,
+}
+
+impl MessageInbox {
+    /// Queues `text` for the agent's next model call.
+    pub fn push(&self, text: impl Into<String>) {
+        self.waiting.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(text.into());
+    }
+}
+
+impl Inbox for MessageInbox {
+    fn take(&self) -> Vec<String> {
+        std::mem::take(&mut *self.waiting.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
+    }
 }
 
 /// An observer that observes nothing.
@@ -95,6 +145,8 @@ pub struct RunContext {
     pub cancel: CancellationToken,
     /// Human approval for the tools that need it.
     pub approvals: Option<Arc<dyn ApprovalGate>>,
+    /// Follow-up messages from outside the run, when it takes any.
+    pub inbox: Option<Arc<dyn Inbox>>,
 }
 
 /// A model, its tools and its limits.
@@ -151,13 +203,20 @@ impl Agent {
             if let Some(max) = self.limits.max_tokens.filter(|m| conv.usage.total_tokens() >= *m) {
                 return Err(ErrorInfo::new(ErrorKind::Limit, format!("token budget of {max} exhausted")));
             }
+            if take_inbox(conv, ctx) {
+                observer.checkpoint(conv).await;
+            }
+            if let Some(budget) = &self.limits.context {
+                compaction::fit(self.model.as_ref(), budget, conv, &specs, ctx, observer).await?;
+            }
             let started = Instant::now();
-            let response =
-                self.model.complete(ModelRequest { messages: &conv.messages, tools: &specs }).await.map_err(|e| {
-                    // Reports and job records get a sanitized message; the log keeps the detail.
-                    let trace = ctx.traceparent.as_deref().and_then(flotilla_protocol::trace::trace_id);
-                    ErrorInfo::new(e.kind, crate::sanitize::sanitize_logged(&e.to_string(), "model error", trace))
-                })?;
+            let request = ModelRequest {
+                messages: &conv.messages,
+                tools: &specs,
+                purpose: Purpose::Step,
+                compacted_turns: conv.compacted_turns,
+            };
+            let response = self.model.complete(request).await.map_err(|e| model_error(e, ctx))?;
             conv.steps += 1;
             conv.usage += response.usage;
             observer.model_called(conv.steps, response.usage, started.elapsed()).await;
@@ -200,6 +259,22 @@ impl Agent {
         });
         futures::future::join_all(runs).await
     }
+}
+
+/// Adds the inbox's waiting messages as user messages; whether there were any.
+fn take_inbox(conv: &mut Conversation, ctx: &RunContext) -> bool {
+    let Some(inbox) = &ctx.inbox else { return false };
+    let waiting = inbox.take();
+    let any = !waiting.is_empty();
+    conv.messages.extend(waiting.into_iter().map(|content| ChatMessage::User { content }));
+    any
+}
+
+/// A failed model call as the run's error: reports and job records get a
+/// sanitized message; the log keeps the detail.
+fn model_error(e: crate::model::ModelError, ctx: &RunContext) -> ErrorInfo {
+    let trace = ctx.traceparent.as_deref().and_then(flotilla_protocol::trace::trace_id);
+    ErrorInfo::new(e.kind, crate::sanitize::sanitize_logged(&e.to_string(), "model error", trace))
 }
 
 #[cfg(test)]

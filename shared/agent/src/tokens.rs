@@ -30,7 +30,7 @@ pub fn count(text: &str) -> usize {
 /// provider's wire body (docs/ARCHITECTURE.md, the agent loop), model name
 /// left empty.
 pub fn count_request(messages: &[ChatMessage], tools: &[ToolSpec]) -> usize {
-    let wire = WireRequest::new("", ModelRequest { messages, tools }, None);
+    let wire = WireRequest::new("", ModelRequest::new(messages, tools), None);
     match serde_json::to_string(&wire) {
         Ok(body) => count(&body),
         // Serialising plain strings and JSON values cannot fail; count the

@@ -110,7 +110,7 @@ async fn tool_output_cannot_change_tools_permissions_or_approvals() {
     let agent = Agent {
         model: model.clone(),
         tools: Arc::new(tools),
-        limits: Limits { max_steps: 5, timeout: Duration::from_secs(10), max_tokens: None },
+        limits: Limits { max_steps: 5, timeout: Duration::from_secs(10), max_tokens: None, context: None },
     };
     let gate = Arc::new(Refuse(AtomicUsize::new(0)));
     let ctx = RunContext {
@@ -120,6 +120,7 @@ async fn tool_output_cannot_change_tools_permissions_or_approvals() {
         traceparent: Some(flotilla_protocol::trace::new_traceparent()),
         cancel: CancellationToken::new(),
         approvals: Some(gate.clone()),
+        inbox: None,
     };
     let mut conv = Conversation::new("You research.", "Summarise the page.");
     let answer = agent.run(&mut conv, &ctx, &NoObserver).await.expect("the run ends normally");

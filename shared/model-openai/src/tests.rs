@@ -124,7 +124,7 @@ fn one_call_reply(arguments: &str) -> Value {
 
 async fn ask(model: &OpenAiModel) -> Result<ModelResponse, ModelError> {
     let messages = [ChatMessage::User { content: "hello".into() }];
-    model.complete(ModelRequest { messages: &messages, tools: &[] }).await
+    model.complete(ModelRequest::new(&messages, &[])).await
 }
 
 /// Sets a test-only environment variable holding a fake key.
@@ -188,7 +188,7 @@ async fn two_tool_calls_and_usage_are_parsed_and_the_request_has_the_wire_shape(
         ToolSpec { name: "add".into(), description: "Adds.".into(), input_schema: json!({"type": "object"}) },
     ];
 
-    let response = model.complete(ModelRequest { messages: &messages, tools: &tools }).await.unwrap();
+    let response = model.complete(ModelRequest::new(&messages, &tools)).await.unwrap();
 
     assert_eq!(response.content.as_deref(), Some("Looking both up."));
     assert_eq!(

@@ -56,7 +56,7 @@ fn agent(script: &str, max_steps: u32) -> (Agent, Arc<Slow>) {
     let a = Agent {
         model: Arc::new(ScriptedModel::from_str("s", script).unwrap()),
         tools: Arc::new(tools),
-        limits: Limits { max_steps, timeout: Duration::from_secs(10), max_tokens: None },
+        limits: Limits { max_steps, timeout: Duration::from_secs(10), max_tokens: None, context: None },
     };
     (a, slow)
 }
@@ -69,6 +69,7 @@ fn ctx() -> RunContext {
         traceparent: None,
         cancel: CancellationToken::new(),
         approvals: None,
+        inbox: None,
     }
 }
 
@@ -126,7 +127,7 @@ async fn a_checkpointed_conversation_resumes_its_pending_calls() {
     let (a, _) = agent(SCRIPT, 5);
     let mut conv = Conversation::new("sys", "go");
     // Simulate a crash right after the first model turn was checkpointed.
-    let first = a.model.complete(ModelRequest { messages: &conv.messages, tools: &[] }).await.unwrap();
+    let first = a.model.complete(ModelRequest::new(&conv.messages, &[])).await.unwrap();
     conv.steps = 1;
     conv.messages.push(ChatMessage::Assistant { content: None, tool_calls: first.tool_calls });
     let saved: Conversation = serde_json::from_str(&serde_json::to_string(&conv).unwrap()).unwrap();
@@ -177,7 +178,7 @@ async fn the_wall_time_limit_aborts_running_tool_calls() {
             ScriptedModel::from_str("s", "[[turns]]\n[[turns.calls]]\ntool = \"hour\"\nargs = '{}'\n").unwrap(),
         ),
         tools: Arc::new(tools),
-        limits: Limits { max_steps: 5, timeout: Duration::from_secs(1), max_tokens: None },
+        limits: Limits { max_steps: 5, timeout: Duration::from_secs(1), max_tokens: None, context: None },
     };
     let err = a.run(&mut Conversation::new("s", "u"), &ctx(), &NoObserver).await.unwrap_err();
     assert_eq!(err.kind, ErrorKind::Timeout, "{}", err.message);
@@ -185,4 +186,75 @@ async fn the_wall_time_limit_aborts_running_tool_calls() {
     // would instead finish after its hour (the paused clock gets there).
     let ended = tokio::time::timeout(Duration::from_secs(60), rx).await.expect("the tool task still runs");
     assert_eq!(ended.unwrap(), "dropped", "the tool ran on after its agent gave up");
+}
+
+/// Records every request's messages, answers each step from a script.
+struct Recording {
+    inner: ScriptedModel,
+    requests: Mutex<Vec<(crate::model::Purpose, Vec<ChatMessage>)>>,
+}
+
+#[async_trait]
+impl ChatModel for Recording {
+    async fn complete(
+        &self,
+        request: ModelRequest<'_>,
+    ) -> Result<crate::model::ModelResponse, crate::model::ModelError> {
+        self.requests.lock().unwrap().push((request.purpose, request.messages.to_vec()));
+        self.inner.complete(request).await
+    }
+}
+
+/// Pushes a follow-up message into the inbox while its first call runs.
+struct Nudge(Arc<MessageInbox>);
+
+#[async_trait]
+impl Tool for Nudge {
+    fn spec(&self) -> ToolSpec {
+        ToolSpec { name: "nudge".into(), description: "d".into(), input_schema: json!({"type":"object"}) }
+    }
+    async fn call(&self, _: &ToolContext, _: Value) -> Result<Value, ToolError> {
+        self.0.push("Also include the east region.");
+        self.0.push("And round to two decimals.");
+        Ok(json!({"ok": true}))
+    }
+}
+
+#[tokio::test]
+async fn inbox_messages_reach_the_next_model_call_as_user_messages_once() {
+    let inbox = Arc::new(MessageInbox::default());
+    let mut tools = ToolSet::new(Duration::from_secs(5));
+    tools.add(Arc::new(Nudge(inbox.clone())), "test").unwrap();
+    let script = "[[turns]]\n[[turns.calls]]\ntool = \"nudge\"\nargs = '{}'\n\n[[turns]]\ncontent = \"step two\"\n";
+    let model =
+        Arc::new(Recording { inner: ScriptedModel::from_str("s", script).unwrap(), requests: Mutex::default() });
+    let a = Agent {
+        model: model.clone(),
+        tools: Arc::new(tools),
+        limits: Limits { max_steps: 5, timeout: Duration::from_secs(10), max_tokens: None, context: None },
+    };
+    let mut c = ctx();
+    c.inbox = Some(inbox.clone());
+    inbox.push("Use the 2025 figures.");
+    let rec = Recorder::default();
+    let mut conv = Conversation::new("sys", "go");
+    assert_eq!(a.run(&mut conv, &c, &rec).await.unwrap(), "step two");
+    let requests = model.requests.lock().unwrap().clone();
+    let users = |m: &[ChatMessage]| -> Vec<String> {
+        m.iter()
+            .filter_map(|m| if let ChatMessage::User { content } = m { Some(content.clone()) } else { None })
+            .collect()
+    };
+    // Waiting before the first call: it is there, after the task text.
+    assert_eq!(users(&requests[0].1), ["go", "Use the 2025 figures."]);
+    // Pushed during the tool call: delivered after its result, each once, in order.
+    assert_eq!(
+        users(&requests[1].1),
+        ["go", "Use the 2025 figures.", "Also include the east region.", "And round to two decimals."]
+    );
+    assert!(matches!(requests[1].1.last(), Some(ChatMessage::User { .. })));
+    assert!(inbox.take().is_empty());
+    // The added messages were checkpointed: 2 inbox takes + 2 model turns + 1 tool result.
+    assert_eq!(rec.checkpoints.load(Ordering::SeqCst), 5);
+    assert_eq!(users(&conv.messages).len(), 4);
 }

@@ -75,6 +75,30 @@ pub struct ModelRequest<'a> {
     pub messages: &'a [ChatMessage],
     /// The tools the agent may call.
     pub tools: &'a [ToolSpec],
+    /// What the call is for.
+    pub purpose: Purpose,
+    /// Model turns of this run that compaction replaced with a summary, so
+    /// are no longer in `messages` (the scripted model counts turns with it).
+    pub compacted_turns: u32,
+}
+
+impl<'a> ModelRequest<'a> {
+    /// A step of a run that has never been compacted.
+    pub fn new(messages: &'a [ChatMessage], tools: &'a [ToolSpec]) -> Self {
+        Self { messages, tools, purpose: Purpose::Step, compacted_turns: 0 }
+    }
+}
+
+/// Why the agent loop calls the model.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Purpose {
+    /// The next turn of the run.
+    #[default]
+    Step,
+    /// Summarising older turns to keep the context bounded
+    /// (`shared/agent/src/agent/compaction.rs`): `messages` are the compaction
+    /// prompt and a transcript, `tools` is empty.
+    Compaction,
 }
 
 /// What a model answered.

@@ -56,7 +56,7 @@ mod tests {
     async fn each_call_carries_its_cost_and_costs_add_up() {
         let price = Price { input_per_mtok: 0.15, output_per_mtok: 0.60 };
         let m = priced(Arc::new(Fixed), Some(price));
-        let req = ModelRequest { messages: &[], tools: &[] };
+        let req = ModelRequest::new(&[], &[]);
         let a = m.complete(req).await.unwrap().usage;
         // 2000 * 0.15 / 1e6 + 500 * 0.60 / 1e6 = 0.0003 + 0.0003
         assert!((a.cost_usd - 0.0006).abs() < 1e-12, "{}", a.cost_usd);

@@ -32,6 +32,14 @@
 //! `vars` entries, and in a call `item`/`index` when `for_each` is set.
 //! Functions: `captures(text, regex)` (all matches, each a list of groups) and
 //! `from_json(text)`.
+//!
+//! Compaction (`shared/agent/src/agent/compaction.rs`): the turn index counts
+//! the turns a compaction summarised away too (`compacted_turns` of the
+//! request), so a compacted run keeps its place in the script; `results` then
+//! holds only the results still in the conversation. A compaction call is
+//! answered by the optional top-level `compaction` template (context:
+//! `transcript`, the text to summarise) or, without one, by a deterministic
+//! digest: the first 160 characters of each transcript entry.
 
 use std::path::Path;
 
@@ -40,7 +48,7 @@ use minijinja::{Environment, Value as JValue, context};
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::{ChatMessage, ChatModel, ModelError, ModelRequest, ModelResponse, ToolCall, estimate_tokens};
+use super::{ChatMessage, ChatModel, ModelError, ModelRequest, ModelResponse, Purpose, ToolCall, estimate_tokens};
 use flotilla_protocol::{ErrorKind, Usage};
 
 #[derive(Debug, Deserialize)]
@@ -51,6 +59,9 @@ struct Script {
     latency_ms: u64,
     #[serde(default)]
     vars: indexmap_like::Vars,
+    /// Answer to a compaction call, a template over `transcript`.
+    #[serde(default)]
+    compaction: Option<String>,
     turns: Vec<Turn>,
 }
 
@@ -118,6 +129,9 @@ impl ScriptedModel {
             return Err(err("a script needs at least one [[turns]]".into()));
         }
         let env = environment();
+        if let Some(c) = &script.compaction {
+            env.template_from_str(c).map_err(|e| err(format!("compaction: {e}")))?;
+        }
         for (k, expr) in &script.vars.0 {
             env.compile_expression(expr).map_err(|e| err(format!("vars.{k}: {e}")))?;
         }
@@ -142,8 +156,13 @@ impl ScriptedModel {
         ModelError { kind, model: self.name.clone(), message }
     }
 
-    fn play(&self, messages: &[ChatMessage]) -> Result<(Option<String>, Vec<ToolCall>), ModelError> {
-        let step = messages.iter().filter(|m| matches!(m, ChatMessage::Assistant { .. })).count();
+    fn play(&self, request: &ModelRequest<'_>) -> Result<(Option<String>, Vec<ToolCall>), ModelError> {
+        let messages = request.messages;
+        if request.purpose == Purpose::Compaction {
+            return self.summarise(messages).map(|s| (Some(s), Vec::new()));
+        }
+        let step = messages.iter().filter(|m| matches!(m, ChatMessage::Assistant { .. })).count()
+            + request.compacted_turns as usize;
         let turn = self.script.turns.get(step).ok_or_else(|| {
             self.fail(ErrorKind::Limit, format!("script exhausted after {} turns", self.script.turns.len()))
         })?;
@@ -178,6 +197,28 @@ impl ScriptedModel {
             }
         }
         Ok((content, calls))
+    }
+
+    /// The answer to a compaction call: the script's `compaction` template
+    /// or a digest of the transcript (the last user message).
+    fn summarise(&self, messages: &[ChatMessage]) -> Result<String, ModelError> {
+        let transcript = messages
+            .iter()
+            .rev()
+            .find_map(|m| match m {
+                ChatMessage::User { content } => Some(content.as_str()),
+                _ => None,
+            })
+            .unwrap_or_default();
+        if let Some(t) = &self.script.compaction {
+            return self.render(t, context! { transcript => transcript }, "compaction");
+        }
+        let digest: Vec<String> = transcript
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| l.chars().take(160).collect::<String>())
+            .collect();
+        Ok(format!("Earlier turns, digested ({} entries):\n{}", digest.len(), digest.join("\n")))
     }
 
     fn eval(&self, expr: &str, ctx: &serde_json::Map<String, Value>, what: &str) -> Result<Value, ModelError> {
@@ -258,7 +299,7 @@ impl ChatModel for ScriptedModel {
         if self.script.latency_ms > 0 {
             tokio::time::sleep(std::time::Duration::from_millis(self.script.latency_ms)).await;
         }
-        let (content, tool_calls) = self.play(request.messages)?;
+        let (content, tool_calls) = self.play(&request)?;
         // Count what a real endpoint would bill: the whole prompt including tool schemas.
         let prompt_chars = serde_json::to_string(request.messages).map(|s| s.len()).unwrap_or(0)
             + serde_json::to_string(request.tools).map(|s| s.len()).unwrap_or(0);
@@ -296,7 +337,7 @@ content = "{% for r in last %}{{ pairs[loop.index0][1] }}={% if r.ok %}{{ r.valu
 "#;
 
     fn req(messages: &[ChatMessage]) -> ModelRequest<'_> {
-        ModelRequest { messages, tools: &[] }
+        ModelRequest::new(messages, &[])
     }
 
     #[tokio::test]
