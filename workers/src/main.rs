@@ -5,6 +5,7 @@
 mod approval;
 mod cancel;
 mod heartbeat;
+mod inbox;
 mod large_report;
 mod mcp_context;
 mod metrics;

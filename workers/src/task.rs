@@ -127,7 +127,7 @@ async fn run(
     };
     let outcome = if job_cancelled {
         Err((
-            ErrorInfo::new(ErrorKind::Cancelled, "the job was cancelled before this task started"),
+            ErrorInfo::new(ErrorKind::Cancelled, cancelled_before_start(&ctx, &task)),
             Default::default(),
         ))
     } else if limits.timeout.is_zero() {
@@ -143,6 +143,8 @@ async fn run(
                 .map_err(|e| tracing::error!(error = %e, "sandbox scratch dir not created; execute will fail"))
                 .ok()
         });
+        // Follow-up messages (`message_task`) reach the subagent before its next model call.
+        let inbox = crate::inbox::TaskInbox::open(&ctx.bus, &task).await;
         let gate = BusApprovalGate::new(ctx.bus.clone(), rt.approvals.clone(), progress.clone(), task.tenant.clone());
         let run_ctx = RunContext {
             job_id: task.job_id,
@@ -151,7 +153,7 @@ async fn run(
             traceparent: traceparent.clone(),
             cancel: cancel.clone(),
             approvals: Some(Arc::new(gate)),
-            inbox: None,
+            inbox: Some(inbox.inbox()),
         };
         let r = agent.run(&mut conv, &run_ctx, &progress).await;
         r.map(|answer| (answer, conv.usage)).map_err(|e| (e, conv.usage))
@@ -257,4 +259,11 @@ fn keep_alive(
         }
     })
     .abort_handle()
+}
+
+/// Why a task that was cancelled before it started reports `cancelled`: its
+/// own cancel (`cancel_task`) or its job's (workers/src/cancel.rs).
+fn cancelled_before_start(ctx: &WorkerContext, task: &TaskMessage) -> String {
+    let why = ctx.cancels.reason(&task.job_id, &task.task_id).unwrap_or_else(|| "the job was cancelled".into());
+    format!("{why} (before the task started)")
 }
