@@ -38,6 +38,9 @@ pub fn event(e: &Event) -> String {
                     "planner step {step}: {} in / {} out tokens, {latency_ms} ms",
                     usage.input_tokens, usage.output_tokens
                 ),
+                JobEventKind::Compacted { before_tokens, after_tokens, .. } => {
+                    format!("planner context compacted: {before_tokens} -> {after_tokens} tokens")
+                }
                 JobEventKind::TodosChanged { todos } => {
                     let lines: Vec<String> = todos
                         .iter()

@@ -1,5 +1,7 @@
 //! What the planner's agent loop reports: each model call becomes a job event
-//! and is added to the job's planner usage; every step is checkpointed.
+//! and is added to the job's planner usage; every step is checkpointed; a
+//! compaction of its context (shared/agent/src/agent/compaction.rs) becomes a
+//! `compacted` job event and its call's usage is added like any other.
 
 use std::time::Duration;
 
@@ -21,9 +23,9 @@ pub struct PlannerObserver {
     pub job_id: JobId,
 }
 
-#[async_trait]
-impl AgentObserver for PlannerObserver {
-    async fn model_called(&self, step: u32, usage: Usage, latency: Duration) {
+impl PlannerObserver {
+    /// Adds a planner model call's spend to the job record.
+    async fn record_usage(&self, usage: Usage) {
         let r = self
             .jobs
             .update(&self.job_id, |rec| {
@@ -34,9 +36,21 @@ impl AgentObserver for PlannerObserver {
         if let Err(e) = r {
             tracing::warn!(error = %e, "planner usage not recorded");
         }
+    }
+}
+
+#[async_trait]
+impl AgentObserver for PlannerObserver {
+    async fn model_called(&self, step: u32, usage: Usage, latency: Duration) {
+        self.record_usage(usage).await;
         self.jobs
             .emit(self.job_id, JobEventKind::PlannerStep { step, usage, latency_ms: latency.as_millis() as u64 })
             .await;
+    }
+
+    async fn on_compacted(&self, before_tokens: u64, after_tokens: u64, usage: Usage) {
+        self.record_usage(usage).await;
+        self.jobs.emit(self.job_id, JobEventKind::Compacted { before_tokens, after_tokens, usage }).await;
     }
 
     async fn checkpoint(&self, conversation: &Conversation) {

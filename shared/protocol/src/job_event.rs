@@ -42,6 +42,18 @@ pub enum JobEventKind {
         /// Round-trip latency.
         latency_ms: u64,
     },
+    /// The planner's conversation outgrew `[planner] context_tokens` and its
+    /// older turns were replaced by a model-written summary
+    /// (docs/CONFIG.md, "Bounded context").
+    Compacted {
+        /// Tokens of the request before (o200k_base, the whole request).
+        before_tokens: u64,
+        /// Tokens of the request after.
+        after_tokens: u64,
+        /// Tokens of the compaction call itself.
+        #[serde(default)]
+        usage: Usage,
+    },
     /// `write_todos` replaced the plan.
     TodosChanged {
         /// The whole new list.
