@@ -4,6 +4,7 @@
 //! failed, written to the job record and published as job events.
 
 pub mod dispatch;
+mod map_tasks;
 mod observer;
 mod task_tool;
 mod write_todos;
@@ -76,6 +77,10 @@ impl Planner {
             Duration::from_secs(config.no_worker_timeout.max(1)),
         );
         tools.add(Arc::new(TaskTool { dispatcher: dispatcher.clone() }), "planner")?;
+        tools.add(
+            Arc::new(map_tasks::MapTasks::new(dispatcher.clone(), files.clone(), config.max_in_flight)),
+            "planner",
+        )?;
         // Built-in file tools (read-only by default) over the job's files, under the planner's rules.
         let permissions = Permissions::compile(&config.permissions, config.default_permission)
             .map_err(|e| anyhow::anyhow!("invalid config key `planner.permissions[{}]`: {}", e.rule, e.message))?;

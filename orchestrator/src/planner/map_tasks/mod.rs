@@ -15,6 +15,7 @@
 //! the arguments, so a replayed call finds its own map and a model that
 //! reuses call ids across turns still gets a fresh map per call.
 
+mod dispatcher;
 mod items;
 mod results;
 mod run;
@@ -34,8 +35,9 @@ use flotilla_protocol::ids::SubagentType;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use super::dispatch::Dispatcher;
+pub use run::ItemDispatch;
 use run::MapRun;
-pub use run::{ItemDispatch, ItemOutcome};
 use store::{MapFiles, MapProgress, file_error};
 use template::DescriptionTemplate;
 
@@ -138,6 +140,11 @@ impl Tool for MapTasks {
 }
 
 impl MapTasks {
+    /// The tool over the planner's dispatcher and the job files.
+    pub fn new(dispatcher: Dispatcher, files: JobFiles, max_in_flight: usize) -> Self {
+        Self { types: dispatcher.types().clone(), dispatch: Arc::new(dispatcher), files, max_in_flight }
+    }
+
     fn check_type(&self, ty: &str) -> Result<(), ToolError> {
         match SubagentType::new(ty) {
             Ok(t) if self.types.contains_key(&t) => Ok(()),

@@ -1,6 +1,7 @@
 //! The results of a map, one JSON line per item in item order (docs/TOOLS.md,
 //! "map_tasks"): `{"index", "item", "task_id", "status", "summary" | "error",
-//! "report"}`. Tasks end in any order; [`Ordered`] holds the lines that
+//! "report"}` (`report` only when the full report is not at the usual
+//! `/reports/<task id>.md`). Tasks end in any order; [`Ordered`] holds the lines that
 //! arrive ahead of the first unfinished item and releases the contiguous
 //! prefix, whose length is the map's done watermark.
 
@@ -29,7 +30,8 @@ pub struct ResultLine {
     /// Why it did not complete.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<ErrorInfo>,
-    /// The full report in the job files, when there is one.
+    /// The full report in the job files, when it is not at the usual
+    /// `/reports/<task id>.md`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub report: Option<String>,
 }

@@ -141,6 +141,9 @@ impl MapRun<'_> {
             Err(e) => return Ok(failed(Some(task_id), e)),
         };
         let completed = outcome.status == "completed";
+        // The usual place, /reports/<task id>.md, goes without saying (and 45 bytes a line).
+        let usual = format!("/reports/{}.md", outcome.task_id);
+        let report = outcome.report_path.filter(|p| *p != usual);
         Ok(ResultLine {
             index: item.index,
             item: item.value,
@@ -148,7 +151,7 @@ impl MapRun<'_> {
             status: outcome.status,
             summary: completed.then_some(outcome.summary),
             error: outcome.error,
-            report: outcome.report_path,
+            report,
         })
     }
 

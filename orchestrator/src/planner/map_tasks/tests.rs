@@ -12,6 +12,7 @@ use flotilla_protocol::{ErrorInfo, ErrorKind};
 use tokio_util::sync::CancellationToken;
 
 use super::results::ResultLine;
+use super::run::ItemOutcome;
 use super::*;
 
 const CALL: &str = "call_1_0";
