@@ -10,9 +10,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use flotilla_bus::BusError;
+use flotilla_bus::{BusError, Cas, job_keys};
 use flotilla_protocol::ids::{JobId, SubagentType, TaskId, Tenant};
-use flotilla_protocol::{JobEvent, TaskMessage, TaskReport};
+use flotilla_protocol::{JobEvent, JobRecord, TaskEntry, TaskMessage, TaskReport};
 use tokio::sync::watch;
 
 use crate::ports::{JobBackend, StoredReports, TaskDispatch};
@@ -92,18 +92,80 @@ impl StoredReports for FakeReports {
     }
 }
 
-/// The jobs bucket and the job events published.
+/// The jobs bucket (revisioned keys, as NATS KV) and the job events published.
 #[derive(Default)]
 pub struct FakeJobs {
-    records: Mutex<HashMap<JobId, Bytes>>,
+    kv: Mutex<FakeKv>,
     events: Mutex<Vec<JobEvent>>,
 }
 
+#[derive(Default)]
+struct FakeKv {
+    values: HashMap<String, (Bytes, u64)>,
+    revision: u64,
+    /// Bytes of every value stored, as a stream's bytes grow.
+    written: u64,
+    /// Values larger than this are refused as NATS refuses a payload over max_payload.
+    max_value: Option<usize>,
+}
+
+impl FakeKv {
+    fn store(&mut self, key: &str, value: Bytes) -> Result<Cas, BusError> {
+        if self.max_value.is_some_and(|max| value.len() > max) {
+            return Err(BusError::new(format!("cannot store {key}"), "maximum payload exceeded"));
+        }
+        self.revision += 1;
+        self.written += value.len() as u64;
+        self.values.insert(key.to_string(), (value, self.revision));
+        Ok(Cas::Stored(self.revision))
+    }
+}
+
+/// Whether `key` matches a NATS-style `filter` (`*` one token, `>` the rest).
+fn matches(filter: &str, key: &str) -> bool {
+    let (mut f, mut k) = (filter.split('.'), key.split('.'));
+    loop {
+        match (f.next(), k.next()) {
+            (Some(">"), Some(_)) => return true,
+            (Some("*"), Some(_)) => {}
+            (Some(a), Some(b)) if a == b => {}
+            (None, None) => return true,
+            _ => return false,
+        }
+    }
+}
+
 impl FakeJobs {
-    /// The record of `id` as stored (not the store's live copy).
-    pub fn stored(&self, id: &JobId) -> Option<flotilla_protocol::JobRecord> {
-        let bytes = self.records.lock().unwrap().get(id).cloned()?;
-        Some(flotilla_protocol::decode(&bytes).expect("the store writes decodable records"))
+    /// The record of `id` as stored: its header with every stored task
+    /// entry in `tasks`, in dispatch order (not the store's live copy).
+    pub fn stored(&self, id: &JobId) -> Option<JobRecord> {
+        let kv = self.kv.lock().unwrap();
+        let (header, _) = kv.values.get(&job_keys::header(id))?;
+        let mut rec: JobRecord = flotilla_protocol::decode(header).expect("the store writes decodable headers");
+        let mut tasks: Vec<TaskEntry> = kv
+            .values
+            .iter()
+            .filter(|(k, _)| matches(&job_keys::tasks(id), k))
+            .map(|(_, (b, _))| flotilla_protocol::decode(b).expect("the store writes decodable entries"))
+            .collect();
+        tasks.sort_by_key(|t| t.task_id);
+        rec.tasks.extend(tasks);
+        Some(rec)
+    }
+
+    /// Stores `value` under `key` as an older orchestrator would have.
+    pub fn put_raw(&self, key: &str, value: Bytes) {
+        self.kv.lock().unwrap().store(key, value).unwrap();
+    }
+
+    /// Bytes of every value stored so far.
+    pub fn bytes_written(&self) -> u64 {
+        self.kv.lock().unwrap().written
+    }
+
+    /// Refuses values over `max` bytes from now on, as a too-large payload.
+    pub fn set_max_value(&self, max: usize) {
+        self.kv.lock().unwrap().max_value = Some(max);
     }
 
     /// Every job event published so far.
@@ -114,17 +176,28 @@ impl FakeJobs {
 
 #[async_trait]
 impl JobBackend for FakeJobs {
-    async fn get(&self, id: &JobId) -> Result<Option<Bytes>, BusError> {
-        Ok(self.records.lock().unwrap().get(id).cloned())
+    async fn entry(&self, key: &str) -> Result<Option<(Bytes, u64)>, BusError> {
+        Ok(self.kv.lock().unwrap().values.get(key).cloned())
     }
 
-    async fn put(&self, id: &JobId, record: Bytes) -> Result<(), BusError> {
-        self.records.lock().unwrap().insert(*id, record);
-        Ok(())
+    async fn create(&self, key: &str, value: Bytes) -> Result<Cas, BusError> {
+        let mut kv = self.kv.lock().unwrap();
+        if kv.values.contains_key(key) {
+            return Ok(Cas::Conflict);
+        }
+        kv.store(key, value)
     }
 
-    async fn keys(&self) -> Result<Vec<String>, BusError> {
-        Ok(self.records.lock().unwrap().keys().map(ToString::to_string).collect())
+    async fn update(&self, key: &str, value: Bytes, revision: u64) -> Result<Cas, BusError> {
+        let mut kv = self.kv.lock().unwrap();
+        if kv.values.get(key).map(|(_, r)| *r).unwrap_or(0) != revision {
+            return Ok(Cas::Conflict);
+        }
+        kv.store(key, value)
+    }
+
+    async fn keys(&self, filter: &str) -> Result<Vec<String>, BusError> {
+        Ok(self.kv.lock().unwrap().values.keys().filter(|k| matches(filter, k)).cloned().collect())
     }
 
     async fn emit(&self, _tenant: &Tenant, _job: &JobId, event: &JobEvent) {

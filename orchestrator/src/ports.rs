@@ -8,7 +8,7 @@
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use flotilla_bus::{Bus, BusError};
+use flotilla_bus::{Bus, BusError, Cas};
 use flotilla_protocol::ids::{JobId, SubagentType, TaskId, Tenant};
 use flotilla_protocol::{TaskMessage, TaskReport};
 
@@ -52,15 +52,19 @@ impl StoredReports for Bus {
     }
 }
 
-/// Where job records are kept (the jobs KV bucket) and job events go.
+/// Where job records are kept (the jobs KV bucket: a header per job and a
+/// key per task, shared/bus/src/job_records.rs) and job events go. Writes
+/// are one attempt each and conditional: the job store retries them.
 #[async_trait]
 pub trait JobBackend: Send + Sync {
-    /// The stored record of `id`, encoded.
-    async fn get(&self, id: &JobId) -> Result<Option<Bytes>, BusError>;
-    /// Stores the encoded record of `id` (one attempt; the store retries).
-    async fn put(&self, id: &JobId, record: Bytes) -> Result<(), BusError>;
-    /// Every stored key.
-    async fn keys(&self) -> Result<Vec<String>, BusError>;
+    /// The value of `key` and its revision.
+    async fn entry(&self, key: &str) -> Result<Option<(Bytes, u64)>, BusError>;
+    /// Stores `value` under `key` unless the key exists.
+    async fn create(&self, key: &str, value: Bytes) -> Result<Cas, BusError>;
+    /// Stores `value` under `key` if it is still at `revision`.
+    async fn update(&self, key: &str, value: Bytes, revision: u64) -> Result<Cas, BusError>;
+    /// The keys matching `filter` (`*` one token, as in NATS subjects), in any order.
+    async fn keys(&self, filter: &str) -> Result<Vec<String>, BusError>;
     /// Publishes an event of `job` (fire and forget).
     async fn emit(&self, tenant: &Tenant, job: &JobId, event: &flotilla_protocol::JobEvent);
 }

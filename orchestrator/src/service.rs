@@ -4,7 +4,7 @@
 //! | subject `<prefix>.api.<tenant>.` | request          | reply (`ok` payload)  |
 //! |----------------------------------|------------------|-----------------------|
 //! | `submit`                         | `SubmitRequest`  | `SubmitReply`         |
-//! | `status`                         | `StatusRequest`  | `JobRecord`           |
+//! | `status`                         | `StatusRequest`  | `StatusReply` (header + one page of tasks) |
 //! | `list`                           | `ListRequest`    | `ListReply`           |
 //! | `cancel`                         | `CancelRequest`  | `CancelReply`         |
 //! | `approvals`                      | `ApprovalsRequest` | `ApprovalsReply`    |
@@ -31,7 +31,7 @@ use flotilla_config::{DashboardConfig, Settings};
 use flotilla_protocol::ids::{JobId, SubagentType, Tenant};
 use flotilla_protocol::{
     self as protocol, ApiReply, CancelReply, CancelRequest, ErrorKind, JobEventKind, JobRecord, ListReply, ListRequest,
-    StatusRequest, SubmitReply, SubmitRequest,
+    StatusReply, StatusRequest, SubmitReply, SubmitRequest,
 };
 use futures::StreamExt;
 use tokio::sync::Semaphore;
@@ -284,14 +284,15 @@ impl Service {
         ApiReply::ok(CancelReply { job_id: rec.id, purged_tasks })
     }
 
-    async fn status(&self, tenant: &Tenant, payload: &[u8]) -> ApiReply<JobRecord> {
+    async fn status(&self, tenant: &Tenant, payload: &[u8]) -> ApiReply<StatusReply> {
         let req: StatusRequest = match protocol::decode(payload) {
             Ok(r) => r,
             Err(e) => return ApiReply::error(ErrorKind::Validation, e.to_string()),
         };
-        match self.jobs.get(&req.job_id).await {
+        let limit = req.tasks_limit.unwrap_or(protocol::DEFAULT_TASKS_PAGE).min(protocol::MAX_TASKS_PAGE);
+        match self.jobs.status(&req.job_id, Some(tenant), req.tasks_after, limit).await {
             // Another tenant's job is indistinguishable from a missing one.
-            Ok(Some(rec)) if &rec.tenant == tenant => ApiReply::ok(rec),
+            Ok(Some(reply)) => ApiReply::ok(reply),
             Ok(_) => ApiReply::error(ErrorKind::NotFound, format!("no job {}", req.job_id)),
             Err(e) => ApiReply::error(ErrorKind::Transient, e.to_string()),
         }

@@ -6,7 +6,9 @@ use std::time::Duration;
 use flotilla_bus::Bus;
 use flotilla_config::NatsConfig;
 use flotilla_protocol::ids::{JobId, Tenant};
-use flotilla_protocol::{ApiReply, JobRecord, SCHEMA_VERSION, StatusRequest, SubmitReply, SubmitRequest};
+use flotilla_protocol::{
+    ApiReply, JobRecord, MAX_TASKS_PAGE, SCHEMA_VERSION, StatusRequest, SubmitReply, SubmitRequest,
+};
 use flotilla_tests::{NatsServer, Proc, RawNats, TestConfig};
 
 pub const TIMEOUT: Duration = Duration::from_secs(60);
@@ -89,7 +91,7 @@ impl Deployment {
             .request(
                 &Tenant::default(),
                 "status",
-                &StatusRequest { v: SCHEMA_VERSION, job_id: job },
+                &StatusRequest { v: SCHEMA_VERSION, job_id: job, tasks_limit: Some(MAX_TASKS_PAGE), tasks_after: None },
                 Duration::from_secs(10),
             )
             .await
@@ -101,7 +103,8 @@ impl Deployment {
 impl Deployment {
     /// The job record, or `None` while the API does not answer (e.g. during a NATS restart).
     pub async fn status_opt(&self, job: JobId) -> Option<JobRecord> {
-        let req = StatusRequest { v: SCHEMA_VERSION, job_id: job };
+        let req =
+            StatusRequest { v: SCHEMA_VERSION, job_id: job, tasks_limit: Some(MAX_TASKS_PAGE), tasks_after: None };
         let r: ApiReply<JobRecord> =
             self.bus.request(&Tenant::default(), "status", &req, Duration::from_secs(2)).await.ok()?;
         r.into_result().ok()

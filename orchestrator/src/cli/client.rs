@@ -4,10 +4,10 @@
 use std::time::Duration;
 
 use flotilla_bus::Bus;
-use flotilla_protocol::ids::{JobId, Tenant};
+use flotilla_protocol::ids::{JobId, TaskId, Tenant};
 use flotilla_protocol::{
-    ApiReply, CancelReply, CancelRequest, JobRecord, JobStatus, ListReply, ListRequest, SCHEMA_VERSION, StatusRequest,
-    SubmitReply, SubmitRequest,
+    ApiReply, CancelReply, CancelRequest, JobRecord, JobStatus, ListReply, ListRequest, SCHEMA_VERSION, StatusReply,
+    StatusRequest, SubmitReply, SubmitRequest,
 };
 
 const TIMEOUT: Duration = Duration::from_secs(10);
@@ -45,10 +45,21 @@ impl ApiClient {
         Ok(reply.into_result().map_err(|e| anyhow::anyhow!("submit refused: {e}"))?.job_id)
     }
 
-    /// A job's record.
+    /// A job's header with the first page of its tasks.
     pub async fn status(&self, job_id: JobId) -> anyhow::Result<JobRecord> {
-        let req = StatusRequest { v: SCHEMA_VERSION, job_id };
-        let reply: ApiReply<JobRecord> = self.bus.request(&self.tenant, "status", &req, TIMEOUT).await?;
+        Ok(self.status_page(job_id, None, None).await?.job)
+    }
+
+    /// A job's header with one page of its tasks: at most `limit` (the
+    /// orchestrator's default page when `None`), dispatched after `after`.
+    pub async fn status_page(
+        &self,
+        job_id: JobId,
+        limit: Option<usize>,
+        after: Option<TaskId>,
+    ) -> anyhow::Result<StatusReply> {
+        let req = StatusRequest { v: SCHEMA_VERSION, job_id, tasks_limit: limit, tasks_after: after };
+        let reply: ApiReply<StatusReply> = self.bus.request(&self.tenant, "status", &req, TIMEOUT).await?;
         reply.into_result().map_err(|e| anyhow::anyhow!("{e}"))
     }
 

@@ -35,7 +35,8 @@ pub async fn run(settings: &Settings, tenant: &Tenant, args: Args) -> anyhow::Re
     Ok(0)
 }
 
-/// The human table, one line per job (its input flattened to one line).
+/// The human table, one line per job (its input flattened to one line);
+/// TASKS is ended/dispatched, from the job header's counters.
 fn table(jobs: &[JobSummary]) -> String {
     let mut t = table::new(&["JOB", "STATUS", "TASKS", "TOKENS", "CREATED", "INPUT"]);
     table::align_right(&mut t, &[2, 3]);
@@ -44,7 +45,7 @@ fn table(jobs: &[JobSummary]) -> String {
         t.add_row([
             j.id.to_string(),
             j.status.as_str().into(),
-            j.tasks.to_string(),
+            format!("{}/{}", j.task_counts.ended(), j.tasks),
             j.usage.total_tokens().to_string(),
             created.chars().take(19).collect(),
             render::one_line(&j.input, 100),

@@ -3,9 +3,11 @@
 //! task showing worker, elapsed time, step count, last tool and tokens. A
 //! finished task collapses to one summary line. Everything is derived from
 //! the same events the plain and JSON outputs print, so the three never
-//! disagree about what happened.
+//! disagree about what happened. A job of thousands of tasks keeps only its
+//! latest [`FINISHED_LINES`] finished task lines on screen (the header counts
+//! them all), so the view stays one screen (issue 12).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use flotilla_orchestrator::events::Event;
@@ -16,6 +18,9 @@ use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use super::render::short;
 
 const TICK: Duration = Duration::from_millis(120);
+
+/// Finished task lines kept on screen per job; older ones leave the view.
+pub const FINISHED_LINES: usize = 12;
 
 fn style(template: &str) -> ProgressStyle {
     ProgressStyle::with_template(template).expect("static progress template")
@@ -61,6 +66,10 @@ struct JobLines {
     todos: Vec<ProgressBar>,
     tasks: Vec<TaskId>,
     lines: HashMap<TaskId, TaskLine>,
+    /// Tasks seen, finished, and finished ones no longer on screen.
+    seen: usize,
+    done: usize,
+    gone: HashSet<TaskId>,
     planner_steps: u32,
     status: &'static str,
 }
@@ -110,6 +119,9 @@ impl LiveView {
                     todos: Vec::new(),
                     tasks: Vec::new(),
                     lines: HashMap::new(),
+                    seen: 0,
+                    done: 0,
+                    gone: HashSet::new(),
                     planner_steps: 0,
                     status: "submitted",
                 },
@@ -120,8 +132,10 @@ impl LiveView {
 
     fn header(job: &JobLines, id: &JobId, usage: Option<&Usage>) {
         let mut m = format!("job {id}  {}  planner step {}", job.status, job.planner_steps);
-        let done = job.lines.values().filter(|l| l.bar.is_finished()).count();
-        m.push_str(&format!("  tasks {done}/{}", job.tasks.len()));
+        m.push_str(&format!("  tasks {}/{}", job.done, job.seen));
+        if !job.gone.is_empty() {
+            m.push_str(&format!(" ({} finished not shown)", job.gone.len()));
+        }
         if let Some(u) = usage {
             m.push_str(&format!("  {} tok", u.total_tokens()));
             if u.cost_usd > 0.0 {
@@ -166,12 +180,16 @@ impl LiveView {
                     JobEventKind::Running => job.status = "running",
                     JobEventKind::PlannerStep { step, .. } => job.planner_steps = *step,
                     JobEventKind::TodosChanged { todos } => Self::todos(&multi, job, todos),
-                    JobEventKind::TaskDispatched { task_id, subagent_type, .. } => {
+                    JobEventKind::TaskDispatched { task_id, subagent_type, .. } if !job.gone.contains(task_id) => {
                         task_line(&multi, job, task_id, subagent_type.as_str());
                     }
                     JobEventKind::TaskReported { task_id, status, summary } => {
-                        if let Some(line) = job.lines.get(task_id) {
+                        if let Some(line) = job.lines.get(task_id)
+                            && !line.bar.is_finished()
+                        {
                             finish(line, task_id, *status, summary);
+                            job.done += 1;
+                            collapse(&multi, job);
                         }
                     }
                     JobEventKind::Completed { usage: u, .. } => {
@@ -197,6 +215,9 @@ impl LiveView {
             Event::Progress(p) => {
                 let multi = self.multi.clone();
                 let job = self.job(p.job_id);
+                if job.gone.contains(&p.task_id) {
+                    return;
+                }
                 // A worker's start can overtake the planner's dispatch event.
                 let line = task_line(&multi, job, &p.task_id, p.subagent_type.as_str());
                 if line.bar.is_finished() {
@@ -222,9 +243,26 @@ impl LiveView {
     }
 }
 
+/// Removes the oldest finished task lines beyond [`FINISHED_LINES`].
+fn collapse(multi: &MultiProgress, job: &mut JobLines) {
+    let finished: Vec<TaskId> =
+        job.tasks.iter().filter(|t| job.lines.get(t).is_some_and(|l| l.bar.is_finished())).copied().collect();
+    let excess = finished.len().saturating_sub(FINISHED_LINES);
+    for id in &finished[..excess] {
+        if let Some(line) = job.lines.remove(id) {
+            multi.remove(&line.bar);
+        }
+        job.gone.insert(*id);
+    }
+    if excess > 0 {
+        job.tasks.retain(|t| job.lines.contains_key(t));
+    }
+}
+
 /// The line of `id`, created (queued) on first sight.
 fn task_line<'a>(multi: &MultiProgress, job: &'a mut JobLines, id: &TaskId, ty: &str) -> &'a mut TaskLine {
     if !job.lines.contains_key(id) {
+        job.seen += 1;
         let after = job.last(&job.lines);
         let bar = multi.insert_after(&after, ProgressBar::new_spinner());
         bar.set_style(running_style());

@@ -2,7 +2,7 @@
 //! --wait`, `status` and `jobs`.
 
 use flotilla_orchestrator::events::Event;
-use flotilla_protocol::{JobEventKind, JobRecord, ProgressKind, TodoStatus, Usage};
+use flotilla_protocol::{JobEventKind, JobRecord, ProgressKind, TaskCounts, TodoStatus, Usage};
 
 use super::table;
 
@@ -106,6 +106,13 @@ pub fn event(e: &Event) -> String {
     }
 }
 
+/// `5000 in all: 4990 completed, 10 running`: the states with tasks in them.
+pub fn task_counts(total: u64, counts: &TaskCounts) -> String {
+    let states: Vec<String> =
+        counts.pairs().iter().filter(|(_, n)| *n > 0).map(|(s, n)| format!("{n} {}", s.as_str())).collect();
+    format!("{total} in all: {}", if states.is_empty() { "none counted".into() } else { states.join(", ") })
+}
+
 /// One line per task: id, type, status, duration, worker, spend.
 fn tasks(r: &JobRecord) -> String {
     let mut t = table::new(&[]);
@@ -138,6 +145,9 @@ pub fn record(r: &JobRecord) -> String {
         one_line(&r.input, 200),
         usage(&r.usage),
     );
+    if r.tasks_total > 0 {
+        out.push_str(&format!("tasks    {}\n", task_counts(r.tasks_total, &r.task_counts)));
+    }
     let mut spend = table::new(&[]);
     spend.add_row(["planner".to_string(), usage(&r.planner_usage)]);
     for (ty, u) in &r.usage_by_type {
@@ -156,7 +166,12 @@ pub fn record(r: &JobRecord) -> String {
         }
     }
     if !r.tasks.is_empty() {
-        out.push_str("tasks\n");
+        let shown = if (r.tasks.len() as u64) < r.tasks_total {
+            format!(" ({} of {} shown)", r.tasks.len(), r.tasks_total)
+        } else {
+            String::new()
+        };
+        out.push_str(&format!("task list{shown}\n"));
         out.push_str(&tasks(r));
         out.push_str("reports\n");
         for t in &r.tasks {

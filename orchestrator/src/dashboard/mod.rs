@@ -7,11 +7,11 @@
 //! | route | what |
 //! |---|---|
 //! | `GET /` | jobs of every tenant, newest first (`?status=running` filters) |
-//! | `GET /jobs/<id>` | one job |
+//! | `GET /jobs/<id>` | one job, with one page of its tasks (`?after=<task id>&tasks=N`, default 100) |
 //! | `GET /fragment/jobs`, `/fragment/jobs/<id>` | the same without the page around it |
 //! | `GET /events` | SSE of every job's job-level events, from now on |
 //! | `GET /jobs/<id>/events` | SSE of one job's job and progress events, from its first to its last |
-//! | `GET /api/jobs`, `/api/jobs/<id>`, `/api/workers` | JSON |
+//! | `GET /api/jobs`, `/api/jobs/<id>` (a `StatusReply`, same paging), `/api/workers` | JSON |
 //!
 //! It shows every tenant, so [`guard`] sits in front of every route: it
 //! answers only its own host names (against DNS rebinding) and, with
@@ -33,8 +33,8 @@ use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
 use flotilla_bus::Bus;
 use flotilla_config::DashboardConfig;
-use flotilla_protocol::ids::JobId;
-use flotilla_protocol::{JobRecord, JobStatus, JobSummary, ProgressKind};
+use flotilla_protocol::ids::{JobId, TaskId};
+use flotilla_protocol::{JobRecord, JobStatus, JobSummary, ProgressKind, StatusReply};
 use futures::{Stream, StreamExt};
 use serde::Deserialize;
 
@@ -95,6 +95,20 @@ struct ListQuery {
     status: Option<String>,
 }
 
+/// Which page of a job's tasks.
+#[derive(Deserialize, Default)]
+struct PageQuery {
+    after: Option<TaskId>,
+    tasks: Option<usize>,
+}
+
+impl PageQuery {
+    /// `?after=…` for the fragment URL of the same page.
+    fn suffix(&self) -> String {
+        self.after.map(|a| format!("?after={a}")).unwrap_or_default()
+    }
+}
+
 impl Dash {
     async fn list(&self, q: &ListQuery) -> Result<Vec<JobSummary>, Failure> {
         let status = match q.status.as_deref().filter(|s| !s.is_empty()) {
@@ -105,8 +119,15 @@ impl Dash {
     }
 
     async fn job(&self, id: &str) -> Result<JobRecord, Failure> {
+        Ok(self.job_page(id, &PageQuery { tasks: Some(0), ..PageQuery::default() }).await?.job)
+    }
+
+    /// A job's header and one page of its tasks.
+    async fn job_page(&self, id: &str, q: &PageQuery) -> Result<StatusReply, Failure> {
         let id: JobId = id.parse().map_err(|_| Failure(StatusCode::BAD_REQUEST, format!("{id:?} is not a job id")))?;
-        self.jobs.get(&id).await.map_err(unavailable)?.ok_or(Failure(StatusCode::NOT_FOUND, format!("no job {id}")))
+        let limit = q.tasks.unwrap_or(flotilla_protocol::DEFAULT_TASKS_PAGE).min(flotilla_protocol::MAX_TASKS_PAGE);
+        let reply = self.jobs.status(&id, None, q.after, limit).await.map_err(unavailable)?;
+        reply.ok_or(Failure(StatusCode::NOT_FOUND, format!("no job {id}")))
     }
 }
 
@@ -137,25 +158,37 @@ async fn jobs_page(State(d): State<Dash>, Query(q): Query<ListQuery>) -> Result<
     page("jobs", &fragment, "/events", body)
 }
 
-async fn job_fragment(State(d): State<Dash>, Path(id): Path<String>) -> Result<Html<String>, Failure> {
-    let rec = d.job(&id).await?;
-    view::render("job.html", minijinja::context! { job => view::value(view::job_view(&rec, flotilla_protocol::now())) })
-        .map(Html)
-        .map_err(template_failure)
+async fn job_fragment(
+    State(d): State<Dash>,
+    Path(id): Path<String>,
+    Query(q): Query<PageQuery>,
+) -> Result<Html<String>, Failure> {
+    let reply = d.job_page(&id, &q).await?;
+    let job = view::job_view(&reply.job, reply.next_after, flotilla_protocol::now());
+    view::render("job.html", minijinja::context! { job => view::value(job) }).map(Html).map_err(template_failure)
 }
 
-async fn job_page(State(d): State<Dash>, Path(id): Path<String>) -> Result<Html<String>, Failure> {
-    let Html(body) = job_fragment(State(d.clone()), Path(id.clone())).await?;
+async fn job_page(
+    State(d): State<Dash>,
+    Path(id): Path<String>,
+    Query(q): Query<PageQuery>,
+) -> Result<Html<String>, Failure> {
+    let suffix = q.suffix();
+    let Html(body) = job_fragment(State(d.clone()), Path(id.clone()), Query(q)).await?;
     let id = d.job(&id).await?.id;
-    page(&format!("job {id}"), &format!("/fragment/jobs/{id}"), &format!("/jobs/{id}/events"), body)
+    page(&format!("job {id}"), &format!("/fragment/jobs/{id}{suffix}"), &format!("/jobs/{id}/events"), body)
 }
 
 async fn api_jobs(State(d): State<Dash>, Query(q): Query<ListQuery>) -> Result<Json<Vec<JobSummary>>, Failure> {
     d.list(&q).await.map(Json)
 }
 
-async fn api_job(State(d): State<Dash>, Path(id): Path<String>) -> Result<Json<JobRecord>, Failure> {
-    d.job(&id).await.map(Json)
+async fn api_job(
+    State(d): State<Dash>,
+    Path(id): Path<String>,
+    Query(q): Query<PageQuery>,
+) -> Result<Json<StatusReply>, Failure> {
+    d.job_page(&id, &q).await.map(Json)
 }
 
 async fn api_workers(State(d): State<Dash>) -> Result<Response, Failure> {

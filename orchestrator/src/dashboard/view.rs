@@ -4,6 +4,7 @@
 
 use std::sync::LazyLock;
 
+use flotilla_protocol::ids::TaskId;
 use flotilla_protocol::{JobRecord, JobSummary, TodoStatus, Usage};
 use minijinja::Environment;
 use serde::Serialize;
@@ -50,6 +51,8 @@ pub struct JobRow {
     status: &'static str,
     input: String,
     tasks: usize,
+    /// Tasks ended, of `tasks`.
+    ended: u64,
     tokens: u64,
     cost: String,
     created: String,
@@ -64,6 +67,7 @@ pub fn job_rows(jobs: &[JobSummary]) -> Vec<JobRow> {
             status: j.status.as_str(),
             input: j.input.clone(),
             tasks: j.tasks,
+            ended: j.task_counts.ended(),
             tokens: j.usage.total_tokens(),
             cost: cost(&j.usage),
             created: ts(j.created_at),
@@ -140,11 +144,18 @@ pub struct JobView {
     planner_usage: UsageView,
     by_type: Vec<TypeUsageView>,
     todos: Vec<TodoView>,
+    /// One page of tasks (issue 12: a job may have 100 000).
     tasks: Vec<TaskView>,
+    tasks_total: u64,
+    /// `(state, count)` for the states with tasks in them.
+    task_counts: Vec<(&'static str, u64)>,
+    /// The last task id of this page, when more follow (`?after=` of the next page).
+    next_after: Option<String>,
 }
 
-/// The job page's view of `rec` at `now`.
-pub fn job_view(rec: &JobRecord, now: OffsetDateTime) -> JobView {
+/// The job page's view of `rec` (its header and one page of tasks, the
+/// next page after `next_after`) at `now`.
+pub fn job_view(rec: &JobRecord, next_after: Option<TaskId>, now: OffsetDateTime) -> JobView {
     let start = rec.created_at;
     let end = if rec.status.is_terminal() { rec.updated_at.max(start) } else { now.max(start) };
     let span = (end - start).as_seconds_f64().max(0.001);
@@ -210,6 +221,9 @@ pub fn job_view(rec: &JobRecord, now: OffsetDateTime) -> JobView {
             })
             .collect(),
         tasks,
+        tasks_total: rec.tasks_total,
+        task_counts: rec.task_counts.pairs().iter().filter(|(_, n)| *n > 0).map(|(s, n)| (s.as_str(), *n)).collect(),
+        next_after: next_after.map(|t| t.to_string()),
     }
 }
 
@@ -222,7 +236,8 @@ mod tests {
     fn untrusted_text_is_escaped() {
         let mut rec = JobRecord::new(JobId::new(), Tenant::default(), "<script>alert(1)</script>".into());
         rec.answer = Some("<img src=x onerror=alert(2)>".into());
-        let html = render("job.html", minijinja::context! { job => value(job_view(&rec, rec.created_at)) }).unwrap();
+        let html =
+            render("job.html", minijinja::context! { job => value(job_view(&rec, None, rec.created_at)) }).unwrap();
         assert!(!html.contains("<script>alert"), "{html}");
         assert!(html.contains("&lt;script&gt;"), "{html}");
         assert!(!html.contains("<img src=x"), "{html}");

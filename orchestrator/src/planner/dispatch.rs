@@ -370,29 +370,37 @@ impl Dispatcher {
         let r = report.clone();
         let updated = self
             .jobs
-            .update_task(&report.job_id, &report.task_id, move |entry| {
-                if entry.status.is_some() {
-                    return false;
-                }
-                entry.status = Some(r.status);
-                entry.summary = match &r.summary_file {
-                    Some(f) => format!("{}\n[full report: {} ({} bytes)]", r.summary, f.path, f.size_bytes),
-                    None => r.summary.clone(),
-                };
-                entry.report_file = r.summary_file.clone();
-                entry.error = r.error.clone();
-                entry.usage = r.usage;
-                entry.worker_id = Some(r.worker_id.clone());
-                entry.attempt = r.attempt;
-                entry.duration_ms = r.duration_ms;
-                entry.started_at = Some(r.started_at);
-                entry.finished_at = Some(r.finished_at);
-                true
-            })
+            .update_task_and_header(
+                &report.job_id,
+                &report.task_id,
+                move |entry| {
+                    if entry.status.is_some() {
+                        return false;
+                    }
+                    entry.status = Some(r.status);
+                    entry.summary = match &r.summary_file {
+                        Some(f) => format!("{}\n[full report: {} ({} bytes)]", r.summary, f.path, f.size_bytes),
+                        None => r.summary.clone(),
+                    };
+                    entry.report_file = r.summary_file.clone();
+                    entry.error = r.error.clone();
+                    entry.usage = r.usage;
+                    entry.worker_id = Some(r.worker_id.clone());
+                    entry.attempt = r.attempt;
+                    entry.duration_ms = r.duration_ms;
+                    entry.started_at = Some(r.started_at);
+                    entry.finished_at = Some(r.finished_at);
+                    true
+                },
+                |rec, entry| {
+                    // The task's spend joins the job's totals in the same header write.
+                    rec.usage += entry.usage;
+                    *rec.usage_by_type.entry(entry.subagent_type.clone()).or_default() += entry.usage;
+                },
+            )
             .await;
         let recorded = match updated {
             Ok(Some(entry)) => {
-                self.count_usage(report).await;
                 let summary = if report.status == TaskStatus::Completed {
                     report.summary.chars().take(200).collect()
                 } else {
@@ -412,21 +420,6 @@ impl Dispatcher {
             }
         };
         recorded.as_ref().and_then(TaskOutcome::of_entry).unwrap_or_else(|| outcome_of_report(report))
-    }
-
-    /// Adds a consolidated report's spend to the job's totals.
-    async fn count_usage(&self, report: &TaskReport) {
-        let (usage, ty) = (report.usage, report.subagent_type.clone());
-        let counted = self
-            .jobs
-            .update(&report.job_id, move |rec| {
-                rec.usage += usage;
-                *rec.usage_by_type.entry(ty).or_default() += usage;
-            })
-            .await;
-        if let Err(e) = counted {
-            tracing::error!(error = %e, "task usage not added to the job");
-        }
     }
 }
 
@@ -521,8 +514,9 @@ mod tests {
             tokio::spawn(async move { tool.call(&ctx, args).await })
         }
 
+        /// The stored header with every stored task entry.
         async fn record(&self) -> JobRecord {
-            self.dispatcher.jobs().get(&self.job).await.unwrap().unwrap()
+            self.backend.stored(&self.job).unwrap()
         }
 
         fn reported_events(&self) -> usize {
@@ -579,11 +573,15 @@ mod tests {
     /// call's task entry, `published` or not yet.
     async fn left_behind(published: bool) -> (Arc<FakeJobs>, JobId, TaskMessage) {
         let (backend, job, task_id) = (Arc::new(FakeJobs::default()), JobId::new(), TaskId::new());
-        let mut rec = JobRecord::new(job, Tenant::new("acme").unwrap(), "revenue by region".into());
-        let mut entry = TaskEntry::dispatched(task_id, finance(), "sum the north region".into(), CALL.into());
-        entry.published = published;
-        rec.tasks.push(entry);
-        JobStore::with_backend(backend.clone()).insert(rec.clone()).await.unwrap();
+        let rec = JobRecord::new(job, Tenant::new("acme").unwrap(), "revenue by region".into());
+        let entry = TaskEntry::dispatched(task_id, finance(), "sum the north region".into(), CALL.into());
+        let store = JobStore::with_backend(backend.clone());
+        store.insert(rec.clone()).await.unwrap();
+        store.add_task(&job, entry).await.unwrap();
+        store
+            .update_task(&job, &task_id, |t| std::mem::replace(&mut t.published, published) != published)
+            .await
+            .unwrap();
         let msg = TaskMessage {
             v: protocol::SCHEMA_VERSION,
             job_id: job,

@@ -17,7 +17,7 @@ use flotilla_agent::agent::{Agent, ContextBudget, Conversation, Limits, RunConte
 use flotilla_agent::files::JobFiles;
 use flotilla_agent::model::{self, ChatModel};
 use flotilla_agent::tool::{Eviction, ToolSet};
-use flotilla_bus::{Bus, BusError, BusErrorKind, Cancellations, Checkpoints};
+use flotilla_bus::{Bus, BusErrorKind, Cancellations, Checkpoints};
 use flotilla_config::permissions::Permissions;
 use flotilla_config::{PlannerConfig, Settings, ToolRef};
 use flotilla_protocol::ids::{JobId, SubagentType};
@@ -27,8 +27,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::jobs::JobStore;
 use crate::reports::ReportRouter;
-use observer::PlannerObserver;
 pub use dispatch::Dispatcher;
+use observer::PlannerObserver;
 pub use task_tool::TaskTool;
 pub use write_todos::WriteTodos;
 
@@ -125,7 +125,22 @@ impl Planner {
         // Every log line of the planner run (dispatches included) carries the job and trace ids.
         let trace_id = rec.traceparent.as_deref().and_then(flotilla_protocol::trace::trace_id).unwrap_or("-");
         let span = tracing::info_span!("job", job_id = %id, trace_id);
-        let outcome = tracing::Instrument::instrument(self.plan(&rec, cancel), span).await;
+        // A header too large to store stops the plan: the job fails with a `limit` error.
+        let oversized = self.jobs.oversized(&id);
+        let plan_cancel = cancel.child_token();
+        let stop = tokio::spawn({
+            let (oversized, plan_cancel) = (oversized.clone(), plan_cancel.clone());
+            async move {
+                oversized.cancelled().await;
+                plan_cancel.cancel();
+            }
+        });
+        let outcome = tracing::Instrument::instrument(self.plan(&rec, plan_cancel), span).await;
+        stop.abort();
+        if oversized.is_cancelled() && !shutdown.is_cancelled() {
+            let (status, kind) = self.fail_oversized(&id, "a header write was refused as too large").await;
+            return self.finish(id, status, kind).await;
+        }
         if shutdown.is_cancelled() {
             tracing::info!(job_id = %id, "orchestrator stopping; the job resumes from its checkpoint on restart");
             self.jobs.release(&id);
@@ -144,7 +159,7 @@ impl Planner {
                     .await;
                 match written {
                     Ok(usage) => (JobStatus::Completed, JobEventKind::Completed { answer, usage }),
-                    Err(e) if e.kind() == BusErrorKind::TooLarge => self.fail_oversized(&id, &e).await,
+                    Err(e) if e.kind() == BusErrorKind::TooLarge => self.fail_oversized(&id, &e.to_string()).await,
                     Err(e) => {
                         tracing::error!(job_id = %id, error = %e, "job outcome not stored");
                         (JobStatus::Completed, JobEventKind::Completed { answer, usage: Default::default() })
@@ -163,7 +178,7 @@ impl Planner {
                     .await
                 {
                     Err(e) if e.kind() == BusErrorKind::TooLarge => {
-                        let (status, kind) = self.fail_oversized(&id, &e).await;
+                        let (status, kind) = self.fail_oversized(&id, &e.to_string()).await;
                         return self.finish(id, status, kind).await;
                     }
                     Err(e) => tracing::error!(job_id = %id, error = %e, "job outcome not stored"),
@@ -192,21 +207,25 @@ impl Planner {
         self.checkpoints.remove(&id).await;
     }
 
-    /// Ends a job whose record no longer fits the jobs bucket (one KV value,
-    /// NATS max_payload): its todo and task lists are dropped from the stored
-    /// record and the job fails with a `limit` error saying so, so it is never
-    /// left `running` behind writes that cannot succeed.
-    async fn fail_oversized(&self, id: &JobId, cause: &BusError) -> (JobStatus, JobEventKind) {
+    /// Ends a job whose header no longer fits the jobs bucket (one KV value,
+    /// NATS max_payload; tasks are keys of their own, but the todo list and
+    /// the answer are in the header): the todos and the answer are dropped
+    /// from the stored header and the job fails with a `limit` error naming
+    /// their sizes, so it is never left `running` behind writes that cannot succeed.
+    async fn fail_oversized(&self, id: &JobId, cause: &str) -> (JobStatus, JobEventKind) {
         let written = self
             .jobs
             .update(id, |r| {
+                let todo_bytes: usize = r.todos.iter().map(|t| t.content.len()).sum();
                 let error = ErrorInfo::new(
                     ErrorKind::Limit,
                     format!(
-                        "the job record outgrew the jobs bucket's value limit ({cause}); its {} todos and {} task \
-                         entries were dropped from the stored record",
+                        "the job header outgrew the jobs bucket's value limit ({cause}): its {} todos hold {todo_bytes} \
+                         bytes, its answer {} bytes, its input {} bytes; the todos and the answer were dropped from \
+                         the stored header",
                         r.todos.len(),
-                        r.tasks.len()
+                        r.answer.as_ref().map_or(0, String::len),
+                        r.input.len()
                     ),
                 );
                 r.todos.clear();
@@ -219,7 +238,7 @@ impl Planner {
             .await;
         let error = written.unwrap_or_else(|e| {
             tracing::error!(job_id = %id, error = %e, "job outcome not stored");
-            ErrorInfo::new(ErrorKind::Limit, format!("the job record outgrew the jobs bucket's value limit ({cause})"))
+            ErrorInfo::new(ErrorKind::Limit, format!("the job header outgrew the jobs bucket's value limit ({cause})"))
         });
         tracing::error!(job_id = %id, error = %error.message, "job failed: record too large");
         (JobStatus::Failed, JobEventKind::Failed { error })

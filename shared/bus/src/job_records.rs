@@ -1,11 +1,24 @@
-//! Job records in the `<prefix>_jobs` KV bucket, one encoded `JobRecord` per
-//! job id. The orchestrator's job store (orchestrator/src/jobs.rs) keeps the
-//! live copies, orders the writes and retries them; this is only the bucket.
+//! Job records in the `<prefix>_jobs` KV bucket: per job a small header and
+//! one key per task, so every write is O(1) in the job's size (issue 12):
+//!
+//! | key | value |
+//! |---|---|
+//! | `<job>` | the job header (an encoded `JobRecord` with no inline tasks) |
+//! | `<job>.t.<task>` | one encoded `TaskEntry` |
+//! | `<job>.k.<dispatch key>` | the id of the task dispatched under that key (a tool call id, a map item) |
+//!
+//! Job ids and task ids hold no `.`, so `*` lists the headers and
+//! `<job>.t.*` one job's tasks. Writes are optimistic: [`create`](JobRecords::create)
+//! and [`update`](JobRecords::update) (with the revision read) report a
+//! conflict instead of overwriting a concurrent change. The orchestrator's
+//! job store (orchestrator/src/jobs.rs) decides what to write and retries;
+//! this is only the bucket.
 
+use async_nats::jetstream::consumer::{DeliverPolicy, ReplayPolicy, push};
 use async_nats::jetstream::kv;
 use bytes::Bytes;
-use flotilla_protocol::ids::JobId;
-use futures::TryStreamExt;
+use flotilla_protocol::ids::{JobId, TaskId};
+use futures::StreamExt;
 
 use crate::{Bus, BusError};
 
@@ -13,30 +26,131 @@ use crate::{Bus, BusError};
 #[derive(Clone)]
 pub struct JobRecords {
     kv: kv::Store,
+    /// For the inbox of a key listing's consumer.
+    client: async_nats::Client,
+}
+
+/// The outcome of a conditional write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cas {
+    /// Stored at this revision.
+    Stored(u64),
+    /// Not stored: the key exists (create) or moved past the revision given (update).
+    Conflict,
+}
+
+/// The keys of one job's records.
+pub mod keys {
+    use super::{JobId, TaskId};
+
+    /// The job header.
+    pub fn header(job: &JobId) -> String {
+        job.to_string()
+    }
+
+    /// One task entry.
+    pub fn task(job: &JobId, task: &TaskId) -> String {
+        format!("{job}.t.{task}")
+    }
+
+    /// Filter matching every task entry of `job`.
+    pub fn tasks(job: &JobId) -> String {
+        format!("{job}.t.*")
+    }
+
+    /// Filter matching every job header.
+    pub const HEADERS: &str = "*";
+
+    /// The index entry of dispatch key `key`: characters a KV key cannot
+    /// hold (and `=`) are escaped as `=XX`; a long key is replaced by its SHA-256.
+    pub fn index(job: &JobId, key: &str) -> String {
+        let mut out = String::with_capacity(key.len());
+        for b in key.bytes() {
+            match b {
+                b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'_' => out.push(b as char),
+                _ => out.push_str(&format!("={b:02X}")),
+            }
+        }
+        if out.len() > 160 {
+            out = format!("sha256={}", flotilla_agent::digest::sha256_hex(key.as_bytes()));
+        }
+        format!("{job}.k.{out}")
+    }
+
+    /// The task id of a task entry key, if `key` is one of `job`'s.
+    pub fn task_of(job: &JobId, key: &str) -> Option<TaskId> {
+        key.strip_prefix(&format!("{job}.t.")).and_then(|t| t.parse().ok())
+    }
 }
 
 impl Bus {
     /// The job records bucket (opened once per connection).
     pub async fn job_records(&self) -> Result<JobRecords, BusError> {
-        Ok(JobRecords { kv: self.jobs().await? })
+        Ok(JobRecords { kv: self.jobs().await?, client: self.client.clone() })
     }
 }
 
 impl JobRecords {
-    /// The encoded record of `id`, if stored.
-    pub async fn get(&self, id: &JobId) -> Result<Option<Bytes>, BusError> {
-        self.kv.get(id.to_string()).await.map_err(|e| BusError::new(format!("cannot read job {id}"), e))
+    /// The value of `key` and its revision, if stored.
+    pub async fn entry(&self, key: &str) -> Result<Option<(Bytes, u64)>, BusError> {
+        let entry = self.kv.entry(key).await.map_err(|e| BusError::new(format!("cannot read {key}"), e))?;
+        Ok(entry.filter(|e| e.operation == kv::Operation::Put).map(|e| (e.value, e.revision)))
     }
 
-    /// Stores the encoded record of `id` (one attempt: the caller retries).
-    pub async fn put(&self, id: &JobId, record: Bytes) -> Result<(), BusError> {
-        self.kv.put(id.to_string(), record).await.map_err(|e| BusError::new(format!("cannot store job {id}"), e))?;
-        Ok(())
+    /// Stores `value` under `key` unless the key exists (one attempt).
+    pub async fn create(&self, key: &str, value: Bytes) -> Result<Cas, BusError> {
+        match self.kv.create(key, value).await {
+            Ok(rev) => Ok(Cas::Stored(rev)),
+            Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => Ok(Cas::Conflict),
+            Err(e) => Err(BusError::new(format!("cannot store {key}"), e)),
+        }
     }
 
-    /// Every stored key (job ids, and anything else written there).
-    pub async fn keys(&self) -> Result<Vec<String>, BusError> {
-        let keys = self.kv.keys().await.map_err(|e| BusError::new("cannot list jobs", e))?;
-        keys.try_collect().await.map_err(|e| BusError::new("cannot list jobs", e))
+    /// Stores `value` under `key` if its revision is still `revision` (one attempt).
+    pub async fn update(&self, key: &str, value: Bytes, revision: u64) -> Result<Cas, BusError> {
+        match self.kv.update(key, value, revision).await {
+            Ok(rev) => Ok(Cas::Stored(rev)),
+            Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => Ok(Cas::Conflict),
+            Err(e) => Err(BusError::new(format!("cannot store {key}"), e)),
+        }
+    }
+
+    /// The keys matching `filter` (a KV key with `*` / `>` wildcards, see
+    /// [`keys`]), in no particular order: one headers-only pass over the last
+    /// revision of each matching key, so listing one job's tasks does not
+    /// read every other job's.
+    pub async fn keys(&self, filter: &str) -> Result<Vec<String>, BusError> {
+        let fail = |e: &dyn std::fmt::Display| BusError::new(format!("cannot list {filter}"), e.to_string());
+        let prefix = self.kv.prefix.clone();
+        let consumer = self
+            .kv
+            .stream
+            .create_consumer(push::OrderedConfig {
+                deliver_subject: self.client.new_inbox(),
+                filter_subject: format!("{prefix}{filter}"),
+                headers_only: true,
+                replay_policy: ReplayPolicy::Instant,
+                deliver_policy: DeliverPolicy::LastPerSubject,
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| fail(&e))?;
+        let mut out = Vec::new();
+        if consumer.cached_info().num_pending == 0 {
+            return Ok(out);
+        }
+        let mut messages = consumer.messages().await.map_err(|e| fail(&e))?;
+        while let Some(m) = messages.next().await {
+            let m = m.map_err(|e| fail(&e))?;
+            let pending = m.info().map_err(|e| fail(&e))?.pending;
+            let deleted = m.headers.as_ref().and_then(|h| h.get("KV-Operation")).is_some();
+            if !deleted && let Some(key) = m.subject.strip_prefix(prefix.as_str()) {
+                out.push(key.to_string());
+            }
+            if pending == 0 {
+                break;
+            }
+        }
+        Ok(out)
     }
 }

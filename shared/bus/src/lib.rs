@@ -16,7 +16,7 @@
 //! | `FLOTILLA_MESSAGES`        | stream, limits 7 d   | `flotilla.job.*.*.message.*`           | [`TaskMessages`]: publish, follow one task's (`task_messages.rs`) |
 //! | `FLOTILLA_DEADLETTER`      | stream, limits 30 d  | `flotilla.deadletter.>` + reason header | [`Bus::dead_letter`] (`dead_letters.rs`) |
 //! | `FLOTILLA_AUDIT`           | stream               | `flotilla.audit.<tenant>.<job>`        | [`audit::BusAuditSink`], [`audit::read`] (`audit.rs`) |
-//! | `flotilla_jobs`            | KV bucket            | job records by job id                  | [`JobRecords`]: get, put, keys (`job_records.rs`); the orchestrator's job store keeps live copies over it |
+//! | `flotilla_jobs`            | KV bucket            | job headers and one key per task       | [`JobRecords`]: entry, create, update (by revision), keys by filter (`job_records.rs`); the orchestrator's job store writes them |
 //! | `flotilla_cancelled`       | KV bucket, 24 h      | `<job>` or `<job>.<task>` -> reason    | [`Cancellations`]: record, reason, watch (`cancellations.rs`) |
 //! | `flotilla_checkpoints`     | KV bucket            | planner conversation by job id         | [`Checkpoints`]: save, load, remove (`checkpoints.rs`) |
 //! | `flotilla_files`           | Object Store bucket  | job files, `[files] max_age` retention | [`Bus::job_files`] (`files.rs`) |
@@ -54,7 +54,7 @@ pub use approvals::{APPROVAL_RETENTION, ApprovalStore, DecisionError, Versioned,
 pub use cancellations::{Cancellations, Cancelled};
 pub use checkpoints::Checkpoints;
 pub use events::{EventStream, RawEvent};
-pub use job_records::JobRecords;
+pub use job_records::{Cas, JobRecords, keys as job_keys};
 pub use reports::ReportStream;
 pub use task_messages::TaskMessages;
 pub use tasks::{GivenUp, QueueDepth, TaskQueue};

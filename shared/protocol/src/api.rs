@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
 use super::{ErrorInfo, ErrorKind, JobStatus, Message, Usage};
-use crate::ids::{JobId, Tenant};
+use crate::ids::{JobId, TaskId, Tenant};
 
 /// `<prefix>.api.<tenant>.submit`: start a job owned by the subject's tenant.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -30,7 +30,8 @@ pub struct SubmitReply {
     pub job_id: JobId,
 }
 
-/// `<prefix>.api.<tenant>.status`: one job's record (only the tenant's own jobs).
+/// `<prefix>.api.<tenant>.status`: one job's header and one page of its
+/// tasks (only the tenant's own jobs).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct StatusRequest {
@@ -39,6 +40,33 @@ pub struct StatusRequest {
     pub v: u32,
     /// The job.
     pub job_id: JobId,
+    /// At most this many tasks in the reply (default [`DEFAULT_TASKS_PAGE`],
+    /// at most [`MAX_TASKS_PAGE`]; 0 for none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tasks_limit: Option<usize>,
+    /// Only tasks dispatched after this one (the previous reply's
+    /// `next_after`); task ids are UUIDv7, so their order is dispatch order.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tasks_after: Option<TaskId>,
+}
+
+/// Tasks in a `status` reply when the request does not say.
+pub const DEFAULT_TASKS_PAGE: usize = 100;
+
+/// The most tasks one `status` reply carries (a page stays well under a message).
+pub const MAX_TASKS_PAGE: usize = 1000;
+
+/// Reply to a status request: the job header (with `tasks_total` and
+/// `task_counts`), one page of its tasks in `tasks`, and the cursor of the
+/// next page. A reader that knows only [`JobRecord`] reads it as one.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StatusReply {
+    /// The header and the page of tasks.
+    #[serde(flatten)]
+    pub job: super::JobRecord,
+    /// Pass as `tasks_after` for the next page; absent on the last page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_after: Option<TaskId>,
 }
 
 /// `<prefix>.api.<tenant>.list`: the tenant's job summaries, newest first.
@@ -93,6 +121,9 @@ pub struct JobSummary {
     pub input: String,
     /// Tasks dispatched.
     pub tasks: usize,
+    /// Those tasks by state.
+    #[serde(default)]
+    pub task_counts: super::TaskCounts,
     /// Total spend.
     pub usage: Usage,
     /// Submission time.
@@ -156,6 +187,9 @@ impl Message for SubmitRequest {
 }
 impl Message for StatusRequest {
     const NAME: &'static str = "status request";
+}
+impl Message for StatusReply {
+    const NAME: &'static str = "status reply";
 }
 impl Message for CancelRequest {
     const NAME: &'static str = "cancel request";

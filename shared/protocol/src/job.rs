@@ -50,9 +50,112 @@ impl std::str::FromStr for JobStatus {
     }
 }
 
+/// Where a task stands, as counted in the job header's `task_counts`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TaskState {
+    /// Recorded, not yet published.
+    Pending,
+    /// Published, no report consolidated yet (queued or running).
+    Running,
+    /// Ended: completed.
+    Completed,
+    /// Ended: failed (including timed out).
+    Failed,
+    /// Ended: refused before it ran.
+    Rejected,
+    /// Ended: cancelled.
+    Cancelled,
+}
+
+impl TaskState {
+    /// The snake_case wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaskState::Pending => "pending",
+            TaskState::Running => "running",
+            TaskState::Completed => "completed",
+            TaskState::Failed => "failed",
+            TaskState::Rejected => "rejected",
+            TaskState::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// How many of a job's tasks are in each state (the job header keeps it, so
+/// status and listings need not read every task).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct TaskCounts {
+    /// Recorded, not yet published.
+    pub pending: u64,
+    /// Published, not yet ended.
+    pub running: u64,
+    /// Completed.
+    pub completed: u64,
+    /// Failed (including timed out).
+    pub failed: u64,
+    /// Refused before running.
+    pub rejected: u64,
+    /// Cancelled.
+    pub cancelled: u64,
+}
+
+impl TaskCounts {
+    /// The counts of `tasks`.
+    pub fn of<'a>(tasks: impl IntoIterator<Item = &'a TaskEntry>) -> Self {
+        let mut counts = Self::default();
+        for t in tasks {
+            *counts.slot(t.state()) += 1;
+        }
+        counts
+    }
+
+    /// The counter of `state`.
+    pub fn slot(&mut self, state: TaskState) -> &mut u64 {
+        match state {
+            TaskState::Pending => &mut self.pending,
+            TaskState::Running => &mut self.running,
+            TaskState::Completed => &mut self.completed,
+            TaskState::Failed => &mut self.failed,
+            TaskState::Rejected => &mut self.rejected,
+            TaskState::Cancelled => &mut self.cancelled,
+        }
+    }
+
+    /// Moves one task from `from` (`None`: a new task) to `to`.
+    pub fn moved(&mut self, from: Option<TaskState>, to: TaskState) {
+        if let Some(from) = from {
+            let n = self.slot(from);
+            *n = n.saturating_sub(1);
+        }
+        *self.slot(to) += 1;
+    }
+
+    /// Tasks that have ended, whatever the outcome.
+    pub fn ended(&self) -> u64 {
+        self.completed + self.failed + self.rejected + self.cancelled
+    }
+
+    /// `(state, count)` in a fixed order, for display.
+    pub fn pairs(&self) -> [(TaskState, u64); 6] {
+        [
+            (TaskState::Pending, self.pending),
+            (TaskState::Running, self.running),
+            (TaskState::Completed, self.completed),
+            (TaskState::Failed, self.failed),
+            (TaskState::Rejected, self.rejected),
+            (TaskState::Cancelled, self.cancelled),
+        ]
+    }
+}
+
 /// A task as the job sees it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TaskEntry {
+    /// Schema version (each entry is its own KV value, `<job>.t.<task>`).
+    #[serde(default = "super::schema_version")]
+    pub v: u32,
     /// The task.
     pub task_id: TaskId,
     /// Its type.
@@ -101,10 +204,23 @@ pub struct TaskEntry {
 }
 
 impl TaskEntry {
+    /// Where the task stands.
+    pub fn state(&self) -> TaskState {
+        match self.status {
+            None if self.published => TaskState::Running,
+            None => TaskState::Pending,
+            Some(TaskStatus::Completed) => TaskState::Completed,
+            Some(TaskStatus::Failed) => TaskState::Failed,
+            Some(TaskStatus::Rejected) => TaskState::Rejected,
+            Some(TaskStatus::Cancelled) => TaskState::Cancelled,
+        }
+    }
+
     /// A task just dispatched by the planner's call `call_id`, not yet
     /// published: no status, no report, stamped now.
     pub fn dispatched(task_id: TaskId, subagent_type: SubagentType, description: String, call_id: String) -> Self {
         Self {
+            v: super::SCHEMA_VERSION,
             task_id,
             subagent_type,
             description,
@@ -125,7 +241,11 @@ impl TaskEntry {
     }
 }
 
-/// Everything known about a job.
+/// Everything known about a job. In the jobs bucket this is the job header
+/// (key `<job id>`): `tasks` is empty there and each task is its own key
+/// (`<job id>.t.<task id>`, docs/PROTOCOL.md). Records written before issue 12
+/// carry every task inline in `tasks` and no counts; they are still read.
+/// A `status` reply carries one page of tasks in `tasks`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct JobRecord {
     /// Schema version.
@@ -142,9 +262,16 @@ pub struct JobRecord {
     /// The planner's current todo list.
     #[serde(default)]
     pub todos: Vec<Todo>,
-    /// Tasks in dispatch order.
+    /// Tasks in dispatch order: inline in records written before issue 12,
+    /// one page of them in a `status` reply, empty in a stored header.
     #[serde(default)]
     pub tasks: Vec<TaskEntry>,
+    /// Tasks dispatched in all.
+    #[serde(default)]
+    pub tasks_total: u64,
+    /// Tasks by state.
+    #[serde(default)]
+    pub task_counts: TaskCounts,
     /// The consolidated answer once completed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub answer: Option<String>,
@@ -183,6 +310,8 @@ impl JobRecord {
             status: JobStatus::Submitted,
             todos: Vec::new(),
             tasks: Vec::new(),
+            tasks_total: 0,
+            task_counts: TaskCounts::default(),
             answer: None,
             error: None,
             planner_usage: Usage::default(),
@@ -194,12 +323,32 @@ impl JobRecord {
         }
     }
 
-    /// The entry of `task`, if it was dispatched.
+    /// The entry of `task` among the inline tasks, if there.
     pub fn task_mut(&mut self, task: &TaskId) -> Option<&mut TaskEntry> {
         self.tasks.iter_mut().find(|t| &t.task_id == task)
+    }
+
+    /// Whether this is a record written before issue 12 (tasks inline, no
+    /// counts); [`normalized`](Self::normalized) fills the counts in.
+    pub fn is_legacy(&self) -> bool {
+        self.tasks_total == 0 && !self.tasks.is_empty()
+    }
+
+    /// The record with `tasks_total` and `task_counts` derived from inline
+    /// tasks when it predates them.
+    pub fn normalized(mut self) -> Self {
+        if self.is_legacy() {
+            self.tasks_total = self.tasks.len() as u64;
+            self.task_counts = TaskCounts::of(&self.tasks);
+        }
+        self
     }
 }
 
 impl Message for JobRecord {
     const NAME: &'static str = "job record";
+}
+
+impl Message for TaskEntry {
+    const NAME: &'static str = "task entry";
 }

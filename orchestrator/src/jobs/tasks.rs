@@ -1,0 +1,238 @@
+//! Task entries of a job, one KV key each (`<job>.t.<task>`), found by their
+//! dispatch key through an index key (`<job>.k.<key>` -> task id), and the
+//! job header's counters that follow them (issue 12; docs/PROTOCOL.md).
+//!
+//! A dispatch claims its index key first (KV create: of two racing
+//! dispatches with one key, one wins), then creates the entry, so a resumed
+//! planner finds the task a key dispatched without dispatching it again, even
+//! when the orchestrator stopped between the two writes. Every later write of
+//! an entry is read-modify-write conditional on the revision read. Nothing
+//! here keeps entries in memory: a 100 000-task job costs one header.
+//!
+//! A record from before issue 12 keeps its tasks inline in the header; they
+//! are read and changed there.
+
+use bytes::Bytes;
+use flotilla_bus::{BusError, Cas, job_keys, retry};
+use flotilla_protocol::ids::{JobId, TaskId, Tenant};
+use flotilla_protocol::{self as protocol, JobRecord, StatusReply, TaskEntry};
+use futures::{StreamExt, TryStreamExt};
+
+use super::{JobStore, WRITE_BUDGET};
+
+/// How many task entries a page reads at once.
+const PAGE_READS: usize = 16;
+
+/// One page of a job's tasks.
+#[derive(Debug, Default)]
+pub struct TaskPage {
+    /// Tasks in dispatch order.
+    pub tasks: Vec<TaskEntry>,
+    /// The cursor of the next page (the last task here), when there is one.
+    pub next_after: Option<TaskId>,
+}
+
+impl JobStore {
+    /// The task `job` dispatched under `key` (a tool call id, a map item key), if any.
+    pub async fn task_by_key(&self, job: &JobId, key: &str) -> Result<Option<TaskEntry>, BusError> {
+        let index = job_keys::index(job, key);
+        match retry("task index read", WRITE_BUDGET, || self.backend.entry(&index)).await? {
+            Some((bytes, _)) => {
+                let task = parse_id(&bytes, &index)?;
+                self.task(job, &task).await
+            }
+            None => self.inline(job, |t| t.call_id.as_deref() == Some(key)).await,
+        }
+    }
+
+    /// The entry of `task` in `job`, if dispatched.
+    pub async fn task(&self, job: &JobId, task: &TaskId) -> Result<Option<TaskEntry>, BusError> {
+        match self.task_entry(job, task).await? {
+            Some((entry, _)) => Ok(Some(entry)),
+            None => self.inline(job, |t| &t.task_id == task).await,
+        }
+    }
+
+    async fn task_entry(&self, job: &JobId, task: &TaskId) -> Result<Option<(TaskEntry, u64)>, BusError> {
+        let key = job_keys::task(job, task);
+        let Some((bytes, rev)) = retry("task entry read", WRITE_BUDGET, || self.backend.entry(&key)).await? else {
+            return Ok(None);
+        };
+        let entry =
+            protocol::decode(&bytes).map_err(|e| BusError::new(format!("task entry {key} is unreadable"), e))?;
+        Ok(Some((entry, rev)))
+    }
+
+    /// An inline task of a record written before issue 12.
+    async fn inline(&self, job: &JobId, find: impl Fn(&TaskEntry) -> bool) -> Result<Option<TaskEntry>, BusError> {
+        Ok(self.get(job).await?.and_then(|rec| rec.tasks.into_iter().find(|t| find(t))))
+    }
+
+    /// Records a new task entry under its dispatch key (`entry.call_id`);
+    /// returns the stored entry, which is an earlier one when that key was
+    /// already used.
+    pub async fn add_task(&self, job: &JobId, mut entry: TaskEntry) -> Result<TaskEntry, BusError> {
+        if let Some(key) = entry.call_id.clone() {
+            let index = job_keys::index(job, &key);
+            let id = Bytes::from(entry.task_id.to_string());
+            let claimed = retry("task index write", WRITE_BUDGET, || self.backend.create(&index, id.clone())).await?;
+            if claimed == Cas::Conflict {
+                let stored = retry("task index read", WRITE_BUDGET, || self.backend.entry(&index)).await?;
+                let (bytes, _) = stored.ok_or_else(|| BusError::new(format!("cannot read {index}"), "not found"))?;
+                entry.task_id = parse_id(&bytes, &index)?;
+                // The entry is missing only when the orchestrator stopped between the two writes.
+                if let Some((existing, _)) = self.task_entry(job, &entry.task_id).await? {
+                    return Ok(existing);
+                }
+            }
+        }
+        let key = job_keys::task(job, &entry.task_id);
+        let payload = Bytes::from(protocol::encode(&entry));
+        match retry("task entry write", WRITE_BUDGET, || self.backend.create(&key, payload.clone())).await? {
+            Cas::Stored(_) => {
+                let state = entry.state();
+                self.update(job, |rec| {
+                    rec.tasks_total += 1;
+                    rec.task_counts.moved(None, state);
+                })
+                .await?;
+                Ok(entry)
+            }
+            Cas::Conflict => Ok(self.task_entry(job, &entry.task_id).await?.map(|(e, _)| e).unwrap_or(entry)),
+        }
+    }
+
+    /// Applies `change` to the entry of `task` and stores it when `change`
+    /// says it changed something; returns the stored entry then, `None` when
+    /// nothing changed (or there is no such task).
+    pub async fn update_task(
+        &self,
+        job: &JobId,
+        task: &TaskId,
+        change: impl FnMut(&mut TaskEntry) -> bool + Send,
+    ) -> Result<Option<TaskEntry>, BusError> {
+        self.update_task_and_header(job, task, change, |_, _| {}).await
+    }
+
+    /// As [`update_task`](Self::update_task), and when the entry changed,
+    /// also applies `header` to the job header in the same header write as
+    /// the task counters.
+    pub async fn update_task_and_header(
+        &self,
+        job: &JobId,
+        task: &TaskId,
+        mut change: impl FnMut(&mut TaskEntry) -> bool + Send,
+        header: impl FnOnce(&mut JobRecord, &TaskEntry) + Send,
+    ) -> Result<Option<TaskEntry>, BusError> {
+        let key = job_keys::task(job, task);
+        loop {
+            let Some((mut entry, rev)) = self.task_entry(job, task).await? else {
+                return self.update_inline(job, task, change, header).await;
+            };
+            let before = entry.state();
+            if !change(&mut entry) {
+                return Ok(None);
+            }
+            let payload = Bytes::from(protocol::encode(&entry));
+            match retry("task entry write", WRITE_BUDGET, || self.backend.update(&key, payload.clone(), rev)).await? {
+                // Changed meanwhile (a report racing a timeout): look again.
+                Cas::Conflict => continue,
+                Cas::Stored(_) => {
+                    let after = entry.state();
+                    let moved = entry.clone();
+                    self.update(job, |rec| {
+                        if before != after {
+                            rec.task_counts.moved(Some(before), after);
+                        }
+                        header(rec, &moved);
+                    })
+                    .await?;
+                    return Ok(Some(entry));
+                }
+            }
+        }
+    }
+
+    /// `update_task_and_header` for a task inline in a record from before issue 12.
+    async fn update_inline(
+        &self,
+        job: &JobId,
+        task: &TaskId,
+        mut change: impl FnMut(&mut TaskEntry) -> bool + Send,
+        header: impl FnOnce(&mut JobRecord, &TaskEntry) + Send,
+    ) -> Result<Option<TaskEntry>, BusError> {
+        self.update(job, |rec| {
+            let entry = rec.task_mut(task)?;
+            let before = entry.state();
+            if !change(entry) {
+                return None;
+            }
+            let entry = entry.clone();
+            rec.task_counts.moved(Some(before), entry.state());
+            header(rec, &entry);
+            Some(entry)
+        })
+        .await
+    }
+
+    /// Up to `limit` tasks of `job` dispatched after `after`, in dispatch
+    /// order. Lists the job's task keys (headers only) and reads the page's
+    /// entries: O(tasks of the job) names, O(limit) entries.
+    pub async fn tasks_page(&self, job: &JobId, after: Option<TaskId>, limit: usize) -> Result<TaskPage, BusError> {
+        let mut ids: Vec<TaskId> =
+            self.backend.keys(&job_keys::tasks(job)).await?.iter().filter_map(|k| job_keys::task_of(job, k)).collect();
+        let inline = self.get(job).await?.map(|r| r.tasks).unwrap_or_default();
+        if ids.is_empty() && !inline.is_empty() {
+            return Ok(page_of(inline, after, limit));
+        }
+        ids.sort_unstable();
+        let start = after.map_or(0, |a| ids.partition_point(|t| t <= &a));
+        let chosen: Vec<TaskId> = ids[start..].iter().take(limit).copied().collect();
+        let more = start + chosen.len() < ids.len();
+        let tasks: Vec<TaskEntry> = futures::stream::iter(chosen)
+            .map(|t| async move { self.task_entry(job, &t).await })
+            .buffered(PAGE_READS)
+            .try_filter_map(|e| async move { Ok(e.map(|(entry, _)| entry)) })
+            .try_collect()
+            .await?;
+        let next_after = if more && !tasks.is_empty() { tasks.last().map(|t| t.task_id) } else { None };
+        Ok(TaskPage { tasks, next_after })
+    }
+}
+
+/// A page of inline tasks (records from before issue 12).
+fn page_of(mut tasks: Vec<TaskEntry>, after: Option<TaskId>, limit: usize) -> TaskPage {
+    tasks.sort_by_key(|t| t.task_id);
+    let start = after.map_or(0, |a| tasks.partition_point(|t| t.task_id <= a));
+    let more = start + limit < tasks.len();
+    let tasks: Vec<TaskEntry> = tasks.into_iter().skip(start).take(limit).collect();
+    let next_after = if more { tasks.last().map(|t| t.task_id) } else { None };
+    TaskPage { tasks, next_after }
+}
+
+fn parse_id(bytes: &[u8], key: &str) -> Result<TaskId, BusError> {
+    std::str::from_utf8(bytes)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| BusError::new(format!("task index {key} is unreadable"), "not a task id"))
+}
+
+impl JobStore {
+    /// The `status` reply of `job`: its header with one page of tasks
+    /// (`None` when there is no such job, or it is not `tenant`'s).
+    pub async fn status(
+        &self,
+        job: &JobId,
+        tenant: Option<&Tenant>,
+        after: Option<TaskId>,
+        limit: usize,
+    ) -> Result<Option<StatusReply>, BusError> {
+        let Some(mut rec) = self.get(job).await? else { return Ok(None) };
+        if tenant.is_some_and(|t| t != &rec.tenant) {
+            return Ok(None);
+        }
+        let page = if limit == 0 { TaskPage::default() } else { self.tasks_page(job, after, limit).await? };
+        rec.tasks = page.tasks;
+        Ok(Some(StatusReply { job: rec, next_after: page.next_after }))
+    }
+}

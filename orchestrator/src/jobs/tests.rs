@@ -1,0 +1,156 @@
+//! The job store over the in-memory bucket of orchestrator/src/fakes.rs:
+//! O(1) writes per task, paging, dispatch keys across a restart, records
+//! from before issue 12, and permanent write errors failing fast.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use flotilla_bus::{BusErrorKind, job_keys};
+use flotilla_protocol::ids::{JobId, SubagentType, TaskId, Tenant};
+use flotilla_protocol::{JobRecord, TaskCounts, TaskEntry, TaskStatus, Todo, TodoStatus};
+
+use super::JobStore;
+use crate::fakes::FakeJobs;
+
+fn finance() -> SubagentType {
+    SubagentType::new("finance").unwrap()
+}
+
+async fn store_with_job() -> (JobStore, Arc<FakeJobs>, JobId) {
+    let backend = Arc::new(FakeJobs::default());
+    let store = JobStore::with_backend(backend.clone());
+    let job = JobId::new();
+    store.insert(JobRecord::new(job, Tenant::new("acme").unwrap(), "revenue by region".into())).await.unwrap();
+    (store, backend, job)
+}
+
+/// One task's life as the dispatcher writes it: recorded, published, reported.
+async fn run_task(store: &JobStore, job: &JobId, key: &str) -> TaskId {
+    let entry = TaskEntry::dispatched(TaskId::new(), finance(), format!("task {key}"), key.into());
+    let task = store.add_task(job, entry).await.unwrap().task_id;
+    store.update_task(job, &task, |t| !std::mem::replace(&mut t.published, true)).await.unwrap();
+    let done = |t: &mut TaskEntry| {
+        t.status = Some(TaskStatus::Completed);
+        t.summary = format!("the answer of {key}");
+        true
+    };
+    store.update_task(job, &task, done).await.unwrap().expect("changed");
+    task
+}
+
+#[tokio::test]
+async fn bytes_written_per_task_do_not_grow_with_the_job() {
+    let (store, backend, job) = store_with_job().await;
+    let per_task = |n: u64, bytes: u64| bytes / n;
+    let before = backend.bytes_written();
+    for i in 0..100 {
+        run_task(&store, &job, &format!("call-{i}")).await;
+    }
+    let first = per_task(100, backend.bytes_written() - before);
+    let before = backend.bytes_written();
+    for i in 100..1100 {
+        run_task(&store, &job, &format!("call-{i}")).await;
+    }
+    let later = per_task(1000, backend.bytes_written() - before);
+
+    // The old single-value record wrote the whole job per change: ~1000x here.
+    assert!(later <= first + first / 10, "bytes per task grew from {first} to {later}");
+    let rec = store.get(&job).await.unwrap().unwrap();
+    assert_eq!(rec.tasks_total, 1100);
+    assert_eq!(rec.task_counts, TaskCounts { completed: 1100, ..TaskCounts::default() });
+    assert!(rec.tasks.is_empty(), "the header holds no task");
+}
+
+#[tokio::test]
+async fn status_pages_walk_every_task_in_dispatch_order_with_counts_first() {
+    let (store, _, job) = store_with_job().await;
+    let mut ids = Vec::new();
+    for i in 0..250 {
+        ids.push(run_task(&store, &job, &format!("call-{i}")).await);
+    }
+    let pending = TaskEntry::dispatched(TaskId::new(), finance(), "later".into(), "call-x".into());
+    ids.push(store.add_task(&job, pending).await.unwrap().task_id);
+
+    let (mut seen, mut after, mut pages) = (Vec::new(), None, 0);
+    loop {
+        let reply = store.status(&job, None, after, 100).await.unwrap().unwrap();
+        assert_eq!(reply.job.tasks_total, 251);
+        assert_eq!((reply.job.task_counts.completed, reply.job.task_counts.pending), (250, 1));
+        seen.extend(reply.job.tasks.iter().map(|t| t.task_id));
+        pages += 1;
+        match reply.next_after {
+            Some(next) => after = Some(next),
+            None => break,
+        }
+    }
+    assert_eq!((pages, seen), (3, ids), "every task once, in dispatch order");
+    let other = Tenant::new("globex").unwrap();
+    assert!(store.status(&job, Some(&other), None, 10).await.unwrap().is_none(), "another tenant's job is missing");
+}
+
+#[tokio::test]
+async fn a_dispatch_key_finds_its_task_after_a_restart_even_between_its_two_writes() {
+    let (store, backend, job) = store_with_job().await;
+    let task = run_task(&store, &job, "map:m1:7").await;
+    // A new orchestrator over the same bucket.
+    let restarted = JobStore::with_backend(backend.clone());
+    assert_eq!(restarted.task_by_key(&job, "map:m1:7").await.unwrap().unwrap().task_id, task);
+    let again = TaskEntry::dispatched(TaskId::new(), finance(), "dup".into(), "map:m1:7".into());
+    assert_eq!(restarted.add_task(&job, again).await.unwrap().task_id, task, "the key's first task");
+
+    // Stopped after claiming the key, before writing the entry: the entry is
+    // written under the claimed id, not a second one.
+    let claimed = TaskId::new();
+    backend.put_raw(&job_keys::index(&job, "call 9"), Bytes::from(claimed.to_string()));
+    let entry = TaskEntry::dispatched(TaskId::new(), finance(), "nine".into(), "call 9".into());
+    assert_eq!(restarted.add_task(&job, entry).await.unwrap().task_id, claimed);
+    assert_eq!(restarted.get(&job).await.unwrap().unwrap().tasks_total, 2);
+}
+
+#[tokio::test]
+async fn a_record_from_before_issue_12_with_inline_tasks_is_read() {
+    let backend = Arc::new(FakeJobs::default());
+    let job = JobId::new();
+    let mut rec = JobRecord::new(job, Tenant::new("acme").unwrap(), "old".into());
+    for i in 0..3 {
+        let mut t = TaskEntry::dispatched(TaskId::new(), finance(), format!("t{i}"), format!("call-{i}"));
+        t.published = true;
+        t.status = (i > 0).then_some(TaskStatus::Completed);
+        rec.tasks.push(t);
+    }
+    // As the old store wrote it: every task inline, no counts.
+    let mut old = serde_json::to_value(&rec).unwrap();
+    old.as_object_mut().unwrap().remove("tasks_total");
+    old.as_object_mut().unwrap().remove("task_counts");
+    backend.put_raw(&job_keys::header(&job), Bytes::from(serde_json::to_vec(&old).unwrap()));
+    let store = JobStore::with_backend(backend);
+
+    let reply = store.status(&job, None, None, 2).await.unwrap().unwrap();
+    assert_eq!((reply.job.tasks_total, reply.job.task_counts.running, reply.job.task_counts.completed), (3, 1, 2));
+    assert_eq!(reply.job.tasks.len(), 2);
+    let last = store.status(&job, None, reply.next_after, 2).await.unwrap().unwrap();
+    assert_eq!((last.job.tasks.len(), last.next_after), (1, None));
+    let running = store.task_by_key(&job, "call-0").await.unwrap().expect("found inline");
+    let ended = |t: &mut TaskEntry| t.status.replace(TaskStatus::Completed).is_none();
+    store.update_task(&job, &running.task_id, ended).await.unwrap().expect("changed inline");
+    let rec = store.get(&job).await.unwrap().unwrap();
+    assert_eq!(rec.task_counts.completed, 3);
+}
+
+#[tokio::test]
+async fn a_header_too_large_to_store_fails_fast_and_flags_the_job() {
+    let (store, backend, job) = store_with_job().await;
+    let oversized = store.oversized(&job);
+    backend.set_max_value(4096);
+    let todos: Vec<Todo> =
+        (0..200).map(|i| Todo { content: format!("todo {i} with padding"), status: TodoStatus::Pending }).collect();
+
+    let started = std::time::Instant::now();
+    let err = store.update(&job, |r| r.todos = todos).await.unwrap_err();
+
+    assert_eq!(err.kind(), BusErrorKind::TooLarge);
+    assert!(started.elapsed() < std::time::Duration::from_secs(1), "not retried: {:?}", started.elapsed());
+    assert!(oversized.is_cancelled(), "the planner is told to fail the job");
+    // Once the todos are dropped, the header stores again.
+    store.update(&job, |r| r.todos.clear()).await.unwrap();
+}
