@@ -54,6 +54,10 @@ impl AgentObserver for PlannerObserver {
     }
 
     async fn checkpoint(&self, conversation: &Conversation) {
-        self.checkpoints.save(&self.job_id, conversation).await;
+        // The run goes on: a restart resumes from the previous checkpoint and
+        // re-attaches to its tasks by call id (docs/ARCHITECTURE.md).
+        if let Err(e) = self.checkpoints.save(&self.job_id, conversation).await {
+            tracing::error!(job_id = %self.job_id, error = %e, "planner checkpoint not saved; the previous one stays");
+        }
     }
 }

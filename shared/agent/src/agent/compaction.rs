@@ -4,9 +4,10 @@
 //!
 //! What stays verbatim: the system prompt and the first user message (the job
 //! text or task description), the newest `write_todos` call with its result
-//! (the current todos), and the newest turns that fit in half of what is left
-//! once the summary's share is set aside (so the next few steps grow into the
-//! other half instead of compacting again at once). A model turn and its tool
+//! (the current todos), the newest turn when it fits what is left once the
+//! summary's share is set aside, and the turns before it that fit in half of
+//! that (so the next few steps grow into the other half instead of compacting
+//! again at once). A model turn and its tool
 //! results are one unit: a call is never separated from its result. Anything
 //! older, an earlier summary included, goes into the transcript the compaction
 //! call summarises; the full detail of task reports stays in the job's files.
@@ -132,14 +133,15 @@ impl Plan {
             fixed.push(result.clone());
         }
         let base = tokens::count_request(&fixed, specs) as u64 + summary_share(budget);
-        let room = budget.saturating_sub(base) / 2;
+        // The newest turn may fill what is left; older ones only half of it.
+        let full = budget.saturating_sub(base);
         let empty = tokens::count_request(&[], &[]) as u64;
         let mut start = messages.len();
         let mut used = 0;
         for unit in units.iter().rev() {
             // Each unit costs its own tokens, plus one for a separator.
             let cost = (tokens::count_request(&messages[unit.clone()], &[]) as u64).saturating_sub(empty) + 1;
-            if used + cost > room {
+            if used + cost > if used == 0 { full } else { full / 2 } {
                 break;
             }
             used += cost;

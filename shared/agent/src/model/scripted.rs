@@ -48,7 +48,8 @@ use minijinja::{Environment, Value as JValue, context};
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::{ChatMessage, ChatModel, ModelError, ModelRequest, ModelResponse, Purpose, ToolCall, estimate_tokens};
+use super::{ChatMessage, ChatModel, ModelError, ModelRequest, ModelResponse, Purpose, ToolCall};
+use crate::tokens;
 use flotilla_protocol::{ErrorKind, Usage};
 
 #[derive(Debug, Deserialize)]
@@ -300,20 +301,16 @@ impl ChatModel for ScriptedModel {
             tokio::time::sleep(std::time::Duration::from_millis(self.script.latency_ms)).await;
         }
         let (content, tool_calls) = self.play(&request)?;
-        // Count what a real endpoint would bill: the whole prompt including tool schemas.
-        let prompt_chars = serde_json::to_string(request.messages).map(|s| s.len()).unwrap_or(0)
-            + serde_json::to_string(request.tools).map(|s| s.len()).unwrap_or(0);
-        let output_chars =
-            content.as_ref().map_or(0, String::len) + serde_json::to_string(&tool_calls).map(|s| s.len()).unwrap_or(0);
+        // Count with the real tokenizer over the request a real endpoint
+        // would get (tool schemas included), so the usage of a scripted run
+        // (job events, the scale benchmark) measures what a model would read.
+        let input_tokens = tokens::count_request(request.messages, request.tools) as u64;
+        let output_tokens = content.as_deref().map_or(0, tokens::count) as u64
+            + serde_json::to_string(&tool_calls).map_or(0, |s| tokens::count(&s)) as u64;
         Ok(ModelResponse {
             content,
             tool_calls,
-            usage: Usage {
-                input_tokens: estimate_tokens(prompt_chars),
-                output_tokens: estimate_tokens(output_chars),
-                model_calls: 1,
-                ..Usage::default()
-            },
+            usage: Usage { input_tokens, output_tokens, model_calls: 1, ..Usage::default() },
         })
     }
 }
