@@ -121,9 +121,14 @@ impl FilesApi {
 
     async fn try_commit(&self, tenant: &Tenant, payload: &[u8]) -> Result<FilesCommitReply, Refusal> {
         let req: FilesCommitRequest = decode(payload)?;
-        self.owned(tenant, &req.job_id).await?;
-        let files = self.store(tenant, &req.job_id, &req.files).await?;
-        Ok(FilesCommitReply { job_id: req.job_id, files })
+        let stored = match self.owned(tenant, &req.job_id).await {
+            Ok(()) => self.store(tenant, &req.job_id, &req.files).await,
+            Err(e) => Err(e),
+        };
+        if stored.is_err() {
+            self.discard(tenant, &req.files).await;
+        }
+        Ok(FilesCommitReply { job_id: req.job_id, files: stored? })
     }
 
     /// Stores a submit's files in the new job `job` (not yet recorded, so no
@@ -139,6 +144,7 @@ impl FilesApi {
                 Ok(())
             }
             Err((kind, message)) => {
+                self.discard(tenant, staged).await;
                 if let Err(e) = self.files.purge(job).await {
                     tracing::warn!(job_id = %job, error = %e, "files of a refused submit not removed; max_age will");
                 }
@@ -153,6 +159,11 @@ impl FilesApi {
         if total > self.max_upload_bytes {
             return Err((ErrorKind::Limit, self.over_limit(total)));
         }
+        if let Some(f) = staged.iter().find(|f| !whole_parts(f)) {
+            let want = f.size.div_ceil(FILE_PART_BYTES as u64);
+            let msg = format!("{} announces {} parts for {} bytes; it takes {want}", f.path, f.parts, f.size);
+            return Err((ErrorKind::Validation, msg));
+        }
         let mut out = Vec::with_capacity(staged.len());
         for f in staged {
             let path = path(&f.path)?;
@@ -161,6 +172,15 @@ impl FilesApi {
             out.push(entry(meta));
         }
         Ok(out)
+    }
+
+    /// Drops the parts of uploads that will not be stored (the client keeps
+    /// its files and may upload again).
+    async fn discard(&self, tenant: &Tenant, staged: &[StagedFile]) {
+        for f in staged.iter().filter(|f| whole_parts(f)) {
+            let upload = Upload { id: f.upload, parts: f.parts, size: f.size, sha256: f.sha256.clone() };
+            self.files.discard_upload(tenant, &upload).await;
+        }
     }
 
     fn over_limit(&self, bytes: u64) -> String {
@@ -179,6 +199,12 @@ impl FilesApi {
             Err(e) => Err((ErrorKind::Transient, e.to_string())),
         }
     }
+}
+
+/// Whether `f` names exactly the parts its size takes (parts are full but
+/// the last), which also bounds the work of assembling or discarding it.
+fn whole_parts(f: &StagedFile) -> bool {
+    u64::from(f.parts) == f.size.div_ceil(FILE_PART_BYTES as u64)
 }
 
 fn decode<T: protocol::Message>(payload: &[u8]) -> Result<T, Refusal> {

@@ -16,7 +16,8 @@ use std::time::Duration;
 use flotilla_agent::digest::sha256_hex;
 use flotilla_protocol::ids::Tenant;
 use flotilla_protocol::{ApiReply, JobRecord, ListReply, ListRequest, SCHEMA_VERSION};
-use flotilla_tests::{TempDir, TestConfig, run_cli};
+use flotilla_tests::proc::run_cli;
+use flotilla_tests::{TempDir, TestConfig};
 use serde_json::Value;
 
 use crate::common::{Deployment, TIMEOUT};
@@ -131,15 +132,6 @@ async fn submitted_files_reach_the_agents_and_files_round_trip() {
     assert!(full.starts_with(&format!("last item: {}\t{}", ITEMS, item(ITEMS).trim_end())), "{}", &full[..200]);
     assert_eq!(full.lines().count(), 1501, "the whole report, every line");
 
-    // The planner saw a summary capped at report_tokens, plus that path.
-    let seen = &answer["task"];
-    assert_eq!(seen["report_file"]["path"], report_path, "{seen}");
-    assert_eq!(seen["truncated"], true, "{seen}");
-    let summary = seen["summary"].as_str().unwrap();
-    assert!(full.starts_with(summary), "the summary is the report's beginning");
-    let tokens = flotilla_agent::tokens::count(summary);
-    assert!(tokens <= REPORT_TOKENS && summary.len() * 20 < full.len(), "{tokens} tokens, {} bytes", summary.len());
-
     // ls: the inputs with their sizes, and the report.
     let (code, out, err) = cli(&d, "default", &["files", "ls", &job, "--json"]);
     assert_eq!(code, 0, "files ls: {err}");
@@ -187,6 +179,16 @@ async fn submitted_files_reach_the_agents_and_files_round_trip() {
     }
     let (_, names, _) = cli(&d, "default", &["files", "ls", &job, "/inputs/"]);
     assert!(!names.contains("evil"), "{names}");
+
+    // The planner saw a summary capped at report_tokens, plus that path.
+    let seen = &answer["task"];
+    let shown: String = seen.to_string().chars().take(300).collect();
+    assert_eq!(seen["report_file"]["path"], report_path, "the planner saw: {shown}");
+    assert_eq!(seen["truncated"], true, "the planner saw: {shown}");
+    let summary = seen["summary"].as_str().unwrap();
+    assert!(full.starts_with(summary), "the summary is the report's beginning");
+    let tokens = flotilla_agent::tokens::count(summary);
+    assert!(tokens <= REPORT_TOKENS && summary.len() * 20 < full.len(), "{tokens} tokens, {} bytes", summary.len());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
