@@ -6,6 +6,7 @@ mod bad_input;
 mod cli_pipe;
 mod cluster;
 mod common;
+mod context;
 mod deploy_manifests;
 mod draining;
 mod durability;
