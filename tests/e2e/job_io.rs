@@ -113,7 +113,9 @@ async fn submitted_files_reach_the_agents_and_files_round_trip() {
     let jsonl_arg = format!("{}:/inputs/items.jsonl", jsonl.display());
     let csv_arg = csv.display().to_string();
     let args = ["submit", "--wait", "--json", "--file", &csv_arg, "--file", &jsonl_arg, "analyse the inputs"];
+    let started = std::time::Instant::now();
     let (code, out, err) = cli(&d, "default", &args);
+    eprintln!("submit --file ({} bytes) --wait: {:?}", items.len() + 33, started.elapsed());
     assert_eq!(code, 0, "submit: {out}\n{err}");
     let rec: JobRecord = serde_json::from_str(&out).expect("the final job record");
     let job = rec.id.to_string();
@@ -146,16 +148,20 @@ async fn submitted_files_reach_the_agents_and_files_round_trip() {
     // get of the JSONL (3 parts): the same bytes.
     let copy = tmp.path().join("copy.jsonl");
     let copy_arg = copy.display().to_string();
+    let started = std::time::Instant::now();
     let (code, out, err) =
         cli(&d, "default", &["files", "get", &job, "/inputs/items.jsonl", "-o", &copy_arg, "--json"]);
+    eprintln!("files get ({} bytes): {:?}", items.len(), started.elapsed());
     assert_eq!(code, 0, "files get: {err}");
     let got: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(got["sha256"], sha256_hex(items.as_bytes()));
     assert_eq!(sha256_hex(&std::fs::read(&copy).unwrap()), sha256_hex(items.as_bytes()));
 
     // put on the finished job, then get it back.
+    let started = std::time::Instant::now();
     let (code, _, err) =
         cli(&d, "default", &["files", "put", &job, &jsonl.display().to_string(), "/outputs/again.jsonl"]);
+    eprintln!("files put ({} bytes): {:?}", items.len(), started.elapsed());
     assert_eq!(code, 0, "files put: {err}");
     let (_, back, _) = cli(&d, "default", &["files", "get", &job, "/outputs/again.jsonl"]);
     assert_eq!(sha256_hex(back.as_bytes()), sha256_hex(items.as_bytes()));
