@@ -22,7 +22,7 @@ use dashmap::DashMap;
 use flotilla_agent::files::report_path;
 use flotilla_bus::{Bus, BusError};
 use flotilla_protocol::ids::{JobId, TaskId, Tenant};
-use flotilla_protocol::{TaskReport, TaskStatus};
+use flotilla_protocol::{FileRef, TaskReport, TaskStatus};
 use futures::StreamExt;
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
@@ -91,10 +91,7 @@ impl ReportRouter {
 }
 
 /// The tool result a report becomes in the planner's conversation. A
-/// completed task gives `summary` (the report, cut to `report_tokens` tokens
-/// of o200k_base), `truncated`, and `report_file` (`path`, `size_bytes`,
-/// `lines`, `sha256` of the full report in the job files); `note` says how
-/// to read the rest when the summary was cut. Another status gives `status`
+/// completed task gives [`completed_view`]; another status gives `status`
 /// and `error` (the planner's own error handling decides what to make of it).
 #[allow(dead_code)] // until the delegating tools (src/planner/dispatch.rs) call it
 pub fn planner_view(report: &TaskReport, report_tokens: usize) -> Value {
@@ -105,21 +102,32 @@ pub fn planner_view(report: &TaskReport, report_tokens: usize) -> Value {
             "error": report.error,
         });
     }
-    let file = match &report.summary_file {
+    completed_view(report.task_id, &report.summary, report.summary_file.as_ref(), report_tokens)
+}
+
+/// What the planner sees of a completed task whose report `summary` (and,
+/// when the report travelled by reference, `report_file`) is known: from a
+/// live report or from a consolidated task entry after a restart. Gives
+/// `summary` (cut to `report_tokens` tokens of o200k_base), `truncated`, and
+/// `report_file` (`path`, `size_bytes`, `lines`, `sha256` of the full report
+/// in the job files, `/reports/<task>.md`); `note` says how to read the rest
+/// when the summary was cut.
+pub fn completed_view(task_id: TaskId, summary: &str, report_file: Option<&FileRef>, report_tokens: usize) -> Value {
+    let file = match report_file {
         Some(f) => json!({"path": f.path, "size_bytes": f.size_bytes, "lines": f.lines, "sha256": f.sha256}),
-        None => {
-            let s = &report.summary;
-            let sha256 = flotilla_agent::digest::sha256_hex(s.as_bytes());
-            let lines = flotilla_protocol::line_count(s);
-            json!({"path": report_path(&report.task_id).as_str(), "size_bytes": s.len(), "lines": lines, "sha256": sha256})
-        }
+        None => json!({
+            "path": report_path(&task_id).as_str(),
+            "size_bytes": summary.len(),
+            "lines": flotilla_protocol::line_count(summary),
+            "sha256": flotilla_agent::digest::sha256_hex(summary.as_bytes()),
+        }),
     };
-    let (summary, cut) = flotilla_agent::tokens::truncate(&report.summary, report_tokens);
-    let truncated = cut || report.summary_file.is_some();
+    let (shown, cut) = flotilla_agent::tokens::truncate(summary, report_tokens);
+    let truncated = cut || report_file.is_some();
     let mut view = json!({
-        "task_id": report.task_id,
+        "task_id": task_id,
         "status": "completed",
-        "summary": summary,
+        "summary": shown,
         "truncated": truncated,
         "report_file": file,
     });
