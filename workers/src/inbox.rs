@@ -27,8 +27,12 @@ impl TaskInbox {
     /// Starts following `task`'s messages. A stream that cannot be read
     /// leaves the task without follow-ups (logged), never fails it.
     pub async fn open(bus: &Bus, task: &TaskMessage) -> Self {
+        let opening = std::time::Instant::now();
         match bus.task_messages().follow(&task.tenant, &task.job_id, task.task_id).await {
-            Ok(messages) => Self::over(messages),
+            Ok(messages) => {
+                tracing::debug!(ms = opening.elapsed().as_millis() as u64, "follow-up inbox opened");
+                Self::over(messages)
+            }
             Err(e) => {
                 tracing::warn!(error = %e, "follow-up messages of the task cannot be read; it runs without them");
                 Self::over(futures::stream::empty())

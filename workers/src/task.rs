@@ -156,7 +156,7 @@ async fn run(
             inbox: Some(inbox.inbox()),
         };
         let r = agent.run(&mut conv, &run_ctx, &progress).await;
-        r.map(|answer| (answer, conv.usage)).map_err(|e| (e, conv.usage))
+        r.map(|answer| (answer, conv.usage)).map_err(|e| (why_cancelled(&ctx, &task, e), conv.usage))
     };
     keepalive.abort();
 
@@ -266,4 +266,15 @@ fn keep_alive(
 fn cancelled_before_start(ctx: &WorkerContext, task: &TaskMessage) -> String {
     let why = ctx.cancels.reason(&task.job_id, &task.task_id).unwrap_or_else(|| "the job was cancelled".into());
     format!("{why} (before the task started)")
+}
+
+/// A run the cancel watch aborted says whose cancel it was and why, instead
+/// of the agent loop's bare "cancelled"; any other error is kept.
+fn why_cancelled(ctx: &WorkerContext, task: &TaskMessage, e: ErrorInfo) -> ErrorInfo {
+    match ctx.cancels.reason(&task.job_id, &task.task_id) {
+        Some(why) if e.kind == ErrorKind::Cancelled && !ctx.hand_back.is_cancelled() => {
+            ErrorInfo::new(ErrorKind::Cancelled, why)
+        }
+        _ => e,
+    }
 }
