@@ -1,0 +1,317 @@
+//! Issue 12 item 5, asynchronous delegation, end to end: a scripted planner
+//! starts three tasks, checks them, messages one mid-run (its next model
+//! request carries the message), cancels one (its running subagent aborts and
+//! it ends `cancelled`), waits for the rest, and the job completes; a planner
+//! that ends its turn while its tasks run is woken by their reports, also
+//! after an orchestrator SIGKILL while it waited.
+//!
+//! The planner is the scripted model; the subagents call an OpenAI-compatible
+//! mock in this process (below) that records every request, so the test sees
+//! exactly what each subagent's model received, and holds a task's model call
+//! until the test lets it go.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use flotilla_protocol::{JobStatus, TaskStatus};
+use flotilla_tests::{EventLog, TestConfig};
+use futures::StreamExt;
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::watch;
+
+use crate::common::{Deployment, TIMEOUT};
+
+/// What a subagent reads first in a follow-up (workers/src/inbox.rs).
+const HEADER: &str = "[message from the planner]";
+const FOLLOW_UP: &str = "Also name the colour blue.";
+
+/// An OpenAI-compatible chat endpoint whose answer depends on the task (the
+/// first user message): `alpha` lists files until a request carries a
+/// follow-up, then answers with it (its first call waits for `gate`);
+/// `beta` never answers (it is cancelled); `gamma` lists files once, then
+/// answers; `wake` answers once `gate` opens.
+struct MockModel {
+    /// Every request: (task description, messages).
+    seen: Mutex<Vec<(String, Vec<Value>)>>,
+    gate: watch::Sender<bool>,
+}
+
+impl MockModel {
+    async fn start() -> (String, Arc<Self>) {
+        let mock = Arc::new(Self { seen: Mutex::default(), gate: watch::Sender::new(false) });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/v1", listener.local_addr().unwrap());
+        let m = mock.clone();
+        tokio::spawn(async move {
+            while let Ok((conn, _)) = listener.accept().await {
+                tokio::spawn(m.clone().serve(conn));
+            }
+        });
+        (url, mock)
+    }
+
+    /// One request per connection (`Connection: close`).
+    async fn serve(self: Arc<Self>, mut conn: tokio::net::TcpStream) {
+        let Some(body) = read_request(&mut conn).await else { return };
+        let reply = self.answer(body).await;
+        let text = reply.to_string();
+        let head = format!(
+            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+            text.len()
+        );
+        let _ = conn.write_all(format!("{head}{text}").as_bytes()).await;
+    }
+
+    async fn answer(&self, body: Value) -> Value {
+        let messages = body["messages"].as_array().cloned().unwrap_or_default();
+        let user = |m: &Value| (m["role"] == "user").then(|| m["content"].as_str().unwrap_or("").to_string());
+        let task = messages.iter().find_map(user).unwrap_or_default();
+        let step = messages.iter().filter(|m| m["role"] == "assistant").count();
+        self.seen.lock().unwrap().push((task.clone(), messages.clone()));
+        let follow_up = messages.iter().filter_map(user).find(|c| c.starts_with(HEADER));
+        if task.contains("alpha") {
+            if step == 0 {
+                self.opened().await;
+            }
+            return match follow_up {
+                Some(f) => text(&format!("alpha done; noted: {}", f.trim_start_matches(HEADER).trim())),
+                None => list_files(step),
+            };
+        }
+        if task.contains("beta") {
+            return std::future::pending().await;
+        }
+        if task.contains("wake") {
+            self.opened().await;
+            return text(&format!("{task}: done"));
+        }
+        if step == 0 { list_files(step) } else { text("gamma done") }
+    }
+
+    async fn opened(&self) {
+        let mut rx = self.gate.subscribe();
+        let _ = rx.wait_for(|open| *open).await;
+    }
+
+    fn requests_of(&self, word: &str) -> Vec<Vec<Value>> {
+        let seen = self.seen.lock().unwrap();
+        seen.iter().filter(|(t, _)| t.contains(word)).map(|(_, m)| m.clone()).collect()
+    }
+}
+
+/// Reads one HTTP/1.1 request; returns its JSON body.
+async fn read_request(conn: &mut tokio::net::TcpStream) -> Option<Value> {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 8192];
+    let split = loop {
+        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i + 4;
+        }
+        let n = conn.read(&mut chunk).await.ok().filter(|n| *n > 0)?;
+        buf.extend_from_slice(&chunk[..n]);
+    };
+    let head = String::from_utf8_lossy(&buf[..split]).to_ascii_lowercase();
+    let length: usize =
+        head.lines().find_map(|l| l.strip_prefix("content-length:")).and_then(|v| v.trim().parse().ok())?;
+    while buf.len() < split + length {
+        let n = conn.read(&mut chunk).await.ok().filter(|n| *n > 0)?;
+        buf.extend_from_slice(&chunk[..n]);
+    }
+    serde_json::from_slice(&buf[split..split + length]).ok()
+}
+
+fn text(content: &str) -> Value {
+    json!({"choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
+           "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}})
+}
+
+fn list_files(step: usize) -> Value {
+    json!({"choices": [{"index": 0, "finish_reason": "tool_calls", "message": {"role": "assistant", "content": null,
+           "tool_calls": [{"id": format!("call_ls_{step}"), "type": "function",
+                           "function": {"name": "ls", "arguments": "{\"path\": \"/\"}"}}]}}],
+           "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}})
+}
+
+/// The planner: start alpha, beta, gamma; check them; message alpha and
+/// cancel beta; wait for alpha and gamma; answer. A sixth turn answers if
+/// it is ever woken (it should not be: every outcome was shown).
+const PLANNER: &str = r#"
+[[turns]]
+[[turns.calls]]
+tool = "start_task"
+args = '{"subagent_type": "analyst", "description": "alpha: list the job files"}'
+[[turns.calls]]
+tool = "start_task"
+args = '{"subagent_type": "analyst", "description": "beta: a task that is cancelled"}'
+[[turns.calls]]
+tool = "start_task"
+args = '{"subagent_type": "analyst", "description": "gamma: list the job files"}'
+
+[[turns]]
+[[turns.calls]]
+tool = "check_tasks"
+args = '{}'
+
+[[turns]]
+[[turns.calls]]
+tool = "message_task"
+args = '{"id": {{ results[0].value.task_id | tojson }}, "text": "Also name the colour blue."}'
+[[turns.calls]]
+tool = "cancel_task"
+args = '{"id": {{ results[1].value.task_id | tojson }}, "reason": "not needed"}'
+
+[[turns]]
+[[turns.calls]]
+tool = "wait_tasks"
+args = '{"ids": [{{ results[0].value.task_id | tojson }}, {{ results[2].value.task_id | tojson }}], "all": true, "timeout_s": 60}'
+
+[[turns]]
+content = "finished: {{ last[0].value.ended | length }} ended, {{ last[0].value.running | length }} running"
+
+[[turns]]
+content = "woken"
+"#;
+
+/// The planner of the wake-up test: start two tasks, end the turn; when
+/// woken (by one report or both), wait for the rest, then answer.
+const WAKE_PLANNER: &str = r#"
+[[turns]]
+[[turns.calls]]
+tool = "start_task"
+args = '{"subagent_type": "analyst", "description": "wake north"}'
+[[turns.calls]]
+tool = "start_task"
+args = '{"subagent_type": "analyst", "description": "wake south"}'
+
+[[turns]]
+content = "waiting for the regions"
+
+[[turns]]
+[[turns.calls]]
+tool = "wait_tasks"
+args = '{"timeout_s": 60, "all": true}'
+
+[[turns]]
+content = "all reported"
+"#;
+
+fn config(url: &str, planner: &str, model_url: &str) -> TestConfig {
+    let mut c = TestConfig::new(url);
+    // A worker whose runtime stalls a few seconds (its first o200k_base token
+    // count builds the tokenizer) must keep its task: ack_wait 30 s, not 5.
+    c.nats(30, 5);
+    c.scripted_model("planner", planner);
+    c.section("[planner]\nmodel = \"planner\"\ntask_timeout = 60\n");
+    c.section(&format!(
+        "[models.mock]\nprovider = \"openai\"\nbase_url = \"{model_url}\"\nmodel = \"mock\"\nmax_retries = 0\n\
+         [subagents.analyst]\ndescription = \"Lists job files.\"\nmodel = \"mock\"\ntools = [\"ls\"]\n\
+         concurrency = 2\nmax_steps = 40\n"
+    ));
+    c
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_started_tasks_are_checked_messaged_cancelled_and_awaited() {
+    let (model_url, mock) = MockModel::start().await;
+    let d = Deployment::start(2, |url| config(url, PLANNER, &model_url)).await;
+    let mut log = EventLog::subscribe(&d.raw.client, "flotilla.job.>").await;
+    // Alpha's first model call waits until the follow-up is stored on the bus.
+    let mut messages = d.raw.client.subscribe("flotilla.job.*.*.message.*").await.unwrap();
+    let started = std::time::Instant::now();
+    let job = d.submit("Run three analyses.").await;
+    let stored = tokio::time::timeout(TIMEOUT, messages.next()).await.expect("a follow-up message").unwrap();
+    let follow_up: Value = serde_json::from_slice(&stored.payload).unwrap();
+    assert_eq!(follow_up["text"], FOLLOW_UP);
+    mock.gate.send_replace(true);
+
+    let end = log.job_end(TIMEOUT).await;
+    assert_eq!(end["event"], "completed", "{end}");
+    let elapsed = started.elapsed();
+    let rec = d.status(job).await;
+    assert_eq!(rec.status, JobStatus::Completed);
+    assert_eq!(rec.answer.as_deref(), Some("finished: 2 ended, 0 running"), "never woken: every outcome was shown");
+
+    // Alpha: the follow-up reached its subagent as a user message added right
+    // before a model call (the newest message of that request), stayed in its
+    // conversation, and the subagent answered with it.
+    let alpha = mock.requests_of("alpha");
+    let carries = |m: &Vec<Value>| m.iter().any(|m| m["content"] == format!("{HEADER}\n{FOLLOW_UP}"));
+    let first =
+        alpha.iter().position(carries).unwrap_or_else(|| panic!("no request carried the follow-up: {alpha:#?}"));
+    let newest = alpha[first].last().unwrap();
+    assert_eq!(
+        (newest["role"].as_str(), newest["content"].as_str()),
+        (Some("user"), Some(&*format!("{HEADER}\n{FOLLOW_UP}")))
+    );
+    assert!(alpha[first..].iter().all(carries), "it stays in the conversation");
+    let by_desc: HashMap<&str, _> = rec.tasks.iter().map(|t| (t.description.split(':').next().unwrap(), t)).collect();
+    let a = by_desc["alpha"];
+    assert_eq!(a.status, Some(TaskStatus::Completed));
+    assert!(a.summary.contains(&format!("noted: {FOLLOW_UP}")), "{}", a.summary);
+
+    // Beta: it ended `cancelled` for the planner's reason, and its running
+    // subagent was aborted: its worker reports `finished` `cancelled` (the
+    // orchestrator reports on its behalf only when no worker did within 5 s).
+    let b = by_desc["beta"];
+    assert_eq!(b.status, Some(TaskStatus::Cancelled), "{b:?}");
+    assert!(b.error.as_ref().unwrap().message.contains("not needed"), "{:?}", b.error);
+    let beta_progress = format!(".progress.{}", b.task_id);
+    let finished = log
+        .until(TIMEOUT, "beta's worker to report its abort", |s, v| {
+            s.ends_with(&beta_progress) && v["event"] == "finished"
+        })
+        .await;
+    assert_eq!(finished["status"], "cancelled", "{finished}");
+    assert_eq!(mock.requests_of("beta").len(), 1, "beta was in its first model call when cancelled");
+    let g = by_desc["gamma"];
+    assert_eq!((g.status, g.summary.as_str()), (Some(TaskStatus::Completed), "gamma done"));
+    assert_eq!(log.events("task_dispatched").len(), 3, "each task dispatched once");
+    println!(
+        "figures: 3 async tasks; alpha made {} model requests, the follow-up first in request #{}; beta reported by {:?}; job {:.2} s wall",
+        alpha.len(),
+        first + 1,
+        b.worker_id,
+        elapsed.as_secs_f64()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_planner_that_ended_its_turn_is_woken_by_the_reports_even_after_an_orchestrator_crash() {
+    let (model_url, mock) = MockModel::start().await;
+    let mut d = Deployment::start(1, |url| config(url, WAKE_PLANNER, &model_url)).await;
+    let mut log = EventLog::subscribe(&d.raw.client, "flotilla.job.>").await;
+    let job = d.submit("Two regions.").await;
+    // The planner started both tasks and ended its turn: it now waits.
+    log.until_count(TIMEOUT, 2, "two planner steps", |s, v| s.ends_with(".event") && v["event"] == "planner_step")
+        .await;
+    log.until_count(TIMEOUT, 2, "both tasks started", |s, v| s.contains(".progress.") && v["event"] == "started").await;
+    d.orchestrator.as_mut().unwrap().kill();
+    let killed_at = log.seen.len();
+    d.start_orchestrator();
+    // Let the tasks answer only once the new orchestrator runs the job again.
+    log.until_count(Duration::from_secs(120), 2, "the job running again", |s, v| {
+        s.ends_with(".event") && v["event"] == "running"
+    })
+    .await;
+    mock.gate.send_replace(true);
+
+    let end = log.job_end(Duration::from_secs(120)).await;
+    assert_eq!(end["event"], "completed", "{end}");
+    let rec = d.status(job).await;
+    assert_eq!(rec.answer.as_deref(), Some("all reported"));
+    assert_eq!(rec.tasks.len(), 2);
+    assert!(rec.tasks.iter().all(|t| t.status == Some(TaskStatus::Completed)), "{:?}", rec.tasks);
+    // The resumed planner called its model only once woken by a report.
+    let after: Vec<&str> = log.seen[killed_at..]
+        .iter()
+        .filter(|(s, _)| s.ends_with(".event"))
+        .filter_map(|(_, v)| v["event"].as_str())
+        .filter(|e| matches!(*e, "planner_step" | "task_reported"))
+        .collect();
+    assert_eq!(after.first(), Some(&"task_reported"), "{after:?}");
+    assert_eq!(log.events("planner_step").len(), 4, "turns: start, end of turn, wait when woken, answer");
+    assert_eq!(log.events("task_dispatched").len(), 2, "nothing dispatched again");
+    assert_eq!(mock.requests_of("wake").len(), 2, "each task ran once");
+}
