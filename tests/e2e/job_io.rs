@@ -227,3 +227,57 @@ async fn a_failed_upload_starts_no_job() {
 
     assert_eq!(jobs_of_default_tenant(&d).await, before, "no job was created");
 }
+
+/// With the real roles of deploy/nats/roles.conf: a tenant's client
+/// credential, which has no Object Store grant at all, uploads and reads job
+/// files through the job API alone; another tenant's credential gets
+/// `not_found` for the same job.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tenant_credentials_reach_files_only_through_the_api() {
+    use crate::security::{JOB, refs, role_env, spawn_roles};
+    use flotilla_tests::nats_conf::{ConfiguredNats, deploy_dir};
+
+    let nats = ConfiguredNats::start("nats", &deploy_dir().join("nats/nats-local.conf"), &[]).await;
+    let config = crate::security::config(&nats.url());
+    let path = config.write();
+    let cfg = path.display().to_string();
+    let _processes = spawn_roles(&cfg);
+    let tmp = TempDir::new("job-io-roles");
+    let jsonl = tmp.path().join("items.jsonl");
+    let items: String = (1..=ITEMS).map(item).collect();
+    std::fs::write(&jsonl, &items).unwrap();
+    let acme_env = role_env("client-acme");
+    let mut acme = refs(&acme_env);
+    acme.push(("FLOTILLA_TENANT", "acme"));
+    let globex_env = role_env("client-globex");
+    let mut globex = refs(&globex_env);
+    globex.push(("FLOTILLA_TENANT", "globex"));
+
+    // The CLI does not wait for an orchestrator: retry until one answers.
+    let file_arg = jsonl.display().to_string();
+    let submit = ["--config", &cfg, "submit", "--wait", "--json", "--file", &file_arg, JOB];
+    let out = flotilla_tests::eventually(TIMEOUT, "a submit with files to succeed", || {
+        let (code, out, _) = run_cli(&submit, &acme);
+        async move { (code == 0).then_some(out) }
+    })
+    .await;
+    let rec: JobRecord = serde_json::from_str(&out).expect("the final job record");
+    let job = rec.id.to_string();
+
+    let (code, out, err) = run_cli(&["--config", &cfg, "files", "ls", &job, "--json"], &acme);
+    assert_eq!(code, 0, "{err}");
+    let ls: Value = serde_json::from_str(&out).unwrap();
+    let paths: Vec<&str> = ls["files"].as_array().unwrap().iter().map(|f| f["path"].as_str().unwrap()).collect();
+    assert!(paths.contains(&"/inputs/items.jsonl"), "{paths:?}");
+    assert_eq!(paths.iter().filter(|p| p.starts_with("/reports/")).count(), 3, "one report per task: {paths:?}");
+    let (code, got, err) = run_cli(&["--config", &cfg, "files", "get", &job, "/inputs/items.jsonl"], &acme);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(sha256_hex(got.as_bytes()), sha256_hex(items.as_bytes()));
+
+    let (code, _, err) = run_cli(&["--config", &cfg, "files", "ls", &job], &globex);
+    assert_eq!(code, 2);
+    assert!(err.contains("not_found"), "{err}");
+    let log = nats.log();
+    let refused: Vec<&str> = log.lines().filter(|l| l.contains("Violation") && l.contains("client-acme")).collect();
+    assert!(refused.is_empty(), "the client needed no other permission: {refused:?}");
+}
