@@ -18,7 +18,7 @@ use flotilla_agent::files::{FileError, FileMeta, FilePath, JobFiles, Upload};
 use flotilla_config::FilesConfig;
 use flotilla_protocol::files_api::{
     FILE_PART_BYTES, FileEntry, FilesCommitReply, FilesCommitRequest, FilesGetReply, FilesGetRequest, FilesLsReply,
-    FilesLsRequest, FilesPutReply, FilesPutRequest, StagedFile,
+    FilesLsRequest, FilesPutReply, FilesPutRequest, LS_PAGE, StagedFile,
 };
 use flotilla_protocol::ids::{JobId, Tenant};
 use flotilla_protocol::{self as protocol, ApiReply, ErrorInfo, ErrorKind};
@@ -58,8 +58,8 @@ impl FilesApi {
         self.owned(tenant, &req.job_id).await?;
         let prefix = req.prefix.unwrap_or_default();
         let files = self.files.list(&req.job_id).await.map_err(refusal)?;
-        let files = files.into_iter().filter(|f| f.path.as_str().starts_with(&prefix)).map(entry).collect();
-        Ok(FilesLsReply { job_id: req.job_id, files })
+        let (page, next_after) = page(files, &prefix, req.after.as_deref().unwrap_or_default(), req.limit);
+        Ok(FilesLsReply { job_id: req.job_id, files: page, next_after })
     }
 
     /// `files_get`: one part of a file, from the requested offset.
@@ -201,6 +201,24 @@ impl FilesApi {
     }
 }
 
+/// One page of `files` (sorted by path): those under `prefix` after the
+/// cursor `after`, at most `limit` (default and most [`LS_PAGE`]), and the
+/// cursor of the next page when more remain.
+fn page(files: Vec<FileMeta>, prefix: &str, after: &str, limit: Option<usize>) -> (Vec<FileEntry>, Option<String>) {
+    let limit = limit.unwrap_or(LS_PAGE).clamp(1, LS_PAGE);
+    let mut page: Vec<FileEntry> = files
+        .into_iter()
+        .filter(|f| f.path.as_str().starts_with(prefix) && f.path.as_str() > after)
+        .take(limit + 1)
+        .map(entry)
+        .collect();
+    let next = (page.len() > limit).then(|| {
+        page.truncate(limit);
+        page[limit - 1].path.clone()
+    });
+    (page, next)
+}
+
 /// Whether `f` names exactly the parts its size takes (parts are full but
 /// the last), which also bounds the work of assembling or discarding it.
 fn whole_parts(f: &StagedFile) -> bool {
@@ -235,6 +253,21 @@ fn refusal(e: FileError) -> Refusal {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn listing_pages_follow_the_cursor_to_the_end() {
+        let meta = |p: &str| FileMeta { path: FilePath::parse(p).unwrap(), size: 1, modified: None };
+        let files: Vec<FileMeta> =
+            ["/inputs/a", "/reports/1.md", "/reports/2.md", "/reports/3.md", "/z"].into_iter().map(meta).collect();
+        let (first, next) = page(files.clone(), "/reports/", "", Some(2));
+        assert_eq!(first.iter().map(|f| f.path.as_str()).collect::<Vec<_>>(), ["/reports/1.md", "/reports/2.md"]);
+        assert_eq!(next.as_deref(), Some("/reports/2.md"));
+        let (second, next) = page(files.clone(), "/reports/", "/reports/2.md", Some(2));
+        assert_eq!(second.iter().map(|f| f.path.as_str()).collect::<Vec<_>>(), ["/reports/3.md"]);
+        assert_eq!(next, None);
+        let (all, next) = page(files, "", "", Some(0));
+        assert_eq!((all.len(), next.as_deref()), (1, Some("/inputs/a")), "a limit of 0 still makes progress");
+    }
 
     #[test]
     fn file_errors_keep_their_kind() {

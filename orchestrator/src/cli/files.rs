@@ -101,15 +101,29 @@ pub async fn run(settings: &Settings, tenant: &Tenant, args: Args) -> anyhow::Re
     }
 }
 
+/// Lists every page; text lines are printed page by page, `--json` prints
+/// one object with every file once the last page is in.
 async fn ls(api: &ApiClient, job: JobId, prefix: Option<String>, json: bool) -> anyhow::Result<i32> {
-    let reply: FilesLsReply = call(api, "files_ls", &FilesLsRequest { v: SCHEMA_VERSION, job_id: job, prefix }).await?;
-    if json {
-        outln!("{}", serde_json::to_string(&reply)?)?;
-        return Ok(0);
+    let mut all = Vec::new();
+    let mut after = None;
+    loop {
+        let req = FilesLsRequest { v: SCHEMA_VERSION, job_id: job, prefix: prefix.clone(), after, limit: None };
+        let reply: FilesLsReply = call(api, "files_ls", &req).await?;
+        for f in reply.files {
+            if json {
+                all.push(f);
+            } else {
+                let modified = f.modified.map(|t| t.to_string()).unwrap_or_else(|| "-".into());
+                outln!("{:>12}  {modified}  {}", f.size, f.path)?;
+            }
+        }
+        after = reply.next_after;
+        if after.is_none() {
+            break;
+        }
     }
-    for f in &reply.files {
-        let modified = f.modified.map(|t| t.to_string()).unwrap_or_else(|| "-".into());
-        outln!("{:>12}  {modified}  {}", f.size, f.path)?;
+    if json {
+        outln!("{}", serde_json::json!({"job_id": job, "files": all}))?;
     }
     Ok(0)
 }

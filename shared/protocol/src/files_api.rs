@@ -37,7 +37,17 @@ pub struct FilesLsRequest {
     /// Only paths starting with this string (e.g. `/reports/`).
     #[serde(default)]
     pub prefix: Option<String>,
+    /// Only paths after this one (the previous reply's `next_after`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<String>,
+    /// At most this many files (default and most [`LS_PAGE`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<usize>,
 }
+
+/// Most files in one `files_ls` reply: a page stays well under one message
+/// (a job of a 100 000-task map has 100 000 reports).
+pub const LS_PAGE: usize = 2000;
 
 /// One file of a job.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -56,8 +66,11 @@ pub struct FileEntry {
 pub struct FilesLsReply {
     /// The job.
     pub job_id: JobId,
-    /// Its files (matching the prefix), sorted by path.
+    /// Its files (matching the prefix), sorted by path: one page.
     pub files: Vec<FileEntry>,
+    /// Pass as `after` for the next page; absent on the last page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_after: Option<String>,
 }
 
 /// `<prefix>.api.<tenant>.files_get`: one part of a file, from `offset`.
@@ -189,6 +202,18 @@ mod tests {
             data: "A".repeat(b64(FILE_PART_BYTES)),
             eof: false,
         };
+        let bytes = serde_json::to_vec(&reply).unwrap().len();
+        assert!(bytes + 1024 < crate::MAX_MESSAGE_BYTES, "{bytes}");
+    }
+
+    #[test]
+    fn a_full_listing_page_fits_one_message() {
+        let entry = FileEntry {
+            path: format!("/reports/{}.md", crate::ids::TaskId::new()) + &"x".repeat(200),
+            size: u64::MAX,
+            modified: Some(crate::now()),
+        };
+        let reply = FilesLsReply { job_id: JobId::new(), files: vec![entry; LS_PAGE], next_after: Some("/x".into()) };
         let bytes = serde_json::to_vec(&reply).unwrap().len();
         assert!(bytes + 1024 < crate::MAX_MESSAGE_BYTES, "{bytes}");
     }
