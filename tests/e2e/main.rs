@@ -14,6 +14,7 @@ mod durability;
 mod files;
 mod job_files;
 mod job_io;
+mod map_tasks;
 mod mcp;
 mod mcp_conformance;
 mod mcp_context;
