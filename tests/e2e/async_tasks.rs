@@ -5,6 +5,10 @@
 //! that ends its turn while its tasks run is woken by their reports, also
 //! after an orchestrator SIGKILL while it waited.
 //!
+//! Under the real deploy/nats/roles.conf, a worker credential follows a
+//! task's follow-up messages and a client credential can neither read nor
+//! write them.
+//!
 //! The planner is the scripted model; the subagents call an OpenAI-compatible
 //! mock in this process (below) that records every request, so the test sees
 //! exactly what each subagent's model received, and holds a task's model call
@@ -264,7 +268,11 @@ async fn three_started_tasks_are_checked_messaged_cancelled_and_awaited() {
         })
         .await;
     assert_eq!(finished["status"], "cancelled", "{finished}");
-    assert_eq!(mock.requests_of("beta").len(), 1, "beta was in its first model call when cancelled");
+    // It had started (a task refused when pulled emits no `started`), and its
+    // model call, if it got that far, never answered.
+    let started = log.seen.iter().any(|(s, v)| s.ends_with(&beta_progress) && v["event"] == "started");
+    assert!(started, "beta was running when it was cancelled");
+    assert!(mock.requests_of("beta").len() <= 1);
     let g = by_desc["gamma"];
     assert_eq!((g.status, g.summary.as_str()), (Some(TaskStatus::Completed), "gamma done"));
     assert_eq!(log.events("task_dispatched").len(), 3, "each task dispatched once");
@@ -314,4 +322,48 @@ async fn a_planner_that_ended_its_turn_is_woken_by_the_reports_even_after_an_orc
     assert_eq!(log.events("planner_step").len(), 4, "turns: start, end of turn, wait when woken, answer");
     assert_eq!(log.events("task_dispatched").len(), 2, "nothing dispatched again");
     assert_eq!(mock.requests_of("wake").len(), 2, "each task ran once");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_the_roles_a_worker_reads_follow_ups_and_a_client_cannot_touch_them() {
+    use flotilla_bus::Bus;
+    use flotilla_config::NatsConfig;
+    use flotilla_protocol::FollowUp;
+    use flotilla_protocol::ids::{JobId, TaskId, Tenant};
+    use flotilla_tests::nats_conf::{ConfiguredNats, deploy_dir};
+
+    let nats = ConfiguredNats::start("nats", &deploy_dir().join("nats/nats-local.conf"), &[]).await;
+    let as_user = |user: &str, manage_topology: bool| NatsConfig {
+        url: nats.url_as(user),
+        inbox_prefix: format!("_INBOX.{user}"),
+        manage_topology,
+        ..Default::default()
+    };
+    let connect = |user: &'static str, manage| {
+        let config = as_user(user, manage);
+        async move { Bus::connect(&config, user, TIMEOUT).await.unwrap_or_else(|e| panic!("{user}: {e:#}")) }
+    };
+    let orchestrator = connect("orchestrator", true).await;
+    orchestrator.ensure_topology().await.expect("the orchestrator declares the messages stream");
+    let (worker, client) = (connect("worker-finance", false).await, connect("client-acme", false).await);
+    let (acme, job, task) = (Tenant::new("acme").unwrap(), JobId::new(), TaskId::new());
+    let msg = FollowUp {
+        v: 1,
+        id: format!("{job}.call_1"),
+        job_id: job,
+        task_id: task,
+        text: FOLLOW_UP.into(),
+        sent_at: flotilla_protocol::now(),
+    };
+
+    orchestrator.task_messages().publish(&acme, &msg).await.expect("the orchestrator publishes");
+    let inbox = worker.task_messages().follow(&acme, &job, task).await.expect("a worker follows a task");
+    let mut inbox = std::pin::pin!(inbox);
+    let got = tokio::time::timeout(TIMEOUT, inbox.next()).await.expect("the stored message is replayed");
+    assert_eq!(got, Some(msg.clone()));
+
+    let read = client.task_messages().follow(&acme, &job, task).await.err().expect("a client reads follow-ups");
+    assert!(format!("{read:#}").contains("ermission"), "{read:#}");
+    let wrote = client.task_messages().publish(&acme, &msg).await.err().expect("a client writes follow-ups");
+    assert!(format!("{wrote:#}").contains("ermission"), "{wrote:#}");
 }
