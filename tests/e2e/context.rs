@@ -116,7 +116,7 @@ async fn a_planner_past_context_tokens_compacts_and_still_answers_right() {
     for c in &compacted {
         let (before, after) = (c["before_tokens"].as_u64().unwrap(), c["after_tokens"].as_u64().unwrap());
         assert!(before > CONTEXT_TOKENS && after <= CONTEXT_TOKENS, "{c}");
-        assert_eq!(c["usage"]["model_calls"], 1, "{c}");
+        assert!(c["usage"]["model_calls"].as_u64().unwrap() >= 1, "{c}");
     }
     // Every request the planner's model received stayed under the bound: the
     // scripted model reports input tokens as tokens::count_request over the
@@ -127,7 +127,8 @@ async fn a_planner_past_context_tokens_compacts_and_still_answers_right() {
     assert!(largest <= CONTEXT_TOKENS, "largest planner request {largest} tokens");
     assert_eq!(log.events("task_reported").len(), REGIONS.len());
     // The planner's usage includes the compaction calls.
-    assert_eq!(rec.planner_usage.model_calls, (REGIONS.len() + 2 + compacted.len()) as u64);
+    let compaction_calls: u64 = compacted.iter().map(|c| c["usage"]["model_calls"].as_u64().unwrap()).sum();
+    assert_eq!(rec.planner_usage.model_calls, (REGIONS.len() + 2) as u64 + compaction_calls);
     println!(
         "context e2e: {} compactions, largest planner request {largest} tokens (bound {CONTEXT_TOKENS}), \
          before/after {:?}",

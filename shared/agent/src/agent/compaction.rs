@@ -10,7 +10,9 @@
 //! again at once). A model turn and its tool
 //! results are one unit: a call is never separated from its result. Anything
 //! older, an earlier summary included, goes into the transcript the compaction
-//! call summarises; the full detail of task reports stays in the job's files.
+//! call summarises (in chunks that each fit the window when the older part is
+//! larger than it, each call folding one chunk into the summary so far); the
+//! full detail of task reports stays in the job's files.
 //!
 //! The result is verified with the real count: if the summary came back too
 //! long it is cut ([`tokens::truncate`]), and kept turns are dropped oldest
@@ -57,21 +59,8 @@ pub(super) async fn fit(
     if plan.older.is_empty() {
         return Err(too_small(before, budget.tokens));
     }
-    let summary_tokens = summary_share(budget.tokens);
-    let transcript = transcript(&conv.messages[plan.older.clone()], budget, summary_tokens);
-    let request = [
-        ChatMessage::System { content: budget.prompt.clone() },
-        ChatMessage::User {
-            content: format!("{transcript}\n\n(Write the summary in at most {summary_tokens} tokens.)"),
-        },
-    ];
-    let response = model
-        .complete(ModelRequest { messages: &request, tools: &[], purpose: Purpose::Compaction, compacted_turns: 0 })
-        .await
-        .map_err(|e| super::model_error(e, ctx))?;
-    let usage: Usage = response.usage;
+    let (summary, usage) = summarise(model, budget, &conv.messages[plan.older.clone()], ctx).await?;
     conv.usage += usage;
-    let summary = response.content.unwrap_or_default();
     let turns_before = assistant_turns(&conv.messages);
     let messages = plan.assemble(&conv.messages, &summary, specs, budget.tokens);
     let after = tokens::count_request(&messages, specs) as u64;
@@ -216,28 +205,68 @@ fn holds_call(messages: &[ChatMessage], id: &str) -> bool {
     messages.iter().any(|m| matches!(m, ChatMessage::Tool { tool_call_id, .. } if tool_call_id == id))
 }
 
-/// The older turns as text for the compaction call, each entry cut so the
-/// call itself fits the window with room for the summary.
-fn transcript(older: &[ChatMessage], budget: &ContextBudget, summary_tokens: u64) -> String {
-    let entries: Vec<String> = older.iter().map(entry).collect();
-    let room = budget.tokens.saturating_sub(tokens::count(&budget.prompt) as u64 + summary_tokens + 64) as usize;
-    let total: usize = entries.iter().map(|e| tokens::count(e)).sum();
-    let text = if total <= room {
-        entries.join("\n")
+/// The summary of `older` and the usage of the calls that wrote it. The
+/// transcript goes in chunks that each fit the window beside the prompt, the
+/// summary so far and room for the answer; each call folds one chunk into the
+/// summary (one call unless the older part is larger than the window).
+async fn summarise(
+    model: &dyn ChatModel,
+    budget: &ContextBudget,
+    older: &[ChatMessage],
+    ctx: &RunContext,
+) -> Result<(String, Usage), ErrorInfo> {
+    let share = summary_share(budget.tokens);
+    // Prompt, summary so far, the answer, and framing.
+    let room = budget.tokens.saturating_sub(tokens::count(&budget.prompt) as u64 + 2 * share + 64).max(64) as usize;
+    let mut summary = String::new();
+    let mut usage = Usage::default();
+    let mut chunk = String::new();
+    let mut chunk_tokens = 0;
+    for m in older {
+        // One entry never takes more than half a chunk.
+        let (text, cut) = tokens::truncate(&entry(m), room / 2);
+        let text = if cut { format!("{text} […]") } else { text };
+        let n = tokens::count(&text) + 1;
+        if chunk_tokens + n > room && !chunk.is_empty() {
+            summary = fold(model, budget, &summary, &chunk, &mut usage, ctx).await?;
+            (chunk, chunk_tokens) = (String::new(), 0);
+        }
+        chunk.push_str(&text);
+        chunk.push('\n');
+        chunk_tokens += n;
+    }
+    if !chunk.is_empty() {
+        summary = fold(model, budget, &summary, &chunk, &mut usage, ctx).await?;
+    }
+    Ok((summary, usage))
+}
+
+/// One compaction call: `summary` so far plus `chunk` into a new summary of
+/// at most the summary's share of the window.
+async fn fold(
+    model: &dyn ChatModel,
+    budget: &ContextBudget,
+    summary: &str,
+    chunk: &str,
+    usage: &mut Usage,
+    ctx: &RunContext,
+) -> Result<String, ErrorInfo> {
+    let share = summary_share(budget.tokens);
+    let content = if summary.is_empty() {
+        format!("{chunk}\n(Write the summary in at most {share} tokens.)")
     } else {
-        // Every entry gets an equal share; most tool results are long only
-        // because of detail the job's files keep anyway.
-        let share = (room / entries.len().max(1)).max(16);
-        entries
-            .iter()
-            .map(|e| match tokens::truncate(e, share) {
-                (cut, true) => format!("{cut} […]"),
-                (whole, false) => whole,
-            })
-            .collect::<Vec<_>>()
-            .join("\n")
+        format!(
+            "Summary so far:\n{summary}\n\nLater turns to fold into it:\n{chunk}\n(Write the whole updated summary in \
+             at most {share} tokens.)"
+        )
     };
-    tokens::truncate(&text, room).0
+    let request = [ChatMessage::System { content: budget.prompt.clone() }, ChatMessage::User { content }];
+    let response = model
+        .complete(ModelRequest { messages: &request, tools: &[], purpose: Purpose::Compaction, compacted_turns: 0 })
+        .await
+        .map_err(|e| super::model_error(e, ctx))?;
+    *usage += response.usage;
+    Ok(tokens::truncate(response.content.unwrap_or_default().trim(), share as usize).0)
 }
 
 fn entry(m: &ChatMessage) -> String {

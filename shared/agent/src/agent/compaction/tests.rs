@@ -98,6 +98,14 @@ fn an_overlong_summary_is_cut_to_fit() {
 struct Recording {
     inner: ScriptedModel,
     seen: Mutex<Vec<(Purpose, usize)>>,
+    /// The last message of each request.
+    last: Mutex<Vec<String>>,
+}
+
+impl Recording {
+    fn new(script: &str) -> Self {
+        Self { inner: ScriptedModel::from_str("s", script).unwrap(), seen: Mutex::default(), last: Mutex::default() }
+    }
 }
 
 #[async_trait]
@@ -105,6 +113,9 @@ impl ChatModel for Recording {
     async fn complete(&self, request: ModelRequest<'_>) -> Result<ModelResponse, crate::model::ModelError> {
         let size = tokens::count_request(request.messages, request.tools);
         self.seen.lock().unwrap().push((request.purpose, size));
+        if let Some(ChatMessage::User { content }) = request.messages.last() {
+            self.last.lock().unwrap().push(content.clone());
+        }
         self.inner.complete(request).await
     }
 }
@@ -121,10 +132,7 @@ impl AgentObserver for Compactions {
 
 #[tokio::test]
 async fn fit_summarises_older_turns_with_a_compaction_call_and_keeps_the_turn_count() {
-    let model = Recording {
-        inner: ScriptedModel::from_str("s", "[[turns]]\ncontent = \"x\"\n").unwrap(),
-        seen: Mutex::default(),
-    };
+    let model = Recording::new("[[turns]]\ncontent = \"x\"\n");
     let budget = ContextBudget { tokens: 3000, prompt: "Summarise.".into() };
     let mut conv = Conversation { messages: long_conversation(12), ..Conversation::default() };
     let turns = assistant_turns(&conv.messages);
@@ -132,15 +140,17 @@ async fn fit_summarises_older_turns_with_a_compaction_call_and_keeps_the_turn_co
     fit(&model, &budget, &mut conv, &[], &ctx(), &observer).await.unwrap();
 
     let seen = model.seen.lock().unwrap().clone();
-    assert_eq!(seen.len(), 1);
-    assert_eq!(seen[0].0, Purpose::Compaction);
-    assert!(seen[0].1 <= 3000, "the compaction call fits the window too: {}", seen[0].1);
+    assert!(!seen.is_empty());
+    for (purpose, size) in &seen {
+        assert_eq!(*purpose, Purpose::Compaction);
+        assert!(*size <= 3000, "each compaction call fits the window too: {size}");
+    }
     let (before, after, usage) = observer.0.lock().unwrap()[0];
     assert!(before > 3000 && after <= 3000, "{before} -> {after}");
     assert_eq!(after, tokens::count_request(&conv.messages, &[]) as u64);
-    assert_eq!(usage.model_calls, 1);
-    assert_eq!(conv.usage.model_calls, 1, "the compaction call is in the run's usage");
-    assert_eq!(conv.steps, 0, "but is not a step");
+    assert_eq!(usage.model_calls, seen.len() as u64);
+    assert_eq!(conv.usage.model_calls, seen.len() as u64, "the compaction calls are in the run's usage");
+    assert_eq!(conv.steps, 0, "but are not steps");
     let ChatMessage::User { content } = &conv.messages[2] else { panic!("{:?}", conv.messages[2]) };
     // The scripted digest names the summarised calls by id.
     assert!(content.contains("Earlier turns, digested") && content.contains("[c0a]"), "{content}");
@@ -183,7 +193,7 @@ async fn a_long_run_compacts_stays_under_its_budget_and_finishes_its_script() {
         script.push_str(&format!("[[turns]]\n[[turns.calls]]\ntool = \"big\"\nargs = '{{\"region\": \"r{i}\"}}'\n\n"));
     }
     script.push_str("[[turns]]\ncontent = \"last region {{ last[0].value.region }}, step {{ step }}\"\n");
-    let model = Arc::new(Recording { inner: ScriptedModel::from_str("s", &script).unwrap(), seen: Mutex::default() });
+    let model = Arc::new(Recording::new(&script));
     let mut tools = ToolSet::new(Duration::from_secs(5));
     tools.add(Arc::new(Big), "test").unwrap();
     let a = Agent {
@@ -203,8 +213,31 @@ async fn a_long_run_compacts_stays_under_its_budget_and_finishes_its_script() {
     assert_eq!(conv.steps, 9);
     let seen = model.seen.lock().unwrap().clone();
     let compactions = seen.iter().filter(|(p, _)| *p == Purpose::Compaction).count();
-    assert!(compactions >= 1 && compactions == observer.0.lock().unwrap().len(), "{seen:?}");
+    let events = observer.0.lock().unwrap().clone();
+    assert!(!events.is_empty() && compactions >= events.len(), "{seen:?}");
+    assert_eq!(events.iter().map(|(_, _, u)| u.model_calls).sum::<u64>(), compactions as u64);
     let largest = seen.iter().filter(|(p, _)| *p == Purpose::Step).map(|(_, n)| *n).max().unwrap();
     assert!(largest <= 1500, "largest step request {largest} tokens");
     assert_eq!(conv.usage.model_calls, 9 + compactions as u64);
+}
+
+#[tokio::test]
+async fn a_huge_older_part_is_summarised_in_chunks_that_each_fit_the_window() {
+    let model = Recording::new("[[turns]]\ncontent = \"x\"\n");
+    let budget = ContextBudget { tokens: 3000, prompt: "Summarise.".into() };
+    // 60 turns of ~300-token results: about six times the window.
+    let mut conv = Conversation { messages: long_conversation(60), ..Conversation::default() };
+    assert!(tokens::count_request(&conv.messages, &[]) > 6 * 3000);
+    fit(&model, &budget, &mut conv, &[], &ctx(), &NoObserver).await.unwrap();
+    let seen = model.seen.lock().unwrap().clone();
+    assert!(seen.len() > 1, "a transcript six windows long takes several calls");
+    assert!(seen.iter().all(|(p, n)| *p == Purpose::Compaction && *n <= 3000), "{seen:?}");
+    assert!(tokens::count_request(&conv.messages, &[]) <= 3000);
+    // Every summarised turn went into one of the calls, cut, not dropped.
+    let transcript = model.last.lock().unwrap().join("\n");
+    let older = conv.compacted_turns as usize;
+    assert!(older > 40, "{older}");
+    for t in [0, older / 2, older - 1] {
+        assert!(transcript.contains(&format!("[c{t}a]")), "turn {t} missing from the transcript");
+    }
 }
