@@ -364,6 +364,6 @@ async fn under_the_roles_a_worker_reads_follow_ups_and_a_client_cannot_touch_the
 
     let read = client.task_messages().follow(&acme, &job, task).await.err().expect("a client reads follow-ups");
     assert!(format!("{read:#}").contains("ermission"), "{read:#}");
-    let wrote = client.task_messages().publish(&acme, &msg).await.err().expect("a client writes follow-ups");
+    let wrote = client.task_messages().publish(&acme, &msg).await.expect_err("a client writes follow-ups");
     assert!(format!("{wrote:#}").contains("ermission"), "{wrote:#}");
 }
