@@ -101,6 +101,7 @@ fn main() {
     telemetry::init(cli.log_format, if service { "info" } else { "warn" });
     flotilla_config::tls::install_crypto_provider();
     flotilla_agent::sanitize::warm_up();
+    flotilla_agent::tokens::warm_up();
     let runtime = tokio::runtime::Runtime::new().expect("tokio runtime");
     let code = match runtime.block_on(run(cli)) {
         Ok(code) => code,

@@ -75,6 +75,7 @@ async fn main() -> anyhow::Result<()> {
     telemetry::init(args.log_format, "info");
     flotilla_config::tls::install_crypto_provider();
     flotilla_agent::sanitize::warm_up();
+    flotilla_agent::tokens::warm_up();
     let mut settings = Settings::load(args.config.as_deref())?;
     if let Some(path) = &args.mcp_config {
         settings.import_mcp_config(path)?;

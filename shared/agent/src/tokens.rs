@@ -21,6 +21,14 @@ fn bpe() -> &'static CoreBPE {
     tiktoken_rs::o200k_base_singleton()
 }
 
+/// Builds the tokenizer now. Call once at process start, before serving:
+/// the first build parses the tables for a noticeable time, and done lazily
+/// inside an async task it would stall that runtime thread (and with it the
+/// in-progress acks that keep a worker's tasks).
+pub fn warm_up() {
+    let _ = bpe();
+}
+
 /// Tokens of `text` (special-token markers count as ordinary text).
 pub fn count(text: &str) -> usize {
     bpe().encode_ordinary(text).len()
