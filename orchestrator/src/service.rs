@@ -11,8 +11,10 @@
 //! | `approve`                        | `ApproveRequest` | `ApproveReply` (src/approvals.rs) |
 //! | `files_ls`, `files_get`, `files_put`, `files_commit` | `Files*Request` | `Files*Reply` (src/files_api.rs) |
 //!
-//! At start the service resumes every job that was submitted or running when
-//! the previous orchestrator stopped (see src/checkpoints.rs).
+//! Any number of orchestrators may share a prefix: they share the API (queue
+//! group) and the jobs, each job planned by the holder of its lease
+//! (src/runner.rs, src/leases.rs). At start the service resumes every
+//! unfinished job that no other orchestrator owns, from its checkpoint.
 //!
 //! The tenant comes from the subject only (NATS permissions confine each
 //! client credential to its tenant); a job of another tenant looks missing.
@@ -25,7 +27,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use async_nats::Message;
-use dashmap::DashMap;
 use flotilla_bus::{Bus, Cancellations};
 use flotilla_config::{DashboardConfig, Settings};
 use flotilla_protocol::ids::{JobId, SubagentType, Tenant};
@@ -34,15 +35,15 @@ use flotilla_protocol::{
     StatusReply, StatusRequest, SubmitReply, SubmitRequest,
 };
 use futures::StreamExt;
-use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
 use crate::dead_letters;
 use crate::files_api::FilesApi;
 use crate::jobs::JobStore;
+use crate::leases::Ownership;
 use crate::planner::Planner;
 use crate::reports::ReportRouter;
+use crate::runner::JobRunner;
 use flotilla_bus::Checkpoints;
 
 /// Queue group of the API subscription, so several orchestrators share requests.
@@ -56,16 +57,8 @@ struct Service {
     bus: Bus,
     /// Job records: read by `status`/`list`, written by `submit` and planners.
     jobs: JobStore,
-    planner: Arc<Planner>,
-    /// `[planner] concurrency` permits; a job's planner holds one while it runs.
-    slots: Arc<Semaphore>,
-    /// Every planner task, so shutdown waits for them to checkpoint and stop.
-    tracker: TaskTracker,
-    /// Fires on orchestrator shutdown: planners stop and their jobs stay
-    /// `running`, to be resumed by the next orchestrator.
-    shutdown: CancellationToken,
-    /// Cancellation token of each job planned here (fires on `cancel`).
-    running: Arc<DashMap<JobId, CancellationToken>>,
+    /// The planners of the jobs whose lease this orchestrator holds.
+    runner: Arc<JobRunner>,
     /// Cancelled jobs, watched by every worker.
     cancelled: Cancellations,
     /// The job-files operations, and the files of a submit.
@@ -96,18 +89,12 @@ impl Orchestrator {
         let files_api = FilesApi::new(files.clone(), jobs.clone(), &settings.files);
         let planner =
             Planner::new(settings, bus.clone(), jobs.clone(), reports, checkpoints, bus.cancellations().await?, files)?;
-        let concurrency = settings.planner()?.concurrency.max(1);
-        let service = Arc::new(Service {
-            bus,
-            jobs,
-            planner: Arc::new(planner),
-            slots: Arc::new(Semaphore::new(concurrency)),
-            tracker: TaskTracker::new(),
-            shutdown: CancellationToken::new(),
-            running: Arc::default(),
-            cancelled,
-            files: files_api,
-        });
+        let planner_config = settings.planner()?;
+        let ttl = std::time::Duration::from_secs(planner_config.lease_ttl);
+        let ownership = Ownership::open(&bus, orchestrator_id(), ttl).await?;
+        let runner =
+            JobRunner::new(bus.clone(), jobs.clone(), Arc::new(planner), ownership, planner_config.concurrency);
+        let service = Arc::new(Service { bus, jobs, runner: Arc::new(runner), cancelled, files: files_api });
         Ok(Self { service, types: Arc::new(settings.subagents.keys().cloned().collect()) })
     }
 
@@ -136,11 +123,9 @@ impl Orchestrator {
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
         let service = self.service;
         let bus = service.bus.clone();
-        for rec in service.jobs.unfinished().await? {
-            tracing::info!(job_id = %rec.id, status = rec.status.as_str(), "resuming job");
-            service.start(rec.id);
-        }
-        tokio::spawn(dead_letters::watch(bus.clone(), service.shutdown.clone()));
+        service.runner.resume(&bus).await?;
+        let stopped = CancellationToken::new();
+        tokio::spawn(dead_letters::watch(bus.clone(), stopped.clone()));
         let mut requests = bus.api_requests(API_QUEUE).await?;
         tracing::info!(api = %bus.subjects.api_all(), "orchestrator ready");
         tokio::pin!(shutdown);
@@ -157,9 +142,8 @@ impl Orchestrator {
             }
         };
         tracing::info!("orchestrator stopping");
-        service.shutdown.cancel();
-        service.tracker.close();
-        service.tracker.wait().await;
+        stopped.cancel();
+        service.runner.stop().await;
         ended
     }
 }
@@ -194,7 +178,9 @@ impl Service {
             "files_commit" => encode(self.files.commit(&tenant, &msg.payload).await),
             other => encode::<()>(ApiReply::error(
                 ErrorKind::NotFound,
-                format!("unknown API operation {other:?}: use submit, status, list, cancel, approvals, approve, files_ls, files_get, files_put or files_commit"),
+                format!(
+                    "unknown API operation {other:?}: use submit, status, list, cancel, approvals, approve, files_ls, files_get, files_put or files_commit"
+                ),
             )),
         };
         if let Err(e) = self.bus.reply(reply_to, payload).await {
@@ -227,24 +213,8 @@ impl Service {
         }
         self.jobs.emit(id, JobEventKind::Submitted { input: req.input }).await;
         tracing::info!(job_id = %id, "job submitted");
-        self.start(id);
+        self.runner.start(id);
         ApiReply::ok(SubmitReply { job_id: id })
-    }
-
-    fn start(&self, id: JobId) {
-        let token = self.shutdown.child_token();
-        self.running.insert(id, token.clone());
-        let (planner, slots, running, shutdown) =
-            (self.planner.clone(), self.slots.clone(), self.running.clone(), self.shutdown.clone());
-        self.tracker.spawn(async move {
-            // A job cancelled while it waits for a slot ends at once in `run`.
-            let _slot = tokio::select! {
-                s = slots.acquire_owned() => s.ok(),
-                _ = token.cancelled() => None,
-            };
-            planner.run(id, token, shutdown).await;
-            running.remove(&id);
-        });
     }
 
     async fn cancel(&self, tenant: &Tenant, payload: &[u8]) -> ApiReply<CancelReply> {
@@ -271,9 +241,9 @@ impl Service {
         }
         // 2. The planner stops, so it publishes no more tasks; its pending `task`
         //    calls return `cancelled` (and it reads the reason recorded above).
-        match self.running.get(&rec.id) {
-            Some(token) => token.cancel(),
-            None => tracing::warn!(job_id = %rec.id, "cancelled job is not planned by this orchestrator"),
+        //    Planned by another orchestrator, it learns from the same bucket.
+        if !self.runner.cancel(&rec.id) {
+            tracing::debug!(job_id = %rec.id, "cancelled job is planned by another orchestrator");
         }
         // 3. Queued tasks of the job leave the work queue.
         let purged_tasks = self.bus.tasks().purge_job(&rec.id, None).await.unwrap_or_else(|e| {
@@ -308,6 +278,14 @@ impl Service {
             Err(e) => ApiReply::error(ErrorKind::Transient, e.to_string()),
         }
     }
+}
+
+/// This orchestrator's id in job leases: `<host>-<pid>-<random>`, unique
+/// even when a restarted process gets the same pid.
+fn orchestrator_id() -> String {
+    let host = std::env::var("HOSTNAME").ok().filter(|h| !h.trim().is_empty()).unwrap_or_else(|| "orchestrator".into());
+    let nonce = uuid::Uuid::new_v4().simple().to_string();
+    format!("{}-{}-{}", host.trim(), std::process::id(), &nonce[..6])
 }
 
 fn encode<T: serde::Serialize + serde::de::DeserializeOwned>(reply: ApiReply<T>) -> bytes::Bytes {

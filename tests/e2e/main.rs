@@ -4,6 +4,7 @@
 mod approvals;
 mod async_tasks;
 mod bad_input;
+mod clean_ends;
 mod cli_pipe;
 mod cluster;
 mod common;
@@ -11,6 +12,7 @@ mod context;
 mod deploy_manifests;
 mod draining;
 mod durability;
+mod failover;
 mod files;
 mod job_files;
 mod job_io;

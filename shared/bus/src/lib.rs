@@ -19,6 +19,7 @@
 //! | `flotilla_jobs`            | KV bucket            | job headers and one key per task       | [`JobRecords`]: entry, create, update (by revision), keys by filter (`job_records.rs`); the orchestrator's job store writes them |
 //! | `flotilla_cancelled`       | KV bucket, 24 h      | `<job>` or `<job>.<task>` -> reason    | [`Cancellations`]: record, reason, watch (`cancellations.rs`) |
 //! | `flotilla_checkpoints`     | KV bucket            | planner conversation by job id         | [`Checkpoints`]: save, load, remove (`checkpoints.rs`) |
+//! | `flotilla_leases`          | KV bucket, per-key TTL | job id -> owning orchestrator        | [`Leases`]: acquire, renew (CAS), release, owner (`leases.rs`) |
 //! | `flotilla_files`           | Object Store bucket  | job files, `[files] max_age` retention | [`Bus::job_files`] (`files.rs`) |
 //! | `flotilla_workers`         | KV bucket, memory    | latest heartbeat per live worker (TTL) | [`Bus::publish_heartbeat`], [`Bus::live_workers`], [`Bus::remove_worker`] (`workers.rs`) |
 //! | `flotilla_approvals`       | KV bucket, 7 d       | `req.<type>.<job>.<task>.<call>`, `dec.…<round>` | [`ApprovalStore`] (`approvals.rs`) |
@@ -43,6 +44,7 @@ pub mod denials;
 mod events;
 mod files;
 mod job_records;
+mod leases;
 mod reports;
 mod service;
 mod task_messages;
@@ -55,6 +57,7 @@ pub use cancellations::{Cancellations, Cancelled};
 pub use checkpoints::Checkpoints;
 pub use events::{EventStream, RawEvent};
 pub use job_records::{Cas, JobRecords, keys as job_keys};
+pub use leases::{Lease, Leases};
 pub use reports::ReportStream;
 pub use task_messages::TaskMessages;
 pub use tasks::{GivenUp, QueueDepth, TaskQueue};

@@ -242,6 +242,12 @@ impl Settings {
                 ));
             }
             check_context(p.context_tokens, p.report_tokens, &p.compaction_prompt)?;
+            if !(3..=300).contains(&p.lease_ttl) {
+                return Err(invalid(
+                    "planner.lease_ttl",
+                    "must be 3 to 300 (seconds a job's lease outlives its orchestrator's last renewal)",
+                ));
+            }
             if let Some(t) = p.tools.iter().find(|t| !matches!(t, ToolRef::Builtin(_))) {
                 return Err(invalid(
                     "planner.tools",

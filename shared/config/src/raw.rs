@@ -168,6 +168,11 @@ pub struct PlannerConfig {
     /// Tasks of one `map_tasks` call outstanding at most (docs/TOOLS.md, "map_tasks").
     #[serde(default = "default_max_in_flight")]
     pub max_in_flight: usize,
+    /// Seconds a job's lease outlives its orchestrator's last renewal: an
+    /// orchestrator that dies loses its jobs to another after at most this
+    /// long (docs/RELIABILITY.md, "Job leases"). 3 to 300.
+    #[serde(default = "default_lease_ttl")]
+    pub lease_ttl: u64,
     /// Built-in tools the planner gets besides `write_todos` and `task`
     /// (default: the read-only file tools; docs/TOOLS.md). Validation
     /// refuses any other kind of [`crate::ToolRef`] here.
@@ -214,6 +219,9 @@ fn default_report_tokens() -> u64 {
 }
 fn default_max_in_flight() -> usize {
     256
+}
+fn default_lease_ttl() -> u64 {
+    15
 }
 fn default_planner_steps() -> u32 {
     30

@@ -191,6 +191,10 @@ impl Subjects {
     pub fn checkpoints_bucket(&self) -> String {
         format!("{}_checkpoints", self.prefix)
     }
+    /// KV bucket of job leases: which orchestrator plans which job.
+    pub fn leases_bucket(&self) -> String {
+        format!("{}_leases", self.prefix)
+    }
     /// KV bucket of cancelled jobs, watched by every worker.
     pub fn cancelled_bucket(&self) -> String {
         format!("{}_cancelled", self.prefix)

@@ -1,0 +1,196 @@
+//! Which jobs this orchestrator plans, and when: any number of orchestrators
+//! share one prefix, and each job is planned by exactly one of them, the
+//! holder of its lease (src/leases.rs, docs/RELIABILITY.md "Job leases").
+//!
+//! A job is started here when it is submitted here, when this orchestrator
+//! starts and finds it unfinished, or when its lease ends (given back by an
+//! orchestrator that stopped, or expired after one died). Starting takes the
+//! lease first (if another orchestrator holds it, nothing happens), then one
+//! of `[planner] concurrency` slots. The lease is held while the job waits
+//! for a slot, so a queued job is never lost with its orchestrator.
+//!
+//! Cancels are followed from the cancellations bucket, so a cancel answered
+//! by any orchestrator reaches the one planning the job.
+
+use std::sync::Arc;
+
+use dashmap::DashMap;
+use flotilla_bus::{Bus, BusError};
+use flotilla_protocol::ids::JobId;
+use futures::StreamExt;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::jobs::JobStore;
+use crate::leases::Ownership;
+use crate::planner::Planner;
+
+/// Starts, tracks and stops the planners of the jobs this orchestrator owns.
+pub(crate) struct JobRunner {
+    bus: Bus,
+    jobs: JobStore,
+    planner: Arc<Planner>,
+    ownership: Ownership,
+    /// `[planner] concurrency` permits; a job's planner holds one while it runs.
+    slots: Arc<Semaphore>,
+    /// Every planner task, so shutdown waits for them to checkpoint and stop.
+    tracker: TaskTracker,
+    /// Fires on orchestrator shutdown: planners stop, their jobs stay
+    /// `running` and their leases are given back, for another orchestrator.
+    shutdown: CancellationToken,
+    /// Cancellation token of each job owned here (fires on `cancel`).
+    running: DashMap<JobId, CancellationToken>,
+}
+
+impl JobRunner {
+    pub(crate) fn new(
+        bus: Bus,
+        jobs: JobStore,
+        planner: Arc<Planner>,
+        ownership: Ownership,
+        concurrency: usize,
+    ) -> Self {
+        Self {
+            bus,
+            jobs,
+            planner,
+            ownership,
+            slots: Arc::new(Semaphore::new(concurrency.max(1))),
+            tracker: TaskTracker::new(),
+            shutdown: CancellationToken::new(),
+            running: DashMap::new(),
+        }
+    }
+
+    /// Starts every unfinished job no other orchestrator owns, then follows
+    /// ended leases and cancellations until shutdown.
+    pub(crate) async fn resume(self: &Arc<Self>, bus: &Bus) -> Result<(), BusError> {
+        let ended = bus.leases().await?.ended().await?;
+        let cancels = bus.cancellations().await?.watch().await?;
+        for rec in self.jobs.unfinished().await? {
+            tracing::info!(job_id = %rec.id, status = rec.status.as_str(), "resuming job");
+            self.start(rec.id);
+        }
+        let me = self.clone();
+        tokio::spawn(async move {
+            let mut ended = std::pin::pin!(ended.take_until(me.shutdown.clone().cancelled_owned()));
+            while let Some(job) = ended.next().await {
+                me.adopt(job).await;
+            }
+        });
+        let me = self.clone();
+        tokio::spawn(async move {
+            let mut cancels = std::pin::pin!(cancels.take_until(me.shutdown.clone().cancelled_owned()));
+            while let Some(c) = cancels.next().await {
+                if c.task.is_none()
+                    && let Some(token) = me.running.get(&c.job)
+                {
+                    tracing::info!(job_id = %c.job, reason = %c.reason, "job cancelled");
+                    token.cancel();
+                }
+            }
+        });
+        Ok(())
+    }
+
+    /// A job whose lease ended: start it here if it is still unfinished.
+    async fn adopt(self: &Arc<Self>, job: JobId) {
+        if self.running.contains_key(&job) || self.shutdown.is_cancelled() {
+            return;
+        }
+        match self.jobs.get(&job).await {
+            Ok(Some(rec)) if !rec.status.is_terminal() => {
+                tracing::info!(job_id = %job, "job lease ended; taking the job over");
+                self.start(job);
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(job_id = %job, error = %e, "cannot read a job whose lease ended"),
+        }
+    }
+
+    /// Plans job `id` here unless it is already planned here or another
+    /// orchestrator holds its lease.
+    pub(crate) fn start(self: &Arc<Self>, id: JobId) {
+        let token = self.shutdown.child_token();
+        match self.running.entry(id) {
+            dashmap::Entry::Occupied(_) => return,
+            dashmap::Entry::Vacant(v) => v.insert(token.clone()),
+        };
+        let me = self.clone();
+        self.tracker.spawn(async move {
+            me.own(id, token).await;
+            me.running.remove(&id);
+        });
+    }
+
+    async fn own(&self, id: JobId, cancel: CancellationToken) {
+        let held = match self.ownership.take(id).await {
+            Ok(Some(held)) => held,
+            Ok(None) => return tracing::debug!(job_id = %id, "job owned by another orchestrator"),
+            Err(e) => return tracing::warn!(job_id = %id, error = %e, "job lease not taken; another orchestrator will"),
+        };
+        tracing::info!(job_id = %id, owner = %self.ownership.owner, "job lease taken");
+        // The planner stops (the job stays `running`) on shutdown or once
+        // fenced; a cancel of the job alone ends it `cancelled`.
+        let stop = CancellationToken::new();
+        let (fenced, shutdown, linked, job_cancel) =
+            (held.fenced(), self.shutdown.clone(), stop.clone(), cancel.clone());
+        let link = tokio::spawn(async move {
+            tokio::select! {
+                _ = fenced.cancelled() => {}
+                _ = shutdown.cancelled() => {}
+            }
+            linked.cancel();
+            job_cancel.cancel();
+        });
+        // A job cancelled while it waits for a slot ends at once in `run`.
+        let _slot = tokio::select! {
+            s = self.slots.clone().acquire_owned() => s.ok(),
+            _ = cancel.cancelled() => None,
+        };
+        self.planner.run(id, cancel, stop.clone()).await;
+        link.abort();
+        if !stop.is_cancelled() {
+            self.end_tasks_of_failed(id).await;
+        }
+        held.release().await;
+    }
+
+    /// A job that failed (an error, its timeout, a limit) leaves nothing
+    /// behind: its queued tasks are purged and its running subagents
+    /// cancelled, as an explicit cancel does (docs/RELIABILITY.md).
+    async fn end_tasks_of_failed(&self, id: JobId) {
+        let error = match self.jobs.get(&id).await {
+            Ok(Some(rec)) if rec.status == flotilla_protocol::JobStatus::Failed => rec.error,
+            Ok(_) => return,
+            Err(e) => return tracing::warn!(job_id = %id, error = %e, "cannot read the ended job"),
+        };
+        let reason = format!("the job failed: {}", error.map(|e| e.message).unwrap_or_else(|| "unknown error".into()));
+        match self.bus.cancellations().await {
+            Ok(c) => {
+                if let Err(e) = c.record(&id, &reason).await {
+                    tracing::warn!(job_id = %id, error = %e, "running tasks of a failed job not cancelled");
+                }
+            }
+            Err(e) => tracing::warn!(job_id = %id, error = %e, "running tasks of a failed job not cancelled"),
+        }
+        match self.bus.tasks().purge_job(&id, None).await {
+            Ok(n) => tracing::info!(job_id = %id, purged_tasks = n, "failed job's queued tasks purged"),
+            Err(e) => tracing::warn!(job_id = %id, error = %e, "failed job's queued tasks not purged"),
+        }
+    }
+
+    /// Cancels the planner of `id` if it runs here; false when it does not.
+    pub(crate) fn cancel(&self, id: &JobId) -> bool {
+        self.running.get(id).map(|t| t.cancel()).is_some()
+    }
+
+    /// Stops every planner (their jobs stay `running`), gives their leases
+    /// back and waits for them.
+    pub(crate) async fn stop(&self) {
+        self.shutdown.cancel();
+        self.tracker.close();
+        self.tracker.wait().await;
+    }
+}
