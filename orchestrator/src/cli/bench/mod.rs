@@ -11,8 +11,11 @@
 //!   200 ms per model call and 4 workers (ideal 1.0 s: 3 planner + 2 subagent calls).
 //! - `footprint`: first-call prompt tokens of planner and subagent, idle worker RSS.
 //! - `mcp`: MCP stdio tool-call latency, persistent session vs per call ([`mcp`]).
+//! - `scale`: whole jobs of 1 000 to 100 000 tasks ([`scale`]); only when
+//!   named in `--only`, since it takes minutes.
 
 pub mod mcp;
+mod scale;
 mod setup;
 
 use std::time::{Duration, Instant};
@@ -30,9 +33,12 @@ pub struct Args {
     /// Tasks per overhead/throughput run.
     #[arg(long, default_value_t = 300)]
     pub tasks: usize,
-    /// Only these scenarios (overhead, throughput, fanout, footprint, mcp).
+    /// Only these scenarios (overhead, throughput, fanout, footprint, mcp, scale).
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
+    /// Tasks per job of the `scale` scenario.
+    #[arg(long, value_delimiter = ',', default_values_t = [1_000, 10_000, 100_000])]
+    pub scale_sizes: Vec<usize>,
 }
 
 fn wanted(args: &Args, name: &str) -> bool {
@@ -86,6 +92,9 @@ pub async fn run(args: Args) -> anyhow::Result<i32> {
     if wanted(&args, "mcp") {
         let settings = flotilla_config::Settings::load(None)?;
         rows.extend(mcp::measure(&settings, 500).await?);
+    }
+    if args.only.iter().any(|o| o == "scale") {
+        rows.extend(scale::measure(&args.scale_sizes).await?);
     }
     let mut t = super::table::new(&["measure", "result", "target"]);
     super::table::align_right(&mut t, &[1]);

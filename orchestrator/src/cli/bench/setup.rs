@@ -32,7 +32,8 @@ args = '''{"subagent_type": "finance", "description": {{ ("Compute the gross mar
 content = "{% for r in last %}{{ r.value }} {% endfor %}"
 "#;
 
-const FINANCE: &str = r#"
+/// The zero-latency-capable finance subagent: one `calculate_margin` call, then its margin.
+pub const FINANCE: &str = r#"
 latency_ms = {latency}
 [vars]
 nums = "captures(input, 'revenue (-?[0-9]+(?:[.][0-9]+)?), cost (-?[0-9]+(?:[.][0-9]+)?)')"
@@ -57,6 +58,10 @@ pub struct Rig {
     /// Client connection to the rig's NATS.
     bus: Bus,
     settings: Settings,
+    /// A nats-server the scenario started itself (e.g. with monitoring on).
+    own_nats: Option<tokio::process::Child>,
+    /// The HTTP monitoring port of `own_nats`, when it has one.
+    pub monitor_port: Option<u16>,
 }
 
 impl Rig {
@@ -70,7 +75,7 @@ impl Rig {
     pub async fn start(workers: usize, slots: usize, latency_ms: u64) -> anyhow::Result<Self> {
         let dir = std::env::temp_dir().join(format!("flotilla-bench-{}", uuid::Uuid::now_v7()));
         std::fs::create_dir_all(&dir)?;
-        let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let port = free_port()?;
         std::fs::write(dir.join("planner.toml"), PLANNER.replace("{latency}", &latency_ms.to_string()))?;
         std::fs::write(dir.join("finance.toml"), FINANCE.replace("{latency}", &latency_ms.to_string()))?;
         let config = format!(
@@ -94,13 +99,25 @@ workers = {workers}
 state_dir = "state"
 "#
         );
+        Self::launch(dir, &config, workers, None).await
+    }
+
+    /// Writes `config` as `<dir>/flotilla.toml` and starts its deployment
+    /// (nats-server too, unless `own_nats` already serves its url), then
+    /// waits until `workers` workers pull. The rig owns `dir` and `own_nats`.
+    pub async fn launch(
+        dir: PathBuf,
+        config: &str,
+        workers: usize,
+        own_nats: Option<tokio::process::Child>,
+    ) -> anyhow::Result<Self> {
         let path = dir.join("flotilla.toml");
         std::fs::write(&path, config)?;
         let settings = Settings::load(Some(&path))?;
         let sup = Supervisor::start(&settings, &path, Logs::Files).await.context("bench deployment")?;
         let bus = Bus::connect(&settings.nats, "flotilla-bench", Duration::from_secs(10)).await?;
         bus.ensure_topology().await?;
-        let rig = Self { sup, dir, bus, settings };
+        let rig = Self { sup, dir, bus, settings, own_nats, monitor_port: None };
         rig.wait_ready(workers).await?;
         Ok(rig)
     }
@@ -132,7 +149,8 @@ state_dir = "state"
         }
     }
 
-    fn api(&self) -> ApiClient {
+    /// The client of the job API.
+    pub fn api(&self) -> ApiClient {
         ApiClient::new(self.bus.clone(), Default::default())
     }
 
@@ -178,16 +196,40 @@ state_dir = "state"
 
     /// Resident memory of the first worker, in KiB.
     pub fn worker_rss_kib(&self) -> anyhow::Result<u64> {
-        let pid = self.sup.pid("worker-1").context("no worker-1")?;
+        self.memory_kib("worker-1", "VmRSS:")
+    }
+
+    /// A `/proc/<pid>/status` memory line (`VmRSS:`, `VmHWM:` for the peak)
+    /// of the child called `name`, in KiB.
+    pub fn memory_kib(&self, name: &str, key: &str) -> anyhow::Result<u64> {
+        let pid = self.sup.pid(name).with_context(|| format!("no {name}"))?;
         let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-        let line = status.lines().find(|l| l.starts_with("VmRSS:")).context("no VmRSS")?;
+        let line = status.lines().find(|l| l.starts_with(key)).with_context(|| format!("no {key}"))?;
         Ok(line.split_whitespace().nth(1).unwrap_or("0").parse()?)
     }
 
+    /// The rig's temp dir (config, scripts, state).
+    pub fn dir(&self) -> &std::path::Path {
+        &self.dir
+    }
+
+    /// Where the children's logs are.
+    pub fn log_dir(&self) -> &std::path::Path {
+        self.sup.log_dir()
+    }
+
     /// Stops every process and removes the temp dir.
-    pub async fn stop(self) {
+    pub async fn stop(mut self) {
         let _ = &self.settings;
         self.sup.stop(Duration::from_secs(10)).await;
+        if let Some(mut nats) = self.own_nats.take() {
+            let _ = nats.kill().await;
+        }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// A free TCP port on loopback.
+pub fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
