@@ -215,6 +215,8 @@ fn autoscaling_targets_the_real_queue_and_pods_outlast_the_drain() {
         assert!(so["spec"]["minReplicaCount"].as_i64().is_some_and(|n| n >= 1), "{target}: never scaled to zero");
         scaled.insert(target);
     }
+    let orchestrator = deployments["flotilla-orchestrator"];
+    assert!(orchestrator["spec"]["replicas"].as_i64().unwrap() >= 2, "orchestrators fail over to each other");
     for (name, d) in &deployments {
         if !name.starts_with("flotilla-worker") {
             continue;

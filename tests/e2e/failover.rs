@@ -147,3 +147,35 @@ async fn a_lease_has_one_holder_until_it_expires_or_is_released() {
     leases.release(&b).await.unwrap();
     assert!(leases.acquire(&job, "c", ttl).await.unwrap().is_some());
 }
+
+/// Issue 13 item 2, orchestrator side: a stopped orchestrator (SIGTERM) stops
+/// its planners at a step boundary and gives its leases back, so another
+/// takes its job at once, not after the lease TTL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_orchestrator_hands_its_job_over_at_once() {
+    let mut d = Deployment::start(2, |url| {
+        let mut c = TestConfig::demo(url, 4, 1500);
+        // A TTL far longer than the test: only a release can move the job in time.
+        c.section_replace("task_timeout = 60\n", "task_timeout = 60\nlease_ttl = 120\n");
+        c
+    })
+    .await;
+    let mut log = EventLog::subscribe(&d.raw.client, "flotilla.job.>").await;
+    let job = d.submit(&regions(3)).await;
+    log.until_count(TIMEOUT, 3, "three dispatches", dispatched).await;
+    let b = orchestrator(&d, "orchestrator-b");
+    eventually(TIMEOUT, "orchestrator B to be ready", || async {
+        b.log().contains("orchestrator ready").then_some(())
+    })
+    .await;
+    let stopped = Instant::now();
+    assert_eq!(d.orchestrator.as_mut().unwrap().terminate(), Some(0));
+    let end = log.job_end(TIMEOUT).await;
+    assert_eq!(end["event"], "completed", "{end}");
+    assert!(stopped.elapsed() < Duration::from_secs(60), "moved long before the 120 s TTL");
+    assert!(b.log().contains("taking the job over"), "{}", b.log());
+    log.drain();
+    let starts = starts(&log);
+    assert!(starts.len() == 3 && starts.values().all(|n| *n == 1), "each task started once: {starts:?}");
+    assert_eq!(d.status(job).await.tasks.len(), 3);
+}
