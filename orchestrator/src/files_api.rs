@@ -25,6 +25,9 @@ use flotilla_protocol::{self as protocol, ApiReply, ErrorInfo, ErrorKind};
 
 use crate::jobs::JobStore;
 
+mod recent;
+use recent::{Read, Recent};
+
 /// An API error: kind and message.
 type Refusal = (ErrorKind, String);
 
@@ -34,6 +37,8 @@ pub(crate) struct FilesApi {
     jobs: JobStore,
     /// `[files] max_upload_bytes`: most bytes one commit or submit stores.
     max_upload_bytes: u64,
+    /// Files being downloaded in parts (recent.rs).
+    recent: Recent,
 }
 
 fn reply<T>(r: Result<T, Refusal>) -> ApiReply<T> {
@@ -45,7 +50,7 @@ fn reply<T>(r: Result<T, Refusal>) -> ApiReply<T> {
 
 impl FilesApi {
     pub(crate) fn new(files: JobFiles, jobs: JobStore, config: &FilesConfig) -> Self {
-        Self { files, jobs, max_upload_bytes: config.max_upload_bytes }
+        Self { files, jobs, max_upload_bytes: config.max_upload_bytes, recent: Recent::default() }
     }
 
     /// `files_ls`: the job's files, optionally under a path prefix.
@@ -71,26 +76,37 @@ impl FilesApi {
         let req: FilesGetRequest = decode(payload)?;
         self.owned(tenant, &req.job_id).await?;
         let path = path(&req.path)?;
-        // The whole file is read for each part: simple, and cheap for the
-        // files a job holds (at most `[files] max_file_bytes`).
-        let bytes = self.files.read(&req.job_id, &path).await.map_err(refusal)?;
+        let Read { bytes, sha256 } = self.read(&req.job_id, &path).await?;
         let size = bytes.len() as u64;
         if req.offset > size {
-            return Err((
-                ErrorKind::Validation,
-                format!("offset {} is past the end of {path} ({size} bytes)", req.offset),
-            ));
+            let msg = format!("offset {} is past the end of {path} ({size} bytes)", req.offset);
+            return Err((ErrorKind::Validation, msg));
         }
         let start = req.offset as usize;
         let end = (start + FILE_PART_BYTES).min(bytes.len());
         Ok(FilesGetReply {
             path: path.to_string(),
             size,
-            sha256: sha256_hex(&bytes),
+            sha256: sha256.to_string(),
             offset: req.offset,
             data: STANDARD.encode(&bytes[start..end]),
             eof: end == bytes.len(),
         })
+    }
+
+    /// The whole file with its sha256: from [`Recent`] while it is unchanged
+    /// (a download's later parts), else read (and, in a reserved directory,
+    /// verified) from the store.
+    async fn read(&self, job: &JobId, path: &FilePath) -> Result<Read, Refusal> {
+        let meta = self.files.stat(job, path).await.map_err(refusal)?;
+        let meta = meta.ok_or_else(|| refusal(FileError::NotFound(path.clone())))?;
+        if let Some(read) = self.recent.get(job, path, &meta) {
+            return Ok(read);
+        }
+        let bytes = self.files.read(job, path).await.map_err(refusal)?;
+        let read = Read { sha256: sha256_hex(&bytes).into(), bytes: bytes.into() };
+        self.recent.put(*job, meta, read.clone());
+        Ok(read)
     }
 
     /// `files_put`: stores one part of an upload.
