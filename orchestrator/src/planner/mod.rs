@@ -3,6 +3,7 @@
 //! default) over the job's files. It owns the job's lifecycle: submitted -> running -> completed |
 //! failed, written to the job record and published as job events.
 
+mod async_tasks;
 pub mod dispatch;
 mod map_tasks;
 mod observer;
@@ -42,6 +43,8 @@ pub struct Planner {
     /// Cancelled jobs with their reasons.
     cancelled: Cancellations,
     system_prompt: String,
+    /// `start_task` and its companions; wakes a planner whose tasks report.
+    async_tasks: Arc<async_tasks::AsyncTasks>,
 }
 
 impl Planner {
@@ -69,7 +72,7 @@ impl Planner {
         let mut tools = tools;
         tools.add(Arc::new(WriteTodos { jobs: jobs.clone() }), "planner")?;
         let dispatcher = Dispatcher::new(
-            Arc::new(bus),
+            Arc::new(bus.clone()),
             jobs.clone(),
             reports,
             types,
@@ -77,6 +80,8 @@ impl Planner {
             Duration::from_secs(config.no_worker_timeout.max(1)),
         );
         tools.add(Arc::new(TaskTool { dispatcher: dispatcher.clone() }), "planner")?;
+        let async_tasks = async_tasks::AsyncTasks::new(dispatcher.clone(), bus, cancelled.clone());
+        async_tasks.register(&mut tools)?;
         tools.add(
             Arc::new(map_tasks::MapTasks::new(dispatcher.clone(), files.clone(), config.max_in_flight)),
             "planner",
@@ -100,7 +105,7 @@ impl Planner {
             tools.set_eviction(Eviction { files, max_bytes, exempt });
         }
         let system_prompt = config.system_prompt.clone();
-        Ok(Self { config, model, tools: Arc::new(tools), jobs, checkpoints, cancelled, system_prompt })
+        Ok(Self { config, model, tools: Arc::new(tools), jobs, checkpoints, cancelled, system_prompt, async_tasks })
     }
 
     /// Runs job `id` to its end. Errors are recorded in the job, not returned.
@@ -276,6 +281,6 @@ impl Planner {
         };
         let observer =
             PlannerObserver { jobs: self.jobs.clone(), checkpoints: self.checkpoints.clone(), job_id: rec.id };
-        agent.run(&mut conv, &ctx, &observer).await
+        self.async_tasks.run(&agent, &mut conv, &ctx, &observer).await
     }
 }
