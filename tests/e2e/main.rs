@@ -31,4 +31,5 @@ mod security;
 mod service_api;
 mod tls;
 mod tools_reserved;
+mod versions;
 mod walking_skeleton;

@@ -113,7 +113,7 @@ impl Checkpoints {
     /// an object with a pointer. An error means the previous checkpoint is
     /// still the stored one.
     pub async fn save(&self, job: &JobId, conv: &Conversation) -> Result<(), BusError> {
-        let bytes = serde_json::to_vec(conv)
+        let bytes = encode_checkpoint(conv)
             .map_err(|e| BusError::new(format!("the checkpoint of {job} is not serializable"), e))?;
         let large = bytes.len() > self.inline_max;
         let value = if large {
@@ -176,7 +176,7 @@ impl Checkpoints {
             },
             None => bytes.to_vec(),
         };
-        match serde_json::from_slice(&bytes) {
+        match decode_checkpoint(&bytes) {
             Ok(c) => Some(c),
             Err(e) => {
                 tracing::error!(%job, error = %e, "unreadable checkpoint ignored; the job restarts its conversation");
@@ -221,9 +221,54 @@ impl Checkpoints {
     }
 }
 
+/// Major version of the checkpoint format: the conversation plus `"v"`.
+pub const CHECKPOINT_VERSION: u32 = 1;
+
+/// The stored form of a conversation: its JSON with `"v"` added.
+fn encode_checkpoint(conv: &Conversation) -> Result<Vec<u8>, serde_json::Error> {
+    let mut value = serde_json::to_value(conv)?;
+    if let Some(fields) = value.as_object_mut() {
+        fields.insert("v".into(), CHECKPOINT_VERSION.into());
+    }
+    serde_json::to_vec(&value)
+}
+
+/// Reads a checkpoint of this major version: one without `"v"` (written
+/// before checkpoints were versioned), or any minor version (`1.1`) with
+/// fields this build does not know, which are ignored. A newer major
+/// version is refused rather than misread.
+fn decode_checkpoint(bytes: &[u8]) -> Result<Conversation, String> {
+    let value: serde_json::Value = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
+    let major = value.get("v").and_then(serde_json::Value::as_f64).map_or(CHECKPOINT_VERSION, |v| v.trunc() as u32);
+    if major != CHECKPOINT_VERSION {
+        return Err(format!("checkpoint format version {major}; this build reads version {CHECKPOINT_VERSION}"));
+    }
+    serde_json::from_value(value).map_err(|e| e.to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn old_and_newer_minor_checkpoints_load_and_a_newer_major_is_refused() {
+        let mut conv = Conversation::new("sys", "job");
+        conv.steps = 3;
+        let stored = encode_checkpoint(&conv).unwrap();
+        assert_eq!(serde_json::from_slice::<serde_json::Value>(&stored).unwrap()["v"], 1);
+        assert_eq!(decode_checkpoint(&stored).unwrap(), conv);
+        // Written before versions: no "v".
+        let old = serde_json::to_vec(&conv).unwrap();
+        assert_eq!(decode_checkpoint(&old).unwrap(), conv);
+        // A newer minor version with a field this build does not know.
+        let mut newer: serde_json::Value = serde_json::from_slice(&stored).unwrap();
+        newer["v"] = serde_json::json!(1.1);
+        newer["summary_cache"] = serde_json::json!({"turns": 2});
+        assert_eq!(decode_checkpoint(&serde_json::to_vec(&newer).unwrap()).unwrap(), conv);
+        newer["v"] = serde_json::json!(2);
+        let e = decode_checkpoint(&serde_json::to_vec(&newer).unwrap()).unwrap_err();
+        assert!(e.contains("version 2"), "{e}");
+    }
 
     #[test]
     fn a_pointer_is_never_mistaken_for_a_conversation_nor_the_reverse() {
