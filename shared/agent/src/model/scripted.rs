@@ -189,9 +189,10 @@ impl ScriptedModel {
                     list.into_iter().map(|i| Some(jv(i))).collect()
                 }
             };
+            // Converted once: per item it cost O(context), O(n^2) for a 5 000-item fan-out.
+            let base = jv(&ctx);
             for (index, item) in items.into_iter().enumerate() {
-                let base = jv(&ctx);
-                let scope = context! { item => item, index => index, ..base };
+                let scope = context! { item => item, index => index, ..base.clone() };
                 let text = self.render(&c.args, scope, &format!("{what}.args"))?;
                 let arguments: Value = serde_json::from_str(&text).unwrap_or(Value::String(text));
                 calls.push(ToolCall { id: format!("call_{step}_{}", calls.len()), name: c.tool.clone(), arguments });
@@ -368,6 +369,30 @@ content = "{% for r in last %}{{ pairs[loop.index0][1] }}={% if r.ok %}{{ r.valu
         msgs.push(ChatMessage::Assistant { content: Some("x".into()), tool_calls: vec![] });
         let e = m.complete(req(&msgs)).await.unwrap_err();
         assert_eq!(e.kind, ErrorKind::Limit);
+    }
+
+    #[tokio::test]
+    async fn compaction_calls_get_the_template_or_a_digest_and_compacted_turns_keep_the_place() {
+        let script =
+            "compaction = 'S({{ transcript | length }})'\n[[turns]]\ncontent = 'one'\n[[turns]]\ncontent = 'two'\n";
+        let m = ScriptedModel::from_str("s", script).unwrap();
+        let msgs = [ChatMessage::System { content: "Summarise.".into() }, ChatMessage::User { content: "abc".into() }];
+        let compaction = ModelRequest { purpose: Purpose::Compaction, ..ModelRequest::new(&msgs, &[]) };
+        assert_eq!(m.complete(compaction).await.unwrap().content.as_deref(), Some("S(3)"));
+        // Without a template: one digest line per transcript entry.
+        let plain = ScriptedModel::from_str("s", "[[turns]]\ncontent = 'one'\n").unwrap();
+        let msgs = [ChatMessage::User { content: "user: go\nresult of task [c1]: 0.375".into() }];
+        let r = plain.complete(ModelRequest { purpose: Purpose::Compaction, ..ModelRequest::new(&msgs, &[]) }).await;
+        let digest = r.unwrap().content.unwrap();
+        assert!(digest.contains("(2 entries)") && digest.contains("[c1]: 0.375"), "{digest}");
+        // One turn summarised away: the next step plays turn 2, not turn 1.
+        let msgs = [ChatMessage::User { content: "go".into() }];
+        let step = ModelRequest { compacted_turns: 1, ..ModelRequest::new(&msgs, &[]) };
+        assert_eq!(m.complete(step).await.unwrap().content.as_deref(), Some("two"));
+        // Usage is the tokenizer's count of the request.
+        let r = m.complete(ModelRequest::new(&msgs, &[])).await.unwrap();
+        assert_eq!(r.usage.input_tokens, crate::tokens::count_request(&msgs, &[]) as u64);
+        assert_eq!(r.usage.output_tokens, 1 + crate::tokens::count("[]") as u64);
     }
 
     #[test]
