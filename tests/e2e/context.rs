@@ -236,3 +236,54 @@ async fn a_checkpoint_over_the_kv_limit_goes_to_the_files_bucket_and_loads_whole
     let gone = objects.info(format!("checkpoints/{job}")).await;
     assert!(gone.is_err() || gone.unwrap().deleted, "remove took the object");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subagent_past_its_types_context_tokens_compacts_and_still_answers_right() {
+    const SUBAGENT_CONTEXT: u64 = 500;
+    let d = Deployment::start(1, |url| {
+        let mut c = TestConfig::new(url);
+        c.scripted_model(
+            "planner",
+            "[[turns]]\n[[turns.calls]]\ntool = \"task\"\n\
+             args = '{\"subagent_type\": \"finance\", \"description\": \"Margins of ten revenues, cost 50.\"}'\n\
+             [[turns]]\ncontent = \"{{ last[0].value }}\"\n",
+        );
+        // Ten model turns, one margin each; the answer is the last one's.
+        let mut finance = String::new();
+        for revenue in [100, 110, 120, 130, 140, 150, 160, 170, 180, 200] {
+            finance.push_str(&format!(
+                "[[turns]]\n[[turns.calls]]\ntool = \"finance_gross_margin\"\n\
+                 args = '{{\"revenue\": {revenue}, \"cost\": 50}}'\n"
+            ));
+        }
+        finance.push_str("[[turns]]\ncontent = \"{{ last[0].value }}\"\n");
+        c.scripted_model("finance", &finance);
+        c.section("[planner]\nmodel = \"planner\"\ntask_timeout = 60\n");
+        c.section(&format!(
+            "[mcp_servers.finance]\ncommand = \"{}\"\n[subagents.finance]\ndescription = \"Computes gross margins.\"\n\
+             model = \"finance\"\ntools = [\"mcp:finance/gross_margin\"]\nmax_steps = 20\n\
+             context_tokens = {SUBAGENT_CONTEXT}\n",
+            bin("finance-tools").display()
+        ));
+        c
+    })
+    .await;
+    let mut log = EventLog::subscribe(&d.raw.client, "flotilla.job.>").await;
+    let job = d.submit("One long subagent task.").await;
+    let end = log.job_end(TIMEOUT).await;
+    assert_eq!(end["event"], "completed", "{end}");
+    log.drain();
+    let rec = d.status(job).await;
+    // (200 - 50) / 200, from the last turn the subagent played after compacting.
+    assert_eq!(rec.answer.as_deref(), Some("0.75"));
+    // Every request the subagent's model got stayed under its type's bound...
+    let calls = log.events("model_call");
+    assert_eq!(calls.len(), 11, "one model_call event per step");
+    let largest = calls.iter().map(|c| c["usage"]["input_tokens"].as_u64().unwrap()).max().unwrap();
+    assert!(largest <= SUBAGENT_CONTEXT, "largest subagent request {largest} tokens");
+    // ...which it could only be by compacting: the task's usage has model
+    // calls beyond its 11 steps, the compaction calls.
+    let task = &rec.tasks[0];
+    assert!(task.usage.model_calls > 11, "no compaction call in {:?}", task.usage);
+    println!("subagent context e2e: largest request {largest} tokens, {} model calls", task.usage.model_calls);
+}
