@@ -140,18 +140,28 @@ impl Plan {
         Plan { head: 0..head_len, older: head_len..start, todos: todos_in_older, kept: start..messages.len() }
     }
 
-    /// The compacted messages with `summary`, cut or with fewer kept turns
-    /// if that is what it takes to fit `budget`.
+    /// The compacted messages with `summary`, cut further if that is what
+    /// it takes to fit `budget`; a kept turn is dropped only when the summary
+    /// is already empty (never expected: [`Plan::select`] set its share aside).
     fn assemble(&self, messages: &[ChatMessage], summary: &str, specs: &[ToolSpec], budget: u64) -> Vec<ChatMessage> {
-        let (summary, _) = tokens::truncate(summary.trim(), summary_share(budget) as usize);
+        let (mut summary, _) = tokens::truncate(summary.trim(), summary_share(budget) as usize);
         let mut kept_units = units(messages, self.kept.start);
         loop {
             let out = self.build(messages, &summary, &kept_units);
             let total = tokens::count_request(&out, specs) as u64;
-            if total <= budget || kept_units.is_empty() {
+            if total <= budget {
                 return out;
             }
-            kept_units.remove(0);
+            let over = (total - budget) as usize;
+            let have = tokens::count(&summary);
+            if have > 0 {
+                summary = tokens::truncate(&summary, have.saturating_sub(over + 1)).0;
+            } else if kept_units.is_empty() {
+                return out;
+            } else {
+                tracing::warn!("compaction dropped a kept turn: even without a summary it did not fit");
+                kept_units.remove(0);
+            }
         }
     }
 

@@ -241,3 +241,23 @@ async fn a_huge_older_part_is_summarised_in_chunks_that_each_fit_the_window() {
         assert!(transcript.contains(&format!("[c{t}a]")), "turn {t} missing from the transcript");
     }
 }
+
+#[test]
+fn an_overflow_is_taken_from_the_summary_not_from_the_kept_turns() {
+    let m = long_conversation(12);
+    let plan = Plan::select(&m, &[], 3000);
+    // A budget a little below what select planned for: the kept turns stay
+    // whole and the summary gives up the difference.
+    let full = plan.assemble(&m, &"verbose ".repeat(5000), &[], 3000);
+    let total = tokens::count_request(&full, &[]) as u64;
+    let tighter = total - 40;
+    let out = plan.assemble(&m, &"verbose ".repeat(5000), &[], tighter);
+    assert!(tokens::count_request(&out, &[]) as u64 <= tighter);
+    assert_eq!(out.len(), full.len(), "no kept turn was dropped");
+    assert_eq!(out.last(), m.last());
+    let summary = |o: &[ChatMessage]| match &o[2] {
+        ChatMessage::User { content } => tokens::count(content),
+        other => panic!("{other:?}"),
+    };
+    assert!(summary(&out) < summary(&full));
+}
