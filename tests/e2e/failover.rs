@@ -82,7 +82,7 @@ async fn a_killed_orchestrators_job_is_taken_over_within_the_lease_ttl() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_orchestrators_killed_in_turn_complete_every_job_once() {
     let mut d = Deployment::start(3, |url| config(url, 4, 150)).await;
-    let mut orchestrators = vec![d.orchestrator.take().unwrap(), orchestrator(&d, "o2"), orchestrator(&d, "o3")];
+    let mut orchestrators = [d.orchestrator.take().unwrap(), orchestrator(&d, "o2"), orchestrator(&d, "o3")];
     let mut log = EventLog::subscribe(&d.raw.client, "flotilla.job.>").await;
     let mut jobs: Vec<JobId> = Vec::new();
     for _ in 0..20 {
