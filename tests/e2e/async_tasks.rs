@@ -203,8 +203,8 @@ content = "all reported"
 
 fn config(url: &str, planner: &str, model_url: &str) -> TestConfig {
     let mut c = TestConfig::new(url);
-    // A worker whose runtime stalls a few seconds (its first o200k_base token
-    // count builds the tokenizer) must keep its task: ack_wait 30 s, not 5.
+    // A worker stalled for seconds (seen on a loaded 2-core host) must keep
+    // its task: a redelivery would replay the mock's held calls. ack_wait 30 s.
     c.nats(30, 5);
     c.scripted_model("planner", planner);
     c.section("[planner]\nmodel = \"planner\"\ntask_timeout = 60\n");
