@@ -49,3 +49,29 @@ async fn a_job_that_times_out_cancels_its_running_and_queued_tasks() {
     assert_eq!(log.events("started").len(), 4, "no queued task started after the job failed");
     assert_eq!(d.status(job).await.status, JobStatus::Failed);
 }
+
+/// `submit --wait` never hangs: when the job's terminal event never reaches
+/// it (here the events stream no longer stores job events at all, as if they
+/// were published while NATS was down), it learns the end from the job's
+/// status and exits with the job's outcome.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn submit_wait_ends_when_the_terminal_event_never_arrives() {
+    let d = Deployment::start(1, |url| TestConfig::demo(url, 2, 500)).await;
+    let mut stream = d.raw.js.get_stream(d.bus.subjects.events_stream()).await.unwrap();
+    let mut config = stream.info().await.unwrap().config.clone();
+    config.subjects.retain(|s| !s.ends_with(".event"));
+    assert_eq!(config.subjects.len(), 1, "only progress is stored now");
+    d.raw.js.update_stream(config).await.unwrap();
+    let orchestrator = d.orchestrator.as_ref().unwrap();
+    eventually(TIMEOUT, "the orchestrator to be ready", || async {
+        orchestrator.log().contains("orchestrator ready").then_some(())
+    })
+    .await;
+    let cfg = d.config_arg();
+    let wait = tokio::task::spawn_blocking(move || {
+        flotilla_tests::proc::run_cli(&["--config", &cfg, "submit", "--wait", &regions(1)], &[])
+    });
+    let (code, out, err) = tokio::time::timeout(TIMEOUT, wait).await.expect("submit --wait returned").unwrap();
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("| r0 | 100 | 50 | 0.5 |"), "the answer is printed: {out}");
+}

@@ -55,6 +55,15 @@ pub enum Output {
     Quiet,
 }
 
+/// How often a follower also asks for the job's status, so a terminal event
+/// it never receives (published while NATS was down, or before its consumer
+/// existed) cannot leave it waiting forever.
+const STATUS_POLL: Duration = Duration::from_secs(2);
+
+/// After a status poll finds the job ended, how long the follower still
+/// waits for the events in flight (the terminal one among them).
+const TAIL_WAIT: Duration = Duration::from_secs(2);
+
 /// Prints a job's events until it ends; returns its final record.
 pub async fn follow_job(api: &ApiClient, job: JobId, output: Output) -> anyhow::Result<JobRecord> {
     let current = api.status(job).await?;
@@ -78,9 +87,29 @@ pub async fn follow_job(api: &ApiClient, job: JobId, output: Output) -> anyhow::
     }
     let mut stdout = std::io::stdout();
     let mut seen = 0;
-    while seen < limit
-        && let Some(ev) = events.next().await
-    {
+    let mut poll = tokio::time::interval_at(tokio::time::Instant::now() + STATUS_POLL, STATUS_POLL);
+    let mut ended_by_status: Option<tokio::time::Instant> = None;
+    while seen < limit {
+        let tail = async {
+            match ended_by_status {
+                Some(at) => tokio::time::sleep_until(at + TAIL_WAIT).await,
+                None => std::future::pending().await,
+            }
+        };
+        let ev = tokio::select! {
+            ev = events.next() => ev,
+            _ = poll.tick(), if !finished && ended_by_status.is_none() => {
+                if api.status(job).await?.status.is_terminal() {
+                    ended_by_status = Some(tokio::time::Instant::now());
+                }
+                continue;
+            }
+            _ = tail => {
+                tracing::debug!(%job, "the job ended without its terminal event reaching this follower");
+                break;
+            }
+        };
+        let Some(ev) = ev else { break };
         seen += 1;
         let ev = ev?;
         match output {
