@@ -87,31 +87,11 @@ pub async fn follow_job(api: &ApiClient, job: JobId, output: Output) -> anyhow::
     }
     let mut stdout = std::io::stdout();
     let mut seen = 0;
-    let mut poll = tokio::time::interval_at(tokio::time::Instant::now() + STATUS_POLL, STATUS_POLL);
-    let mut ended_by_status: Option<tokio::time::Instant> = None;
-    while seen < limit {
-        let tail = async {
-            match ended_by_status {
-                Some(at) => tokio::time::sleep_until(at + TAIL_WAIT).await,
-                None => std::future::pending().await,
-            }
-        };
-        let ev = tokio::select! {
-            ev = events.next() => ev,
-            _ = poll.tick(), if !finished && ended_by_status.is_none() => {
-                if api.status(job).await?.status.is_terminal() {
-                    ended_by_status = Some(tokio::time::Instant::now());
-                }
-                continue;
-            }
-            _ = tail => {
-                tracing::debug!(%job, "the job ended without its terminal event reaching this follower");
-                break;
-            }
-        };
-        let Some(ev) = ev else { break };
+    let mut ends = EndWatch::new(api, job, !finished);
+    while seen < limit
+        && let Some(ev) = ends.next(&mut events).await?
+    {
         seen += 1;
-        let ev = ev?;
         match output {
             Output::Text => writeln!(stdout, "{}", render::event(&ev))?,
             Output::Json => writeln!(stdout, "{}", ev.to_json())?,
@@ -125,6 +105,58 @@ pub async fn follow_job(api: &ApiClient, job: JobId, output: Output) -> anyhow::
         }
     }
     api.status(job).await
+}
+
+/// The next event of a job's follower, or `None` once the job has ended:
+/// its events stream ended, or the job's status (asked every [`STATUS_POLL`])
+/// says it ended and no terminal event came within [`TAIL_WAIT`].
+pub struct EndWatch<'a> {
+    api: &'a ApiClient,
+    job: JobId,
+    poll: Option<tokio::time::Interval>,
+    ended_at: Option<tokio::time::Instant>,
+}
+
+impl<'a> EndWatch<'a> {
+    /// `poll`: whether to ask for the status (not for a finished job's replay).
+    pub fn new(api: &'a ApiClient, job: JobId, poll: bool) -> Self {
+        let poll = poll.then(|| tokio::time::interval_at(tokio::time::Instant::now() + STATUS_POLL, STATUS_POLL));
+        Self { api, job, poll, ended_at: None }
+    }
+
+    /// The next event of `events`, or `None` when the job is over.
+    pub async fn next<S>(&mut self, events: &mut S) -> anyhow::Result<Option<Event>>
+    where
+        S: futures::Stream<Item = anyhow::Result<Event>> + Unpin,
+    {
+        loop {
+            let ended_at = self.ended_at;
+            let tail = async move {
+                match ended_at {
+                    Some(at) => tokio::time::sleep_until(at + TAIL_WAIT).await,
+                    None => std::future::pending().await,
+                }
+            };
+            let tick = async {
+                match (&mut self.poll, ended_at) {
+                    (Some(p), None) => p.tick().await,
+                    _ => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                ev = events.next() => return ev.transpose(),
+                _ = tick => {
+                    if self.api.status(self.job).await?.status.is_terminal() {
+                        self.ended_at = Some(tokio::time::Instant::now());
+                    }
+                }
+                _ = tail => {
+                    tracing::debug!(job = %self.job, "the job ended without its terminal event reaching this follower");
+                    return Ok(None);
+                }
+            }
+        }
+    }
 }
 
 /// Exit code for a finished job: 0 when completed, 1 otherwise.

@@ -72,8 +72,8 @@ async fn follow_live(api: &ApiClient, job: JobId) -> anyhow::Result<flotilla_pro
     }
     let mut events = std::pin::pin!(events::follow(api.bus(), Scope::Job(api.tenant().clone(), job), true).await?);
     let mut view = LiveView::new();
-    while let Some(ev) = events.next().await {
-        let ev = ev?;
+    let mut ends = super::EndWatch::new(api, job, true);
+    while let Some(ev) = ends.next(&mut events).await? {
         view.apply(&ev);
         if let Event::Job(j) = &ev
             && j.kind.is_terminal()
