@@ -12,7 +12,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use flotilla_bus::{BusError, Cas, job_keys};
 use flotilla_protocol::ids::{JobId, SubagentType, TaskId, Tenant};
-use flotilla_protocol::{JobEvent, JobRecord, TaskEntry, TaskMessage, TaskReport};
+use flotilla_protocol::{JobEvent, JobInput, JobRecord, JobTodos, TaskEntry, TaskMessage, TaskReport};
 use tokio::sync::watch;
 
 use crate::ports::{JobBackend, StoredReports, TaskDispatch};
@@ -136,12 +136,18 @@ fn matches(filter: &str, key: &str) -> bool {
 }
 
 impl FakeJobs {
-    /// The record of `id` as stored: its header with every stored task
-    /// entry in `tasks`, in dispatch order (not the store's live copy).
+    /// The record of `id` as stored: its header, input and todos with every
+    /// stored task entry in `tasks`, in dispatch order (not the store's live copy).
     pub fn stored(&self, id: &JobId) -> Option<JobRecord> {
         let kv = self.kv.lock().unwrap();
         let (header, _) = kv.values.get(&job_keys::header(id))?;
         let mut rec: JobRecord = flotilla_protocol::decode(header).expect("the store writes decodable headers");
+        if let Some((b, _)) = kv.values.get(&job_keys::input(id)) {
+            rec.input = flotilla_protocol::decode::<JobInput>(b).expect("decodable input").input;
+        }
+        if let Some((b, _)) = kv.values.get(&job_keys::todos(id)) {
+            rec.todos = flotilla_protocol::decode::<JobTodos>(b).expect("decodable todos").todos;
+        }
         let mut tasks: Vec<TaskEntry> = kv
             .values
             .iter()

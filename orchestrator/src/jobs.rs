@@ -1,9 +1,12 @@
 //! The job store: job records in the jobs KV bucket (durable across restarts).
-//! A job is a small header (key `<job>`: status, input, todos, answer, usage,
-//! `tasks_total`, `task_counts`) plus one key per task (`<job>.t.<task>`) and
-//! one per dispatch key (`<job>.k.<key>` -> task id), so every dispatch and
-//! report writes O(1) bytes in the job's size (issue 12; key layout in
-//! shared/bus/src/job_records.rs, docs/PROTOCOL.md).
+//! A job is a small header (key `<job>`: status, the input's head, answer,
+//! usage, `tasks_total`, `task_counts`), its text (`<job>.input`, written
+//! once), its todo list (`<job>.todos`, written when it changes), one key per
+//! task (`<job>.t.<task>`) and one per dispatch key (`<job>.k.<key>` -> task
+//! id), so every dispatch and report writes O(1) bytes in the job's size,
+//! whatever the size of its input and todo list (issue 12; key layout in
+//! shared/bus/src/job_records.rs, docs/PROTOCOL.md). A [`JobRecord`] read
+//! from the store has all of it but the tasks, which come a page at a time.
 //!
 //! The header of each job this orchestrator runs is kept in memory and
 //! written as in jobs/live.rs (readers never wait; writes conditional on the
@@ -32,16 +35,47 @@ use bytes::Bytes;
 use dashmap::DashMap;
 use flotilla_bus::{Bus, BusError, BusErrorKind, Cas, JobRecords, job_keys, retry};
 use flotilla_protocol::ids::{JobId, Tenant};
-use flotilla_protocol::{self as protocol, JobEvent, JobEventKind, JobRecord, JobStatus, JobSummary};
+use flotilla_protocol::{
+    self as protocol, JobEvent, JobEventKind, JobInput, JobRecord, JobStatus, JobSummary, JobTodos, Todo,
+};
 use tokio_util::sync::CancellationToken;
 
 use crate::metrics::OrchestratorMetrics;
 use crate::ports::JobBackend;
-use live::{Live, Snapshot};
+use live::{Doc, Live, Snapshot};
 
 /// How long a job-record write is retried through transient errors before
 /// the caller sees the error.
 const WRITE_BUDGET: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Bytes of the input the header keeps (for listings); the rest is in `<job>.input`.
+const INPUT_HEAD_BYTES: usize = 160;
+
+/// The header value of `rec`: no todos, the input's head only. Takes the
+/// todos and the input out for the encoding (no copy) and puts them back.
+fn encode_header(rec: &mut JobRecord) -> Bytes {
+    let todos = std::mem::take(&mut rec.todos);
+    let mut cut = INPUT_HEAD_BYTES.min(rec.input.len());
+    while !rec.input.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let tail = rec.input.split_off(cut);
+    let payload = Bytes::from(protocol::encode(&*rec));
+    rec.input.push_str(&tail);
+    rec.todos = todos;
+    payload
+}
+
+fn encode_todos(rec: &mut JobRecord) -> Bytes {
+    let todos = JobTodos { v: protocol::SCHEMA_VERSION, todos: std::mem::take(&mut rec.todos) };
+    let payload = Bytes::from(protocol::encode(&todos));
+    rec.todos = todos.todos;
+    payload
+}
+
+fn unreadable(key: &str) -> impl Fn(protocol::DecodeError) -> BusError + '_ {
+    move |e| BusError::new(format!("job record {key} is unreadable"), e)
+}
 
 /// Job records and job events.
 #[derive(Clone)]
@@ -63,33 +97,55 @@ impl JobStore {
         Self { backend, live: Arc::default(), metrics: Arc::new(OrchestratorMetrics::new()) }
     }
 
-    /// Stores a new job header and keeps it live.
-    pub async fn insert(&self, rec: JobRecord) -> Result<(), BusError> {
+    /// Stores a new job (its text, then its header) and keeps it live.
+    pub async fn insert(&self, mut rec: JobRecord) -> Result<(), BusError> {
+        let input_key = job_keys::input(&rec.id);
+        let input = Bytes::from(protocol::encode(&JobInput { v: protocol::SCHEMA_VERSION, input: rec.input.clone() }));
+        retry("job input write", WRITE_BUDGET, || self.backend.create(&input_key, input.clone())).await?;
         let key = job_keys::header(&rec.id);
-        let payload = Bytes::from(protocol::encode(&rec));
+        let payload = encode_header(&mut rec);
         let created = retry("job header write", WRITE_BUDGET, || self.backend.create(&key, payload.clone())).await?;
         let Cas::Stored(revision) = created else {
             return Err(BusError::new(format!("cannot store job {}", rec.id), "the job exists already"));
         };
-        self.live.insert(rec.id, Arc::new(Live::new(rec, revision)));
+        self.live.insert(rec.id, Arc::new(Live::new(rec, revision, 0)));
         Ok(())
     }
 
-    /// Reads a job header: the live copy when running here, else the bucket.
-    /// A record from before issue 12 comes with its inline tasks.
+    /// Reads a job record without its tasks (`tasks_total`, `task_counts`
+    /// say how many): the live copy when running here, else the bucket. A
+    /// record from before issue 12 comes with its inline tasks.
     pub async fn get(&self, id: &JobId) -> Result<Option<JobRecord>, BusError> {
         if let Some(rec) = self.live.get(id).map(|r| r.clone()) {
             return Ok(Some(rec.look(Clone::clone)));
         }
-        Ok(self.stored_header(id).await?.map(|(rec, _)| rec))
+        Ok(self.stored(id).await?.map(|(rec, _, _)| rec))
     }
 
-    /// The stored header of `id` and its revision.
+    /// The stored header of `id` (the input's head only, no todos) and its revision.
     async fn stored_header(&self, id: &JobId) -> Result<Option<(JobRecord, u64)>, BusError> {
-        let Some((bytes, revision)) = self.backend.entry(&job_keys::header(id)).await? else { return Ok(None) };
-        let rec: JobRecord =
-            protocol::decode(&bytes).map_err(|e| BusError::new(format!("job record {id} is unreadable"), e))?;
+        let key = job_keys::header(id);
+        let Some((bytes, revision)) = self.backend.entry(&key).await? else { return Ok(None) };
+        let rec: JobRecord = protocol::decode(&bytes).map_err(unreadable(&key))?;
         Ok(Some((rec.normalized(), revision)))
+    }
+
+    /// The stored record of `id` with its whole input and todo list, and
+    /// the revisions of its header and todos (records from before issue 12
+    /// hold both in the header).
+    async fn stored(&self, id: &JobId) -> Result<Option<(JobRecord, u64, u64)>, BusError> {
+        let Some((mut rec, revision)) = self.stored_header(id).await? else { return Ok(None) };
+        let key = job_keys::input(id);
+        if let Some((bytes, _)) = self.backend.entry(&key).await? {
+            rec.input = protocol::decode::<JobInput>(&bytes).map_err(unreadable(&key))?.input;
+        }
+        let key = job_keys::todos(id);
+        let mut todos_revision = 0;
+        if let Some((bytes, rev)) = self.backend.entry(&key).await? {
+            rec.todos = protocol::decode::<JobTodos>(&bytes).map_err(unreadable(&key))?.todos;
+            todos_revision = rev;
+        }
+        Ok(Some((rec, revision, todos_revision)))
     }
 
     /// Reads the live header of `id` (loading it when needed) without copying it.
@@ -101,43 +157,58 @@ impl JobStore {
         if let Some(r) = self.live.get(id).map(|r| r.clone()) {
             return Ok(r);
         }
-        let (rec, revision) =
-            self.stored_header(id).await?.ok_or_else(|| BusError::new(format!("job {id}"), "not found"))?;
-        Ok(self.live.entry(*id).or_insert_with(|| Arc::new(Live::new(rec, revision))).clone())
+        let (rec, header, todos) =
+            self.stored(id).await?.ok_or_else(|| BusError::new(format!("job {id}"), "not found"))?;
+        Ok(self.live.entry(*id).or_insert_with(|| Arc::new(Live::new(rec, header, todos))).clone())
     }
 
-    /// Applies `change` to the live header of `id` and persists it (or a
-    /// newer copy that includes it). Readers never wait for the write. A
-    /// header too large to store fires [`oversized`](Self::oversized).
+    /// Applies `change` to the live record of `id` and persists its header
+    /// (or a newer copy that includes the change). Readers never wait for
+    /// the write. The todo list is changed with [`set_todos`](Self::set_todos).
     pub async fn update<R>(&self, id: &JobId, change: impl FnOnce(&mut JobRecord) -> R) -> Result<R, BusError> {
+        self.change(id, Doc::Header, change).await
+    }
+
+    /// Replaces the todo list of `id` and persists it (`<job>.todos`).
+    pub async fn set_todos(&self, id: &JobId, todos: Vec<Todo>) -> Result<(), BusError> {
+        self.change(id, Doc::Todos, |r| r.todos = todos).await
+    }
+
+    /// Applies `change` and persists `doc`. A value too large to store fires
+    /// [`oversized`](Self::oversized).
+    async fn change<R>(&self, id: &JobId, doc: Doc, change: impl FnOnce(&mut JobRecord) -> R) -> Result<R, BusError> {
         let live = self.live_record(id).await?;
-        let (out, version) = live.apply(|r| {
+        let (out, version) = live.apply(doc, |r| {
             let out = change(r);
             r.updated_at = protocol::now();
             out
         });
-        let key = job_keys::header(id);
+        let (key, encode): (String, fn(&mut JobRecord) -> Bytes) = match doc {
+            Doc::Header => (job_keys::header(id), encode_header),
+            Doc::Todos => (job_keys::todos(id), encode_todos),
+        };
         let write = |s: Snapshot| {
-            let (key, payload) = (key.clone(), Bytes::from(protocol::encode(&s.rec)));
+            let key = key.clone();
             async move {
-                retry("job header write", WRITE_BUDGET, || async {
+                retry("job record write", WRITE_BUDGET, || async {
                     match s.revision {
-                        0 => self.backend.create(&key, payload.clone()).await,
-                        rev => self.backend.update(&key, payload.clone(), rev).await,
+                        0 => self.backend.create(&key, s.payload.clone()).await,
+                        rev => self.backend.update(&key, s.payload.clone(), rev).await,
                     }
                 })
                 .await
             }
         };
         let revision = || async {
-            let entry = retry("job header read", WRITE_BUDGET, || self.backend.entry(&key)).await?;
+            let entry = retry("job record read", WRITE_BUDGET, || self.backend.entry(&key)).await?;
             Ok(entry.map(|(_, rev)| rev).unwrap_or(0))
         };
-        match live.persist(version, write, revision).await {
+        match live.persist(doc, version, encode, write, revision).await {
             Ok(()) => Ok(out),
             Err(e) => {
                 if e.kind() == BusErrorKind::TooLarge {
-                    tracing::error!(job_id = %id, error = %e, "job header too large to store");
+                    tracing::error!(job_id = %id, error = %e, "job record too large to store");
+                    *live.oversized_by.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(e.to_string());
                     live.oversized.cancel();
                 }
                 Err(e)
@@ -145,10 +216,16 @@ impl JobStore {
         }
     }
 
-    /// Fires when the header of `id` (running here) could not be stored
+    /// Fires when a value of `id` (running here) could not be stored
     /// because it is too large; a never-firing token for other jobs.
     pub fn oversized(&self, id: &JobId) -> CancellationToken {
         self.live.get(id).map(|l| l.oversized.clone()).unwrap_or_default()
+    }
+
+    /// The write error that fired [`oversized`](Self::oversized), if it fired.
+    pub fn oversized_by(&self, id: &JobId) -> Option<String> {
+        let live = self.live.get(id)?.clone();
+        live.oversized_by.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
     }
 
     /// Drops the in-memory copy of a finished job.
@@ -190,21 +267,17 @@ impl JobStore {
             if out.len() >= limit {
                 break;
             }
-            let Some(rec) = self.get(&id).await? else { continue };
-            if tenant.is_some_and(|t| t != &rec.tenant) || status.is_some_and(|s| s != rec.status) {
+            let summary = match self.live.get(&id).map(|r| r.clone()) {
+                Some(live) => live.look(summary_of),
+                None => match self.stored_header(&id).await? {
+                    Some((rec, _)) => summary_of(&rec),
+                    None => continue,
+                },
+            };
+            if tenant.is_some_and(|t| t != &summary.tenant) || status.is_some_and(|s| s != summary.status) {
                 continue;
             }
-            out.push(JobSummary {
-                id: rec.id,
-                tenant: rec.tenant.clone(),
-                status: rec.status,
-                input: rec.input.lines().next().unwrap_or_default().chars().take(80).collect(),
-                tasks: rec.tasks_total as usize,
-                task_counts: rec.task_counts,
-                usage: rec.usage,
-                created_at: rec.created_at,
-                updated_at: rec.updated_at,
-            });
+            out.push(summary);
         }
         Ok(out)
     }
@@ -223,6 +296,21 @@ impl JobStore {
         };
         let ev = JobEvent { v: protocol::SCHEMA_VERSION, job_id, at: protocol::now(), kind };
         self.backend.emit(&tenant, &job_id, &ev).await;
+    }
+}
+
+/// The list line of `rec`.
+fn summary_of(rec: &JobRecord) -> JobSummary {
+    JobSummary {
+        id: rec.id,
+        tenant: rec.tenant.clone(),
+        status: rec.status,
+        input: rec.input.lines().next().unwrap_or_default().chars().take(80).collect(),
+        tasks: rec.tasks_total as usize,
+        task_counts: rec.task_counts,
+        usage: rec.usage,
+        created_at: rec.created_at,
+        updated_at: rec.updated_at,
     }
 }
 

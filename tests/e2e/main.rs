@@ -23,6 +23,7 @@ mod mcp_context;
 mod operations;
 mod sandbox;
 mod sandbox_hardening;
+mod scale;
 mod sec_dashboard;
 mod sec_limits;
 mod sec_mcp_http;

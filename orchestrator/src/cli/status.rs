@@ -18,9 +18,9 @@ pub struct Args {
     /// Print the status reply (header, page of tasks, `next_after`) as JSON.
     #[arg(long)]
     pub json: bool,
-    /// Tasks to show, in dispatch order (at most 1000; 0 for the header only).
-    #[arg(long, default_value_t = flotilla_protocol::DEFAULT_TASKS_PAGE)]
-    pub tasks: usize,
+    /// Tasks to show, in dispatch order (default 100, at most 1000; 0 for the header only).
+    #[arg(long)]
+    pub tasks: Option<usize>,
     /// Only tasks dispatched after this task (the id a previous page ends with).
     #[arg(long)]
     pub after: Option<TaskId>,
@@ -28,13 +28,15 @@ pub struct Args {
 
 /// Runs the command.
 pub async fn run(settings: &Settings, tenant: &Tenant, args: Args) -> anyhow::Result<i32> {
-    let reply = connect(settings, tenant).await?.status_page(args.job, Some(args.tasks), args.after).await?;
+    // Paging fields only when asked: an orchestrator older than protocol 1.2 refuses them.
+    let reply = connect(settings, tenant).await?.status_page(args.job, args.tasks, args.after).await?;
     if args.json {
         outln!("{}", serde_json::to_string_pretty(&reply)?)?;
     } else {
         out!("{}", render::record(&reply.job))?;
         if let Some(next) = reply.next_after {
-            outln!("more tasks: flotilla status {} --tasks {} --after {next}", args.job, args.tasks)?;
+            let n = args.tasks.unwrap_or(flotilla_protocol::DEFAULT_TASKS_PAGE);
+            outln!("more tasks: flotilla status {} --tasks {n} --after {next}", args.job)?;
         }
     }
     Ok(0)

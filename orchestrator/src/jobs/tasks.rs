@@ -23,6 +23,9 @@ use super::{JobStore, WRITE_BUDGET};
 /// How many task entries a page reads at once.
 const PAGE_READS: usize = 16;
 
+/// Bytes of a `status` reply's JSON at most: a message is at most 1 MiB.
+const REPLY_BUDGET: usize = protocol::MAX_MESSAGE_BYTES - 64 * 1024;
+
 /// One page of a job's tasks.
 #[derive(Debug, Default)]
 pub struct TaskPage {
@@ -63,9 +66,13 @@ impl JobStore {
         Ok(Some((entry, rev)))
     }
 
-    /// An inline task of a record written before issue 12.
+    /// An inline task of a record written before issue 12 (without copying
+    /// the record: this runs on every new dispatch key).
     async fn inline(&self, job: &JobId, find: impl Fn(&TaskEntry) -> bool) -> Result<Option<TaskEntry>, BusError> {
-        Ok(self.get(job).await?.and_then(|rec| rec.tasks.into_iter().find(|t| find(t))))
+        if let Some(live) = self.live.get(job).map(|l| l.clone()) {
+            return Ok(live.look(|rec| rec.tasks.iter().find(|t| find(t)).cloned()));
+        }
+        Ok(self.stored_header(job).await?.and_then(|(rec, _)| rec.tasks.into_iter().find(|t| find(t))))
     }
 
     /// Records a new task entry under its dispatch key (`entry.call_id`);
@@ -219,7 +226,8 @@ fn parse_id(bytes: &[u8], key: &str) -> Result<TaskId, BusError> {
 
 impl JobStore {
     /// The `status` reply of `job`: its header with one page of tasks
-    /// (`None` when there is no such job, or it is not `tenant`'s).
+    /// (`None` when there is no such job, or it is not `tenant`'s). The page
+    /// ends early when the reply would not fit in one message.
     pub async fn status(
         &self,
         job: &JobId,
@@ -232,7 +240,25 @@ impl JobStore {
             return Ok(None);
         }
         let page = if limit == 0 { TaskPage::default() } else { self.tasks_page(job, after, limit).await? };
-        rec.tasks = page.tasks;
-        Ok(Some(StatusReply { job: rec, next_after: page.next_after }))
+        rec.tasks.clear(); // a record from before issue 12: its inline tasks come paged like any
+        let mut used = protocol::encode(&rec).len();
+        if used > REPLY_BUDGET {
+            // Input and todos alone are too large for a reply: send their heads.
+            rec.input = rec.input.chars().take(1024).collect();
+            rec.todos.truncate(100);
+            used = protocol::encode(&rec).len();
+        }
+        let more = page.next_after.is_some();
+        let mut tasks = page.tasks.into_iter().peekable();
+        while let Some(t) = tasks.peek() {
+            used += protocol::encode(t).len() + 1;
+            if used > REPLY_BUDGET {
+                break;
+            }
+            rec.tasks.extend(tasks.next());
+        }
+        let cut = tasks.peek().is_some();
+        let next_after = if cut || more { rec.tasks.last().map(|t| t.task_id).or(after) } else { None };
+        Ok(Some(StatusReply { job: rec, next_after }))
     }
 }

@@ -39,8 +39,17 @@ async fn run_task(store: &JobStore, job: &JobId, key: &str) -> TaskId {
 }
 
 #[tokio::test]
-async fn bytes_written_per_task_do_not_grow_with_the_job() {
-    let (store, backend, job) = store_with_job().await;
+async fn bytes_written_per_task_do_not_grow_with_the_job_nor_with_its_input_and_todos() {
+    let backend = Arc::new(FakeJobs::default());
+    let store = JobStore::with_backend(backend.clone());
+    let job = JobId::new();
+    // A 5 000-region job text and todo list: ~150 KB and ~300 KB.
+    let input = (0..5000).map(|i| format!("r{i}: revenue {}, cost {}; ", 100 + i, 50 + i)).collect::<String>();
+    store.insert(JobRecord::new(job, Tenant::new("acme").unwrap(), input.clone())).await.unwrap();
+    let todos: Vec<Todo> = (0..5000)
+        .map(|i| Todo { content: format!("Gross margin of r{i} with some words"), status: TodoStatus::InProgress })
+        .collect();
+    store.set_todos(&job, todos).await.unwrap();
     let per_task = |n: u64, bytes: u64| bytes / n;
     let before = backend.bytes_written();
     for i in 0..100 {
@@ -55,6 +64,10 @@ async fn bytes_written_per_task_do_not_grow_with_the_job() {
 
     // The old single-value record wrote the whole job per change: ~1000x here.
     assert!(later <= first + first / 10, "bytes per task grew from {first} to {later}");
+    assert!(later < 4096, "the input and the todos are not rewritten per task: {later} bytes per task");
+    // A new orchestrator reads the whole input and todo list back.
+    let stored = JobStore::with_backend(backend.clone()).get(&job).await.unwrap().unwrap();
+    assert_eq!((stored.input.len(), stored.todos.len()), (input.len(), 5000));
     let rec = store.get(&job).await.unwrap().unwrap();
     assert_eq!(rec.tasks_total, 1100);
     assert_eq!(rec.task_counts, TaskCounts { completed: 1100, ..TaskCounts::default() });
@@ -146,11 +159,42 @@ async fn a_header_too_large_to_store_fails_fast_and_flags_the_job() {
         (0..200).map(|i| Todo { content: format!("todo {i} with padding"), status: TodoStatus::Pending }).collect();
 
     let started = std::time::Instant::now();
-    let err = store.update(&job, |r| r.todos = todos).await.unwrap_err();
+    let err = store.set_todos(&job, todos).await.unwrap_err();
 
     assert_eq!(err.kind(), BusErrorKind::TooLarge);
     assert!(started.elapsed() < std::time::Duration::from_secs(1), "not retried: {:?}", started.elapsed());
     assert!(oversized.is_cancelled(), "the planner is told to fail the job");
-    // Once the todos are dropped, the header stores again.
-    store.update(&job, |r| r.todos.clear()).await.unwrap();
+    // Once the todos are dropped, they store again.
+    store.set_todos(&job, Vec::new()).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_page_ends_early_rather_than_outgrow_a_message() {
+    let (store, _, job) = store_with_job().await;
+    for i in 0..1000 {
+        let key = format!("call-{i}");
+        let entry = TaskEntry::dispatched(TaskId::new(), finance(), format!("task {i}"), key);
+        let task = store.add_task(&job, entry).await.unwrap().task_id;
+        let long = |t: &mut TaskEntry| {
+            t.summary = "x".repeat(1500);
+            true
+        };
+        store.update_task(&job, &task, long).await.unwrap();
+    }
+
+    let (mut seen, mut after, mut pages) = (0, None, 0);
+    loop {
+        let reply = store.status(&job, None, after, 1000).await.unwrap().unwrap();
+        let size = flotilla_protocol::encode(&reply).len();
+        assert!(size <= flotilla_protocol::MAX_MESSAGE_BYTES, "a reply of {size} bytes");
+        assert!(!reply.job.tasks.is_empty());
+        seen += reply.job.tasks.len();
+        pages += 1;
+        match reply.next_after {
+            Some(next) => after = Some(next),
+            None => break,
+        }
+    }
+    assert_eq!(seen, 1000);
+    assert!(pages > 1, "1.5 MB of summaries take more than one reply");
 }

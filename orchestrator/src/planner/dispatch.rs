@@ -51,7 +51,13 @@ pub struct Dispatcher {
     /// Report waiters registered before a task was published, taken by its
     /// first `wait` (or looked at by `finished`).
     early: Arc<DashMap<TaskId, oneshot::Receiver<TaskReport>>>,
+    /// Whether a type is served, as last looked up: thousands of waiting
+    /// tasks share one lookup of the live workers.
+    served: Arc<DashMap<SubagentType, (tokio::time::Instant, bool)>>,
 }
+
+/// How long a lookup of the live workers answers for every task of a type.
+const SERVED_FRESH: Duration = Duration::from_secs(5);
 
 /// How a task ended, as the planner's tools show it.
 #[derive(Clone, Debug, serde::Serialize)]
@@ -119,7 +125,16 @@ impl Dispatcher {
         task_timeout: Duration,
         no_worker_timeout: Duration,
     ) -> Self {
-        Self { queue, jobs, reports, types: Arc::new(types), task_timeout, no_worker_timeout, early: Arc::default() }
+        Self {
+            queue,
+            jobs,
+            reports,
+            types: Arc::new(types),
+            task_timeout,
+            no_worker_timeout,
+            early: Arc::default(),
+            served: Arc::default(),
+        }
     }
 
     /// The configured subagent types with their descriptions (for tool specs).
@@ -309,13 +324,18 @@ impl Dispatcher {
     /// Whether a live worker (by heartbeat) serves `ty`. A failed lookup
     /// counts as served: an unreadable bucket must not fail tasks.
     async fn served(&self, ty: &SubagentType) -> bool {
-        match self.queue.served(ty).await {
+        if let Some(seen) = self.served.get(ty).filter(|s| s.0.elapsed() < SERVED_FRESH) {
+            return seen.1;
+        }
+        let served = match self.queue.served(ty).await {
             Ok(served) => served,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot read live workers");
                 true
             }
-        }
+        };
+        self.served.insert(ty.clone(), (tokio::time::Instant::now(), served));
+        served
     }
 
     /// Removes the job's queued tasks of a type nobody serves.

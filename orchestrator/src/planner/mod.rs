@@ -143,7 +143,8 @@ impl Planner {
         let outcome = tracing::Instrument::instrument(self.plan(&rec, plan_cancel), span).await;
         stop.abort();
         if oversized.is_cancelled() && !shutdown.is_cancelled() {
-            let (status, kind) = self.fail_oversized(&id, "a header write was refused as too large").await;
+            let cause = self.jobs.oversized_by(&id).unwrap_or_else(|| "a write was refused as too large".into());
+            let (status, kind) = self.fail_oversized(&id, &cause).await;
             return self.finish(id, status, kind).await;
         }
         if shutdown.is_cancelled() {
@@ -212,11 +213,11 @@ impl Planner {
         self.checkpoints.remove(&id).await;
     }
 
-    /// Ends a job whose header no longer fits the jobs bucket (one KV value,
-    /// NATS max_payload; tasks are keys of their own, but the todo list and
-    /// the answer are in the header): the todos and the answer are dropped
-    /// from the stored header and the job fails with a `limit` error naming
-    /// their sizes, so it is never left `running` behind writes that cannot succeed.
+    /// Ends a job whose todo list or header no longer fits the jobs bucket
+    /// (one KV value each, NATS max_payload; tasks are keys of their own):
+    /// the todos and the answer are dropped and the job fails with a `limit`
+    /// error naming their sizes, so it is never left `running` behind writes
+    /// that cannot succeed.
     async fn fail_oversized(&self, id: &JobId, cause: &str) -> (JobStatus, JobEventKind) {
         let written = self
             .jobs
@@ -225,9 +226,8 @@ impl Planner {
                 let error = ErrorInfo::new(
                     ErrorKind::Limit,
                     format!(
-                        "the job header outgrew the jobs bucket's value limit ({cause}): its {} todos hold {todo_bytes} \
-                         bytes, its answer {} bytes, its input {} bytes; the todos and the answer were dropped from \
-                         the stored header",
+                        "the job record outgrew the jobs bucket's value limit ({cause}): its {} todos hold {todo_bytes} \
+                         bytes, its answer {} bytes, its input {} bytes; the todos and the answer were dropped",
                         r.todos.len(),
                         r.answer.as_ref().map_or(0, String::len),
                         r.input.len()
@@ -243,7 +243,7 @@ impl Planner {
             .await;
         let error = written.unwrap_or_else(|e| {
             tracing::error!(job_id = %id, error = %e, "job outcome not stored");
-            ErrorInfo::new(ErrorKind::Limit, format!("the job header outgrew the jobs bucket's value limit ({cause})"))
+            ErrorInfo::new(ErrorKind::Limit, format!("the job record outgrew the jobs bucket's value limit ({cause})"))
         });
         tracing::error!(job_id = %id, error = %error.message, "job failed: record too large");
         (JobStatus::Failed, JobEventKind::Failed { error })

@@ -1,5 +1,6 @@
 //! `write_todos` (seed 000 section 2.2): the planner's plan, always written
-//! whole, stored in the job record and published as a job event.
+//! whole, stored as the job's todo list (`<job>.todos`, orchestrator/src/jobs.rs)
+//! and published as a job event.
 
 use async_trait::async_trait;
 use flotilla_agent::tool::{Tool, ToolContext, ToolError, ToolSpec};
@@ -46,10 +47,14 @@ impl Tool for WriteTodos {
     async fn call(&self, ctx: &ToolContext, args: Value) -> Result<Value, ToolError> {
         let Args { todos } = serde_json::from_value(args).map_err(|e| ToolError::validation(e.to_string()))?;
         let stored = todos.clone();
-        self.jobs
-            .update(&ctx.job_id, |rec| rec.todos = stored)
-            .await
-            .map_err(|e| ToolError::transient(format!("todo list not saved: {e}")))?;
+        self.jobs.set_todos(&ctx.job_id, stored).await.map_err(|e| match e.kind() {
+            // The job fails with a `limit` error naming the list (orchestrator/src/planner/mod.rs).
+            flotilla_bus::BusErrorKind::TooLarge => ToolError::new(
+                flotilla_protocol::ErrorKind::Limit,
+                format!("todo list of {} items not saved: too large ({e})", todos.len()),
+            ),
+            _ => ToolError::transient(format!("todo list not saved: {e}")),
+        })?;
         self.jobs.emit(ctx.job_id, JobEventKind::TodosChanged { todos: todos.clone() }).await;
         let done = todos.iter().filter(|t| t.status == flotilla_protocol::TodoStatus::Completed).count();
         Ok(json!(format!("todo list updated: {} items, {done} completed", todos.len())))

@@ -3,7 +3,9 @@
 //!
 //! | key | value |
 //! |---|---|
-//! | `<job>` | the job header (an encoded `JobRecord` with no inline tasks) |
+//! | `<job>` | the job header (an encoded `JobRecord` without tasks, todos, and with the input's head only) |
+//! | `<job>.input` | the job text (`JobInput`), written once |
+//! | `<job>.todos` | the todo list (`JobTodos`), written when it changes |
 //! | `<job>.t.<task>` | one encoded `TaskEntry` |
 //! | `<job>.k.<dispatch key>` | the id of the task dispatched under that key (a tool call id, a map item) |
 //!
@@ -46,6 +48,16 @@ pub mod keys {
     /// The job header.
     pub fn header(job: &JobId) -> String {
         job.to_string()
+    }
+
+    /// The job text.
+    pub fn input(job: &JobId) -> String {
+        format!("{job}.input")
+    }
+
+    /// The todo list.
+    pub fn todos(job: &JobId) -> String {
+        format!("{job}.todos")
     }
 
     /// One task entry.

@@ -349,6 +349,34 @@ impl Message for JobRecord {
     const NAME: &'static str = "job record";
 }
 
+/// The job text, stored once under `<job>.input` (the header keeps its head).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct JobInput {
+    /// Schema version.
+    #[serde(default = "super::schema_version")]
+    pub v: u32,
+    /// The job text as submitted.
+    pub input: String,
+}
+
+/// The todo list, stored under `<job>.todos` whenever it changes.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct JobTodos {
+    /// Schema version.
+    #[serde(default = "super::schema_version")]
+    pub v: u32,
+    /// The planner's current todo list.
+    pub todos: Vec<Todo>,
+}
+
+impl Message for JobInput {
+    const NAME: &'static str = "job input";
+}
+
+impl Message for JobTodos {
+    const NAME: &'static str = "job todos";
+}
+
 impl Message for TaskEntry {
     const NAME: &'static str = "task entry";
 }

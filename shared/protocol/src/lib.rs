@@ -49,7 +49,7 @@ pub use audit::{AuditAction, AuditOutcome, AuditRecord};
 pub use error::{ErrorInfo, ErrorKind};
 pub use file_ref::{FileRef, line_count};
 pub use heartbeat::{McpServerHealth, TypeLoad, WorkerHeartbeat, WorkerState};
-pub use job::{JobRecord, JobStatus, TaskCounts, TaskEntry, TaskState};
+pub use job::{JobInput, JobRecord, JobStatus, JobTodos, TaskCounts, TaskEntry, TaskState};
 pub use job_event::{JobEvent, JobEventKind};
 pub use progress::{ProgressEvent, ProgressKind};
 pub use report::{TaskReport, TaskStatus};
