@@ -55,7 +55,7 @@ impl Tool for TaskTool {
         let Args { description, subagent_type } =
             serde_json::from_value(args).map_err(|e| ToolError::validation(e.to_string()))?;
         let ty = self.dispatcher.subagent_type(&subagent_type)?;
-        let task = self.dispatcher.start(ctx, &subagent_type, description, &ctx.call_id).await?;
+        let task = self.dispatcher.start(ctx, &subagent_type, description, ctx.call_key()).await?;
         let outcome = self.dispatcher.wait(ctx, task).await?;
         tool_result(&outcome).ok_or_else(|| outcome.error(&ty))
     }

@@ -188,7 +188,7 @@ impl Agent {
         loop {
             let pending = conv.pending_calls();
             if !pending.is_empty() {
-                let results = self.run_calls(&pending, ctx, observer).await;
+                let results = self.run_calls(&pending, conv.steps, ctx, observer).await;
                 conv.usage.tool_calls += results.len() as u64;
                 conv.messages.extend(results);
                 observer.checkpoint(conv).await;
@@ -231,7 +231,15 @@ impl Agent {
     }
 
     /// Runs one turn's calls concurrently; a failure stays in its own result.
-    async fn run_calls(&self, calls: &[ToolCall], ctx: &RunContext, observer: &dyn AgentObserver) -> Vec<ChatMessage> {
+    /// `step` is the model call that issued `calls`: it scopes their
+    /// idempotency keys, since models reuse call ids across turns (`call_0`).
+    async fn run_calls(
+        &self,
+        calls: &[ToolCall],
+        step: u32,
+        ctx: &RunContext,
+        observer: &dyn AgentObserver,
+    ) -> Vec<ChatMessage> {
         let runs = calls.iter().map(|call| async move {
             observer.tool_started(call).await;
             let tool_ctx = ToolContext {
@@ -240,7 +248,7 @@ impl Agent {
                 tenant: ctx.tenant.clone(),
                 call_id: call.id.clone(),
                 idempotency_key: format!(
-                    "{}:{}",
+                    "{}:{step}:{}",
                     ctx.task_id.map(|t| t.to_string()).unwrap_or_else(|| ctx.job_id.to_string()),
                     call.id
                 ),

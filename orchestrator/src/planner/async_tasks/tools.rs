@@ -308,7 +308,7 @@ impl Tool for MessageTask {
         }
         let msg = FollowUp {
             v: protocol::SCHEMA_VERSION,
-            id: format!("{}.{}", ctx.job_id, ctx.call_id),
+            id: format!("{}.{}", ctx.job_id, ctx.call_key()),
             job_id: ctx.job_id,
             task_id: task,
             text,

@@ -88,7 +88,7 @@ impl Tool for MapTasks {
     }
 
     async fn call(&self, ctx: &ToolContext, args: Value) -> Result<Value, ToolError> {
-        let map_id = map_id(&ctx.call_id, &args);
+        let map_id = map_id(&ctx.call_key().replace(':', "-"), &args);
         let Args { subagent_type, description, items } =
             serde_json::from_value(args).map_err(|e| ToolError::validation(e.to_string()))?;
         self.check_type(&subagent_type)?;

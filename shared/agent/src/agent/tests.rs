@@ -4,6 +4,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use serde_json::{Value, json};
 
 use super::*;
+use crate::model::ModelResponse;
 use crate::model::scripted::ScriptedModel;
 use crate::tool::{Tool, ToolError, ToolSpec};
 
@@ -257,4 +258,55 @@ async fn inbox_messages_reach_the_next_model_call_as_user_messages_once() {
     // The added messages were checkpointed: 2 inbox takes + 2 model turns + 1 tool result.
     assert_eq!(rec.checkpoints.load(Ordering::SeqCst), 5);
     assert_eq!(users(&conv.messages).len(), 4);
+}
+
+/// Answers with one `key` call whose id is `call_0` on each of two turns (as
+/// small models do), then with text.
+struct ReusesCallIds(AtomicUsize);
+
+#[async_trait]
+impl ChatModel for ReusesCallIds {
+    async fn complete(&self, _: ModelRequest<'_>) -> Result<ModelResponse, crate::model::ModelError> {
+        let turn = self.0.fetch_add(1, Ordering::SeqCst);
+        let tool_calls = if turn < 2 {
+            vec![ToolCall { id: "call_0".into(), name: "key".into(), arguments: json!({}) }]
+        } else {
+            Vec::new()
+        };
+        Ok(ModelResponse { content: Some("done".into()), tool_calls, usage: Default::default() })
+    }
+}
+
+/// Records the call key of every call.
+#[derive(Default)]
+struct Keys(Mutex<Vec<String>>);
+
+#[async_trait]
+impl Tool for Keys {
+    fn spec(&self) -> ToolSpec {
+        ToolSpec { name: "key".into(), description: "d".into(), input_schema: json!({"type": "object"}) }
+    }
+    async fn call(&self, ctx: &ToolContext, _: Value) -> Result<Value, ToolError> {
+        self.0.lock().unwrap().push(ctx.call_key().to_string());
+        Ok(json!(ctx.idempotency_key))
+    }
+}
+
+/// Issue 13 item 5: a call id reused in a later turn is a new call, with its
+/// own idempotency (and dispatch) key, never an alias of the earlier one.
+#[tokio::test]
+async fn a_call_id_reused_in_a_later_turn_gets_its_own_key() {
+    let keys = Arc::new(Keys::default());
+    let mut tools = ToolSet::new(Duration::from_secs(5));
+    tools.add(keys.clone(), "test").unwrap();
+    let agent = Agent {
+        model: Arc::new(ReusesCallIds(AtomicUsize::new(0))),
+        tools: Arc::new(tools),
+        limits: Limits { max_steps: 5, timeout: Duration::from_secs(10), max_tokens: None, context: None },
+    };
+    let ctx = ctx();
+    let mut conv = Conversation::new("sys", "job");
+    agent.run(&mut conv, &ctx, &Recorder::default()).await.unwrap();
+    let keys = keys.0.lock().unwrap().clone();
+    assert_eq!(keys, ["1:call_0", "2:call_0"], "scoped by the step that issued the call");
 }

@@ -91,6 +91,13 @@ pub struct ToolContext {
 }
 
 impl ToolContext {
+    /// The call's key within its job or task, `<step>:<call id>` (the
+    /// idempotency key without its owner): unique per call even when a model
+    /// reuses a call id in a later turn. Delegating tools dispatch under it.
+    pub fn call_key(&self) -> &str {
+        self.idempotency_key.split_once(':').map_or(self.idempotency_key.as_str(), |(_, key)| key)
+    }
+
     /// Where this call happens, as its audit records name it.
     pub fn call_site(&self) -> crate::audit::CallSite<'_> {
         crate::audit::CallSite {
