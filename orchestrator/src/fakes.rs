@@ -17,17 +17,17 @@ use tokio::sync::watch;
 
 use crate::ports::{JobBackend, StoredReports, TaskDispatch};
 
-/// The task queue: records publishes and purges; workers are live unless
+/// The task queue: records publishes and withdrawals; workers are live unless
 /// [`set_served`](Self::set_served) says otherwise.
 pub struct FakeQueue {
     published: watch::Sender<Vec<TaskMessage>>,
-    purged: Mutex<Vec<(JobId, Option<SubagentType>)>>,
+    withdrawn: Mutex<Vec<(JobId, TaskId)>>,
     served: AtomicBool,
 }
 
 impl Default for FakeQueue {
     fn default() -> Self {
-        Self { published: watch::Sender::new(Vec::new()), purged: Mutex::default(), served: AtomicBool::new(true) }
+        Self { published: watch::Sender::new(Vec::new()), withdrawn: Mutex::default(), served: AtomicBool::new(true) }
     }
 }
 
@@ -44,9 +44,9 @@ impl FakeQueue {
         all[n - 1].clone()
     }
 
-    /// Every purge asked for: the job and the type (`None`: every type).
-    pub fn purged(&self) -> Vec<(JobId, Option<SubagentType>)> {
-        self.purged.lock().unwrap().clone()
+    /// Every task withdrawn so far.
+    pub fn withdrawn(&self) -> Vec<(JobId, TaskId)> {
+        self.withdrawn.lock().unwrap().clone()
     }
 
     /// Whether a live worker serves every type from now on.
@@ -62,9 +62,9 @@ impl TaskDispatch for FakeQueue {
         Ok(())
     }
 
-    async fn purge_job(&self, job: &JobId, ty: Option<&SubagentType>) -> Result<u64, BusError> {
-        self.purged.lock().unwrap().push((*job, ty.cloned()));
-        Ok(1)
+    async fn withdraw(&self, job: &JobId, task: &TaskId, _reason: &str) -> Result<(), BusError> {
+        self.withdrawn.lock().unwrap().push((*job, *task));
+        Ok(())
     }
 
     async fn served(&self, _ty: &SubagentType) -> Result<bool, BusError> {

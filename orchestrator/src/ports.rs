@@ -17,8 +17,10 @@ use flotilla_protocol::{TaskMessage, TaskReport};
 pub trait TaskDispatch: Send + Sync {
     /// Publishes `task` durably (idempotent by task id).
     async fn publish(&self, task: &TaskMessage) -> Result<(), BusError>;
-    /// Removes `job`'s queued tasks (only those of `ty` when given).
-    async fn purge_job(&self, job: &JobId, ty: Option<&SubagentType>) -> Result<u64, BusError>;
+    /// Withdraws one task: it is cancelled, so a worker that pulls it later
+    /// reports it `cancelled` without running it. The job's other tasks,
+    /// even queued ones of the same type, are left alone.
+    async fn withdraw(&self, job: &JobId, task: &TaskId, reason: &str) -> Result<(), BusError>;
     /// Whether a live worker (by heartbeat) serves `ty`.
     async fn served(&self, ty: &SubagentType) -> Result<bool, BusError>;
 }
@@ -29,8 +31,8 @@ impl TaskDispatch for Bus {
         self.tasks().publish(task).await
     }
 
-    async fn purge_job(&self, job: &JobId, ty: Option<&SubagentType>) -> Result<u64, BusError> {
-        self.tasks().purge_job(job, ty).await
+    async fn withdraw(&self, job: &JobId, task: &TaskId, reason: &str) -> Result<(), BusError> {
+        self.cancellations().await?.record_task(job, task, reason).await
     }
 
     async fn served(&self, ty: &SubagentType) -> Result<bool, BusError> {

@@ -279,11 +279,11 @@ impl Dispatcher {
                 _ = served.tick() => {
                     if !self.served(&ty).await {
                         self.reports.forget(&task);
-                        self.drop_queued(&ty, &ctx.job_id).await;
                         let msg = format!(
                             "no worker serves {ty}: no live worker of that type for {}s; start `flotilla-worker` with a [subagents.{ty}] section",
                             self.no_worker_timeout.as_secs()
                         );
+                        self.withdraw(&ctx.job_id, &task, &msg).await;
                         return self.end(&ctx.job_id, &task, ErrorInfo::new(ErrorKind::Transient, msg)).await;
                     }
                 }
@@ -338,10 +338,11 @@ impl Dispatcher {
         served
     }
 
-    /// Removes the job's queued tasks of a type nobody serves.
-    async fn drop_queued(&self, ty: &SubagentType, job: &JobId) {
-        if let Err(e) = self.queue.purge_job(job, Some(ty)).await {
-            tracing::warn!(error = %e, "queued tasks of an unserved type not purged");
+    /// Withdraws this one task of a type nobody serves; the job's other
+    /// queued tasks of that type keep their own no-worker deadlines.
+    async fn withdraw(&self, job: &JobId, task: &TaskId, reason: &str) {
+        if let Err(e) = self.queue.withdraw(job, task, reason).await {
+            tracing::warn!(%task, error = %e, "task of an unserved type not withdrawn; a late worker may run it");
         }
     }
 
@@ -688,14 +689,14 @@ mod tests {
         // The job's token also fires on shutdown, when queued tasks must
         // survive for the next orchestrator; the cancel request purges them
         // (orchestrator/src/service.rs), not the tool.
-        assert!(rig.queue.purged().is_empty());
+        assert!(rig.queue.withdrawn().is_empty());
         // A late report finds no waiter and is not consolidated by this call.
         rig.router.route(report_of(&msg, "north: 120", 7));
         assert_eq!(rig.record().await.tasks[0].status, None);
     }
 
     #[tokio::test]
-    async fn a_type_no_live_worker_serves_fails_the_call_and_purges_its_queued_tasks() {
+    async fn a_type_no_live_worker_serves_fails_the_call_and_withdraws_only_its_task() {
         // The timeout under test is the no-worker one, kept short.
         let rig = rig(None, JobId::new(), Duration::from_millis(20)).await;
         rig.queue.set_served(false);
@@ -704,7 +705,10 @@ mod tests {
 
         assert_eq!(err.kind, ErrorKind::Transient);
         assert!(err.message.contains("no worker serves finance"), "{}", err.message);
-        assert_eq!(rig.queue.purged(), [(rig.job, Some(finance()))]);
+        // Only this call's task: the job's other queued tasks of the type
+        // keep their own deadlines (issue 13 item 5).
+        let task = rig.record().await.tasks[0].task_id;
+        assert_eq!(rig.queue.withdrawn(), [(rig.job, task)]);
         assert_eq!(rig.router.waiting(), 0);
     }
     #[tokio::test]
