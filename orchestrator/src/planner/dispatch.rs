@@ -636,6 +636,22 @@ mod tests {
         assert_eq!(rig.router.waiting(), 0, "the waiter is dropped");
     }
 
+    /// Issue 13 item 5: the orchestrator died after its publish landed but
+    /// before it marked the entry published, and the worker has reported
+    /// since: the replay consolidates that report and publishes nothing.
+    #[tokio::test]
+    async fn after_a_restart_an_unmarked_task_with_a_stored_report_is_not_published_again() {
+        let (backend, job, msg) = left_behind(false).await;
+        let rig = rig(Some(backend), job, Duration::from_secs(3600)).await;
+        rig.stored.store(report_of(&msg, "north: 120", 7));
+
+        let replayed = tokio::time::timeout(Duration::from_secs(10), rig.call(&CancellationToken::new())).await;
+
+        assert!(rig.queue.published().is_empty(), "not published again");
+        assert_eq!(replayed.expect("answered from the stored report").unwrap().unwrap(), json!("north: 120"));
+        assert_eq!(rig.backend.stored(&job).unwrap().tasks[0].status, Some(TaskStatus::Completed));
+    }
+
     #[tokio::test]
     async fn after_a_restart_a_task_recorded_but_not_published_is_published_with_its_own_id() {
         let (backend, job, left) = left_behind(false).await;
