@@ -233,6 +233,19 @@ mod tests {
     use flotilla_protocol::ids::{JobId, Tenant};
 
     #[test]
+    fn a_page_of_a_large_job_shows_its_counts_and_links_the_next_page() {
+        let mut rec = JobRecord::new(JobId::new(), Tenant::default(), "many".into());
+        rec.tasks_total = 250;
+        rec.task_counts.completed = 240;
+        rec.task_counts.running = 10;
+        let next = flotilla_protocol::ids::TaskId::new();
+        let html = render("job.html", minijinja::context! { job => value(job_view(&rec, Some(next), rec.created_at)) })
+            .unwrap();
+        assert!(html.contains("250 in all · 10 running · 240 completed"), "{html}");
+        assert!(html.contains(&format!("?after={next}")), "{html}");
+    }
+
+    #[test]
     fn untrusted_text_is_escaped() {
         let mut rec = JobRecord::new(JobId::new(), Tenant::default(), "<script>alert(1)</script>".into());
         rec.answer = Some("<img src=x onerror=alert(2)>".into());
