@@ -112,19 +112,24 @@ impl JobRunner {
     /// Plans job `id` here unless it is already planned here or another
     /// orchestrator holds its lease.
     pub(crate) fn start(self: &Arc<Self>, id: JobId) {
-        let token = self.shutdown.child_token();
+        // `stop` (shutdown, or this job's lease lost) is the parent of the
+        // job's own token, so whenever the planner sees its token fire for
+        // either reason, `stop` has already fired and the job stays `running`
+        // for its next owner; a cancel fires only the job's token.
+        let stop = self.shutdown.child_token();
+        let token = stop.child_token();
         match self.running.entry(id) {
             dashmap::Entry::Occupied(_) => return,
             dashmap::Entry::Vacant(v) => v.insert(token.clone()),
         };
         let me = self.clone();
         self.tracker.spawn(async move {
-            me.own(id, token).await;
+            me.own(id, token, stop).await;
             me.running.remove(&id);
         });
     }
 
-    async fn own(&self, id: JobId, cancel: CancellationToken) {
+    async fn own(&self, id: JobId, cancel: CancellationToken, stop: CancellationToken) {
         let held = match self.ownership.take(id).await {
             Ok(Some(held)) => held,
             Ok(None) => return tracing::debug!(job_id = %id, "job owned by another orchestrator"),
@@ -133,16 +138,10 @@ impl JobRunner {
         tracing::info!(job_id = %id, owner = %self.ownership.owner, "job lease taken");
         // The planner stops (the job stays `running`) on shutdown or once
         // fenced; a cancel of the job alone ends it `cancelled`.
-        let stop = CancellationToken::new();
-        let (fenced, shutdown, linked, job_cancel) =
-            (held.fenced(), self.shutdown.clone(), stop.clone(), cancel.clone());
+        let (fenced, linked) = (held.fenced(), stop.clone());
         let link = tokio::spawn(async move {
-            tokio::select! {
-                _ = fenced.cancelled() => {}
-                _ = shutdown.cancelled() => {}
-            }
+            fenced.cancelled().await;
             linked.cancel();
-            job_cancel.cancel();
         });
         // A job cancelled while it waits for a slot ends at once in `run`.
         let _slot = tokio::select! {
