@@ -54,6 +54,13 @@ async fn retained_bytes(d: &Deployment) -> u64 {
     stream.info().await.expect("stream info").state.bytes
 }
 
+/// Peak resident memory of process `pid` (`VmHWM` of /proc/<pid>/status), in KiB.
+fn peak_rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("process status");
+    let line = status.lines().find(|l| l.starts_with("VmHWM:")).expect("VmHWM");
+    line.split_whitespace().nth(1).and_then(|n| n.parse().ok()).expect("VmHWM in kB")
+}
+
 /// One page of `job`'s tasks through the job API.
 async fn page(d: &Deployment, job: JobId, limit: usize, after: Option<TaskId>) -> StatusReply {
     let req = StatusRequest { v: SCHEMA_VERSION, job_id: job, tasks_limit: Some(limit), tasks_after: after };
@@ -125,10 +132,12 @@ async fn a_5000_task_job_completes_with_every_row_and_status_pages_through_every
 
     let (written, puts) = writes.totals();
     let retained = retained_bytes(&d).await - retained_before;
+    let peak_rss = peak_rss_kib(d.orchestrator.as_ref().expect("orchestrator").pid());
     eprintln!(
         "figures: {N}-task job by plain `task` calls, 2 workers x 64 slots, zero-latency scripted models (debug build): \
          {:.1} s ({:.2} ms per task); jobs bucket: {} bytes written in {} puts ({} bytes and {:.1} puts per task, \
-         counted on $KV.flotilla_jobs.>), {} bytes retained ({} per task, stream info before/after)",
+         counted on $KV.flotilla_jobs.>), {} bytes retained ({} per task, stream info before/after); \
+         orchestrator peak RSS {} MiB (VmHWM)",
         elapsed.as_secs_f64(),
         elapsed.as_secs_f64() * 1000.0 / N as f64,
         written,
@@ -137,6 +146,7 @@ async fn a_5000_task_job_completes_with_every_row_and_status_pages_through_every
         puts as f64 / N as f64,
         retained,
         retained / N as u64,
+        peak_rss / 1024,
     );
     // The single-value record wrote the whole job on every change: O(N) per
     // task, megabytes each at this size. A bounded constant now.
