@@ -126,10 +126,7 @@ async fn run(
         crate::mcp_context::system_prompt(rt.mcp_context.as_ref(), &rt.config, &task, &cancel).await
     };
     let outcome = if job_cancelled {
-        Err((
-            ErrorInfo::new(ErrorKind::Cancelled, cancelled_before_start(&ctx, &task)),
-            Default::default(),
-        ))
+        Err((ErrorInfo::new(ErrorKind::Cancelled, cancelled_before_start(&ctx, &task)), Default::default()))
     } else if limits.timeout.is_zero() {
         Err((ErrorInfo::new(ErrorKind::Timeout, "task deadline passed before it started"), Default::default()))
     } else if let Err(e) = &system {
