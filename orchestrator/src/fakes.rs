@@ -107,10 +107,16 @@ struct FakeKv {
     written: u64,
     /// Values larger than this are refused as NATS refuses a payload over max_payload.
     max_value: Option<usize>,
+    /// Writes still to fail with a timeout, as during a NATS outage.
+    outage: usize,
 }
 
 impl FakeKv {
     fn store(&mut self, key: &str, value: Bytes) -> Result<Cas, BusError> {
+        if self.outage > 0 {
+            self.outage -= 1;
+            return Err(BusError::new(format!("cannot store {key}"), "timed out: didn't receive ack in time"));
+        }
         if self.max_value.is_some_and(|max| value.len() > max) {
             return Err(BusError::new(format!("cannot store {key}"), "maximum payload exceeded"));
         }
@@ -157,6 +163,11 @@ impl FakeJobs {
         tasks.sort_by_key(|t| t.task_id);
         rec.tasks.extend(tasks);
         Some(rec)
+    }
+
+    /// Fails the next `writes` writes with a timeout (a NATS outage).
+    pub fn fail_next_writes(&self, writes: usize) {
+        self.kv.lock().unwrap().outage = writes;
     }
 
     /// Stores `value` under `key` as an older orchestrator would have.

@@ -48,6 +48,10 @@ use live::{Doc, Live, Snapshot};
 /// the caller sees the error.
 const WRITE_BUDGET: std::time::Duration = std::time::Duration::from_secs(60);
 
+/// Pause between two rounds of [`JobStore::update_until_stored`] (each round
+/// itself retries for `WRITE_BUDGET`).
+const OUTCOME_RETRY: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Bytes of the input the header keeps (for listings); the rest is in `<job>.input`.
 const INPUT_HEAD_BYTES: usize = 160;
 
@@ -167,6 +171,33 @@ impl JobStore {
     /// the write. The todo list is changed with [`set_todos`](Self::set_todos).
     pub async fn update<R>(&self, id: &JobId, change: impl FnOnce(&mut JobRecord) -> R) -> Result<R, BusError> {
         self.change(id, Doc::Header, change).await
+    }
+
+    /// Applies `change` and persists it like [`update`](Self::update), but
+    /// through an outage of any length: a job's outcome must not be lost, so
+    /// transient failures are retried until the write is stored, until a
+    /// permanent error (too large, permission), or until `stop` fires (the
+    /// job then stays `running`, its checkpoint kept, for its next owner).
+    pub async fn update_until_stored<R>(
+        &self,
+        id: &JobId,
+        stop: &CancellationToken,
+        change: impl Fn(&mut JobRecord) -> R,
+    ) -> Result<R, BusError> {
+        loop {
+            let e = match self.update(id, &change).await {
+                Ok(out) => return Ok(out),
+                Err(e) => e,
+            };
+            if !e.is_transient() || stop.is_cancelled() {
+                return Err(e);
+            }
+            tracing::warn!(job_id = %id, error = %e, "job outcome not stored yet; retrying until it is");
+            tokio::select! {
+                _ = tokio::time::sleep(OUTCOME_RETRY) => {}
+                _ = stop.cancelled() => return Err(e),
+            }
+        }
     }
 
     /// Replaces the todo list of `id` and persists it (`<job>.todos`).

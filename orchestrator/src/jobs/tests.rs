@@ -198,3 +198,28 @@ async fn a_page_ends_early_rather_than_outgrow_a_message() {
     assert_eq!(seen, 1000);
     assert!(pages > 1, "1.5 MB of summaries take more than one reply");
 }
+
+/// Issue 12 item 6: a job's outcome is written through an outage longer than
+/// one write's retry budget, and given up only when told to stop.
+#[tokio::test(start_paused = true)]
+async fn an_outcome_is_retried_through_a_long_outage_until_stored_or_stopped() {
+    let (store, backend, job) = store_with_job().await;
+    let stop = tokio_util::sync::CancellationToken::new();
+    // Enough failed writes to outlast several 60 s retry budgets (paused time).
+    backend.fail_next_writes(200);
+    let complete = |r: &mut JobRecord| {
+        r.status = flotilla_protocol::JobStatus::Completed;
+        r.answer = Some("42".into());
+    };
+    store.update_until_stored(&job, &stop, complete).await.unwrap();
+    let stored = backend.stored(&job).unwrap();
+    assert_eq!((stored.status, stored.answer.as_deref()), (flotilla_protocol::JobStatus::Completed, Some("42")));
+
+    // Stopped (shutdown, or the lease lost) during an outage: it gives up
+    // without storing, leaving the job for its next owner.
+    backend.fail_next_writes(usize::MAX);
+    stop.cancel();
+    let fail = |r: &mut JobRecord| r.status = flotilla_protocol::JobStatus::Failed;
+    assert!(store.update_until_stored(&job, &stop, fail).await.is_err());
+    assert_eq!(backend.stored(&job).unwrap().status, flotilla_protocol::JobStatus::Completed);
+}

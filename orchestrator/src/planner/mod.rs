@@ -18,7 +18,7 @@ use flotilla_agent::agent::{Agent, ContextBudget, Conversation, Limits, RunConte
 use flotilla_agent::files::JobFiles;
 use flotilla_agent::model::{self, ChatModel};
 use flotilla_agent::tool::{Eviction, ToolSet};
-use flotilla_bus::{Bus, BusErrorKind, Cancellations, Checkpoints};
+use flotilla_bus::{Bus, BusError, BusErrorKind, Cancellations, Checkpoints};
 use flotilla_config::permissions::Permissions;
 use flotilla_config::{PlannerConfig, Settings, ToolRef};
 use flotilla_protocol::ids::{JobId, SubagentType};
@@ -152,42 +152,39 @@ impl Planner {
             self.jobs.release(&id);
             return;
         }
+        // The outcome is stored before it is announced and before the
+        // checkpoint goes: through any outage, until stored or stopped.
         let (status, kind) = match outcome {
             Ok(answer) => {
-                let stored = answer.clone();
                 let written = self
                     .jobs
-                    .update(&id, |r| {
+                    .update_until_stored(&id, &shutdown, |r| {
                         r.status = JobStatus::Completed;
-                        r.answer = Some(stored);
+                        r.answer = Some(answer.clone());
                         r.usage
                     })
                     .await;
                 match written {
                     Ok(usage) => (JobStatus::Completed, JobEventKind::Completed { answer, usage }),
                     Err(e) if e.kind() == BusErrorKind::TooLarge => self.fail_oversized(&id, &e.to_string()).await,
-                    Err(e) => {
-                        tracing::error!(job_id = %id, error = %e, "job outcome not stored");
-                        (JobStatus::Completed, JobEventKind::Completed { answer, usage: Default::default() })
-                    }
+                    Err(e) => return self.leave_unstored(id, &e),
                 }
             }
             Err(error) => {
                 let status = if error.kind == ErrorKind::Cancelled { JobStatus::Cancelled } else { JobStatus::Failed };
-                let e2 = error.clone();
-                match self
+                let written = self
                     .jobs
-                    .update(&id, |r| {
+                    .update_until_stored(&id, &shutdown, |r| {
                         r.status = status;
-                        r.error = Some(e2);
+                        r.error = Some(error.clone());
                     })
-                    .await
-                {
+                    .await;
+                match written {
                     Err(e) if e.kind() == BusErrorKind::TooLarge => {
                         let (status, kind) = self.fail_oversized(&id, &e.to_string()).await;
                         return self.finish(id, status, kind).await;
                     }
-                    Err(e) => tracing::error!(job_id = %id, error = %e, "job outcome not stored"),
+                    Err(e) => return self.leave_unstored(id, &e),
                     Ok(()) => {}
                 }
                 let kind = if status == JobStatus::Cancelled {
@@ -203,6 +200,14 @@ impl Planner {
             }
         };
         self.finish(id, status, kind).await;
+    }
+
+    /// An outcome that could not be stored (the orchestrator is stopping, or
+    /// a permission error): nothing is announced and the checkpoint stays,
+    /// so the job's next owner finishes it rather than it ending unrecorded.
+    fn leave_unstored(&self, id: JobId, e: &BusError) {
+        tracing::error!(job_id = %id, error = %e, "job outcome not stored; the job stays running with its checkpoint");
+        self.jobs.release(&id);
     }
 
     /// Announces the stored outcome and forgets the job.
