@@ -23,6 +23,7 @@
 //! (orchestrator/src/ports.rs): [`NatsJobs`] in production, an in-memory
 //! fake in unit tests (orchestrator/src/fakes.rs).
 
+mod index;
 mod live;
 mod tasks;
 #[cfg(test)]
@@ -33,15 +34,14 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use bytes::Bytes;
 use dashmap::DashMap;
-use flotilla_bus::{Bus, BusError, BusErrorKind, Cas, JobRecords, job_keys, retry};
+use flotilla_bus::{Bus, BusError, BusErrorKind, Cas, JobIndex, JobRecords, job_keys, retry};
 use flotilla_protocol::ids::{JobId, Tenant};
-use flotilla_protocol::{
-    self as protocol, JobEvent, JobEventKind, JobInput, JobRecord, JobStatus, JobSummary, JobTodos, Todo,
-};
+use flotilla_protocol::{self as protocol, JobEvent, JobEventKind, JobInput, JobRecord, JobSummary, JobTodos, Todo};
 use tokio_util::sync::CancellationToken;
 
 use crate::metrics::OrchestratorMetrics;
 use crate::ports::JobBackend;
+pub use index::ListQuery;
 use live::{Doc, Live, Snapshot};
 
 /// How long a job-record write is retried through transient errors before
@@ -87,18 +87,21 @@ pub struct JobStore {
     backend: Arc<dyn JobBackend>,
     live: Arc<DashMap<JobId, Arc<Live>>>,
     metrics: Arc<OrchestratorMetrics>,
+    /// The job index (jobs/index.rs); `None` over the in-memory backend.
+    index: Option<JobIndex>,
 }
 
 impl JobStore {
     /// Opens the jobs bucket.
     pub async fn open(bus: Bus) -> Result<Self, BusError> {
         let records = bus.job_records().await?;
-        Ok(Self::with_backend(Arc::new(NatsJobs { bus, records })))
+        let index = bus.job_index().await?;
+        Ok(Self { index: Some(index), ..Self::with_backend(Arc::new(NatsJobs { bus, records })) })
     }
 
     /// A store over `backend` (an in-memory one in unit tests).
     pub(crate) fn with_backend(backend: Arc<dyn JobBackend>) -> Self {
-        Self { backend, live: Arc::default(), metrics: Arc::new(OrchestratorMetrics::new()) }
+        Self { backend, live: Arc::default(), metrics: Arc::new(OrchestratorMetrics::new()), index: None }
     }
 
     /// Stores a new job (its text, then its header) and keeps it live.
@@ -112,6 +115,7 @@ impl JobStore {
         let Cas::Stored(revision) = created else {
             return Err(BusError::new(format!("cannot store job {}", rec.id), "the job exists already"));
         };
+        self.file_new(&rec).await;
         self.live.insert(rec.id, Arc::new(Live::new(rec, revision, 0)));
         Ok(())
     }
@@ -209,10 +213,11 @@ impl JobStore {
     /// [`oversized`](Self::oversized).
     async fn change<R>(&self, id: &JobId, doc: Doc, change: impl FnOnce(&mut JobRecord) -> R) -> Result<R, BusError> {
         let live = self.live_record(id).await?;
-        let (out, version) = live.apply(doc, |r| {
+        let ((out, moved), version) = live.apply(doc, |r| {
+            let before = r.status;
             let out = change(r);
             r.updated_at = protocol::now();
-            out
+            (out, r.status != before)
         });
         let (key, encode): (String, fn(&mut JobRecord) -> Bytes) = match doc {
             Doc::Header => (job_keys::header(id), encode_header),
@@ -235,7 +240,12 @@ impl JobStore {
             Ok(entry.map(|(_, rev)| rev).unwrap_or(0))
         };
         match live.persist(doc, version, encode, write, revision).await {
-            Ok(()) => Ok(out),
+            Ok(()) => {
+                if moved {
+                    self.refile(&live).await;
+                }
+                Ok(out)
+            }
             Err(e) => {
                 if e.kind() == BusErrorKind::TooLarge {
                     tracing::error!(job_id = %id, error = %e, "job record too large to store");
@@ -262,55 +272,6 @@ impl JobStore {
     /// Drops the in-memory copy of a finished job.
     pub fn release(&self, id: &JobId) {
         self.live.remove(id);
-    }
-
-    /// Every stored job id.
-    async fn ids(&self) -> Result<Vec<JobId>, BusError> {
-        let keys = self.backend.keys(job_keys::HEADERS).await?;
-        Ok(keys.iter().filter_map(|k| k.parse().ok()).collect())
-    }
-
-    /// Jobs that were submitted or running when the orchestrator stopped.
-    pub async fn unfinished(&self) -> Result<Vec<JobRecord>, BusError> {
-        let mut out = Vec::new();
-        for id in self.ids().await? {
-            if let Some(rec) = self.get(&id).await?
-                && !rec.status.is_terminal()
-            {
-                out.push(rec);
-            }
-        }
-        out.sort_by_key(|r| r.id);
-        Ok(out)
-    }
-
-    /// Stored jobs of `tenant` (every tenant's when `None`, for the dashboard), newest first.
-    pub async fn list(
-        &self,
-        tenant: Option<&Tenant>,
-        status: Option<JobStatus>,
-        limit: usize,
-    ) -> Result<Vec<JobSummary>, BusError> {
-        let mut ids = self.ids().await?;
-        ids.sort_unstable_by(|a, b| b.cmp(a)); // UUIDv7: newest first
-        let mut out = Vec::new();
-        for id in ids {
-            if out.len() >= limit {
-                break;
-            }
-            let summary = match self.live.get(&id).map(|r| r.clone()) {
-                Some(live) => live.look(summary_of),
-                None => match self.stored_header(&id).await? {
-                    Some((rec, _)) => summary_of(&rec),
-                    None => continue,
-                },
-            };
-            if tenant.is_some_and(|t| t != &summary.tenant) || status.is_some_and(|s| s != summary.status) {
-                continue;
-            }
-            out.push(summary);
-        }
-        Ok(out)
     }
 
     /// Metrics derived from the events this store emits.

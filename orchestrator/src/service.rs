@@ -39,7 +39,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::dead_letters;
 use crate::files_api::FilesApi;
-use crate::jobs::JobStore;
+use crate::jobs::{JobStore, ListQuery};
 use crate::leases::Ownership;
 use crate::planner::Planner;
 use crate::reports::ReportRouter;
@@ -93,7 +93,14 @@ impl Orchestrator {
         let ttl = std::time::Duration::from_secs(planner_config.lease_ttl);
         let ownership = Ownership::open(&bus, orchestrator_id(), ttl).await?;
         let runner =
-            JobRunner::new(bus.clone(), jobs.clone(), Arc::new(planner), ownership, planner_config.concurrency);
+            JobRunner::new(
+            bus.clone(),
+            cancelled.clone(),
+            jobs.clone(),
+            Arc::new(planner),
+            ownership,
+            planner_config.concurrency,
+        );
         let service = Arc::new(Service { bus, jobs, runner: Arc::new(runner), cancelled, files: files_api });
         Ok(Self { service, types: Arc::new(settings.subagents.keys().cloned().collect()) })
     }
@@ -213,7 +220,9 @@ impl Service {
         }
         self.jobs.emit(id, JobEventKind::Submitted { input: req.input }).await;
         tracing::info!(job_id = %id, "job submitted");
-        self.runner.start(id);
+        if !self.runner.start(id) {
+            tracing::info!(job_id = %id, "no free planning slot here; the job waits for any orchestrator's");
+        }
         ApiReply::ok(SubmitReply { job_id: id })
     }
 
@@ -273,8 +282,14 @@ impl Service {
             Ok(r) => r,
             Err(e) => return ApiReply::error(ErrorKind::Validation, e.to_string()),
         };
-        match self.jobs.list(Some(tenant), req.status, req.limit.unwrap_or(100)).await {
-            Ok(jobs) => ApiReply::ok(ListReply { jobs }),
+        let query = ListQuery {
+            status: req.status,
+            since: req.since,
+            after: req.after,
+            ..ListQuery::new(Some(tenant.clone()), req.limit.unwrap_or(100).min(protocol::MAX_LIST_PAGE))
+        };
+        match self.jobs.list(&query).await {
+            Ok(page) => ApiReply::ok(ListReply { jobs: page.jobs, next_after: page.next_after }),
             Err(e) => ApiReply::error(ErrorKind::Transient, e.to_string()),
         }
     }

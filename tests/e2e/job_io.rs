@@ -85,7 +85,7 @@ fn cli(d: &Deployment, tenant: &str, args: &[&str]) -> (i32, String, String) {
 }
 
 async fn jobs_of_default_tenant(d: &Deployment) -> usize {
-    let req = ListRequest { v: SCHEMA_VERSION, status: None, limit: Some(1000) };
+    let req = ListRequest { v: SCHEMA_VERSION, status: None, limit: Some(1000), ..Default::default() };
     let r: ApiReply<ListReply> =
         d.bus.request(&Tenant::default(), "list", &req, Duration::from_secs(10)).await.expect("list");
     r.into_result().expect("list refused").jobs.len()
@@ -102,7 +102,7 @@ async fn submitted_files_reach_the_agents_and_files_round_trip() {
     assert!(items.len() > 1024 * 1024, "over one NATS message: {} bytes", items.len());
     std::fs::write(&jsonl, &items).unwrap();
     flotilla_tests::eventually(TIMEOUT, "the orchestrator to answer", || async {
-        let req = ListRequest { v: SCHEMA_VERSION, status: None, limit: Some(1) };
+        let req = ListRequest { v: SCHEMA_VERSION, status: None, limit: Some(1), ..Default::default() };
         let r: Result<ApiReply<ListReply>, _> =
             d.bus.request(&Tenant::default(), "list", &req, Duration::from_secs(2)).await;
         r.ok()

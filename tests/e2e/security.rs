@@ -150,7 +150,7 @@ pub async fn finished(bus: &Bus, tenant: &Tenant, job: JobId) -> JobRecord {
 }
 
 async fn list(bus: &Bus, tenant: &Tenant) -> Vec<JobId> {
-    let req = ListRequest { v: SCHEMA_VERSION, status: None, limit: Some(100) };
+    let req = ListRequest { v: SCHEMA_VERSION, status: None, limit: Some(100), ..Default::default() };
     let r: ApiReply<ListReply> = bus.request(tenant, "list", &req, T).await.expect("list");
     r.into_result().expect("list refused").jobs.into_iter().map(|j| j.id).collect()
 }

@@ -72,7 +72,7 @@ impl ApiClient {
 
     /// Job summaries, newest first.
     pub async fn list(&self, status: Option<JobStatus>, limit: usize) -> anyhow::Result<ListReply> {
-        let req = ListRequest { v: SCHEMA_VERSION, status, limit: Some(limit) };
+        let req = ListRequest { v: SCHEMA_VERSION, status, limit: Some(limit), ..Default::default() };
         let reply: ApiReply<ListReply> = self.bus.request(&self.tenant, "list", &req, TIMEOUT).await?;
         reply.into_result().map_err(|e| anyhow::anyhow!("{e}"))
     }

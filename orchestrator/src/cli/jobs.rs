@@ -1,11 +1,18 @@
-//! `flotilla jobs`: a table of jobs, newest first.
+//! `flotilla jobs`: a table of jobs, newest first. The orchestrator answers
+//! a page at a time (at most `MAX_LIST_PAGE` jobs, so a reply stays below
+//! the NATS max_payload); this command follows the pages until it has
+//! `--limit` jobs or there are no more (docs/PROTOCOL.md, `list`).
 
+use std::time::Duration;
+
+use anyhow::Context;
 use clap::Args as ClapArgs;
 use flotilla_config::Settings;
-use flotilla_protocol::JobStatus;
-use flotilla_protocol::ids::Tenant;
+use flotilla_protocol::ids::{JobId, Tenant};
+use flotilla_protocol::{ApiReply, JobStatus, JobSummary, ListReply, ListRequest, MAX_LIST_PAGE, SCHEMA_VERSION};
+use time::OffsetDateTime;
 
-use flotilla_protocol::JobSummary;
+use super::client::ApiClient;
 
 use super::out::{out, outln};
 use super::{connect, render, table};
@@ -16,23 +23,68 @@ pub struct Args {
     /// Only jobs with this status (submitted, running, completed, failed, cancelled).
     #[arg(long)]
     pub status: Option<JobStatus>,
-    /// At most this many.
+    /// At most this many (fetched a page at a time).
     #[arg(long, default_value_t = 50)]
     pub limit: usize,
+    /// Only jobs submitted at or after this time (RFC 3339, or a date YYYY-MM-DD in UTC).
+    #[arg(long, value_parser = parse_time)]
+    pub since: Option<OffsetDateTime>,
+    /// Only jobs older than this one (the last id of a previous listing).
+    #[arg(long)]
+    pub after: Option<JobId>,
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
 }
 
+/// How long one page may take.
+const PAGE_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Runs the command.
 pub async fn run(settings: &Settings, tenant: &Tenant, args: Args) -> anyhow::Result<i32> {
-    let list = connect(settings, tenant).await?.list(args.status, args.limit).await?;
+    let client = connect(settings, tenant).await?;
+    let jobs = fetch(&client, &args).await?;
     if args.json {
-        outln!("{}", serde_json::to_string_pretty(&list.jobs)?)?;
+        outln!("{}", serde_json::to_string_pretty(&jobs)?)?;
         return Ok(0);
     }
-    out!("{}", table(&list.jobs))?;
+    out!("{}", table(&jobs))?;
     Ok(0)
+}
+
+/// Up to `args.limit` jobs, following the orchestrator's pages.
+async fn fetch(client: &ApiClient, args: &Args) -> anyhow::Result<Vec<JobSummary>> {
+    let mut jobs: Vec<JobSummary> = Vec::new();
+    let mut after = args.after;
+    while jobs.len() < args.limit {
+        let req = ListRequest {
+            v: SCHEMA_VERSION,
+            status: args.status,
+            limit: Some((args.limit - jobs.len()).min(MAX_LIST_PAGE)),
+            after,
+            since: args.since,
+        };
+        let reply: ApiReply<ListReply> = client.bus().request(client.tenant(), "list", &req, PAGE_TIMEOUT).await?;
+        let page = reply.into_result().map_err(|e| anyhow::anyhow!("{e}"))?;
+        jobs.extend(page.jobs);
+        match page.next_after {
+            Some(next) if Some(next) != after => after = Some(next),
+            _ => break,
+        }
+    }
+    Ok(jobs)
+}
+
+/// An RFC 3339 time, or a date (midnight UTC).
+pub fn parse_time(s: &str) -> anyhow::Result<OffsetDateTime> {
+    use time::format_description::well_known::Rfc3339;
+    if let Ok(t) = OffsetDateTime::parse(s, &Rfc3339) {
+        return Ok(t);
+    }
+    let format = time::format_description::parse_borrowed::<2>("[year]-[month]-[day]").expect("a valid date format");
+    let date = time::Date::parse(s, &format)
+        .with_context(|| format!("{s:?} is neither an RFC 3339 time nor a date YYYY-MM-DD"))?;
+    Ok(date.midnight().assume_utc())
 }
 
 /// The human table, one line per job (its input flattened to one line);
@@ -64,6 +116,14 @@ mod tests {
             "usage": {"input_tokens": tokens}, "created_at": "2025-01-01T10:00:00Z", "updated_at": "2025-01-01T10:00:00Z",
         }))
         .expect("job summary")
+    }
+
+    #[test]
+    fn since_takes_a_time_or_a_date() {
+        assert_eq!(parse_time("2026-03-04").unwrap().unix_timestamp(), 1_772_582_400);
+        assert_eq!(parse_time("2026-03-04T01:00:00Z").unwrap().unix_timestamp(), 1_772_586_000);
+        let err = parse_time("yesterday").unwrap_err().to_string();
+        assert!(err.contains("YYYY-MM-DD"), "{err}");
     }
 
     #[test]

@@ -6,12 +6,12 @@
 //!
 //! | route | what |
 //! |---|---|
-//! | `GET /` | jobs of every tenant, newest first (`?status=running` filters) |
+//! | `GET /` | jobs of every tenant, newest first (`?status=running&tenant=t` filter; 200 a page, `?after=<job id>` the next, `?limit=N` up to 500) |
 //! | `GET /jobs/<id>` | one job, with one page of its tasks (`?after=<task id>&tasks=N`, default 100) |
 //! | `GET /fragment/jobs`, `/fragment/jobs/<id>` | the same without the page around it |
 //! | `GET /events` | SSE of every job's job-level events, from now on |
 //! | `GET /jobs/<id>/events` | SSE of one job's job and progress events, from its first to its last |
-//! | `GET /api/jobs`, `/api/jobs/<id>` (a `StatusReply`, same paging), `/api/workers` | JSON |
+//! | `GET /api/jobs` (a `ListReply`: `jobs` and `next_after`, same query), `/api/jobs/<id>` (a `StatusReply`, same paging), `/api/workers` | JSON |
 //!
 //! It shows every tenant, so [`guard`] sits in front of every route: it
 //! answers only its own host names (against DNS rebinding) and, with
@@ -33,13 +33,13 @@ use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
 use flotilla_bus::Bus;
 use flotilla_config::DashboardConfig;
-use flotilla_protocol::ids::{JobId, TaskId};
-use flotilla_protocol::{JobRecord, JobStatus, JobSummary, ProgressKind, StatusReply};
+use flotilla_protocol::ids::{JobId, TaskId, Tenant};
+use flotilla_protocol::{JobRecord, JobStatus, ListReply, ProgressKind, StatusReply};
 use futures::{Stream, StreamExt};
 use serde::Deserialize;
 
 use crate::events::{self, Event, Scope};
-use crate::jobs::JobStore;
+use crate::jobs::{self, JobStore};
 
 /// What every handler reads: the dashboard observes and never changes a job.
 #[derive(Clone)]
@@ -90,10 +90,18 @@ fn template_failure(e: minijinja::Error) -> Failure {
     Failure(StatusCode::INTERNAL_SERVER_ERROR, "template error (see the orchestrator log)".into())
 }
 
+/// Which page of the job list: `?status=&tenant=&limit=&after=` (the
+/// `next_after` of the previous page, as in the `list` API, docs/PROTOCOL.md).
 #[derive(Deserialize)]
 struct ListQuery {
     status: Option<String>,
+    tenant: Option<String>,
+    limit: Option<usize>,
+    after: Option<JobId>,
 }
+
+/// Jobs on one dashboard page unless `limit` says otherwise.
+const DEFAULT_JOBS_PAGE: usize = 200;
 
 /// Which page of a job's tasks.
 #[derive(Deserialize, Default)]
@@ -110,12 +118,20 @@ impl PageQuery {
 }
 
 impl Dash {
-    async fn list(&self, q: &ListQuery) -> Result<Vec<JobSummary>, Failure> {
+    async fn list(&self, q: &ListQuery) -> Result<ListReply, Failure> {
+        let bad = |e: String| Failure(StatusCode::BAD_REQUEST, e);
         let status = match q.status.as_deref().filter(|s| !s.is_empty()) {
-            Some(s) => Some(s.parse::<JobStatus>().map_err(|e| Failure(StatusCode::BAD_REQUEST, e))?),
+            Some(s) => Some(s.parse::<JobStatus>().map_err(bad)?),
             None => None,
         };
-        self.jobs.list(None, status, 200).await.map_err(unavailable)
+        let tenant = match q.tenant.as_deref().filter(|s| !s.is_empty()) {
+            Some(t) => Some(Tenant::new(t).map_err(|e| bad(e.to_string()))?),
+            None => None,
+        };
+        let limit = q.limit.unwrap_or(DEFAULT_JOBS_PAGE).min(flotilla_protocol::MAX_LIST_PAGE);
+        let query = jobs::ListQuery { status, after: q.after, ..jobs::ListQuery::new(tenant, limit) };
+        let page = self.jobs.list(&query).await.map_err(unavailable)?;
+        Ok(ListReply { jobs: page.jobs, next_after: page.next_after })
     }
 
     async fn job(&self, id: &str) -> Result<JobRecord, Failure> {
@@ -144,17 +160,24 @@ fn page(title: &str, fragment_url: &str, events_url: &str, body: String) -> Resu
 }
 
 async fn jobs_fragment(State(d): State<Dash>, Query(q): Query<ListQuery>) -> Result<Html<String>, Failure> {
-    let jobs = d.list(&q).await?;
-    view::render("jobs.html", minijinja::context! { jobs => view::value(view::job_rows(&jobs)) })
-        .map(Html)
-        .map_err(template_failure)
+    let page = d.list(&q).await?;
+    let next = page.next_after.map(|a| {
+        let status = q.status.as_deref().filter(|s| !s.is_empty()).map(|s| format!("status={s}&")).unwrap_or_default();
+        let tenant = q.tenant.as_deref().filter(|s| !s.is_empty()).map(|t| format!("tenant={t}&")).unwrap_or_default();
+        format!("/?{status}{tenant}after={a}")
+    });
+    let jobs = view::value(view::job_rows(&page.jobs));
+    view::render("jobs.html", minijinja::context! { jobs, next }).map(Html).map_err(template_failure)
 }
 
 async fn jobs_page(State(d): State<Dash>, Query(q): Query<ListQuery>) -> Result<Html<String>, Failure> {
-    let filter = q.status.clone().unwrap_or_default();
+    let mut params: Vec<String> = Vec::new();
+    params.extend(q.status.as_deref().filter(|s| !s.is_empty()).map(|s| format!("status={s}")));
+    params.extend(q.tenant.as_deref().filter(|s| !s.is_empty()).map(|t| format!("tenant={t}")));
+    params.extend(q.after.map(|a| format!("after={a}")));
     let Html(body) = jobs_fragment(State(d), Query(q)).await?;
     let fragment =
-        if filter.is_empty() { "/fragment/jobs".to_string() } else { format!("/fragment/jobs?status={filter}") };
+        if params.is_empty() { "/fragment/jobs".to_string() } else { format!("/fragment/jobs?{}", params.join("&")) };
     page("jobs", &fragment, "/events", body)
 }
 
@@ -179,7 +202,7 @@ async fn job_page(
     page(&format!("job {id}"), &format!("/fragment/jobs/{id}{suffix}"), &format!("/jobs/{id}/events"), body)
 }
 
-async fn api_jobs(State(d): State<Dash>, Query(q): Query<ListQuery>) -> Result<Json<Vec<JobSummary>>, Failure> {
+async fn api_jobs(State(d): State<Dash>, Query(q): Query<ListQuery>) -> Result<Json<ListReply>, Failure> {
     d.list(&q).await.map(Json)
 }
 

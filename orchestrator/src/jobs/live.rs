@@ -43,6 +43,9 @@ pub(super) struct Live {
     pub(super) oversized: CancellationToken,
     /// The write error that fired it.
     pub(super) oversized_by: std::sync::Mutex<Option<String>>,
+    /// The status this job is filed under in the job index; held while the
+    /// entry moves, so moves of one job never interleave (jobs/index.rs).
+    pub(super) indexed: tokio::sync::Mutex<flotilla_protocol::JobStatus>,
 }
 
 struct State {
@@ -82,6 +85,7 @@ pub(super) struct Snapshot {
 impl Live {
     /// `rec` as stored at these revisions of its header and todos (0: not stored yet).
     pub(super) fn new(rec: JobRecord, header: u64, todos: u64) -> Self {
+        let indexed = tokio::sync::Mutex::new(rec.status);
         let state = State {
             rec,
             header: Channel { revision: header, ..Channel::default() },
@@ -92,6 +96,7 @@ impl Live {
             ended: watch::Sender::new(0),
             oversized: CancellationToken::new(),
             oversized_by: std::sync::Mutex::new(None),
+            indexed,
         }
     }
 

@@ -223,3 +223,43 @@ async fn an_outcome_is_retried_through_a_long_outage_until_stored_or_stopped() {
     assert!(store.update_until_stored(&job, &stop, fail).await.is_err());
     assert_eq!(backend.stored(&job).unwrap().status, flotilla_protocol::JobStatus::Completed);
 }
+
+#[tokio::test]
+async fn listing_pages_newest_first_with_filters_and_a_cursor() {
+    use super::ListQuery;
+    use flotilla_protocol::JobStatus;
+    let store = JobStore::with_backend(Arc::new(FakeJobs::default()));
+    let acme = Tenant::new("acme").unwrap();
+    let mut ids = Vec::new();
+    for i in 0..7 {
+        let id = JobId::new();
+        let tenant = if i == 3 { Tenant::new("other").unwrap() } else { acme.clone() };
+        store.insert(JobRecord::new(id, tenant, format!("job {i}"))).await.unwrap();
+        if i % 2 == 0 {
+            store.update(&id, |r| r.status = JobStatus::Completed).await.unwrap();
+        }
+        ids.push(id);
+    }
+    let mine: Vec<JobId> = ids.iter().rev().copied().filter(|id| *id != ids[3]).collect();
+    let mut q = ListQuery::new(Some(acme.clone()), 4);
+    let first = store.list(&q).await.unwrap();
+    assert_eq!(first.jobs.iter().map(|j| j.id).collect::<Vec<_>>(), mine[..4], "newest first, tenant only");
+    assert_eq!(first.next_after, Some(mine[3]));
+    q.after = first.next_after;
+    let second = store.list(&q).await.unwrap();
+    assert_eq!(second.jobs.iter().map(|j| j.id).collect::<Vec<_>>(), mine[4..]);
+    assert_eq!(second.next_after, None, "the last page says so");
+    let done = store.list(&ListQuery { status: Some(JobStatus::Completed), ..ListQuery::new(None, 10) }).await.unwrap();
+    assert_eq!(done.jobs.iter().map(|j| j.id).collect::<Vec<_>>(), [ids[6], ids[4], ids[2], ids[0]]);
+    let failed = store.list(&ListQuery { status: Some(JobStatus::Failed), ..ListQuery::new(None, 10) }).await.unwrap();
+    assert!(failed.jobs.is_empty() && failed.next_after.is_none());
+    let future = protocol_now() + time::Duration::hours(1);
+    let later = store.list(&ListQuery { since: Some(future), ..ListQuery::new(None, 10) }).await.unwrap();
+    assert!(later.jobs.is_empty(), "nothing submitted after an hour from now");
+    let recent = ListQuery { since: Some(protocol_now() - time::Duration::hours(1)), ..ListQuery::new(None, 10) };
+    assert_eq!(store.list(&recent).await.unwrap().jobs.len(), 7);
+}
+
+fn protocol_now() -> time::OffsetDateTime {
+    flotilla_protocol::now()
+}

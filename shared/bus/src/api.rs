@@ -70,7 +70,23 @@ impl Bus {
     }
 
     /// Sends `payload` (an encoded reply) to a request's `reply_to` inbox.
+    /// A reply larger than the server's max_payload (which the server would
+    /// drop, leaving the client to time out) is replaced by a `limit` error
+    /// reply that says so (issue 16).
     pub async fn reply(&self, reply_to: async_nats::Subject, payload: Bytes) -> Result<(), BusError> {
+        let max = self.client.server_info().max_payload;
+        let payload = if payload.len() > max { oversized_reply(payload.len(), max) } else { payload };
         self.client.publish(reply_to, payload).await.map_err(|e| BusError::new("API reply not sent", e))
     }
+}
+
+/// The error reply standing for a reply of `size` bytes over `max`.
+fn oversized_reply(size: usize, max: usize) -> Bytes {
+    let reply = protocol::ApiReply::<()>::error(
+        protocol::ErrorKind::Limit,
+        format!(
+            "the reply ({size} bytes) exceeds the server's max_payload ({max} bytes): ask for a smaller page (list: limit, after; status: tasks_limit)"
+        ),
+    );
+    protocol::encode(&reply).into()
 }

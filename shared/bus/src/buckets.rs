@@ -21,6 +21,9 @@ const WORKER_MAX_AGE: Duration = Duration::from_secs(15 * 60);
 /// How long the server keeps the delete marker of an expired worker entry.
 const WORKER_MARKER_TTL: Duration = Duration::from_secs(60);
 
+/// How long the server keeps a delete marker it writes in the job index.
+const INDEX_MARKER_TTL: Duration = Duration::from_secs(60);
+
 /// How long a cancellation is remembered.
 const CANCEL_MAX_AGE: Duration = Duration::from_secs(24 * 3600);
 
@@ -28,6 +31,7 @@ const CANCEL_MAX_AGE: Duration = Duration::from_secs(24 * 3600);
 #[derive(Default)]
 pub(crate) struct Buckets {
     jobs: OnceCell<kv::Store>,
+    job_index: OnceCell<kv::Store>,
     cancelled: OnceCell<kv::Store>,
     checkpoints: OnceCell<kv::Store>,
     workers: OnceCell<kv::Store>,
@@ -38,6 +42,7 @@ impl Bus {
     /// Opens every bucket (at start, from [`ensure_topology`](Bus::ensure_topology)).
     pub(crate) async fn open_buckets(&self) -> Result<(), BusError> {
         self.jobs().await?;
+        self.job_index_bucket().await?;
         self.cancelled().await?;
         self.workers_bucket().await?;
         self.approvals_bucket().await?;
@@ -48,6 +53,27 @@ impl Bus {
     pub(crate) async fn jobs(&self) -> Result<kv::Store, BusError> {
         let bucket = self.subjects.jobs_bucket();
         once(&self.buckets.jobs, || self.declare(bucket, Duration::ZERO)).await
+    }
+
+    /// The job index bucket (`<jobs bucket>_index`, job_index.rs): file-backed,
+    /// allowing per-message TTL so a moved entry's purge marker expires.
+    pub(crate) async fn job_index_bucket(&self) -> Result<kv::Store, BusError> {
+        let bucket = format!("{}_index", self.subjects.jobs_bucket());
+        once(&self.buckets.job_index, || async {
+            self.js
+                .create_or_update_key_value(kv::Config {
+                    bucket: bucket.clone(),
+                    history: 1,
+                    storage: stream::StorageType::File,
+                    max_value_size: MAX_MESSAGE_BYTES as i32,
+                    num_replicas: self.config.replicas,
+                    limit_markers: Some(INDEX_MARKER_TTL),
+                    ..Default::default()
+                })
+                .await
+                .map_err(|e| BusError::new(format!("cannot open KV bucket {bucket}"), e))
+        })
+        .await
     }
 
     /// The cancelled-jobs bucket (key = job id, value = reason), behind

@@ -132,37 +132,48 @@ impl JobRecords {
     /// revision of each matching key, so listing one job's tasks does not
     /// read every other job's.
     pub async fn keys(&self, filter: &str) -> Result<Vec<String>, BusError> {
-        let fail = |e: &dyn std::fmt::Display| BusError::new(format!("cannot list {filter}"), e.to_string());
-        let prefix = self.kv.prefix.clone();
-        let consumer = self
-            .kv
-            .stream
-            .create_consumer(push::OrderedConfig {
-                deliver_subject: self.client.new_inbox(),
-                filter_subject: format!("{prefix}{filter}"),
-                headers_only: true,
-                replay_policy: ReplayPolicy::Instant,
-                deliver_policy: DeliverPolicy::LastPerSubject,
-                ..Default::default()
-            })
-            .await
-            .map_err(|e| fail(&e))?;
-        let mut out = Vec::new();
-        if consumer.cached_info().num_pending == 0 {
-            return Ok(out);
-        }
-        let mut messages = consumer.messages().await.map_err(|e| fail(&e))?;
-        while let Some(m) = messages.next().await {
-            let m = m.map_err(|e| fail(&e))?;
-            let pending = m.info().map_err(|e| fail(&e))?.pending;
-            let deleted = m.headers.as_ref().and_then(|h| h.get("KV-Operation")).is_some();
-            if !deleted && let Some(key) = m.subject.strip_prefix(prefix.as_str()) {
-                out.push(key.to_string());
-            }
-            if pending == 0 {
-                break;
-            }
-        }
-        Ok(out)
+        list_keys(&self.kv, &self.client, filter).await
     }
+}
+
+/// The live keys of `kv` matching `filter`: a headers-only ordered consumer
+/// over the last revision of each matching key, so the cost is the number
+/// of matching subjects, not the bucket's size. Shared with the job index
+/// (job_index.rs).
+pub(crate) async fn list_keys(
+    kv: &kv::Store,
+    client: &async_nats::Client,
+    filter: &str,
+) -> Result<Vec<String>, BusError> {
+    let fail = |e: &dyn std::fmt::Display| BusError::new(format!("cannot list {filter}"), e.to_string());
+    let prefix = kv.prefix.clone();
+    let consumer = kv
+        .stream
+        .create_consumer(push::OrderedConfig {
+            deliver_subject: client.new_inbox(),
+            filter_subject: format!("{prefix}{filter}"),
+            headers_only: true,
+            replay_policy: ReplayPolicy::Instant,
+            deliver_policy: DeliverPolicy::LastPerSubject,
+            ..Default::default()
+        })
+        .await
+        .map_err(|e| fail(&e))?;
+    let mut out = Vec::new();
+    if consumer.cached_info().num_pending == 0 {
+        return Ok(out);
+    }
+    let mut messages = consumer.messages().await.map_err(|e| fail(&e))?;
+    while let Some(m) = messages.next().await {
+        let m = m.map_err(|e| fail(&e))?;
+        let pending = m.info().map_err(|e| fail(&e))?.pending;
+        let deleted = m.headers.as_ref().and_then(|h| h.get("KV-Operation")).is_some();
+        if !deleted && let Some(key) = m.subject.strip_prefix(prefix.as_str()) {
+            out.push(key.to_string());
+        }
+        if pending == 0 {
+            break;
+        }
+    }
+    Ok(out)
 }

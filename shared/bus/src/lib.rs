@@ -17,6 +17,7 @@
 //! | `FLOTILLA_DEADLETTER`      | stream, limits 30 d  | `flotilla.deadletter.>` + reason header | [`Bus::dead_letter`] (`dead_letters.rs`) |
 //! | `FLOTILLA_AUDIT`           | stream               | `flotilla.audit.<tenant>.<job>`        | [`audit::BusAuditSink`], [`audit::read`] (`audit.rs`) |
 //! | `flotilla_jobs`            | KV bucket            | job headers and one key per task       | [`JobRecords`]: entry, create, update (by revision), keys by filter (`job_records.rs`); the orchestrator's job store writes them |
+//! | `flotilla_jobs_index`      | KV bucket, msg TTL   | `<tenant>.<status>.<job>` -> summary   | [`JobIndex`]: put, remove (purge, marker TTL 1 s), entries by tenant/status (`job_index.rs`) |
 //! | `flotilla_cancelled`       | KV bucket, 24 h      | `<job>` or `<job>.<task>` -> reason    | [`Cancellations`]: record, reason, watch (`cancellations.rs`) |
 //! | `flotilla_checkpoints`     | KV bucket            | planner conversation by job id         | [`Checkpoints`]: save, load, remove (`checkpoints.rs`) |
 //! | `flotilla_leases`          | KV bucket, per-key TTL | job id -> owning orchestrator        | [`Leases`]: acquire, renew (CAS), release, owner (`leases.rs`) |
@@ -43,6 +44,7 @@ mod dead_letters;
 pub mod denials;
 mod events;
 mod files;
+mod job_index;
 mod job_records;
 mod leases;
 mod reports;
@@ -56,6 +58,7 @@ pub use approvals::{APPROVAL_RETENTION, ApprovalStore, DecisionError, Versioned,
 pub use cancellations::{Cancellations, Cancelled};
 pub use checkpoints::Checkpoints;
 pub use events::{EventStream, RawEvent};
+pub use job_index::{Indexed, JobIndex, index_filter, index_key};
 pub use job_records::{Cas, JobRecords, keys as job_keys};
 pub use leases::{Lease, Leases};
 pub use reports::ReportStream;

@@ -79,10 +79,21 @@ pub struct ListRequest {
     /// Only jobs with this status.
     #[serde(default)]
     pub status: Option<JobStatus>,
-    /// At most this many (default 100).
+    /// At most this many (default 100); a reply holds at most
+    /// [`MAX_LIST_PAGE`] and says where to go on in `next_after`.
     #[serde(default)]
     pub limit: Option<usize>,
+    /// Cursor: only jobs older than this one (the `next_after` of the previous page).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<JobId>,
+    /// Only jobs submitted at or after this time.
+    #[serde(default, skip_serializing_if = "Option::is_none", with = "time::serde::rfc3339::option")]
+    pub since: Option<OffsetDateTime>,
 }
+
+/// Most job summaries in one list reply, so a reply stays well below the
+/// NATS max_payload (1 MiB by default; a summary is under 600 bytes).
+pub const MAX_LIST_PAGE: usize = 500;
 
 /// `<prefix>.api.<tenant>.cancel`: stop a job, its queued and running tasks.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -139,6 +150,9 @@ pub struct JobSummary {
 pub struct ListReply {
     /// Matching jobs, newest first.
     pub jobs: Vec<JobSummary>,
+    /// Set when more jobs match than this page holds: pass it as `after` for the next page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_after: Option<JobId>,
 }
 
 /// Every API reply: a result or an error, under a version.

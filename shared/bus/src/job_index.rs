@@ -1,0 +1,130 @@
+//! The job index, KV bucket `<prefix>_jobs_index` (issue 16): one key per
+//! job, `<tenant>.<status>.<job id>` -> its `JobSummary` when last moved, so
+//! a listing by tenant and status reads only the keys under that filter
+//! instead of every key of the jobs bucket (which holds a header, the input,
+//! the todo list and one key per task and dispatch key of every job ever).
+//! Job ids are UUIDv7, so sorting the ids of a listing puts the newest first
+//! and gives each job's creation time without reading its value.
+//!
+//! When a job's status changes the orchestrator's job store
+//! (orchestrator/src/jobs/index.rs) creates the new key, then purges the old
+//! one with a one-second marker TTL, so neither the key nor its purge marker
+//! stays behind: a filter costs the entries it matches, not the history of
+//! moves. The bucket allows per-message TTL for that (server 2.11+).
+//!
+//! `meta.backfilled` (two tokens, so no listing filter matches it) records
+//! that the jobs written before the index existed have been indexed.
+
+use std::time::Duration;
+
+use async_nats::jetstream::kv;
+use bytes::Bytes;
+use flotilla_protocol::JobStatus;
+use flotilla_protocol::ids::{JobId, Tenant};
+
+use crate::job_records::list_keys;
+use crate::{Bus, BusError};
+
+/// How long the purge marker of a moved index entry is kept (the minimum TTL).
+const MOVED_MARKER_TTL: Duration = Duration::from_secs(1);
+
+/// The key recording that the pre-index jobs were indexed.
+const BACKFILLED: &str = "meta.backfilled";
+
+/// The job index bucket.
+#[derive(Clone)]
+pub struct JobIndex {
+    kv: kv::Store,
+    client: async_nats::Client,
+}
+
+/// One index entry, parsed from its key.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Indexed {
+    /// The job's tenant.
+    pub tenant: Tenant,
+    /// The job's status when indexed.
+    pub status: JobStatus,
+    /// The job.
+    pub id: JobId,
+}
+
+/// The index key of `id`.
+pub fn index_key(tenant: &Tenant, status: JobStatus, id: &JobId) -> String {
+    format!("{tenant}.{}.{id}", status.as_str())
+}
+
+/// The listing filter of `tenant` (every tenant when `None`) and `status` (every status when `None`).
+pub fn index_filter(tenant: Option<&Tenant>, status: Option<JobStatus>) -> String {
+    let tenant = tenant.map_or("*".to_string(), Tenant::to_string);
+    format!("{tenant}.{}.*", status.map_or("*", |s| s.as_str()))
+}
+
+fn parse(key: &str) -> Option<Indexed> {
+    let mut parts = key.split('.');
+    let (tenant, status, id) = (parts.next()?, parts.next()?, parts.next()?);
+    if parts.next().is_some() {
+        return None;
+    }
+    Some(Indexed { tenant: Tenant::new(tenant).ok()?, status: status.parse().ok()?, id: id.parse().ok()? })
+}
+
+impl Bus {
+    /// The job index bucket (opened once per connection).
+    pub async fn job_index(&self) -> Result<JobIndex, BusError> {
+        Ok(JobIndex { kv: self.job_index_bucket().await?, client: self.client.clone() })
+    }
+}
+
+impl JobIndex {
+    /// Stores the entry of `id` under `status` (overwriting it).
+    pub async fn put(&self, tenant: &Tenant, status: JobStatus, id: &JobId, summary: Bytes) -> Result<(), BusError> {
+        let key = index_key(tenant, status, id);
+        self.kv.put(&key, summary).await.map_err(|e| BusError::new(format!("cannot store index entry {key}"), e))?;
+        Ok(())
+    }
+
+    /// Removes the entry of `id` under `status`; its purge marker expires after a second.
+    pub async fn remove(&self, tenant: &Tenant, status: JobStatus, id: &JobId) -> Result<(), BusError> {
+        let key = index_key(tenant, status, id);
+        self.kv
+            .purge_with_ttl(&key, MOVED_MARKER_TTL)
+            .await
+            .map_err(|e| BusError::new(format!("cannot remove index entry {key}"), e))
+    }
+
+    /// The entries matching `tenant` and `status` (`None` = any), in no particular order.
+    pub async fn entries(&self, tenant: Option<&Tenant>, status: Option<JobStatus>) -> Result<Vec<Indexed>, BusError> {
+        let keys = list_keys(&self.kv, &self.client, &index_filter(tenant, status)).await?;
+        Ok(keys.iter().filter_map(|k| parse(k)).collect())
+    }
+
+    /// Whether the jobs stored before the index existed have been indexed.
+    pub async fn backfilled(&self) -> Result<bool, BusError> {
+        let entry = self.kv.entry(BACKFILLED).await.map_err(|e| BusError::new("cannot read the index marker", e))?;
+        Ok(entry.is_some_and(|e| e.operation == kv::Operation::Put))
+    }
+
+    /// Records that the jobs stored before the index existed have been indexed.
+    pub async fn mark_backfilled(&self) -> Result<(), BusError> {
+        let at = flotilla_protocol::now().unix_timestamp().to_string();
+        self.kv.put(BACKFILLED, at.into()).await.map_err(|e| BusError::new("cannot store the index marker", e))?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_round_trip_and_filters_select_tenant_and_status() {
+        let tenant = Tenant::new("acme").unwrap();
+        let id = JobId::new();
+        let key = index_key(&tenant, JobStatus::Running, &id);
+        assert_eq!(parse(&key), Some(Indexed { tenant: tenant.clone(), status: JobStatus::Running, id }));
+        assert_eq!(parse(BACKFILLED), None, "the marker is no entry");
+        assert_eq!(index_filter(Some(&tenant), Some(JobStatus::Failed)), "acme.failed.*");
+        assert_eq!(index_filter(None, None), "*.*.*");
+    }
+}
