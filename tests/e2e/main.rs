@@ -14,6 +14,7 @@ mod draining;
 mod durability;
 mod failover;
 mod files;
+mod history;
 mod job_files;
 mod job_io;
 mod map_tasks;
