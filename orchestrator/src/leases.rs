@@ -39,6 +39,16 @@ impl Ownership {
         Ok(Self { leases: bus.leases().await?, owner, ttl })
     }
 
+    /// How long a lease outlives its holder's last renewal.
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// The holder of `job`'s lease, if any.
+    pub async fn owner_of(&self, job: &JobId) -> Result<Option<String>, BusError> {
+        self.leases.owner(job).await
+    }
+
     /// Takes the lease of `job`; `None` when another orchestrator holds it.
     pub async fn take(&self, job: JobId) -> Result<Option<Held>, BusError> {
         let Some(lease) = self.leases.acquire(&job, &self.owner, self.ttl).await? else {

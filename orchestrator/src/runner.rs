@@ -2,12 +2,15 @@
 //! share one prefix, and each job is planned by exactly one of them, the
 //! holder of its lease (src/leases.rs, docs/RELIABILITY.md "Job leases").
 //!
-//! A job is started here when it is submitted here, when this orchestrator
-//! starts and finds it unfinished, or when its lease ends (given back by an
-//! orchestrator that stopped, or expired after one died). Starting takes the
-//! lease first (if another orchestrator holds it, nothing happens), then one
-//! of `[planner] concurrency` slots. The lease is held while the job waits
-//! for a slot, so a queued job is never lost with its orchestrator.
+//! A job goes to whichever orchestrator has a free planning slot (one of
+//! `[planner] concurrency`): the one it was submitted to when that one has
+//! a slot free; otherwise it waits in the store, unowned, and the first
+//! orchestrator with a free slot takes it: when one of its planners ends, on
+//! its periodic look for waiting jobs (every `lease_ttl`), when it starts, or
+//! when a job's lease ends (given back by an orchestrator that stopped, or
+//! expired after one died). Starting takes a slot, then the lease; if
+//! another orchestrator holds the lease, the slot is given back. Nothing is
+//! held for a waiting job, so no waiting job is lost with any orchestrator.
 //!
 //! Cancels are followed from the cancellations bucket, so a cancel answered
 //! by any orchestrator reaches the one planning the job.
@@ -29,6 +32,7 @@ use crate::planner::Planner;
 /// Starts, tracks and stops the planners of the jobs this orchestrator owns.
 pub(crate) struct JobRunner {
     bus: Bus,
+    cancellations: flotilla_bus::Cancellations,
     jobs: JobStore,
     planner: Arc<Planner>,
     ownership: Ownership,
@@ -46,6 +50,7 @@ pub(crate) struct JobRunner {
 impl JobRunner {
     pub(crate) fn new(
         bus: Bus,
+        cancellations: flotilla_bus::Cancellations,
         jobs: JobStore,
         planner: Arc<Planner>,
         ownership: Ownership,
@@ -53,6 +58,7 @@ impl JobRunner {
     ) -> Self {
         Self {
             bus,
+            cancellations,
             jobs,
             planner,
             ownership,
@@ -68,10 +74,18 @@ impl JobRunner {
     pub(crate) async fn resume(self: &Arc<Self>, bus: &Bus) -> Result<(), BusError> {
         let ended = bus.leases().await?.ended().await?;
         let cancels = bus.cancellations().await?.watch().await?;
-        for rec in self.jobs.unfinished().await? {
-            tracing::info!(job_id = %rec.id, status = rec.status.as_str(), "resuming job");
-            self.start(rec.id);
-        }
+        self.fill_slots().await;
+        let me = self.clone();
+        tokio::spawn(async move {
+            let every = me.ownership.ttl();
+            let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+            loop {
+                tokio::select! {
+                    _ = tick.tick() => me.fill_slots().await,
+                    _ = me.shutdown.cancelled() => return,
+                }
+            }
+        });
         let me = self.clone();
         tokio::spawn(async move {
             let mut ended = std::pin::pin!(ended.take_until(me.shutdown.clone().cancelled_owned()));
@@ -94,9 +108,38 @@ impl JobRunner {
         Ok(())
     }
 
-    /// A job whose lease ended: start it here if it is still unfinished.
+    /// Starts unfinished jobs that no orchestrator owns while this one has
+    /// free slots.
+    async fn fill_slots(self: &Arc<Self>) {
+        if self.slots.available_permits() == 0 || self.shutdown.is_cancelled() {
+            return;
+        }
+        let waiting = match self.jobs.unfinished().await {
+            Ok(w) => w,
+            Err(e) => return tracing::warn!(error = %e, "cannot look for waiting jobs"),
+        };
+        for rec in waiting {
+            if self.slots.available_permits() == 0 {
+                break;
+            }
+            if self.running.contains_key(&rec.id) {
+                continue;
+            }
+            match self.ownership.owner_of(&rec.id).await {
+                Ok(None) => {
+                    tracing::info!(job_id = %rec.id, status = rec.status.as_str(), "starting a waiting job");
+                    self.start(rec.id);
+                }
+                Ok(Some(_)) => {}
+                Err(e) => tracing::warn!(job_id = %rec.id, error = %e, "cannot read a job's lease"),
+            }
+        }
+    }
+
+    /// A job whose lease ended: start it here if it is still unfinished and
+    /// a slot is free.
     async fn adopt(self: &Arc<Self>, job: JobId) {
-        if self.running.contains_key(&job) || self.shutdown.is_cancelled() {
+        if self.running.contains_key(&job) || self.shutdown.is_cancelled() || self.slots.available_permits() == 0 {
             return;
         }
         match self.jobs.get(&job).await {
@@ -109,9 +152,11 @@ impl JobRunner {
         }
     }
 
-    /// Plans job `id` here unless it is already planned here or another
-    /// orchestrator holds its lease.
-    pub(crate) fn start(self: &Arc<Self>, id: JobId) {
+    /// Plans job `id` here if a slot is free, unless it is already planned
+    /// here or another orchestrator holds its lease. False when no slot is
+    /// free: the job waits for any orchestrator's free slot.
+    pub(crate) fn start(self: &Arc<Self>, id: JobId) -> bool {
+        let Ok(slot) = self.slots.clone().try_acquire_owned() else { return false };
         // `stop` (shutdown, or this job's lease lost) is the parent of the
         // job's own token, so whenever the planner sees its token fire for
         // either reason, `stop` has already fired and the job stays `running`
@@ -119,14 +164,18 @@ impl JobRunner {
         let stop = self.shutdown.child_token();
         let token = stop.child_token();
         match self.running.entry(id) {
-            dashmap::Entry::Occupied(_) => return,
+            dashmap::Entry::Occupied(_) => return true,
             dashmap::Entry::Vacant(v) => v.insert(token.clone()),
         };
         let me = self.clone();
         self.tracker.spawn(async move {
             me.own(id, token, stop).await;
             me.running.remove(&id);
+            drop(slot);
+            // A slot is free again: a waiting job may take it.
+            me.fill_slots().await;
         });
+        true
     }
 
     async fn own(&self, id: JobId, cancel: CancellationToken, stop: CancellationToken) {
@@ -143,11 +192,11 @@ impl JobRunner {
             fenced.cancelled().await;
             linked.cancel();
         });
-        // A job cancelled while it waits for a slot ends at once in `run`.
-        let _slot = tokio::select! {
-            s = self.slots.clone().acquire_owned() => s.ok(),
-            _ = cancel.cancelled() => None,
-        };
+        // A job cancelled while it waited ends at once, `cancelled`, in `run`.
+        if let Ok(Some(reason)) = self.cancellations.reason(&id).await {
+            tracing::info!(job_id = %id, %reason, "the waiting job was cancelled");
+            cancel.cancel();
+        }
         self.planner.run(id, cancel, stop.clone()).await;
         link.abort();
         if !stop.is_cancelled() {

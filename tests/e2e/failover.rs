@@ -183,3 +183,38 @@ async fn a_stopped_orchestrator_hands_its_job_over_at_once() {
     assert!(starts.len() == 3 && starts.values().all(|n| *n == 1), "each task started once: {starts:?}");
     assert_eq!(d.status(job).await.tasks.len(), 3);
 }
+
+/// A job goes to whichever orchestrator has a free planning slot: submitted to
+/// a full orchestrator, it waits unowned and another one, with a slot free,
+/// plans it while the first is still busy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_submitted_to_a_full_orchestrator_is_planned_by_one_with_a_free_slot() {
+    let d = Deployment::start(2, |url| {
+        let mut c = TestConfig::demo(url, 4, 1500);
+        c.section_replace("task_timeout = 60\n", &format!("task_timeout = 60\nlease_ttl = {TTL}\nconcurrency = 1\n"));
+        c
+    })
+    .await;
+    let mut log = EventLog::subscribe(&d.raw.client, "flotilla.job.>").await;
+    let first = d.submit(&regions(3)).await;
+    log.until_count(TIMEOUT, 3, "the first job's dispatches", dispatched).await;
+    // The only orchestrator is busy with the first job: the second waits.
+    let second = d.submit(&regions(2)).await;
+    let b = orchestrator(&d, "orchestrator-b");
+    let of = |job: JobId| move |s: &str, v: &Value| s.contains(&job.to_string()) && v["event"] == "task_dispatched";
+    log.until(TIMEOUT, "the second job's first dispatch", of(second)).await;
+    let first_ended = log
+        .seen
+        .iter()
+        .any(|(s, v)| s.contains(&first.to_string()) && s.ends_with(".event") && v["event"] == "completed");
+    assert!(!first_ended, "the second job did not wait for the first one's slot");
+    assert!(b.log().contains("starting a waiting job"), "{}", b.log());
+    for job in [first, second] {
+        let rec = eventually(TIMEOUT, "both jobs to end", || async {
+            let r = d.status_opt(job).await?;
+            r.status.is_terminal().then_some(r)
+        })
+        .await;
+        assert_eq!(rec.status, JobStatus::Completed, "{job}");
+    }
+}
