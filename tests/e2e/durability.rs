@@ -161,17 +161,7 @@ async fn a_model_endpoint_that_stays_down_ends_in_a_failed_report_and_a_dead_let
             "[models.down]\nprovider = \"openai\"\nbase_url = \"http://127.0.0.1:{dead_port}/v1\"\nmodel = \"m\"\nmax_retries = 0\n\
              [subagents.research]\ndescription = \"Looks things up.\"\nmodel = \"down\"\n"
         ));
-        c.script(
-            "planner.toml",
-            r#"
-[[turns]]
-[[turns.calls]]
-tool = "task"
-args = '{"subagent_type": "research", "description": "find it"}'
-[[turns]]
-content = "{% set r = last[0] %}{% if r.ok %}ok{% else %}{{ r.error.kind }}: {{ r.error.message }}{% endif %}"
-"#,
-        );
+        c.one_task_planner("research", "find it");
         c
     })
     .await;

@@ -16,17 +16,7 @@ async fn a_newer_workers_report_with_unknown_fields_is_consolidated() {
     let d = Deployment::start(0, |url| {
         let mut c = TestConfig::demo(url, 1, 0);
         c.section_replace("task_timeout = 60\n", "task_timeout = 60\nno_worker_timeout = 300\n");
-        c.script(
-            "planner.toml",
-            r#"
-[[turns]]
-[[turns.calls]]
-tool = "task"
-args = '{"subagent_type": "finance", "description": "margin of r0"}'
-[[turns]]
-content = "{% set r = last[0] %}{% if r.ok %}report: {{ r.value }}{% else %}{{ r.error.message }}{% endif %}"
-"#,
-        );
+        c.one_task_planner("finance", "margin of r0");
         c
     })
     .await;

@@ -76,6 +76,19 @@ concurrency = {concurrency}
         self
     }
 
+    /// Scripts the planner to delegate one task, then answer `ok: <its
+    /// report>` or `<error kind>: <error message>`.
+    pub fn one_task_planner(&mut self, subagent_type: &str, description: &str) -> &mut Self {
+        let args = serde_json::json!({"subagent_type": subagent_type, "description": description});
+        self.script(
+            "planner.toml",
+            &format!(
+                "[[turns]]\n[[turns.calls]]\ntool = \"task\"\nargs = '{args}'\n[[turns]]\ncontent = \"{{% set r = last[0] %}}\
+                 {{% if r.ok %}}ok: {{{{ r.value }}}}{{% else %}}{{{{ r.error.kind }}}}: {{{{ r.error.message }}}}{{% endif %}}\"\n"
+            ),
+        )
+    }
+
     /// Writes a script file next to the config.
     pub fn script(&mut self, name: &str, text: &str) -> &mut Self {
         std::fs::write(self.dir.path().join(name), text).expect("script");
