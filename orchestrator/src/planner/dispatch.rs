@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dashmap::DashMap;
-use flotilla_agent::tool::{ToolContext, ToolError};
+use flotilla_agent::tool::{ToolContext, ToolError, ToolSpec};
 use flotilla_bus::{BusError, retry};
 use flotilla_protocol::ids::{JobId, SubagentType, TaskId};
 use flotilla_protocol::path::FilePath;
@@ -134,6 +134,26 @@ impl Dispatcher {
             no_worker_timeout,
             early: Arc::default(),
             served: Arc::default(),
+        }
+    }
+
+    /// The spec of a tool that delegates one task (`task`, `start_task`):
+    /// `what` it does, then the subagent types; arguments `description` and
+    /// `subagent_type`.
+    pub fn delegating_spec(&self, name: &str, what: &str) -> ToolSpec {
+        let types: Vec<String> = self.types.iter().map(|(t, d)| format!("- {t}: {d}")).collect();
+        ToolSpec {
+            name: name.into(),
+            description: format!("{what} Subagent types:\n{}", types.join("\n")),
+            input_schema: serde_json::json!({
+                "type": "object",
+                "properties": {
+                    "description": {"type": "string", "minLength": 1},
+                    "subagent_type": {"type": "string"}
+                },
+                "required": ["description", "subagent_type"],
+                "additionalProperties": false
+            }),
         }
     }
 

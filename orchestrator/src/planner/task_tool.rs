@@ -31,24 +31,11 @@ struct Args {
 #[async_trait]
 impl Tool for TaskTool {
     fn spec(&self) -> ToolSpec {
-        let types: Vec<String> = self.dispatcher.types().iter().map(|(t, d)| format!("- {t}: {d}")).collect();
-        ToolSpec {
-            name: "task".into(),
-            description: format!(
-                "Delegate a self-contained task to an isolated subagent; returns its report. \
-                 The description must hold everything it needs. Subagent types:\n{}",
-                types.join("\n")
-            ),
-            input_schema: json!({
-                "type": "object",
-                "properties": {
-                    "description": {"type": "string", "minLength": 1},
-                    "subagent_type": {"type": "string"}
-                },
-                "required": ["description", "subagent_type"],
-                "additionalProperties": false
-            }),
-        }
+        self.dispatcher.delegating_spec(
+            "task",
+            "Delegate a self-contained task to an isolated subagent; returns its report. \
+             The description must hold everything it needs.",
+        )
     }
 
     async fn call(&self, ctx: &ToolContext, args: Value) -> Result<Value, ToolError> {

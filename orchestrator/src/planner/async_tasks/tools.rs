@@ -53,26 +53,13 @@ struct StartArgs {
 #[async_trait]
 impl Tool for StartTask {
     fn spec(&self) -> ToolSpec {
-        let types: Vec<String> = self.0.dispatcher.types().iter().map(|(t, d)| format!("- {t}: {d}")).collect();
-        ToolSpec {
-            name: "start_task".into(),
-            description: format!(
-                "Start a self-contained task on an isolated subagent and return its task id at once, without \
-                 waiting; follow it with check_tasks / wait_tasks, steer it with message_task, stop it with \
-                 cancel_task. If you end your turn while tasks run, you are woken with their results. The \
-                 description must hold everything the subagent needs. Subagent types:\n{}",
-                types.join("\n")
-            ),
-            input_schema: json!({
-                "type": "object",
-                "properties": {
-                    "description": {"type": "string", "minLength": 1},
-                    "subagent_type": {"type": "string"}
-                },
-                "required": ["description", "subagent_type"],
-                "additionalProperties": false
-            }),
-        }
+        self.0.dispatcher.delegating_spec(
+            "start_task",
+            "Start a self-contained task on an isolated subagent and return its task id at once, without \
+             waiting; follow it with check_tasks / wait_tasks, steer it with message_task, stop it with \
+             cancel_task. If you end your turn while tasks run, you are woken with their results. The \
+             description must hold everything the subagent needs.",
+        )
     }
 
     async fn call(&self, ctx: &ToolContext, v: Value) -> Result<Value, ToolError> {
