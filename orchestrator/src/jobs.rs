@@ -25,6 +25,7 @@
 
 mod index;
 mod live;
+mod retention;
 mod tasks;
 #[cfg(test)]
 mod tests;
@@ -43,6 +44,7 @@ use crate::metrics::OrchestratorMetrics;
 use crate::ports::JobBackend;
 pub use index::ListQuery;
 use live::{Doc, Live, Snapshot};
+pub use retention::prune_request;
 
 /// How long a job-record write is retried through transient errors before
 /// the caller sees the error.
@@ -89,6 +91,10 @@ pub struct JobStore {
     metrics: Arc<OrchestratorMetrics>,
     /// The job index (jobs/index.rs); `None` over the in-memory backend.
     index: Option<JobIndex>,
+    /// The jobs bucket, for deleting a whole job (jobs/retention.rs); `None` over the in-memory backend.
+    records: Option<JobRecords>,
+    /// Job files, deleted with a job past retention (set by [`JobStore::retain`]).
+    files: Arc<std::sync::OnceLock<flotilla_agent::files::JobFiles>>,
 }
 
 impl JobStore {
@@ -96,12 +102,20 @@ impl JobStore {
     pub async fn open(bus: Bus) -> Result<Self, BusError> {
         let records = bus.job_records().await?;
         let index = bus.job_index().await?;
-        Ok(Self { index: Some(index), ..Self::with_backend(Arc::new(NatsJobs { bus, records })) })
+        let nats = Arc::new(NatsJobs { bus, records: records.clone() });
+        Ok(Self { index: Some(index), records: Some(records), ..Self::with_backend(nats) })
     }
 
     /// A store over `backend` (an in-memory one in unit tests).
     pub(crate) fn with_backend(backend: Arc<dyn JobBackend>) -> Self {
-        Self { backend, live: Arc::default(), metrics: Arc::new(OrchestratorMetrics::new()), index: None }
+        Self {
+            backend,
+            live: Arc::default(),
+            metrics: Arc::new(OrchestratorMetrics::new()),
+            index: None,
+            records: None,
+            files: Arc::default(),
+        }
     }
 
     /// Stores a new job (its text, then its header) and keeps it live.

@@ -7,6 +7,7 @@
 //! | `status`                         | `StatusRequest`  | `StatusReply` (header + one page of tasks) |
 //! | `list`                           | `ListRequest`    | `ListReply`           |
 //! | `cancel`                         | `CancelRequest`  | `CancelReply`         |
+//! | `prune`                          | `PruneRequest`   | `PruneReply` (src/jobs/retention.rs) |
 //! | `approvals`                      | `ApprovalsRequest` | `ApprovalsReply`    |
 //! | `approve`                        | `ApproveRequest` | `ApproveReply` (src/approvals.rs) |
 //! | `files_ls`, `files_get`, `files_put`, `files_commit` | `Files*Request` | `Files*Reply` (src/files_api.rs) |
@@ -86,14 +87,14 @@ impl Orchestrator {
         let checkpoints = Checkpoints::open(&bus).await?;
         let cancelled = bus.cancellations().await?;
         let files = bus.job_files(&settings.files).await?;
+        jobs.retain(settings.jobs.retention(), files.clone());
         let files_api = FilesApi::new(files.clone(), jobs.clone(), &settings.files);
         let planner =
             Planner::new(settings, bus.clone(), jobs.clone(), reports, checkpoints, bus.cancellations().await?, files)?;
         let planner_config = settings.planner()?;
         let ttl = std::time::Duration::from_secs(planner_config.lease_ttl);
         let ownership = Ownership::open(&bus, orchestrator_id(), ttl).await?;
-        let runner =
-            JobRunner::new(
+        let runner = JobRunner::new(
             bus.clone(),
             cancelled.clone(),
             jobs.clone(),
@@ -177,6 +178,7 @@ impl Service {
             "status" => encode(self.status(&tenant, &msg.payload).await),
             "list" => encode(self.list(&tenant, &msg.payload).await),
             "cancel" => encode(self.cancel(&tenant, &msg.payload).await),
+            "prune" => encode(crate::jobs::prune_request(&self.jobs, &tenant, &msg.payload).await),
             "approvals" => encode(crate::approvals::list(&self.bus, &tenant, &msg.payload).await),
             "approve" => encode(crate::approvals::decide(&self.bus, &tenant, &msg.payload).await),
             "files_ls" => encode(self.files.ls(&tenant, &msg.payload).await),
@@ -186,7 +188,7 @@ impl Service {
             other => encode::<()>(ApiReply::error(
                 ErrorKind::NotFound,
                 format!(
-                    "unknown API operation {other:?}: use submit, status, list, cancel, approvals, approve, files_ls, files_get, files_put or files_commit"
+                    "unknown API operation {other:?}: use submit, status, list, cancel, prune, approvals, approve, files_ls, files_get, files_put or files_commit"
                 ),
             )),
         };

@@ -13,17 +13,22 @@
 //!   `MAX_LIST_PAGE`) and a cursor; `flotilla jobs --limit 100000 --json`
 //!   follows the pages and returns all 5 000, newest first, each once.
 //! - The dashboard's `/api/jobs` pages the same way.
+//! - A job past `[jobs] retention_days` (set to 4.3 s) is gone from the
+//!   listing, `status` (`not_found`) and `files`; its keys and files are deleted.
+//! - `jobs prune --before` deletes the tenant's finished jobs, not a running one.
 
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use flotilla_bus::{JobIndex, JobRecords, job_keys};
+use flotilla_config::FilesConfig;
 use flotilla_protocol::ids::{JobId, Tenant};
 use flotilla_protocol::{
-    ApiReply, JobRecord, JobStatus, JobSummary, ListReply, ListRequest, MAX_LIST_PAGE, SCHEMA_VERSION,
+    ApiReply, ErrorKind, JobRecord, JobStatus, JobSummary, ListReply, ListRequest, MAX_LIST_PAGE, SCHEMA_VERSION,
+    StatusRequest,
 };
 use flotilla_tests::proc::run_cli;
-use flotilla_tests::{TestConfig, eventually, free_port};
+use flotilla_tests::{TempDir, TestConfig, eventually, free_port};
 use futures::{StreamExt, TryStreamExt};
 
 use crate::common::{Deployment, TIMEOUT};
@@ -146,4 +151,82 @@ async fn listing_cost_follows_what_it_returns_and_every_page_is_reachable() {
     }
     assert_eq!(seen.len(), 5_000, "every job on some page");
     assert_eq!(pages, 10, "5000 jobs in pages of {MAX_LIST_PAGE}");
+}
+
+const JOB: &str = "Compute the gross margin of region north: revenue 120, cost 75.";
+
+/// The status reply of `job`: the record, or the error (e.g. `not_found`).
+async fn status(d: &Deployment, job: JobId) -> Result<JobRecord, flotilla_protocol::ErrorInfo> {
+    let req = StatusRequest { v: SCHEMA_VERSION, job_id: job, tasks_limit: Some(1), tasks_after: None };
+    let r: ApiReply<JobRecord> =
+        d.bus.request(&Tenant::default(), "status", &req, Duration::from_secs(10)).await.expect("status answered");
+    r.into_result()
+}
+
+fn listed(d: &Deployment) -> Vec<JobId> {
+    let cfg = d.config_arg();
+    let (code, out, err) = run_cli(&["--config", &cfg, "jobs", "--limit", "1000", "--json"], &[]);
+    assert_eq!(code, 0, "jobs: {err}");
+    serde_json::from_str::<Vec<JobSummary>>(&out).expect("a JSON list of jobs").into_iter().map(|j| j.id).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_past_retention_is_gone_from_listing_status_and_files() {
+    // 0.00005 days = 4.3 s; the sweeper runs every second (orchestrator/src/jobs/retention.rs).
+    let d = Deployment::start(1, |url| {
+        let mut c = TestConfig::demo(url, 1, 0);
+        c.section("[jobs]\nretention_days = 0.00005\n");
+        c
+    })
+    .await;
+    let tmp = TempDir::new("history");
+    let input = tmp.path().join("notes.txt");
+    std::fs::write(&input, "north: revenue 120, cost 75\n").unwrap();
+    let (cfg, file) = (d.config_arg(), input.display().to_string());
+    let (code, out, err) = run_cli(&["--config", &cfg, "submit", "--wait", "--json", "--file", &file, JOB], &[]);
+    assert_eq!(code, 0, "submit: {out}\n{err}");
+    let job = serde_json::from_str::<JobRecord>(&out).expect("the final record").id;
+    let finished = Instant::now();
+    let files = d.bus.job_files(&FilesConfig::default()).await.unwrap();
+    assert!(!files.list(&job).await.unwrap().is_empty(), "the job has its input file");
+    assert!(listed(&d).contains(&job), "listed while kept");
+
+    let e = eventually(TIMEOUT, "the finished job to expire", || async {
+        status(&d, job).await.err().filter(|e| e.kind == ErrorKind::NotFound)
+    })
+    .await;
+    let gone_after = finished.elapsed();
+    eprintln!("figures: a job with retention 4.3 s was gone {gone_after:?} after it finished ({})", e.message);
+    assert!(gone_after >= Duration::from_secs(4), "not before its retention: {gone_after:?}");
+    assert!(!listed(&d).contains(&job), "gone from the listing");
+    assert!(files.list(&job).await.unwrap().is_empty(), "its files are deleted");
+    let (code, _, err) = run_cli(&["--config", &cfg, "files", "ls", &job.to_string()], &[]);
+    assert_ne!(code, 0, "files ls of a pruned job fails");
+    assert!(err.contains("not_found") || err.contains("no job"), "{err}");
+    let records = d.bus.job_records().await.unwrap();
+    assert!(records.keys(&format!("{job}.>")).await.unwrap().is_empty(), "no task, input or todo key left");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prune_deletes_the_tenants_finished_jobs_only() {
+    let d = Deployment::start(0, |url| TestConfig::demo(url, 1, 0)).await;
+    let probe = ListRequest { v: SCHEMA_VERSION, limit: Some(1), ..Default::default() };
+    eventually(TIMEOUT, "the orchestrator to answer", || async {
+        let r: Result<ApiReply<ListReply>, _> =
+            d.bus.request(&Tenant::default(), "list", &probe, Duration::from_secs(2)).await;
+        r.ok()
+    })
+    .await;
+    let (records, index) = (d.bus.job_records().await.unwrap(), d.bus.job_index().await.unwrap());
+    let finished = write_finished(&records, &index, 3).await;
+    // A running job of the same tenant (no worker serves it) stays.
+    let running = d.submit(JOB).await;
+    let cfg = d.config_arg();
+    let (code, out, err) = run_cli(&["--config", &cfg, "jobs", "prune", "--before", "2999-01-01"], &[]);
+    assert_eq!(code, 0, "prune: {err}");
+    assert!(out.contains("3 finished jobs deleted"), "{out}");
+    for job in finished {
+        assert_eq!(status(&d, job).await.expect_err("pruned").kind, ErrorKind::NotFound);
+    }
+    assert_eq!(listed(&d), vec![running], "only the running job is left");
 }

@@ -9,7 +9,9 @@ use anyhow::Context;
 use clap::Args as ClapArgs;
 use flotilla_config::Settings;
 use flotilla_protocol::ids::{JobId, Tenant};
-use flotilla_protocol::{ApiReply, JobStatus, JobSummary, ListReply, ListRequest, MAX_LIST_PAGE, SCHEMA_VERSION};
+use flotilla_protocol::{
+    ApiReply, JobStatus, JobSummary, ListReply, ListRequest, MAX_LIST_PAGE, PruneReply, PruneRequest, SCHEMA_VERSION,
+};
 use time::OffsetDateTime;
 
 use super::client::ApiClient;
@@ -17,9 +19,12 @@ use super::client::ApiClient;
 use super::out::{out, outln};
 use super::{connect, render, table};
 
-/// List jobs.
+/// List jobs (or prune old ones: `jobs prune --before DATE`).
 #[derive(ClapArgs, Debug)]
 pub struct Args {
+    /// `prune`: delete finished jobs.
+    #[command(subcommand)]
+    pub command: Option<Command>,
     /// Only jobs with this status (submitted, running, completed, failed, cancelled).
     #[arg(long)]
     pub status: Option<JobStatus>,
@@ -37,12 +42,34 @@ pub struct Args {
     pub json: bool,
 }
 
+/// What `jobs` can do besides listing.
+#[derive(clap::Subcommand, Debug)]
+pub enum Command {
+    /// Delete this tenant's finished jobs (completed, failed, cancelled) last
+    /// changed before a time: records, index entry and files. Running jobs stay.
+    Prune {
+        /// RFC 3339 time, or a date YYYY-MM-DD (midnight UTC).
+        #[arg(long, value_parser = parse_time)]
+        before: OffsetDateTime,
+    },
+}
+
 /// How long one page may take.
 const PAGE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long a prune may take (it deletes job by job).
+const PRUNE_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// Runs the command.
 pub async fn run(settings: &Settings, tenant: &Tenant, args: Args) -> anyhow::Result<i32> {
     let client = connect(settings, tenant).await?;
+    if let Some(Command::Prune { before }) = args.command {
+        let req = PruneRequest { v: SCHEMA_VERSION, before };
+        let reply: ApiReply<PruneReply> = client.bus().request(tenant, "prune", &req, PRUNE_TIMEOUT).await?;
+        let pruned = reply.into_result().map_err(|e| anyhow::anyhow!("prune refused: {e}"))?.pruned;
+        outln!("{pruned} finished jobs deleted")?;
+        return Ok(0);
+    }
     let jobs = fetch(&client, &args).await?;
     if args.json {
         outln!("{}", serde_json::to_string_pretty(&jobs)?)?;

@@ -70,7 +70,7 @@ pub struct ListPage {
 }
 
 /// Milliseconds since the epoch at which a UUIDv7 id was made.
-fn created_ms(id: &JobId) -> u64 {
+pub(super) fn created_ms(id: &JobId) -> u64 {
     id.0.as_bytes()[..6].iter().fold(0u64, |acc, b| (acc << 8) | u64::from(*b))
 }
 

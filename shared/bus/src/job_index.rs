@@ -93,6 +93,19 @@ impl JobIndex {
             .map_err(|e| BusError::new(format!("cannot remove index entry {key}"), e))
     }
 
+    /// Removes the entry of `id` under `status` leaving no marker (a
+    /// pruned job, orchestrator/src/jobs/retention.rs).
+    pub async fn forget(&self, tenant: &Tenant, status: JobStatus, id: &JobId) -> Result<(), BusError> {
+        let subject = format!("{}{}", self.kv.prefix, index_key(tenant, status, id));
+        self.kv
+            .stream
+            .purge()
+            .filter(subject.clone())
+            .await
+            .map_err(|e| BusError::new(format!("cannot remove {subject}"), e))?;
+        Ok(())
+    }
+
     /// The entries matching `tenant` and `status` (`None` = any), in no particular order.
     pub async fn entries(&self, tenant: Option<&Tenant>, status: Option<JobStatus>) -> Result<Vec<Indexed>, BusError> {
         let keys = list_keys(&self.kv, &self.client, &index_filter(tenant, status)).await?;

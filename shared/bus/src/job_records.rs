@@ -127,6 +127,22 @@ impl JobRecords {
         }
     }
 
+    /// Removes every record of `job` (header, input, todos, tasks, dispatch
+    /// keys) with two stream purges by subject, which leave no delete markers
+    /// behind (retention, orchestrator/src/jobs/retention.rs).
+    pub async fn remove_job(&self, job: &JobId) -> Result<(), BusError> {
+        let prefix = &self.kv.prefix;
+        for subject in [format!("{prefix}{job}"), format!("{prefix}{job}.>")] {
+            self.kv
+                .stream
+                .purge()
+                .filter(subject.clone())
+                .await
+                .map_err(|e| BusError::new(format!("cannot remove {subject}"), e))?;
+        }
+        Ok(())
+    }
+
     /// The keys matching `filter` (a KV key with `*` / `>` wildcards, see
     /// [`keys`]), in no particular order: one headers-only pass over the last
     /// revision of each matching key, so listing one job's tasks does not

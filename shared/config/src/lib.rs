@@ -11,6 +11,7 @@
 pub mod builtin_tools;
 pub mod files;
 pub mod interrupt;
+pub mod jobs;
 pub mod mcp;
 mod mcp_import;
 pub mod nats_auth;
@@ -29,6 +30,7 @@ use std::time::Duration;
 
 pub use files::FilesConfig;
 pub use interrupt::InterruptConfig;
+pub use jobs::JobsConfig;
 pub use mcp::{McpServerSettings, McpTransport, RawMcpServer, SessionMode};
 pub use nats_auth::{NatsAuthConfig, NatsTlsConfig};
 pub use operations::{DashboardConfig, MetricsConfig, WorkerConfig};
@@ -131,6 +133,8 @@ pub struct Settings {
     pub dashboard: DashboardConfig,
     /// `[files]`: job files and large-result eviction.
     pub files: FilesConfig,
+    /// `[jobs]`: job history retention.
+    pub jobs: JobsConfig,
     /// `[mcp_servers.<name>]`, plus servers imported with `--mcp-config`.
     pub mcp_servers: BTreeMap<String, crate::McpServerSettings>,
 }
@@ -272,6 +276,13 @@ impl Settings {
         if raw.files.max_file_bytes == 0 {
             return Err(invalid("files.max_file_bytes", "must be at least 1 (bytes)"));
         }
+        let days = raw.jobs.retention_days;
+        if !(days.is_finite() && days > 0.0 && days <= 36_500.0) {
+            return Err(invalid(
+                "jobs.retention_days",
+                "must be more than 0 and at most 36500 (days a finished job is kept)",
+            ));
+        }
         if !(1..=60).contains(&raw.worker.heartbeat) {
             return Err(invalid("worker.heartbeat", "must be 1 to 60 (seconds between worker heartbeats)"));
         }
@@ -293,6 +304,7 @@ impl Settings {
             metrics: raw.metrics,
             dashboard: raw.dashboard,
             files: raw.files,
+            jobs: raw.jobs,
         })
     }
 

@@ -22,6 +22,8 @@ pub struct RawConfig {
     pub local: LocalConfig,
     /// `[files]`
     pub files: super::files::FilesConfig,
+    /// `[jobs]`
+    pub jobs: super::jobs::JobsConfig,
     /// `[worker]`
     pub worker: super::operations::WorkerConfig,
     /// `[metrics]`

@@ -95,6 +95,26 @@ pub struct ListRequest {
 /// NATS max_payload (1 MiB by default; a summary is under 600 bytes).
 pub const MAX_LIST_PAGE: usize = 500;
 
+/// `<prefix>.api.<tenant>.prune`: delete the tenant's finished jobs last
+/// changed before `before` (records, index entry, files; docs/OPERATIONS.md).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PruneRequest {
+    /// Schema version.
+    #[serde(default = "super::schema_version")]
+    pub v: u32,
+    /// Finished jobs whose last change is before this time go.
+    #[serde(with = "time::serde::rfc3339")]
+    pub before: OffsetDateTime,
+}
+
+/// Reply to a prune.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PruneReply {
+    /// Jobs deleted.
+    pub pruned: usize,
+}
+
 /// `<prefix>.api.<tenant>.cancel`: stop a job, its queued and running tasks.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -210,6 +230,9 @@ impl Message for CancelRequest {
 }
 impl Message for ListRequest {
     const NAME: &'static str = "list request";
+}
+impl Message for PruneRequest {
+    const NAME: &'static str = "prune request";
 }
 impl<T: Serialize + serde::de::DeserializeOwned> Message for ApiReply<T> {
     const NAME: &'static str = "API reply";

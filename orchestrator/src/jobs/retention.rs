@@ -1,0 +1,98 @@
+//! Retention of finished jobs (issue 16; docs/OPERATIONS.md, "What is kept
+//! how long"): a sweeper in the orchestrator deletes every job that ended
+//! (completed, failed, cancelled) and has not changed for `[jobs]
+//! retention_days`: its job files, every key of its records in the jobs
+//! bucket (by stream purge, leaving no delete markers) and, last, its index
+//! entry, so a crash half-way leaves an entry whose job is gone, which
+//! listings skip and the next sweep removes. `flotilla jobs prune --before`
+//! runs the same deletion for one tenant on demand (API op `prune`).
+//!
+//! A sweeper rather than per-message TTLs: a job is many keys written at
+//! different times (header, input, todos, tasks), and what must expire is
+//! the whole job some time after its *last* change, which one TTL per key
+//! cannot express; running jobs must never expire however long they run.
+//! The candidates come from the index (terminal statuses, created before the
+//! cutoff, read from the key alone), so a sweep reads only old jobs.
+
+use std::time::Duration;
+
+use flotilla_agent::files::JobFiles;
+use flotilla_bus::{BusError, Indexed};
+use flotilla_protocol::ids::Tenant;
+use flotilla_protocol::{self as protocol, ApiReply, ErrorKind, JobStatus, PruneReply, PruneRequest};
+use time::OffsetDateTime;
+
+use super::JobStore;
+use super::index::created_ms;
+
+/// Longest pause between two sweeps.
+const MAX_SWEEP_INTERVAL: Duration = Duration::from_secs(3600);
+
+impl JobStore {
+    /// Deletes, from now on, finished jobs unchanged for `keep`, with their
+    /// `files`; sweeps every tenth of `keep` (between 1 s and an hour).
+    pub fn retain(&self, keep: Duration, files: JobFiles) {
+        let _ = self.files.set(files);
+        let interval = (keep / 10).clamp(Duration::from_secs(1), MAX_SWEEP_INTERVAL);
+        let store = self.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(interval).await;
+                let before = protocol::now() - keep;
+                match store.prune(None, before).await {
+                    Ok(0) => {}
+                    Ok(n) => tracing::info!(jobs = n, "finished jobs past retention deleted"),
+                    Err(e) => tracing::warn!(error = %e, "retention sweep failed; trying again next sweep"),
+                }
+            }
+        });
+    }
+
+    /// Deletes the finished jobs of `tenant` (every tenant's when `None`)
+    /// whose last change is before `before`; returns how many.
+    pub async fn prune(&self, tenant: Option<&Tenant>, before: OffsetDateTime) -> Result<usize, BusError> {
+        let (Some(index), Some(records)) = (&self.index, &self.records) else { return Ok(0) };
+        let cutoff_ms = (before.unix_timestamp_nanos() / 1_000_000).max(0) as u64;
+        let mut pruned = 0;
+        for status in [JobStatus::Completed, JobStatus::Failed, JobStatus::Cancelled] {
+            for e in index.entries(tenant, Some(status)).await? {
+                // Created after the cutoff: changed after it too.
+                if created_ms(&e.id) >= cutoff_ms || self.live.contains_key(&e.id) {
+                    continue;
+                }
+                match self.stored_header(&e.id).await? {
+                    Some((rec, _)) if !rec.status.is_terminal() || rec.updated_at >= before => continue,
+                    Some(_) => {
+                        self.delete_files(&e).await?;
+                        records.remove_job(&e.id).await?;
+                        pruned += 1;
+                    }
+                    None => {}
+                }
+                index.forget(&e.tenant, e.status, &e.id).await?;
+            }
+        }
+        Ok(pruned)
+    }
+
+    async fn delete_files(&self, e: &Indexed) -> Result<(), BusError> {
+        let Some(files) = self.files.get() else { return Ok(()) };
+        files
+            .purge(&e.id)
+            .await
+            .map_err(|err| BusError::new(format!("cannot delete the files of job {}", e.id), err))?;
+        Ok(())
+    }
+}
+
+/// The `prune` API operation: deletes the tenant's finished jobs last changed before `before`.
+pub async fn prune_request(jobs: &JobStore, tenant: &Tenant, payload: &[u8]) -> ApiReply<PruneReply> {
+    let req: PruneRequest = match protocol::decode(payload) {
+        Ok(r) => r,
+        Err(e) => return ApiReply::error(ErrorKind::Validation, e.to_string()),
+    };
+    match jobs.prune(Some(tenant), req.before).await {
+        Ok(pruned) => ApiReply::ok(PruneReply { pruned }),
+        Err(e) => ApiReply::error(ErrorKind::Transient, e.to_string()),
+    }
+}
