@@ -22,7 +22,7 @@ use dashmap::DashMap;
 use flotilla_agent::files::report_path;
 use flotilla_bus::{Bus, BusError};
 use flotilla_protocol::ids::{JobId, TaskId, Tenant};
-use flotilla_protocol::{FileRef, TaskReport, TaskStatus};
+use flotilla_protocol::{FileRef, TaskReport};
 use futures::StreamExt;
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
@@ -90,21 +90,6 @@ impl ReportRouter {
     }
 }
 
-/// The tool result a report becomes in the planner's conversation. A
-/// completed task gives [`completed_view`]; another status gives `status`
-/// and `error` (the planner's own error handling decides what to make of it).
-#[allow(dead_code)] // until the delegating tools (src/planner/dispatch.rs) call it
-pub fn planner_view(report: &TaskReport, report_tokens: usize) -> Value {
-    if report.status != TaskStatus::Completed {
-        return json!({
-            "task_id": report.task_id,
-            "status": report.status.as_str(),
-            "error": report.error,
-        });
-    }
-    completed_view(report.task_id, &report.summary, report.summary_file.as_ref(), report_tokens)
-}
-
 /// What the planner sees of a completed task whose report `summary` (and,
 /// when the report travelled by reference, `report_file`) is known: from a
 /// live report or from a consolidated task entry after a restart. Gives
@@ -140,8 +125,8 @@ pub fn completed_view(task_id: TaskId, summary: &str, report_file: Option<&FileR
 #[cfg(test)]
 mod view_tests {
     use super::*;
+    use flotilla_protocol::TaskStatus;
     use flotilla_protocol::ids::{JobId, SubagentType, TaskId};
-    use flotilla_protocol::{ErrorInfo, ErrorKind};
 
     fn report(summary: &str) -> TaskReport {
         TaskReport {
@@ -165,7 +150,7 @@ mod view_tests {
     #[test]
     fn a_short_report_is_shown_whole_with_its_path() {
         let r = report("north: margin 37.5%");
-        let v = planner_view(&r, 100);
+        let v = completed_view(r.task_id, &r.summary, None, 100);
         assert_eq!(v["summary"], "north: margin 37.5%");
         assert_eq!(v["truncated"], false);
         assert_eq!(v["report_file"]["path"], format!("/reports/{}.md", r.task_id));
@@ -176,7 +161,8 @@ mod view_tests {
     #[test]
     fn a_long_report_is_capped_in_tokens() {
         let text: String = (0..2000).map(|i| format!("finding {i}: revenue up, cost down\n")).collect();
-        let v = planner_view(&report(&text), 50);
+        let r = report(&text);
+        let v = completed_view(r.task_id, &r.summary, None, 50);
         let summary = v["summary"].as_str().unwrap();
         assert_eq!(flotilla_agent::tokens::count(summary), 50, "{summary}");
         assert!(text.starts_with(summary));
@@ -187,16 +173,12 @@ mod view_tests {
     }
 
     #[test]
-    fn a_report_by_reference_keeps_the_workers_file_and_a_failure_its_error() {
+    fn a_report_by_reference_keeps_the_workers_file() {
         let mut r = report("head of a huge answer");
         let path = format!("/reports/{}.md", r.task_id);
         r.summary_file = Some(flotilla_agent::digest::describe_file(path.clone(), "head of a huge answer ..."));
-        let v = planner_view(&r, 1000);
+        let v = completed_view(r.task_id, &r.summary, r.summary_file.as_ref(), 1000);
         assert_eq!((v["report_file"]["path"].as_str(), v["truncated"].as_bool()), (Some(path.as_str()), Some(true)));
         assert!(v["report_file"].get("head").is_none(), "no head or tail copies in the planner's context");
-        r.status = TaskStatus::Failed;
-        r.error = Some(ErrorInfo::new(ErrorKind::Timeout, "model too slow"));
-        let v = planner_view(&r, 1000);
-        assert_eq!((v["status"].as_str(), v["error"]["kind"].as_str()), (Some("failed"), Some("timeout")));
     }
 }

@@ -54,6 +54,7 @@ pub struct Dispatcher {
     /// Whether a type is served, as last looked up: thousands of waiting
     /// tasks share one lookup of the live workers.
     served: Arc<DashMap<SubagentType, (tokio::time::Instant, bool)>>,
+    report_tokens: usize,
 }
 
 /// How long a lookup of the live workers answers for every task of a type.
@@ -134,7 +135,21 @@ impl Dispatcher {
             no_worker_timeout,
             early: Arc::default(),
             served: Arc::default(),
+            report_tokens: usize::MAX,
         }
+    }
+
+    /// Caps what a completed task's summary may take of the planner's
+    /// conversation (`[planner] report_tokens`).
+    pub fn with_report_tokens(mut self, report_tokens: usize) -> Self {
+        self.report_tokens = report_tokens;
+        self
+    }
+
+    /// Tokens of a task's summary the planner sees; the rest stays in its
+    /// report file.
+    pub fn report_tokens(&self) -> usize {
+        self.report_tokens
     }
 
     /// The spec of a tool that delegates one task (`task`, `start_task`):

@@ -78,7 +78,8 @@ impl Planner {
             types,
             Duration::from_secs(config.task_timeout),
             Duration::from_secs(config.no_worker_timeout.max(1)),
-        );
+        )
+        .with_report_tokens(config.report_tokens as usize);
         tools.add(Arc::new(TaskTool { dispatcher: dispatcher.clone() }), "planner")?;
         let async_tasks = async_tasks::AsyncTasks::new(dispatcher.clone(), bus, cancelled.clone());
         async_tasks.register(&mut tools)?;

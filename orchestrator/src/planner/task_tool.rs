@@ -12,7 +12,7 @@ use async_trait::async_trait;
 use flotilla_agent::tool::{Tool, ToolContext, ToolError, ToolSpec};
 use flotilla_protocol::TaskStatus;
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::dispatch::{Dispatcher, TaskOutcome};
 
@@ -44,20 +44,21 @@ impl Tool for TaskTool {
         let ty = self.dispatcher.subagent_type(&subagent_type)?;
         let task = self.dispatcher.start(ctx, &subagent_type, description, ctx.call_key()).await?;
         let outcome = self.dispatcher.wait(ctx, task).await?;
-        tool_result(&outcome).ok_or_else(|| outcome.error(&ty))
+        tool_result(&outcome, self.dispatcher.report_tokens()).ok_or_else(|| outcome.error(&ty))
     }
 }
 
-/// The tool result of a completed task: its summary, or, when the report was
-/// too large for a message, the reference to the full report in the job files.
-/// `None` for a task that did not complete (see [`TaskOutcome::error`]).
-pub fn tool_result(outcome: &TaskOutcome) -> Option<Value> {
-    match (outcome.status, &outcome.report_file) {
-        (TaskStatus::Completed, Some(file)) => Some(json!({
-            "report_file": file,
-            "note": "the report is too large to show here; read report_file.path with read_file or grep",
-        })),
-        (TaskStatus::Completed, None) => Some(Value::String(outcome.summary.clone())),
-        _ => None,
+/// The tool result of a completed task: its summary when it fits in
+/// `report_tokens` tokens; otherwise the summary cut to that many, with the
+/// path of the full report in the job files (`/reports/<task>.md`) and how to
+/// read it (orchestrator/src/reports.rs). `None` for a task that did not
+/// complete (see [`TaskOutcome::error`]).
+pub fn tool_result(outcome: &TaskOutcome, report_tokens: usize) -> Option<Value> {
+    if outcome.status != TaskStatus::Completed {
+        return None;
     }
+    if outcome.report_file.is_none() && flotilla_agent::tokens::count(&outcome.summary) <= report_tokens {
+        return Some(Value::String(outcome.summary.clone()));
+    }
+    Some(crate::reports::completed_view(outcome.task_id, &outcome.summary, outcome.report_file.as_ref(), report_tokens))
 }
