@@ -83,7 +83,10 @@ permissions = [{ operations = ["read", "write"], paths = ["/shared/**"], mode = 
     assert!(answer.contains("a=     1\talpha from one worker\nb=     1\tbeta from another\n"), "{answer}");
     // The planner's tools are read-only by default: write_file is not even offered.
     assert!(
-        answer.contains("write=unknown tool \"write_file\"; available tools: glob, grep, ls, read_file, task,"),
+        answer.contains(
+            "write=unknown tool \"write_file\"; available tools: cancel_task, check_tasks, glob, grep, ls, \
+             map_tasks, message_task, read_file, start_task, task, wait_tasks, write_todos"
+        ),
         "{answer}"
     );
     let workers: HashSet<_> = rec.tasks.iter().map(|t| t.worker_id.clone().unwrap()).collect();
