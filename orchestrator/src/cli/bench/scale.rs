@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use flotilla_orchestrator::events::{self, Event, Scope};
-use flotilla_protocol::JobEventKind;
 use flotilla_protocol::path::FilePath;
+use flotilla_protocol::{JobEventKind, TaskStatus};
 use futures::StreamExt;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -68,6 +68,8 @@ struct Measured {
     bytes_in: u64,
     peak_rss_kib: u64,
     max_input_tokens: u64,
+    /// Tasks whose report was consolidated as completed.
+    completed: usize,
     answer: String,
 }
 
@@ -91,12 +93,13 @@ pub async fn measure(sizes: &[usize]) -> anyhow::Result<Vec<(String, String, Str
 
 fn result_row(n: usize, m: &Measured) -> String {
     format!(
-        "{:.3} ms/task ({:.1} s), {:.0} B/task written, orchestrator peak RSS {:.1} MiB, planner max request {} tokens; answer: {}",
+        "{:.3} ms/task ({:.1} s), {:.0} B/task written, orchestrator peak RSS {:.1} MiB, planner max request {} tokens; {} tasks reported completed; answer: {}",
         m.wall.as_secs_f64() * 1000.0 / n as f64,
         m.wall.as_secs_f64(),
         m.bytes_in as f64 / n as f64,
         m.peak_rss_kib as f64 / 1024.0,
         m.max_input_tokens,
+        m.completed,
         m.answer.chars().take(120).collect::<String>(),
     )
 }
@@ -130,7 +133,7 @@ async fn run(rig: &Rig, mode: Mode, n: usize) -> anyhow::Result<Measured> {
     let before = in_bytes(monitor).await?;
     let started = Instant::now();
     files::submit(&api, input, files).await?;
-    let mut max_input_tokens = 0;
+    let (mut max_input_tokens, mut completed) = (0, 0);
     let answer = tokio::time::timeout(JOB_TIMEOUT, async {
         while let Some(ev) = events.next().await {
             if let Event::Job(j) = ev? {
@@ -151,7 +154,7 @@ async fn run(rig: &Rig, mode: Mode, n: usize) -> anyhow::Result<Measured> {
     let wall = started.elapsed();
     let bytes_in = in_bytes(monitor).await? - before;
     let peak_rss_kib = rig.memory_kib("orchestrator", "VmHWM:")?;
-    Ok(Measured { wall, bytes_in, peak_rss_kib, max_input_tokens, answer })
+    Ok(Measured { wall, bytes_in, peak_rss_kib, max_input_tokens, completed, answer })
 }
 
 /// `n` items of the map's JSONL file.

@@ -137,7 +137,8 @@ state_dir = "state"
         let ty = flotilla_protocol::ids::SubagentType::new("finance")?;
         let queue = self.bus.tasks();
         loop {
-            if queue.depth(&ty).await?.waiting as usize >= workers {
+            // The type's consumer appears once a worker has declared it.
+            if queue.depth(&ty).await.is_ok_and(|d| d.waiting as usize >= workers) {
                 return Ok(());
             }
             anyhow::ensure!(
