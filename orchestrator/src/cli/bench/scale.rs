@@ -141,6 +141,7 @@ async fn run(rig: &Rig, mode: Mode, n: usize) -> anyhow::Result<Measured> {
                     JobEventKind::PlannerStep { usage, .. } => {
                         max_input_tokens = max_input_tokens.max(usage.input_tokens)
                     }
+                    JobEventKind::TaskReported { status: TaskStatus::Completed, .. } => completed += 1,
                     JobEventKind::Completed { answer, .. } => return Ok(answer),
                     JobEventKind::Failed { error } => anyhow::bail!("job failed: {error}"),
                     _ => {}
