@@ -130,7 +130,9 @@ impl JobStore {
             return Err(BusError::new(format!("cannot store job {}", rec.id), "the job exists already"));
         };
         self.file_new(&rec).await;
-        self.live.insert(rec.id, Arc::new(Live::new(rec, revision, 0)));
+        if self.live.insert(rec.id, Arc::new(Live::new(rec, revision, 0))).is_none() {
+            self.metrics.jobs_in_memory(1);
+        }
         Ok(())
     }
 
@@ -170,18 +172,37 @@ impl JobStore {
         Ok(Some((rec, revision, todos_revision)))
     }
 
-    /// Reads the live header of `id` (loading it when needed) without copying it.
+    /// Reads the live header of `id` without copying it, or the stored one
+    /// when the job is not running here. Reading never keeps a job in
+    /// memory: an event or status read after a job ended must not bring it
+    /// back (issue 16, bounded memory).
     pub async fn read<R>(&self, id: &JobId, look: impl FnOnce(&JobRecord) -> R) -> Result<R, BusError> {
-        Ok(self.live_record(id).await?.look(look))
+        if let Some(r) = self.live.get(id).map(|r| r.clone()) {
+            return Ok(r.look(look));
+        }
+        let (rec, _, _) = self.stored(id).await?.ok_or_else(|| BusError::new(format!("job {id}"), "not found"))?;
+        Ok(look(&rec))
     }
 
-    async fn live_record(&self, id: &JobId) -> Result<Arc<Live>, BusError> {
+    /// The live record of `id`, loaded into memory when needed; `true`
+    /// when this call loaded it.
+    async fn live_record(&self, id: &JobId) -> Result<(Arc<Live>, bool), BusError> {
         if let Some(r) = self.live.get(id).map(|r| r.clone()) {
-            return Ok(r);
+            return Ok((r, false));
         }
         let (rec, header, todos) =
             self.stored(id).await?.ok_or_else(|| BusError::new(format!("job {id}"), "not found"))?;
-        Ok(self.live.entry(*id).or_insert_with(|| Arc::new(Live::new(rec, header, todos))).clone())
+        let mut loaded = false;
+        let live = self
+            .live
+            .entry(*id)
+            .or_insert_with(|| {
+                loaded = true;
+                self.metrics.jobs_in_memory(1);
+                Arc::new(Live::new(rec, header, todos))
+            })
+            .clone();
+        Ok((live, loaded))
     }
 
     /// Applies `change` to the live record of `id` and persists its header
@@ -226,7 +247,7 @@ impl JobStore {
     /// Applies `change` and persists `doc`. A value too large to store fires
     /// [`oversized`](Self::oversized).
     async fn change<R>(&self, id: &JobId, doc: Doc, change: impl FnOnce(&mut JobRecord) -> R) -> Result<R, BusError> {
-        let live = self.live_record(id).await?;
+        let (live, loaded) = self.live_record(id).await?;
         let ((out, moved), version) = live.apply(doc, |r| {
             let before = r.status;
             let out = change(r);
@@ -258,6 +279,11 @@ impl JobStore {
                 if moved {
                     self.refile(&live).await;
                 }
+                if loaded && live.look(|r| r.status.is_terminal()) {
+                    // A late write to a job that ended (a report after the
+                    // end, or one racing its release): stored, not kept in memory.
+                    self.release(id);
+                }
                 Ok(out)
             }
             Err(e) => {
@@ -285,7 +311,9 @@ impl JobStore {
 
     /// Drops the in-memory copy of a finished job.
     pub fn release(&self, id: &JobId) {
-        self.live.remove(id);
+        if self.live.remove(id).is_some() {
+            self.metrics.jobs_in_memory(-1);
+        }
     }
 
     /// Metrics derived from the events this store emits.

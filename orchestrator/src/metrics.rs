@@ -46,6 +46,7 @@ pub struct OrchestratorMetrics {
     registry: Arc<Registry>,
     agent: AgentMetrics,
     jobs_running: Gauge,
+    jobs_in_memory: Gauge,
     jobs_ended: Family<StatusLabel, Counter>,
     dispatched: Family<TypeLabel, Counter>,
     reports: Family<StatusLabel, Counter>,
@@ -63,6 +64,7 @@ impl OrchestratorMetrics {
         let m = Self {
             agent: AgentMetrics::register(&mut r),
             jobs_running: Gauge::default(),
+            jobs_in_memory: Gauge::default(),
             jobs_ended: Family::default(),
             dispatched: Family::default(),
             reports: Family::default(),
@@ -75,6 +77,11 @@ impl OrchestratorMetrics {
         };
         r.register("flotilla_jobs_running", "Jobs whose planner runs in this orchestrator", m.jobs_running.clone());
         r.register("flotilla_jobs", "Jobs ended, by status", m.jobs_ended.clone());
+        r.register(
+            "flotilla_jobs_in_memory",
+            "Job records held in memory by this orchestrator's job store (its running jobs; a finished job leaves)",
+            m.jobs_in_memory.clone(),
+        );
         r.register("flotilla_tasks_dispatched", "Task messages published", m.dispatched.clone());
         r.register("flotilla_task_reports", "Task reports consolidated, by status", m.reports.clone());
         r.register("flotilla_task_queue_pending", "Tasks waiting for a worker", m.queue_pending.clone());
@@ -92,6 +99,13 @@ impl OrchestratorMetrics {
     /// The registry a `/metrics` endpoint encodes.
     pub fn registry(&self) -> &Arc<Registry> {
         &self.registry
+    }
+
+    /// One more (`+1`) or one fewer (`-1`) job record held in memory by the
+    /// job store (orchestrator/src/jobs.rs): counted where the map changes,
+    /// so concurrent changes cannot leave a stale count.
+    pub fn jobs_in_memory(&self, delta: i64) {
+        self.jobs_in_memory.inc_by(delta);
     }
 
     /// Counts what a job event says.

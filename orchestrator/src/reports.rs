@@ -34,7 +34,14 @@ use crate::ports::StoredReports;
 pub struct ReportRouter {
     stored: Arc<dyn StoredReports>,
     waiters: Arc<DashMap<TaskId, oneshot::Sender<TaskReport>>>,
+    /// Registrations so far, to sweep abandoned waiters every [`SWEEP_EVERY`].
+    registered: Arc<std::sync::atomic::AtomicUsize>,
 }
+
+/// Every this many registrations, waiters whose call gave up (receiver
+/// dropped: a timeout or a cancelled job whose report never came) are
+/// dropped, so the map holds live waits plus at most this many (issue 16).
+const SWEEP_EVERY: usize = 1024;
 
 impl ReportRouter {
     /// Starts following new reports.
@@ -54,7 +61,7 @@ impl ReportRouter {
     /// A router looking stored reports up in `stored`; live reports come
     /// through [`route`](Self::route).
     pub(crate) fn new(stored: Arc<dyn StoredReports>) -> Self {
-        Self { stored, waiters: Arc::default() }
+        Self { stored, waiters: Arc::default(), registered: Arc::default() }
     }
 
     /// Hands `report` to its waiter, if any (the first report of a task wins).
@@ -69,6 +76,9 @@ impl ReportRouter {
     pub fn expect(&self, task: TaskId) -> oneshot::Receiver<TaskReport> {
         let (tx, rx) = oneshot::channel();
         self.waiters.insert(task, tx);
+        if self.registered.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % SWEEP_EVERY == SWEEP_EVERY - 1 {
+            self.waiters.retain(|_, tx| !tx.is_closed());
+        }
         rx
     }
 
@@ -180,5 +190,22 @@ mod view_tests {
         let v = completed_view(r.task_id, &r.summary, r.summary_file.as_ref(), 1000);
         assert_eq!((v["report_file"]["path"].as_str(), v["truncated"].as_bool()), (Some(path.as_str()), Some(true)));
         assert!(v["report_file"].get("head").is_none(), "no head or tail copies in the planner's context");
+    }
+}
+
+#[cfg(test)]
+mod waiter_tests {
+    use super::*;
+
+    #[test]
+    fn waiters_whose_call_gave_up_are_swept() {
+        let router = ReportRouter::new(Arc::new(crate::fakes::FakeReports::default()));
+        let tasks: Vec<TaskId> = (0..10).map(|_| TaskId::new()).collect();
+        let _kept: Vec<_> = tasks.iter().map(|t| router.expect(*t)).collect();
+        for _ in 0..5 * SWEEP_EVERY {
+            drop(router.expect(TaskId::new())); // a call that timed out or was cancelled
+        }
+        assert!(router.waiting() <= tasks.len() + SWEEP_EVERY, "abandoned waiters pile up: {}", router.waiting());
+        assert!(tasks.iter().all(|t| router.waiters.contains_key(t)), "live waiters stay");
     }
 }

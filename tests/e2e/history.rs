@@ -16,6 +16,8 @@
 //! - A job past `[jobs] retention_days` (set to 4.3 s) is gone from the
 //!   listing, `status` (`not_found`) and `files`; its keys and files are deleted.
 //! - `jobs prune --before` deletes the tenant's finished jobs, not a running one.
+//! - (ignored until fixed) 1 000 demo jobs leave no job record in the
+//!   orchestrator's memory (`flotilla_jobs_in_memory`) and its RSS within 10 %.
 
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
@@ -229,4 +231,61 @@ async fn prune_deletes_the_tenants_finished_jobs_only() {
         assert_eq!(status(&d, job).await.expect_err("pruned").kind, ErrorKind::NotFound);
     }
     assert_eq!(listed(&d), vec![running], "only the running job is left");
+}
+
+/// The value of metric line `key` (`name{labels}`) at the orchestrator's `/metrics`, 0 when absent.
+async fn scrape(http: &reqwest::Client, port: u16, key: &str) -> f64 {
+    let text =
+        http.get(format!("http://127.0.0.1:{port}/metrics")).send().await.expect("metrics").text().await.unwrap();
+    text.lines()
+        .filter_map(|l| l.rsplit_once(' '))
+        .find(|(k, _)| *k == key)
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// Resident set size of process `pid` in KiB (`VmRSS` of /proc/<pid>/status).
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
+    let line = status.lines().find(|l| l.starts_with("VmRSS:")).expect("VmRSS");
+    line.split_whitespace().nth(1).and_then(|v| v.parse().ok()).expect("a number")
+}
+
+/// Submits `n` demo jobs, 50 at a time, and waits until `total` jobs have completed.
+async fn run_jobs(d: &Deployment, http: &reqwest::Client, port: u16, n: usize, total: usize) {
+    futures::stream::iter(0..n).map(|_| d.submit(JOB)).buffer_unordered(50).collect::<Vec<_>>().await;
+    let key = "flotilla_jobs_total{status=\"completed\"}";
+    eventually(Duration::from_secs(600), &format!("{total} jobs to complete"), || async {
+        (scrape(http, port, key).await as usize >= total).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "issue 16 item 4 still open: after 1 100 demo jobs, 321-453 job records stay in the job store's memory (flotilla_jobs_in_memory) and RSS grows ~22-25 % (debug build); run with --ignored"]
+async fn a_thousand_jobs_leave_no_job_in_memory_and_rss_flat() {
+    let port = free_port();
+    let d = Deployment::start(2, |url| {
+        let mut c = TestConfig::demo(url, 4, 0);
+        c.section(&format!("[metrics]\norchestrator = \"127.0.0.1:{port}\"\n"));
+        c
+    })
+    .await;
+    flotilla_config::tls::install_crypto_provider();
+    let http = reqwest::Client::builder().timeout(Duration::from_secs(10)).build().expect("http client");
+    let pid = d.orchestrator.as_ref().expect("orchestrator").pid();
+    let before = rss_kib(pid);
+    run_jobs(&d, &http, port, 100, 100).await;
+    let warm = rss_kib(pid);
+    let started = Instant::now();
+    run_jobs(&d, &http, port, 1_000, 1_100).await;
+    let took = started.elapsed();
+    let in_memory = scrape(&http, port, "flotilla_jobs_in_memory").await;
+    let after = rss_kib(pid);
+    eprintln!(
+        "figures: orchestrator RSS {before} KiB at start, {warm} KiB after 100 warm-up jobs, {after} KiB after 1000 more ({:+.1} %; debug build, 2 workers, demo jobs, 1000 in {took:?}); job records in memory after: {in_memory}",
+        (after as f64 / warm as f64 - 1.0) * 100.0
+    );
+    assert_eq!(in_memory, 0.0, "every finished job left the job store's memory");
+    assert!(after as f64 <= warm as f64 * 1.10, "RSS grew more than 10 % over 1000 jobs: {warm} -> {after} KiB");
 }
