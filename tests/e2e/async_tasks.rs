@@ -236,6 +236,13 @@ async fn three_started_tasks_are_checked_messaged_cancelled_and_awaited() {
     let rec = d.status(job).await;
     assert_eq!(rec.status, JobStatus::Completed);
     assert_eq!(rec.answer.as_deref(), Some("finished: 2 ended, 0 running"), "never woken: every outcome was shown");
+    // Each task's follow-up consumer goes with the task, not after an expiry.
+    let stream = d.bus.subjects.task_messages_stream();
+    flotilla_tests::eventually(Duration::from_secs(5), "the tasks' follow-up consumers to be deleted", || async {
+        let mut messages = d.raw.js.get_stream(&stream).await.ok()?;
+        (messages.info().await.ok()?.state.consumer_count == 0).then_some(())
+    })
+    .await;
 
     // Alpha: the follow-up reached its subagent as a user message added right
     // before a model call (the newest message of that request), stayed in its

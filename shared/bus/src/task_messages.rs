@@ -71,6 +71,7 @@ impl TaskMessages {
     ) -> Result<impl Stream<Item = FollowUp> + use<>, BusError> {
         let stream = self.bus.subjects.task_messages_stream();
         let name = format!("inbox-{}", uuid::Uuid::now_v7().simple());
+        let config_name = name.clone();
         let api = format!("$JS.API.CONSUMER.CREATE.{stream}.{name}");
         let config = pull::OrderedConfig {
             name: Some(name),
@@ -82,18 +83,45 @@ impl TaskMessages {
         let consumer =
             self.bus.guarded("cannot follow follow-up messages", create, |d| d.subject.starts_with(&api)).await?;
         let messages = consumer.messages().await.map_err(|e| BusError::new("cannot follow follow-up messages", e))?;
-        Ok(messages.filter_map(move |m| async move {
-            let m = m.map_err(|e| tracing::warn!(error = %e, "follow-up stream hiccup")).ok()?;
-            match protocol::decode::<FollowUp>(&m.payload).map_err(|e| e.to_string()).and_then(|f| {
-                f.check(&task)?;
-                Ok(f)
-            }) {
-                Ok(f) => Some(f),
-                Err(e) => {
-                    tracing::warn!(%task, error = %e, "follow-up message ignored");
-                    None
+        // Deleted when the task's stream is dropped, rather than left to
+        // expire: a worker runs thousands of tasks, each with its consumer.
+        let consumer = DeleteOnDrop { js: self.bus.js.clone(), stream, name: config_name };
+        Ok(messages.filter_map(move |m| {
+            let _consumer = &consumer;
+            async move {
+                let m = m.map_err(|e| tracing::warn!(error = %e, "follow-up stream hiccup")).ok()?;
+                match protocol::decode::<FollowUp>(&m.payload).map_err(|e| e.to_string()).and_then(|f| {
+                    f.check(&task)?;
+                    Ok(f)
+                }) {
+                    Ok(f) => Some(f),
+                    Err(e) => {
+                        tracing::warn!(%task, error = %e, "follow-up message ignored");
+                        None
+                    }
                 }
             }
         }))
+    }
+}
+
+/// Deletes a task's follow-up consumer when its stream is dropped (the
+/// task ended).
+struct DeleteOnDrop {
+    js: async_nats::jetstream::Context,
+    stream: String,
+    name: String,
+}
+
+impl Drop for DeleteOnDrop {
+    fn drop(&mut self) {
+        let (js, stream, name) = (self.js.clone(), std::mem::take(&mut self.stream), std::mem::take(&mut self.name));
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                if let Err(e) = js.delete_consumer_from_stream(&name, &stream).await {
+                    tracing::debug!(consumer = %name, error = %e, "follow-up consumer not deleted; it expires");
+                }
+            });
+        }
     }
 }
