@@ -1,4 +1,4 @@
-//! The app-controlled side of finance-tools (seed 003 section 8): one resource
+//! The app-controlled side of finance-tools (docs/MCP.md): one resource
 //! with the house rules of margin reporting, and one prompt that makes a
 //! finance analyst's system prompt from a task. The host (Flotilla's worker),
 //! not the model, decides to load them, before a subagent starts.

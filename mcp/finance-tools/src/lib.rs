@@ -1,6 +1,6 @@
 //! # finance-tools
 //!
-//! The example MCP server of Flotilla (seed 000 section 5, seed 003 section 3):
+//! The example MCP server of Flotilla (docs/MCP.md):
 //! pure business functions here, free of MCP, models and I/O, tested on their
 //! own; [`server`] exposes them as MCP tools with rmcp's server macros; the
 //! `finance-tools` binary serves them over stdio (default) or Streamable HTTP

@@ -1,7 +1,7 @@
 //! The MCP face of the finance functions, written with rmcp's server macros.
 //! Each tool only translates: arguments in, the pure function's result out as
 //! text plus `structuredContent`, a business refusal out as `isError` with the
-//! rule's text (seed 000 section 5.6), which the calling model can read and
+//! rule's text, which the calling model can read and
 //! recover from.
 //!
 //! `sleep_ms` and `environment` are test aids, off unless the server is started

@@ -1,5 +1,5 @@
-//! `flotilla mcp`: layered debugging of MCP servers without a model (seed 003
-//! sections 4 and 11). Uses the same config (and `--mcp-config`) as the
+//! `flotilla mcp`: layered debugging of MCP servers without a model
+//! (docs/MCP.md). Uses the same config (and `--mcp-config`) as the
 //! workers, so what works here works for a subagent:
 //!
 //! - `flotilla mcp tools <server>`: names, descriptions and input schemas as

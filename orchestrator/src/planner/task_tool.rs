@@ -1,4 +1,4 @@
-//! `task(description, subagent_type)` (seed 000 section 2.5): delegates one
+//! `task(description, subagent_type)`: delegates one
 //! self-contained piece of work to a subagent type over the bus and returns
 //! its report. Parallel calls in one planner turn are parallel tasks; a failed
 //! report is an error result for that call only.

@@ -1,4 +1,4 @@
-//! `write_todos` (seed 000 section 2.2): the planner's plan, always written
+//! `write_todos`: the planner's plan, always written
 //! whole, stored as the job's todo list (`<job>.todos`, orchestrator/src/jobs.rs)
 //! and published as a job event.
 

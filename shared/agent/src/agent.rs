@@ -1,5 +1,5 @@
-//! The tool-call loop shared by the planner and every subagent (seed 000
-//! section 1.1): the model returns tool calls, the [`ToolSet`] validates and
+//! The tool-call loop shared by the planner and every subagent:
+//! the model returns tool calls, the [`ToolSet`] validates and
 //! runs them (concurrently, each isolated from its siblings), the results go
 //! back to the model, until it answers with text or a limit ends the run.
 //!

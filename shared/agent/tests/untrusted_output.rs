@@ -1,4 +1,4 @@
-//! Tool output is untrusted data (seed 000 section 7.1): a tool whose result
+//! Tool output is untrusted data (docs/SECURITY.md): a tool whose result
 //! carries instructions and fake tool-call JSON cannot change what the agent
 //! may call, skip an approval, or make the runtime run anything the model did
 //! not itself ask for. The tool set is fixed when the agent starts; the output

@@ -1,8 +1,7 @@
 //! `[subagents.<type>] interrupt_on` and `approval_timeout`: which tool calls
 //! wait for a person (human in the loop, docs/APPROVALS.md).
 //!
-//! Keys are the final tool names the model sees (with any MCP prefix), as in
-//! seed 003: a key naming no tool of the type is a config error, because a
+//! Keys are the final tool names the model sees (with any MCP prefix): a key naming no tool of the type is a config error, because a
 //! misspelt key would otherwise silently switch approval off.
 
 use serde::{Deserialize, Serialize};

@@ -3,7 +3,7 @@
 //! shape (TOML, or an imported `mcpServers` JSON file), [`McpServerSettings`]
 //! the validated form whose errors name the key.
 //!
-//! A stdio server is a trusted command from config (seed 000 section 7.1): the
+//! A stdio server is a trusted command from config: the
 //! model can never name a command, and the child gets only the variables
 //! declared here plus `PATH`. An HTTP server's secrets never sit in the file:
 //! header values and the bearer token are read from named environment

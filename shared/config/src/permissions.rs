@@ -1,4 +1,4 @@
-//! File permission rules for the built-in file tools (seed 000 section 2.6).
+//! File permission rules for the built-in file tools (docs/TOOLS.md).
 //!
 //! An agent's rules are an ordered list of `{operations, paths, mode}`; the
 //! first rule whose operation and path glob match decides, and the agent's

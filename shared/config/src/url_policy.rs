@@ -1,6 +1,6 @@
 //! Where an MCP client may connect over HTTP, and how its URLs appear in logs.
 //!
-//! Rules (seed 000 sections 5.8 and 7.1): `https` is required except to
+//! Rules (docs/MCP.md): `https` is required except to
 //! loopback (or where a server explicitly sets `allow_insecure_http`);
 //! credentials in the URL are refused (use `headers_from_env`); link-local and
 //! cloud-metadata addresses are refused whatever the scheme, both as literals

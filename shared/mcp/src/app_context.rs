@@ -1,4 +1,4 @@
-//! App-controlled MCP context (seed 003 section 8): resources and prompts are
+//! App-controlled MCP context (docs/MCP.md): resources and prompts are
 //! chosen by the host's config, never by the model or a task message. A
 //! subagent type may
 //!

@@ -1,5 +1,4 @@
-//! MCP `CallToolResult` -> what the model reads (seed 000 section 5.5, seed
-//! 003 section 8).
+//! MCP `CallToolResult` -> what the model reads (docs/MCP.md).
 //!
 //! - Text blocks are inline: one or more text blocks become one string, so a
 //!   `0.375` from the server reaches the model as `0.375`.
@@ -11,7 +10,7 @@
 //!   the application keeps it, the model does not read it (unless the server
 //!   sent no content blocks at all, when it is the only answer there is).
 //! - `isError: true` becomes a `business` tool error carrying the server's
-//!   text, which the model reads and can recover from (seed 000 section 5.6).
+//!   text, which the model reads and can recover from.
 
 use base64::Engine as _;
 use rmcp::model::{CallToolResult, ContentBlock, ResourceContents};

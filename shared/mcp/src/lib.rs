@@ -11,7 +11,7 @@
 //! - [`content`]: `CallToolResult` -> tool result + `structuredContent` artifact.
 //! - [`tool`]: an MCP tool as a [`flotilla_agent::tool::Tool`].
 //! - [`app_context`]: resources and prompts a subagent type loads into its
-//!   system prompt before a task starts (app-controlled, seed 003 section 8).
+//!   system prompt before a task starts (app-controlled, docs/MCP.md).
 //! - [`hub`]: every server of a process; `mcp:<server>[/<tool>]` entries,
 //!   background recovery, health for heartbeats.
 //!

@@ -1,7 +1,7 @@
 //! One configured server as the process sees it: its session (shared by every
 //! concurrent task when persistent), its discovered tools, and its health.
 //!
-//! Failure handling (seed 000 section 5.6, DESIGN.md "MCP"): a call on a dead
+//! Failure handling (docs/MCP.md): a call on a dead
 //! persistent session reconnects once and retries once; if that fails too,
 //! the call fails with a `transient` error, the server is reported down, and
 //! nothing else is affected. A timeout is not retried: the server may have

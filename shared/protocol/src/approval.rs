@@ -1,4 +1,4 @@
-//! Human approval of tool calls (seed 000 section 3.6, seed 003 `interrupt_on`).
+//! Human approval of tool calls (`interrupt_on`, docs/APPROVALS.md).
 //!
 //! A worker about to run a gated call stores an [`ApprovalRecord`] in the
 //! `<prefix>_approvals` KV bucket (state `pending`, under

@@ -1,5 +1,4 @@
-//! Audit records (seed 000 section 3.6: caller, argument digest, outcome,
-//! trace id): one per tool call and per approval decision, by the planner and
+//! Audit records (caller, argument digest, outcome, trace id): one per tool call and per approval decision, by the planner and
 //! every worker, on `<prefix>.audit.<tenant>.<job>` in the `<PREFIX>_AUDIT`
 //! stream (limits retention, `[nats] audit_retention_days`).
 //!

@@ -1,5 +1,5 @@
-//! Error kinds shared by tool results, task reports and API replies. They follow
-//! the error contract of seed 000 section 3.4: the kind tells the caller (a
+//! Error kinds shared by tool results, task reports and API replies (the
+//! error contract of docs/TOOLS.md): the kind tells the caller (a
 //! model, the planner, a retry policy) what to do next.
 
 use serde::{Deserialize, Serialize};

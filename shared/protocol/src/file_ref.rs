@@ -1,6 +1,6 @@
-//! A reference to a large text kept in the job's files (seed 000 section 3.5:
-//! "big results are written to files; return only path, summary, line count
-//! and checksum"). Evicted tool results and oversized task reports travel as
+//! A reference to a large text kept in the job's files: big results are
+//! written to files, and what travels is their path, summary, line count and
+//! checksum. Evicted tool results and oversized task reports travel as
 //! one of these instead of their bytes.
 
 use serde::{Deserialize, Serialize};

@@ -23,7 +23,7 @@ pub struct TaskMessage {
     pub task_id: TaskId,
     /// Which subagent type runs it.
     pub subagent_type: SubagentType,
-    /// The complete brief: goal, inputs, expected output (seed 000 section 2.5).
+    /// The complete brief: goal, inputs, expected output.
     pub description: String,
     /// Owner of the job.
     #[serde(default)]

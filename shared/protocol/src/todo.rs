@@ -1,4 +1,4 @@
-//! The planner's todo list (seed 000 section 2.2): always written whole.
+//! The planner's todo list: always written whole.
 
 use serde::{Deserialize, Serialize};
 

@@ -1,5 +1,5 @@
-//! The audit record of every `execute` call (seed 000 section 2.4: who ran
-//! what, the command's digest, exit status, duration). [`record`] is the one
+//! The audit record of every `execute` call (who ran what, the
+//! command's digest, exit status, duration). [`record`] is the one
 //! place an execution is reported: a structured log line under the
 //! `flotilla::audit` target and an `executed` progress event; a durable audit
 //! stream hooks in here too.

@@ -1,4 +1,4 @@
-//! Sandboxed command execution: the `execute` tool (seed 000 section 2.4).
+//! Sandboxed command execution: the `execute` tool (docs/SANDBOX.md).
 //!
 //! A subagent type gets `execute` only when its config has a
 //! `[subagents.<type>.sandbox]` section; without one the tool does not exist

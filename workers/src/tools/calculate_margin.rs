@@ -1,5 +1,5 @@
 //! `calculate_margin`: the tool adapter over [`finance_tools::gross_margin`]
-//! (seed 000 section 3.2). The adapter only translates: JSON arguments in, a
+//! (docs/TOOLS.md, custom tools). The adapter only translates: JSON arguments in, a
 //! small result or a business error out.
 
 use async_trait::async_trait;
