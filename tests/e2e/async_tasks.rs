@@ -206,7 +206,9 @@ fn config(url: &str, planner: &str, model_url: &str) -> TestConfig {
     // A worker stalled for seconds (seen on a loaded 2-core host) must keep
     // its task: a redelivery would replay the mock's held calls. ack_wait 30 s.
     c.nats(30, 5);
-    c.scripted_model("planner", planner);
+    // A second per planner turn, so the tasks it starts are running (not
+    // still queued) when a later turn messages or cancels them.
+    c.scripted_model("planner", &format!("latency_ms = 1000\n{planner}"));
     c.section("[planner]\nmodel = \"planner\"\ntask_timeout = 60\n");
     c.section(&format!(
         "[models.mock]\nprovider = \"openai\"\nbase_url = \"{model_url}\"\nmodel = \"mock\"\nmax_retries = 0\n\
@@ -275,11 +277,16 @@ async fn three_started_tasks_are_checked_messaged_cancelled_and_awaited() {
         })
         .await;
     assert_eq!(finished["status"], "cancelled", "{finished}");
-    // It had started (a task refused when pulled emits no `started`), and its
-    // model call, if it got that far, never answered.
+    // Usually beta is running when the cancel lands (the planner's turns take
+    // a second each) and its subagent is aborted: its model call, if it got
+    // that far, never answered. On a loaded host the cancel can land while
+    // beta is still queued: then the worker that pulls it refuses it without
+    // starting it. Either way it never runs to its end.
     let started = log.seen.iter().any(|(s, v)| s.ends_with(&beta_progress) && v["event"] == "started");
-    assert!(started, "beta was running when it was cancelled");
-    assert!(mock.requests_of("beta").len() <= 1);
+    assert!(mock.requests_of("beta").len() <= usize::from(started), "beta's model was never answered");
+    if !started {
+        eprintln!("beta was cancelled while still queued (refused when pulled)");
+    }
     let g = by_desc["gamma"];
     assert_eq!((g.status, g.summary.as_str()), (Some(TaskStatus::Completed), "gamma done"));
     assert_eq!(log.events("task_dispatched").len(), 3, "each task dispatched once");
