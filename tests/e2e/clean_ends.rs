@@ -62,11 +62,7 @@ async fn submit_wait_ends_when_the_terminal_event_never_arrives() {
     config.subjects.retain(|s| !s.ends_with(".event"));
     assert_eq!(config.subjects.len(), 1, "only progress is stored now");
     d.raw.js.update_stream(config).await.unwrap();
-    let orchestrator = d.orchestrator.as_ref().unwrap();
-    eventually(TIMEOUT, "the orchestrator to be ready", || async {
-        orchestrator.log().contains("orchestrator ready").then_some(())
-    })
-    .await;
+    d.orchestrator_ready().await;
     let cfg = d.config_arg();
     let wait = tokio::task::spawn_blocking(move || {
         flotilla_tests::proc::run_cli(&["--config", &cfg, "submit", "--wait", &regions(1)], &[])

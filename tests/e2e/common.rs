@@ -50,6 +50,16 @@ impl Deployment {
         d
     }
 
+    /// Waits until the orchestrator answers the API (its "ready" log line),
+    /// for tests that then talk to it through the CLI, which does not retry.
+    pub async fn orchestrator_ready(&self) {
+        let o = self.orchestrator.as_ref().expect("an orchestrator");
+        flotilla_tests::eventually(TIMEOUT, "the orchestrator to be ready", || async {
+            o.log().contains("orchestrator ready").then_some(())
+        })
+        .await;
+    }
+
     pub fn config_arg(&self) -> String {
         self.config_path.display().to_string()
     }

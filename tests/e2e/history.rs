@@ -174,10 +174,10 @@ fn listed(d: &Deployment) -> Vec<JobId> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_past_retention_is_gone_from_listing_status_and_files() {
-    // 0.00005 days = 4.3 s; the sweeper runs every second (orchestrator/src/jobs/retention.rs).
+    // 0.0001 days = 8.6 s; the sweeper runs every second (orchestrator/src/jobs/retention.rs).
     let d = Deployment::start(1, |url| {
         let mut c = TestConfig::demo(url, 1, 0);
-        c.section("[jobs]\nretention_days = 0.00005\n");
+        c.section("[jobs]\nretention_days = 0.0001\n");
         c
     })
     .await;
@@ -185,6 +185,7 @@ async fn a_job_past_retention_is_gone_from_listing_status_and_files() {
     let input = tmp.path().join("notes.txt");
     std::fs::write(&input, "north: revenue 120, cost 75\n").unwrap();
     let (cfg, file) = (d.config_arg(), input.display().to_string());
+    d.orchestrator_ready().await;
     let (code, out, err) = run_cli(&["--config", &cfg, "submit", "--wait", "--json", "--file", &file, JOB], &[]);
     assert_eq!(code, 0, "submit: {out}\n{err}");
     let job = serde_json::from_str::<JobRecord>(&out).expect("the final record").id;
@@ -198,8 +199,8 @@ async fn a_job_past_retention_is_gone_from_listing_status_and_files() {
     })
     .await;
     let gone_after = finished.elapsed();
-    eprintln!("figures: a job with retention 4.3 s was gone {gone_after:?} after it finished ({})", e.message);
-    assert!(gone_after >= Duration::from_secs(4), "not before its retention: {gone_after:?}");
+    eprintln!("figures: a job with retention 8.6 s was gone {gone_after:?} after it finished ({})", e.message);
+    assert!(gone_after >= Duration::from_secs(8), "not before its retention: {gone_after:?}");
     assert!(!listed(&d).contains(&job), "gone from the listing");
     assert!(files.list(&job).await.unwrap().is_empty(), "its files are deleted");
     let (code, _, err) = run_cli(&["--config", &cfg, "files", "ls", &job.to_string()], &[]);
