@@ -184,6 +184,21 @@ impl JobRunner {
             Ok(None) => return tracing::debug!(job_id = %id, "job owned by another orchestrator"),
             Err(e) => return tracing::warn!(job_id = %id, error = %e, "job lease not taken; another orchestrator will"),
         };
+        // The lease makes the read below current: a job's owner stores its
+        // outcome before it gives the lease back. A job seen as waiting a
+        // moment ago (fill_slots lists, then starts) may have ended since;
+        // planning it again would re-run a finished job.
+        match self.jobs.get(&id).await {
+            Ok(Some(rec)) if !rec.status.is_terminal() => {}
+            Ok(found) => {
+                tracing::debug!(job_id = %id, status = ?found.map(|r| r.status), "job ended before its lease was taken");
+                return held.release().await;
+            }
+            Err(e) => {
+                tracing::warn!(job_id = %id, error = %e, "cannot read the job whose lease was taken; left for later");
+                return held.release().await;
+            }
+        }
         tracing::info!(job_id = %id, owner = %self.ownership.owner, "job lease taken");
         // The planner stops (the job stays `running`) on shutdown or once
         // fenced; a cancel of the job alone ends it `cancelled`.

@@ -287,6 +287,8 @@ async fn a_thousand_jobs_leave_no_job_in_memory_and_rss_flat() {
         "figures: orchestrator RSS {before} KiB at start, {warm} KiB after 100 warm-up jobs, {after} KiB after 1000 more ({:+.1} %; debug build, 2 workers, demo jobs, 1000 in {took:?}); job records in memory after: {in_memory}",
         (after as f64 / warm as f64 - 1.0) * 100.0
     );
+    let completed = scrape(&http, port, "flotilla_jobs_total{status=\"completed\"}").await;
+    assert_eq!(completed, 1_100.0, "each job completed once: a finished job is never planned again");
     assert_eq!(in_memory, 0.0, "every finished job left the job store's memory");
     assert!(after as f64 <= warm as f64 * 1.10, "RSS grew more than 10 % over 1000 jobs: {warm} -> {after} KiB");
 }

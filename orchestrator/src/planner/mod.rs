@@ -116,11 +116,18 @@ impl Planner {
         let rec = match self
             .jobs
             .update(&id, |rec| {
-                rec.status = JobStatus::Running;
+                // A job that ended stays ended (the runner checks too, under the lease).
+                if !rec.status.is_terminal() {
+                    rec.status = JobStatus::Running;
+                }
                 rec.clone()
             })
             .await
         {
+            Ok(rec) if rec.status.is_terminal() => {
+                tracing::warn!(job_id = %id, status = rec.status.as_str(), "not planning a job that ended");
+                return;
+            }
             Ok(rec) => rec,
             Err(e) => {
                 tracing::error!(job_id = %id, error = %e, "cannot start job");
