@@ -21,6 +21,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use flotilla_agent::retry::Backoff;
 use flotilla_agent::tool::{ApprovalGate, ToolContext, ToolError, ToolSet};
 use flotilla_bus::{ApprovalStore, Bus, BusError, Versioned, Write};
 use flotilla_config::SubagentConfig;
@@ -209,20 +210,9 @@ impl BusApprovalGate {
     ) -> Result<Result<Value, ToolError>, BusError> {
         let decision_key = ApprovalStore::decision_key(key, rec.round);
         let deadline = tokio::time::Instant::now() + until(rec.request.expires_at);
-        loop {
-            let mut watch = std::pin::pin!(store.watch_decision(&decision_key).await?);
-            let next = tokio::select! {
-                next = watch.next() => next,
-                _ = tokio::time::sleep_until(deadline) => return self.expire(store, key, &decision_key).await,
-            };
-            match next {
-                Some(Ok((decision, _))) => return self.apply(store, key, &decision, None).await,
-                Some(Err(e)) => {
-                    tracing::warn!(error = %e, "decision watch failed; watching again");
-                    tokio::time::sleep(Duration::from_millis(500)).await;
-                }
-                None => {}
-            }
+        match next_decision(|| store.watch_decision(&decision_key), deadline).await? {
+            Some(decision) => self.apply(store, key, &decision, None).await,
+            None => self.expire(store, key, &decision_key).await,
         }
     }
 
@@ -303,6 +293,41 @@ impl BusApprovalGate {
     }
 }
 
+/// First and longest pause between two watches of a decision key.
+const REWATCH: (Duration, Duration) = (Duration::from_millis(200), Duration::from_secs(5));
+
+/// The decision `watch` yields before `deadline` (`None` once it passed).
+/// A watch that fails or ends (the server ended the consumer) is opened
+/// again after the one backoff policy's pause (shared/agent/src/retry.rs),
+/// never at once: a server that keeps ending watches must not spin the worker.
+async fn next_decision<S, W, Fut>(
+    mut watch: W,
+    deadline: tokio::time::Instant,
+) -> Result<Option<DecisionRecord>, BusError>
+where
+    W: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<S, BusError>>,
+    S: futures::Stream<Item = Result<(DecisionRecord, u64), BusError>>,
+{
+    let mut backoff = Backoff::new(REWATCH.0, REWATCH.1);
+    loop {
+        let mut stream = std::pin::pin!(watch().await?);
+        let next = tokio::select! {
+            next = stream.next() => next,
+            _ = tokio::time::sleep_until(deadline) => return Ok(None),
+        };
+        match next {
+            Some(Ok((decision, _))) => return Ok(Some(decision)),
+            Some(Err(e)) => tracing::warn!(error = %e, "decision watch failed; watching again"),
+            None => tracing::debug!("decision watch ended; watching again"),
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(backoff.next_delay()) => {}
+            _ = tokio::time::sleep_until(deadline) => return Ok(None),
+        }
+    }
+}
+
 /// Where a gated call stands after reading its request.
 enum Opened {
     /// Wait for the decision of this round.
@@ -379,4 +404,57 @@ fn expired(rec: &ApprovalRecord) -> ToolError {
 
 fn until(at: OffsetDateTime) -> Duration {
     (at - protocol::now()).try_into().unwrap_or(Duration::ZERO)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    fn approve(round: u32) -> DecisionRecord {
+        DecisionRecord { v: 1, round, decision: Decision::Approve, by: None, decided_at: protocol::now() }
+    }
+
+    /// A server that ends every watch at once: before the backoff the gate
+    /// re-watched in a tight loop (millions of watches a second).
+    #[tokio::test]
+    async fn watches_that_keep_ending_are_reopened_with_backoff() {
+        let watches = AtomicU32::new(0);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(1);
+        let got = next_decision(
+            || async {
+                watches.fetch_add(1, Ordering::SeqCst);
+                Ok(futures::stream::empty())
+            },
+            deadline,
+        )
+        .await
+        .unwrap();
+        assert!(got.is_none(), "the deadline passed without a decision");
+        // Pauses of at least 200, 400 and 800 ms: at most 3 watches fit in 1 s.
+        let n = watches.load(Ordering::SeqCst);
+        assert!((2..=3).contains(&n), "{n} watches in 1 s");
+    }
+
+    /// A failed watch is retried after a pause too, and the decision of a
+    /// later watch is returned.
+    #[tokio::test]
+    async fn a_decision_after_a_failed_watch_is_returned() {
+        let watches = AtomicU32::new(0);
+        let start = tokio::time::Instant::now();
+        let got = next_decision(
+            || async {
+                let item = match watches.fetch_add(1, Ordering::SeqCst) {
+                    0 => Err(BusError::new("watch", "connection reset")),
+                    _ => Ok((approve(3), 7)),
+                };
+                Ok(futures::stream::iter([item]))
+            },
+            start + Duration::from_secs(30),
+        )
+        .await
+        .unwrap();
+        assert_eq!(got.map(|d| d.round), Some(3));
+        assert!(start.elapsed() >= REWATCH.0, "paused {:?} before watching again", start.elapsed());
+    }
 }
