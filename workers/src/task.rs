@@ -135,11 +135,14 @@ async fn run(
         let agent = Agent { model: rt.model.clone(), tools: rt.tools.clone(), limits };
         let mut conv = Conversation::new(system.as_deref().unwrap_or_default(), &task.description);
         // The task's sandbox scratch dir lives exactly as long as this run.
-        let _sandbox = rt.sandbox.as_ref().and_then(|s| {
-            s.open(task.task_id, progress.clone())
+        let scratch = match &rt.sandbox {
+            Some(s) => s
+                .open(task.task_id, progress.clone())
+                .await
                 .map_err(|e| tracing::error!(error = %e, "sandbox scratch dir not created; execute will fail"))
-                .ok()
-        });
+                .ok(),
+            None => None,
+        };
         // Follow-up messages (`message_task`) reach the subagent before its next model call.
         let inbox = crate::inbox::TaskInbox::open(&ctx.bus, &task).await;
         let gate = BusApprovalGate::new(ctx.bus.clone(), rt.approvals.clone(), progress.clone(), task.tenant.clone());
@@ -153,6 +156,9 @@ async fn run(
             inbox: Some(inbox.inbox()),
         };
         let r = agent.run(&mut conv, &run_ctx, &progress).await;
+        if let Some(scratch) = scratch {
+            scratch.close().await;
+        }
         r.map(|answer| (answer, conv.usage)).map_err(|e| (why_cancelled(&ctx, &task, e), conv.usage))
     };
     keepalive.abort();

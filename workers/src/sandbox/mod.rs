@@ -99,12 +99,16 @@ impl Sandbox {
         Ok(dir)
     }
 
-    /// Opens the scratch dir of `task`; it is removed when the guard drops.
-    pub fn open(self: &Arc<Self>, task: TaskId, progress: ProgressPublisher) -> anyhow::Result<SessionGuard> {
-        let scratch = self.make_dir(&task.to_string())?;
+    /// Opens the scratch dir of `task` (made off the async threads: clearing a
+    /// stale dir may take long); [`SessionGuard::close`] removes it.
+    pub async fn open(self: &Arc<Self>, task: TaskId, progress: ProgressPublisher) -> anyhow::Result<SessionGuard> {
+        let sandbox = self.clone();
+        let scratch = tokio::task::spawn_blocking(move || sandbox.make_dir(&task.to_string()))
+            .await
+            .context("the scratch dir task panicked")??;
         let session = Session { scratch, progress, staged: Default::default() };
         self.sessions.lock().expect("sessions lock").insert(task, Arc::new(session));
-        Ok(SessionGuard { sandbox: self.clone(), task })
+        Ok(SessionGuard { sandbox: self.clone(), task, closed: false })
     }
 
     /// `(uid, gid)` owning files handed to the sandbox, when it runs as another user.
@@ -173,18 +177,54 @@ fn private_root(base: &Path, key: &str) -> anyhow::Result<PathBuf> {
     Ok(root)
 }
 
-/// Ends a task's session: forgets it and deletes its scratch dir.
+/// Ends a task's session: forgets it and deletes its scratch dir (up to
+/// `scratch_mb` of files) on a blocking thread, never on the async runtime.
+/// [`SessionGuard::close`] waits for the removal; a guard dropped without it
+/// (a panic, an aborted task) starts the removal and does not wait.
 pub struct SessionGuard {
     sandbox: Arc<Sandbox>,
     task: TaskId,
+    closed: bool,
+}
+
+impl SessionGuard {
+    /// Forgets the session and removes its scratch dir, returning once it is gone.
+    pub async fn close(mut self) {
+        self.closed = true;
+        if let Some(removal) = self.remove() {
+            let _ = removal.await;
+        }
+    }
+
+    /// Forgets the session and starts removing its scratch dir.
+    fn remove(&self) -> Option<tokio::task::JoinHandle<()>> {
+        let session = self.sandbox.sessions.lock().expect("sessions lock").remove(&self.task)?;
+        remove_scratch(session.scratch.clone())
+    }
+}
+
+/// Removes `scratch` on a blocking thread of the current runtime (the handle
+/// says when it is gone), or right here outside a runtime.
+fn remove_scratch(scratch: PathBuf) -> Option<tokio::task::JoinHandle<()>> {
+    let remove = move || {
+        if let Err(e) = std::fs::remove_dir_all(&scratch) {
+            tracing::warn!(dir = %scratch.display(), error = %e, "scratch dir not removed");
+        }
+    };
+    match tokio::runtime::Handle::try_current() {
+        Ok(rt) => Some(rt.spawn_blocking(remove)),
+        // Outside a runtime nothing async can be blocked.
+        Err(_) => {
+            remove();
+            None
+        }
+    }
 }
 
 impl Drop for SessionGuard {
     fn drop(&mut self) {
-        if let Some(s) = self.sandbox.sessions.lock().expect("sessions lock").remove(&self.task)
-            && let Err(e) = std::fs::remove_dir_all(&s.scratch)
-        {
-            tracing::warn!(dir = %s.scratch.display(), error = %e, "scratch dir not removed");
+        if !self.closed {
+            self.remove();
         }
     }
 }
@@ -230,5 +270,32 @@ mod tests {
         let e = format!("{:#}", private_root(&b, "subagents.t.sandbox").unwrap_err());
         assert!(e.contains("a symlink"), "{e}");
         std::fs::remove_dir_all(&b).unwrap();
+    }
+
+    fn full_scratch() -> PathBuf {
+        let d = base();
+        std::fs::create_dir_all(d.join("a/b")).unwrap();
+        for i in 0..50 {
+            std::fs::write(d.join(format!("a/b/f{i}")), vec![0u8; 4096]).unwrap();
+        }
+        d
+    }
+
+    /// Inside a runtime the removal goes to a blocking thread and the dir
+    /// is gone once it is awaited; outside one it happens at once.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_scratch_dir_is_removed_off_the_runtime() {
+        let d = full_scratch();
+        let removal = remove_scratch(d.clone()).expect("handed to a blocking thread");
+        removal.await.unwrap();
+        assert!(!d.exists(), "{} still exists", d.display());
+        let d = full_scratch();
+        std::thread::spawn({
+            let d = d.clone();
+            move || assert!(remove_scratch(d).is_none(), "no runtime: removed inline")
+        })
+        .join()
+        .unwrap();
+        assert!(!d.exists());
     }
 }
