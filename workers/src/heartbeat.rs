@@ -133,36 +133,10 @@ async fn send(bus: &Bus, hb: &WorkerHeartbeat) {
     }
 }
 
-/// The host name (`HOSTNAME`, else `/etc/hostname`, else `unknown`), looked
-/// up once per process. The one lookup of the worker: its heartbeats' `host`,
-/// the default worker id (`<host>-<pid>`, `workers/src/main.rs`) and the host
-/// of its metrics URL all use it, so they always name the same machine.
+/// The host name (`flotilla_telemetry::host::host_name`, the one lookup of
+/// the workspace), owned. The worker's heartbeats' `host`, its default id
+/// (`<host>-<pid>`, `workers/src/main.rs`) and the host of its metrics URL all
+/// use it, so they always name the same machine.
 pub fn host_name() -> String {
-    static HOST: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    HOST.get_or_init(|| {
-        pick_host_name(std::env::var("HOSTNAME").ok(), || std::fs::read_to_string("/etc/hostname").ok())
-    })
-    .clone()
-}
-
-/// The first non-blank of `env` and `file()` (trimmed), else `unknown`.
-fn pick_host_name(env: Option<String>, file: impl FnOnce() -> Option<String>) -> String {
-    let usable = |h: String| Some(h.trim().to_string()).filter(|h| !h.is_empty());
-    env.and_then(usable).or_else(|| file().and_then(usable)).unwrap_or_else(|| "unknown".into())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn host_name_prefers_the_environment_then_the_file_then_unknown() {
-        let file = || Some("from-file\n".to_string());
-        assert_eq!(pick_host_name(Some(" box-1 \n".into()), file), "box-1");
-        assert_eq!(pick_host_name(None, file), "from-file");
-        // A blank HOSTNAME does not hide /etc/hostname.
-        assert_eq!(pick_host_name(Some("  ".into()), file), "from-file");
-        assert_eq!(pick_host_name(None, || Some("\n".into())), "unknown");
-        assert_eq!(pick_host_name(None, || None), "unknown");
-    }
+    flotilla_telemetry::host::host_name().to_string()
 }
