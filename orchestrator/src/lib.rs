@@ -22,11 +22,12 @@
 //!   failed reports, so a planner never waits in silence.
 //! - `approvals`: the `approvals`/`approve` API operations over the approvals
 //!   bucket (docs/APPROVALS.md).
-//! - `metrics`: Prometheus families fed by `jobs`; `dashboard`: the web
-//!   dashboard's routes and their access guard. Both are observers, built as
-//!   routers by the service ([`service::Orchestrator::metrics_router`],
-//!   [`service::Orchestrator::dashboard_router`]); binding and serving the
-//!   sockets is the binary's job (src/cli/endpoints.rs).
+//! - `metrics`: Prometheus families fed by `jobs`, built as a router by the
+//!   service ([`service::Orchestrator::metrics_router`]); binding and serving
+//!   the socket is the binary's job (src/cli/endpoints.rs).
+//! - [`reader`]: a read-only handle on jobs, workers and events
+//!   ([`service::Orchestrator::jobs_reader`]) for the web dashboard, which the
+//!   binary serves (src/cli/dashboard/): HTTP serving stays out of this library.
 //! - [`events`]: the one reader of the events stream, shared by the CLI
 //!   (`watch`, `submit --wait`) and the dashboard's Server-Sent Events.
 //!
@@ -37,7 +38,6 @@
 #![deny(missing_docs)]
 
 mod approvals;
-mod dashboard;
 mod dead_letters;
 pub mod events;
 #[cfg(test)]
@@ -48,6 +48,7 @@ mod leases;
 mod metrics;
 mod planner;
 mod ports;
+pub mod reader;
 mod reports;
 mod runner;
 pub mod service;

@@ -4,7 +4,8 @@
 //! subcommand under src/cli/.
 //!
 //! - `flotilla orchestrator` runs the library's service and serves its HTTP
-//!   endpoints ([`cli::orchestrator`], [`cli::endpoints`]).
+//!   endpoints ([`cli::orchestrator`], [`cli::endpoints`]), the web dashboard
+//!   among them ([`cli::dashboard`], over the library's read-only job reader).
 //! - `flotilla up` / `flotilla demo` run a local deployment ([`cli::supervisor`]).
 //! - `submit`, `status`, `jobs`, `watch`, ... are clients of the bus ([`cli`]).
 

@@ -24,12 +24,11 @@
 //! says what is wrong, never silence.
 
 use std::future::Future;
-use std::net::SocketAddr;
 use std::sync::Arc;
 
 use async_nats::Message;
 use flotilla_bus::{Bus, Cancellations};
-use flotilla_config::{DashboardConfig, Settings};
+use flotilla_config::Settings;
 use flotilla_protocol::ids::{JobId, SubagentType, Tenant};
 use flotilla_protocol::{
     self as protocol, ApiReply, CancelReply, CancelRequest, ErrorKind, JobEventKind, JobRecord, ListReply, ListRequest,
@@ -43,6 +42,7 @@ use crate::files_api::FilesApi;
 use crate::jobs::{JobStore, ListQuery};
 use crate::leases::Ownership;
 use crate::planner::Planner;
+use crate::reader::JobsReader;
 use crate::reports::ReportRouter;
 use crate::runner::JobRunner;
 use flotilla_bus::Checkpoints;
@@ -68,8 +68,9 @@ struct Service {
 
 /// A connected orchestrator: bus topology ensured and stores open, but not yet
 /// answering the job API nor planning. The split lets the binary bind its HTTP
-/// endpoints ([`Orchestrator::metrics_router`], [`Orchestrator::dashboard_router`])
-/// before any job runs, and keeps socket serving out of this library.
+/// endpoints ([`Orchestrator::metrics_router`], the dashboard over
+/// [`Orchestrator::jobs_reader`]) before any job runs, and keeps socket
+/// serving out of this library.
 pub struct Orchestrator {
     service: Arc<Service>,
     /// Subagent types whose queue depths a metrics scrape reads (`[subagents]`).
@@ -118,11 +119,10 @@ impl Orchestrator {
         flotilla_telemetry::metrics::router(self.service.jobs.metrics().registry().clone(), refresh)
     }
 
-    /// The web dashboard (src/dashboard/) for serving on `addr` under
-    /// `config`'s access rules; fails when the rules cannot be met (a token
-    /// required or named but not set).
-    pub fn dashboard_router(&self, addr: SocketAddr, config: &DashboardConfig) -> anyhow::Result<axum::Router> {
-        crate::dashboard::router(addr, config, self.service.bus.clone(), self.service.jobs.clone())
+    /// A read-only handle on the jobs, workers and events, for the web
+    /// dashboard the binary serves (src/cli/dashboard/).
+    pub fn jobs_reader(&self) -> JobsReader {
+        JobsReader::new(self.service.bus.clone(), self.service.jobs.clone())
     }
 
     /// Resumes every unfinished job, then answers the job API until `shutdown`
@@ -300,9 +300,9 @@ impl Service {
 /// This orchestrator's id in job leases: `<host>-<pid>-<random>`, unique
 /// even when a restarted process gets the same pid.
 fn orchestrator_id() -> String {
-    let host = std::env::var("HOSTNAME").ok().filter(|h| !h.trim().is_empty()).unwrap_or_else(|| "orchestrator".into());
+    let host = flotilla_telemetry::host::host_name();
     let nonce = uuid::Uuid::new_v4().simple().to_string();
-    format!("{}-{}-{}", host.trim(), std::process::id(), &nonce[..6])
+    format!("{host}-{}-{}", std::process::id(), &nonce[..6])
 }
 
 fn encode<T: serde::Serialize + serde::de::DeserializeOwned>(reply: ApiReply<T>) -> bytes::Bytes {

@@ -3,9 +3,10 @@
 //! listen`). Both are observers: they read the bus and job records and never
 //! change a job.
 //!
-//! The library builds the routes ([`Orchestrator::metrics_router`],
-//! [`Orchestrator::dashboard_router`]); binding and serving sockets is the
-//! binary's business, so the library opens no port of its own.
+//! The library builds the metrics route ([`Orchestrator::metrics_router`]) and
+//! hands out a read-only [`Orchestrator::jobs_reader`]; the dashboard's routes
+//! (src/cli/dashboard/), binding and serving sockets are the binary's
+//! business, so the library opens no port of its own.
 
 use flotilla_config::Settings;
 use flotilla_orchestrator::service::Orchestrator;
@@ -24,7 +25,7 @@ pub async fn start(
             .await?;
     }
     if let Some(addr) = settings.dashboard.listen {
-        let router = orchestrator.dashboard_router(addr, &settings.dashboard)?;
+        let router = super::dashboard::router(addr, &settings.dashboard, orchestrator.jobs_reader())?;
         let bound = flotilla_telemetry::metrics::serve("dashboard", addr, router, shutdown.cancelled_owned()).await?;
         tracing::info!(url = %format!("http://{bound}/"), "dashboard");
     }

@@ -8,6 +8,7 @@ pub mod audit;
 pub mod bench;
 pub mod cancel;
 pub mod client;
+pub mod dashboard;
 pub mod demo;
 pub mod endpoints;
 pub mod files;

@@ -17,6 +17,10 @@
 //! answers only its own host names (against DNS rebinding) and, with
 //! `[dashboard] token_env`, only requests carrying the token; a non-loopback
 //! `listen` address needs the token (docs/OPERATIONS.md, "Dashboard").
+//!
+//! It lives in the `flotilla` binary, not the orchestrator library (issue 11:
+//! HTTP serving belongs to the binaries); all it reads comes through the
+//! library's read-only [`JobsReader`], and src/cli/endpoints.rs binds it.
 
 mod guard;
 mod view;
@@ -31,31 +35,27 @@ use axum::http::StatusCode;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
-use flotilla_bus::Bus;
 use flotilla_config::DashboardConfig;
+use flotilla_orchestrator::events::{Event, Scope};
+use flotilla_orchestrator::reader::JobsReader;
 use flotilla_protocol::ids::{JobId, TaskId, Tenant};
 use flotilla_protocol::{JobRecord, JobStatus, ListReply, ProgressKind, StatusReply};
 use futures::{Stream, StreamExt};
 use serde::Deserialize;
 
-use crate::events::{self, Event, Scope};
-use crate::jobs::{self, JobStore};
-
 /// What every handler reads: the dashboard observes and never changes a job.
 #[derive(Clone)]
 struct Dash {
-    /// For the events stream (SSE) and the workers bucket.
-    bus: Bus,
-    /// Job records of every tenant.
-    jobs: JobStore,
+    /// Job records of every tenant, live workers, the events stream (SSE).
+    reader: JobsReader,
 }
 
 /// The dashboard's routes behind its [`guard`], for serving on `addr` (the
 /// binary binds it: docs/OPERATIONS.md, "Dashboard"). Fails when `config`'s
 /// access rules cannot be met (a token required or named but not set).
-pub fn router(addr: SocketAddr, config: &DashboardConfig, bus: Bus, jobs: JobStore) -> anyhow::Result<axum::Router> {
+pub fn router(addr: SocketAddr, config: &DashboardConfig, reader: JobsReader) -> anyhow::Result<axum::Router> {
     let guard = Arc::new(guard::Guard::from_config(config, addr)?);
-    Ok(routes(Dash { bus, jobs }).layer(axum::middleware::from_fn_with_state(guard, guard::check)))
+    Ok(routes(Dash { reader }).layer(axum::middleware::from_fn_with_state(guard, guard::check)))
 }
 
 fn routes(state: Dash) -> axum::Router {
@@ -129,9 +129,7 @@ impl Dash {
             None => None,
         };
         let limit = q.limit.unwrap_or(DEFAULT_JOBS_PAGE).min(flotilla_protocol::MAX_LIST_PAGE);
-        let query = jobs::ListQuery { status, after: q.after, ..jobs::ListQuery::new(tenant, limit) };
-        let page = self.jobs.list(&query).await.map_err(unavailable)?;
-        Ok(ListReply { jobs: page.jobs, next_after: page.next_after })
+        self.reader.list(tenant, status, q.after, limit).await.map_err(unavailable)
     }
 
     async fn job(&self, id: &str) -> Result<JobRecord, Failure> {
@@ -142,7 +140,7 @@ impl Dash {
     async fn job_page(&self, id: &str, q: &PageQuery) -> Result<StatusReply, Failure> {
         let id: JobId = id.parse().map_err(|_| Failure(StatusCode::BAD_REQUEST, format!("{id:?} is not a job id")))?;
         let limit = q.tasks.unwrap_or(flotilla_protocol::DEFAULT_TASKS_PAGE).min(flotilla_protocol::MAX_TASKS_PAGE);
-        let reply = self.jobs.status(&id, None, q.after, limit).await.map_err(unavailable)?;
+        let reply = self.reader.status(&id, q.after, limit).await.map_err(unavailable)?;
         reply.ok_or(Failure(StatusCode::NOT_FOUND, format!("no job {id}")))
     }
 }
@@ -215,7 +213,7 @@ async fn api_job(
 }
 
 async fn api_workers(State(d): State<Dash>) -> Result<Response, Failure> {
-    let workers = d.bus.live_workers().await.map_err(unavailable)?;
+    let workers = d.reader.live_workers().await.map_err(unavailable)?;
     Ok(Json(workers).into_response())
 }
 
@@ -235,13 +233,13 @@ fn sse(events: impl Stream<Item = anyhow::Result<Event>> + Send + 'static) -> Re
 }
 
 async fn all_events(State(d): State<Dash>) -> Result<Response, Failure> {
-    let events = events::follow(&d.bus, Scope::All, false).await.map_err(unavailable)?;
+    let events = d.reader.follow(Scope::All, false).await.map_err(unavailable)?;
     Ok(sse(events))
 }
 
 async fn job_events(State(d): State<Dash>, Path(id): Path<String>) -> Result<Response, Failure> {
     let rec = d.job(&id).await?;
-    let events = events::follow(&d.bus, Scope::Job(rec.tenant, rec.id), true).await.map_err(unavailable)?;
+    let events = d.reader.follow(Scope::Job(rec.tenant, rec.id), true).await.map_err(unavailable)?;
     // The stream ends after the job's terminal event: nothing follows it.
     let mut ended = false;
     let events = events.take_while(move |e| {
