@@ -17,7 +17,7 @@ use flotilla_agent::digest::sha256_hex;
 use flotilla_agent::files::FilePath;
 use flotilla_config::Settings;
 use flotilla_protocol::files_api::{
-    FILE_PART_BYTES, FilesCommitReply, FilesCommitRequest, FilesGetReply, FilesGetRequest, FilesLsReply,
+    FILE_PART_BYTES, FileEntry, FilesCommitReply, FilesCommitRequest, FilesGetReply, FilesGetRequest, FilesLsReply,
     FilesLsRequest, FilesPutReply, FilesPutRequest, StagedFile, UploadId,
 };
 use flotilla_protocol::ids::{JobId, Tenant};
@@ -27,7 +27,8 @@ use serde::de::DeserializeOwned;
 
 use super::client::ApiClient;
 use super::connect;
-use super::out::outln;
+use super::out::{out, outln};
+use super::table;
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -101,22 +102,15 @@ pub async fn run(settings: &Settings, tenant: &Tenant, args: Args) -> anyhow::Re
     }
 }
 
-/// Lists every page; text lines are printed page by page, `--json` prints
-/// one object with every file once the last page is in.
+/// Lists every page, then prints every file at once: `--json` one object,
+/// else [`ls_table`].
 async fn ls(api: &ApiClient, job: JobId, prefix: Option<String>, json: bool) -> anyhow::Result<i32> {
     let mut all = Vec::new();
     let mut after = None;
     loop {
         let req = FilesLsRequest { v: SCHEMA_VERSION, job_id: job, prefix: prefix.clone(), after, limit: None };
         let reply: FilesLsReply = call(api, "files_ls", &req).await?;
-        for f in reply.files {
-            if json {
-                all.push(f);
-            } else {
-                let modified = f.modified.map(|t| t.to_string()).unwrap_or_else(|| "-".into());
-                outln!("{:>12}  {modified}  {}", f.size, f.path)?;
-            }
-        }
+        all.extend(reply.files);
         after = reply.next_after;
         if after.is_none() {
             break;
@@ -124,8 +118,23 @@ async fn ls(api: &ApiClient, job: JobId, prefix: Option<String>, json: bool) -> 
     }
     if json {
         outln!("{}", serde_json::json!({"job_id": job, "files": all}))?;
+    } else {
+        out!("{}", ls_table(&all))?;
     }
     Ok(0)
+}
+
+/// One line per file, no header (so `wc -l` counts files): size in bytes
+/// (right-aligned), last write (`-` when unknown), path; one table over
+/// every page, so the columns line up however long a value is.
+fn ls_table(files: &[FileEntry]) -> String {
+    let mut t = table::new(&[]);
+    for f in files {
+        let modified = f.modified.map(|t| t.to_string()).unwrap_or_else(|| "-".into());
+        t.add_row([f.size.to_string(), modified, f.path.clone()]);
+    }
+    table::align_right(&mut t, &[0]);
+    table::render(t, "")
 }
 
 async fn get(api: &ApiClient, job: JobId, path: &str, output: Option<&Path>, json: bool) -> anyhow::Result<i32> {
@@ -274,5 +283,20 @@ mod tests {
         assert_eq!((f.local.as_path(), f.path.as_str()), (Path::new("items.jsonl"), "/maps/in/items.jsonl"));
         assert!("x:/../..".parse::<LocalFile>().is_err());
         assert!("/".parse::<LocalFile>().is_err());
+    }
+
+    #[test]
+    fn ls_prints_one_aligned_line_per_file() {
+        let at = time::OffsetDateTime::from_unix_timestamp(1_767_323_045).unwrap(); // 2026-01-02 03:04:05 UTC
+        let entry = |path: &str, size, modified| FileEntry { path: path.into(), size, modified };
+        let text =
+            ls_table(&[entry("/inputs/a.csv", 7, Some(at)), entry("/reports/0195-long-task-id.md", 1_234_567, None)]);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 2, "no header: {text}");
+        assert!(lines[0].starts_with("      7  2026-01-02 3:04:05.0 +00:00:00"), "{text}");
+        assert!(lines[1].starts_with("1234567  -"), "{text}");
+        let column = |l: &str| l.find('/').unwrap();
+        assert_eq!(column(lines[0]), column(lines[1]), "paths line up: {text}");
+        assert!(text.ends_with(".md\n"), "{text}");
     }
 }

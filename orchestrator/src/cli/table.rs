@@ -1,5 +1,5 @@
 //! Column tables for the human output of `workers`, `jobs`, `approvals`,
-//! `audit`, `status` and `bench`, built with comfy-table.
+//! `audit`, `status`, `files ls` and `bench`, built with comfy-table.
 //!
 //! Each column is as wide as its widest cell, measured in display width, so a
 //! worker id, tool name or outcome longer than usual (or text with wide
