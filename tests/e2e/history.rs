@@ -22,7 +22,7 @@
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use flotilla_bus::{JobIndex, JobRecords, job_keys};
+use flotilla_bus::{JobIndex, JobRecords};
 use flotilla_config::FilesConfig;
 use flotilla_protocol::ids::{JobId, Tenant};
 use flotilla_protocol::{
@@ -31,32 +31,13 @@ use flotilla_protocol::{
 };
 use flotilla_tests::proc::run_cli;
 use flotilla_tests::{TempDir, TestConfig, eventually, free_port};
-use futures::{StreamExt, TryStreamExt};
+use futures::StreamExt;
 
 use crate::common::{Deployment, TIMEOUT};
 
 /// Writes `n` completed jobs of the default tenant as the job store would.
 async fn write_finished(records: &JobRecords, index: &JobIndex, n: usize) -> Vec<JobId> {
-    let tenant = Tenant::default();
-    let ids: Vec<JobId> = (0..n).map(|_| JobId::new()).collect();
-    futures::stream::iter(ids.clone())
-        .map(|id| {
-            let tenant = tenant.clone();
-            async move {
-                let mut rec = JobRecord::new(id, tenant.clone(), format!("history job {id}"));
-                rec.status = JobStatus::Completed;
-                rec.answer = Some("done".into());
-                let header = flotilla_protocol::encode(&rec).into();
-                records.create(&job_keys::header(&id), header).await?;
-                let summary = serde_json::json!({"id": id, "tenant": tenant, "status": "completed"});
-                index.put(&tenant, JobStatus::Completed, &id, serde_json::to_vec(&summary).unwrap().into()).await
-            }
-        })
-        .buffer_unordered(64)
-        .try_collect::<()>()
-        .await
-        .expect("history written");
-    ids
+    flotilla_bus::seed_finished_jobs(records, index, &Tenant::default(), n).await.expect("history written")
 }
 
 async fn list(d: &Deployment, req: &ListRequest) -> ListReply {

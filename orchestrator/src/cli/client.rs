@@ -13,6 +13,7 @@ use flotilla_protocol::{
 const TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A connected client acting for one tenant.
+#[derive(Clone)]
 pub struct ApiClient {
     /// Carries the API requests and, for `watch`, the event subscriptions.
     bus: Bus,

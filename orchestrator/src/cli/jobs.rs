@@ -81,16 +81,28 @@ pub async fn run(settings: &Settings, tenant: &Tenant, args: Args) -> anyhow::Re
 
 /// Up to `args.limit` jobs, following the orchestrator's pages.
 async fn fetch(client: &ApiClient, args: &Args) -> anyhow::Result<Vec<JobSummary>> {
+    let first =
+        ListRequest { v: SCHEMA_VERSION, status: args.status, limit: None, after: args.after, since: args.since };
+    pages(client, first, args.limit).await
+}
+
+/// Up to `limit` jobs with `status`, newest first, a page at a time (what
+/// `jobs --limit` does; `flotilla bench --only load` times it).
+pub(crate) async fn fetch_all(
+    client: &ApiClient,
+    status: Option<JobStatus>,
+    limit: usize,
+) -> anyhow::Result<Vec<JobSummary>> {
+    let first = ListRequest { v: SCHEMA_VERSION, status, limit: None, after: None, since: None };
+    pages(client, first, limit).await
+}
+
+/// Follows the pages of `first` until `limit` jobs or the last page.
+async fn pages(client: &ApiClient, first: ListRequest, limit: usize) -> anyhow::Result<Vec<JobSummary>> {
     let mut jobs: Vec<JobSummary> = Vec::new();
-    let mut after = args.after;
-    while jobs.len() < args.limit {
-        let req = ListRequest {
-            v: SCHEMA_VERSION,
-            status: args.status,
-            limit: Some((args.limit - jobs.len()).min(MAX_LIST_PAGE)),
-            after,
-            since: args.since,
-        };
+    let mut after = first.after;
+    while jobs.len() < limit {
+        let req = ListRequest { limit: Some((limit - jobs.len()).min(MAX_LIST_PAGE)), after, ..first.clone() };
         let reply: ApiReply<ListReply> = client.bus().request(client.tenant(), "list", &req, PAGE_TIMEOUT).await?;
         let page = reply.into_result().map_err(|e| anyhow::anyhow!("{e}"))?;
         jobs.extend(page.jobs);

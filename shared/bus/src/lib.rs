@@ -44,6 +44,7 @@ mod dead_letters;
 pub mod denials;
 mod events;
 mod files;
+mod history_seed;
 mod job_index;
 mod job_records;
 mod leases;
@@ -58,6 +59,7 @@ pub use approvals::{APPROVAL_RETENTION, ApprovalStore, DecisionError, Versioned,
 pub use cancellations::{Cancellations, Cancelled};
 pub use checkpoints::Checkpoints;
 pub use events::{EventStream, RawEvent};
+pub use history_seed::seed_finished_jobs;
 pub use job_index::{Indexed, JobIndex, index_filter, index_key};
 pub use job_records::{Cas, JobRecords, keys as job_keys};
 pub use leases::{Lease, Leases};

@@ -13,7 +13,10 @@
 //! - `mcp`: MCP stdio tool-call latency, persistent session vs per call ([`mcp`]).
 //! - `scale`: whole jobs of 1 000 to 100 000 tasks ([`scale`]); only when
 //!   named in `--only`, since it takes minutes.
+//! - `load`: many concurrent jobs, then listing against a long history
+//!   ([`load`]); only when named in `--only`.
 
+mod load;
 pub mod mcp;
 mod scale;
 mod setup;
@@ -33,12 +36,22 @@ pub struct Args {
     /// Tasks per overhead/throughput run.
     #[arg(long, default_value_t = 300)]
     pub tasks: usize,
-    /// Only these scenarios (overhead, throughput, fanout, footprint, mcp, scale).
+    /// Only these scenarios (overhead, throughput, fanout, footprint, mcp;
+    /// scale and load run only when named here).
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
     /// Tasks per job of the `scale` scenario.
     #[arg(long, value_delimiter = ',', default_values_t = [1_000, 10_000, 100_000])]
     pub scale_sizes: Vec<usize>,
+    /// Concurrent jobs of the `load` scenario.
+    #[arg(long, default_value_t = 1_000)]
+    pub load_jobs: usize,
+    /// Tasks per job of the `load` scenario.
+    #[arg(long, default_value_t = 5)]
+    pub load_tasks: usize,
+    /// Finished jobs in history when the `load` scenario times listings.
+    #[arg(long, value_delimiter = ',', default_values_t = [10_000, 100_000])]
+    pub load_history: Vec<usize>,
 }
 
 fn wanted(args: &Args, name: &str) -> bool {
@@ -95,6 +108,9 @@ pub async fn run(args: Args) -> anyhow::Result<i32> {
     }
     if args.only.iter().any(|o| o == "scale") {
         rows.extend(scale::measure(&args.scale_sizes).await?);
+    }
+    if args.only.iter().any(|o| o == "load") {
+        rows.extend(load::measure(args.load_jobs, args.load_tasks, &args.load_history).await?);
     }
     let mut t = super::table::new(&["measure", "result", "target"]);
     super::table::align_right(&mut t, &[1]);
