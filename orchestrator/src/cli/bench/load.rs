@@ -8,7 +8,8 @@
 //! `completed` event), the latency of each task under that load (its
 //! `task_dispatched` to its `task_reported` event, as the bench receives
 //! them) and the resident memory of the orchestrator and each worker before,
-//! at peak (`VmHWM`) and after. Then it fills the history with finished jobs
+//! at peak (`VmHWM`) and after; `--load-rounds` repeats the jobs and reads
+//! the memory after each round (flat, or a leak). Then it fills the history with finished jobs
 //! up to each `--load-history` size (written straight into the jobs bucket
 //! and the job index as the job store files them, shared/bus/src/history_seed.rs)
 //! and times three listings: the newest 20 (`jobs`), a status that matches
@@ -39,9 +40,14 @@ const LOAD_TIMEOUT: Duration = Duration::from_secs(1800);
 const LISTINGS: usize = 5;
 
 /// Rows (measure, result, target) for the bench table.
-pub async fn measure(jobs: usize, tasks: usize, history: &[usize]) -> anyhow::Result<Vec<(String, String, String)>> {
+pub async fn measure(
+    jobs: usize,
+    tasks: usize,
+    rounds: usize,
+    history: &[usize],
+) -> anyhow::Result<Vec<(String, String, String)>> {
     let rig = Rig::start(WORKERS, SLOTS, 0).await?;
-    let rows = run(&rig, jobs, tasks, history).await;
+    let rows = run(&rig, jobs, tasks, rounds, history).await;
     if let Err(e) = &rows {
         tracing::error!(error = %e, logs = %rig.log_dir().display(), "load bench failed");
     }
@@ -49,12 +55,24 @@ pub async fn measure(jobs: usize, tasks: usize, history: &[usize]) -> anyhow::Re
     rows
 }
 
-async fn run(rig: &Rig, jobs: usize, tasks: usize, history: &[usize]) -> anyhow::Result<Vec<(String, String, String)>> {
+async fn run(
+    rig: &Rig,
+    jobs: usize,
+    tasks: usize,
+    rounds: usize,
+    history: &[usize],
+) -> anyhow::Result<Vec<(String, String, String)>> {
     let mut rows = Vec::new();
     let before = Memory::read(rig)?;
     let load = concurrent_jobs(rig, jobs, tasks).await?;
     let peak = Memory::peak(rig)?;
     let after = Memory::read(rig)?;
+    // Further rounds of the same jobs show whether memory stays flat.
+    let mut later = Vec::new();
+    for _ in 1..rounds {
+        concurrent_jobs(rig, jobs, tasks).await?;
+        later.push(Memory::read(rig)?);
+    }
     let setup = format!("{jobs} jobs x {tasks} tasks at once, {WORKERS} workers x {SLOTS} slots");
     rows.push((
         format!("load: {setup}"),
@@ -69,9 +87,13 @@ async fn run(rig: &Rig, jobs: usize, tasks: usize, history: &[usize]) -> anyhow:
     for (name, b, p, a) in before.rows(&peak, &after) {
         rows.push((format!("load: {name} RSS before / peak / after"), format!("{b} / {p} / {a}"), String::new()));
     }
+    for (round, mem) in later.iter().enumerate() {
+        let all: Vec<String> = mem.0.iter().map(|(n, k)| format!("{n} {:.1} MiB", *k as f64 / 1024.0)).collect();
+        rows.push((format!("load: RSS after round {} of {jobs} jobs", round + 2), all.join(", "), "flat".into()));
+    }
     let api = rig.api();
     let (records, index) = (rig.bus().job_records().await?, rig.bus().job_index().await?);
-    let mut stored = jobs;
+    let mut stored = jobs * rounds.max(1);
     for &size in history {
         if size > stored {
             flotilla_bus::seed_finished_jobs(&records, &index, &Default::default(), size - stored).await?;

@@ -49,6 +49,9 @@ pub struct Args {
     /// Tasks per job of the `load` scenario.
     #[arg(long, default_value_t = 5)]
     pub load_tasks: usize,
+    /// Times the `load` scenario runs its jobs (memory is read after each).
+    #[arg(long, default_value_t = 1)]
+    pub load_rounds: usize,
     /// Finished jobs in history when the `load` scenario times listings.
     #[arg(long, value_delimiter = ',', default_values_t = [10_000, 100_000])]
     pub load_history: Vec<usize>,
@@ -110,7 +113,7 @@ pub async fn run(args: Args) -> anyhow::Result<i32> {
         rows.extend(scale::measure(&args.scale_sizes).await?);
     }
     if args.only.iter().any(|o| o == "load") {
-        rows.extend(load::measure(args.load_jobs, args.load_tasks, &args.load_history).await?);
+        rows.extend(load::measure(args.load_jobs, args.load_tasks, args.load_rounds, &args.load_history).await?);
     }
     let mut t = super::table::new(&["measure", "result", "target"]);
     super::table::align_right(&mut t, &[1]);
