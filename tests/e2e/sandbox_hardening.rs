@@ -56,10 +56,15 @@ const LAST_AS_JSON: &str = r#"
 content = "{% set r = last[0] %}{% if r.ok %}{{ r.value | tojson }}{% else %}{{ {'error': r.error} | tojson }}{% endif %}"
 "#;
 
-/// A command replaces `/scratch/data` by a symlink to a host dir; the next
-/// `execute` stages job files `/data/...` in. Before the fix the worker wrote
+/// A command replaces `/scratch/inputs` by a symlink to a host dir; the next
+/// `execute` stages job files `/inputs/...` in. Before the fix the worker wrote
 /// through the symlink: the host file was overwritten, a host dir created and
-/// the host dir handed to uid 65534.
+/// the host dir handed to uid 65534. Now that call fails with a validation
+/// error naming the job path and the symlink, without running its command;
+/// the symlink (only the link) is gone, so the retried call stages both files.
+/// (`/inputs`, not `/data`: the sanitizer masks paths under host roots such as
+/// `/data` in errors, shared/agent/src/sanitize/rules.rs, and the model's
+/// view of the message is what is asserted.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn staging_in_never_follows_a_planted_symlink() {
     let (root, host) = (TempDir::new("sbx-symlink-root"), TempDir::new("sbx-symlink-host"));
@@ -70,36 +75,48 @@ async fn staging_in_never_follows_a_planted_symlink() {
 [[turns]]
 [[turns.calls]]
 tool = "execute"
-args = '{{"command": "ln -s {host} /scratch/data && echo planted"}}'
+args = '{{"command": "ln -s {host} /scratch/inputs && echo planted"}}'
 [[turns]]
 [[turns.calls]]
 tool = "write_file"
-args = '{{"path": "/data/existing.txt", "content": "overwritten"}}'
+args = '{{"path": "/inputs/existing.txt", "content": "overwritten"}}'
 [[turns.calls]]
 tool = "write_file"
-args = '{{"path": "/data/sub/new.txt", "content": "new"}}'
+args = '{{"path": "/inputs/sub/new.txt", "content": "new"}}'
 [[turns]]
 [[turns.calls]]
 tool = "execute"
-args = '{{"command": "echo second"}}'
-{LAST_AS_JSON}"#,
+args = '{{"command": "echo second > /scratch/ran"}}'
+[[turns]]
+[[turns.calls]]
+tool = "execute"
+args = '{{"command": "test ! -e /scratch/ran && test ! -L /scratch/inputs && cat /scratch/inputs/existing.txt /scratch/inputs/sub/new.txt"}}'
+[[turns]]
+content = "{{{{ {{'blocked': results[3], 'retried': results[4]}} | tojson }}}}"
+"#,
         host = host.path().display()
     );
     let d = Deployment::start(1, |url| {
         let mut c = TestConfig::new(url);
         c.scripted_model("planner", PLANNER).scripted_model("shell", &shell);
-        c.section(&shell_section(root.path(), r#"stage_in = ["/data/**"]"#));
+        c.section(&shell_section(root.path(), r#"stage_in = ["/inputs/**"]"#));
         c
     })
     .await;
     let report = run_job(&d).await;
-    assert_eq!(report["stdout"], "second\n", "the command still runs: {report}");
-    assert!(report.get("staged_in").is_none(), "nothing staged through the symlink: {report}");
-    let skipped = report["staging_skipped"].as_array().expect("skips reported").clone();
-    for path in ["/data/existing.txt", "/data/sub/new.txt"] {
-        let why = skipped.iter().filter_map(Value::as_str).find(|s| s.starts_with(path)).expect(path);
-        assert!(why.contains("symlink") && why.contains("never followed"), "{why}");
-    }
+    let blocked = &report["blocked"];
+    assert_eq!(blocked["ok"], false, "the call fails: {report}");
+    assert_eq!(blocked["error"]["kind"], "validation", "{report}");
+    let why = blocked["error"]["message"].as_str().unwrap_or_default();
+    // The link's host target is masked by the sanitizer (the worker's log has it).
+    let link = "/scratch/inputs was a symlink to [path] made by an earlier command";
+    assert!(why.contains("cannot stage /inputs/existing.txt") && why.contains(link), "{why}");
+    assert!(why.contains("was not run") && why.contains("retry"), "says what happened and what to do: {why}");
+    // The retry ran (so the worker is alive), the first command did not, and both files were staged.
+    let retried = &report["retried"]["value"];
+    assert_eq!(retried["exit_code"], 0, "{report}");
+    assert_eq!(retried["stdout"], "overwrittennew", "{report}");
+    assert_eq!(retried["staged_in"], serde_json::json!(["/inputs/existing.txt", "/inputs/sub/new.txt"]), "{report}");
     assert_eq!(std::fs::read_to_string(host.path().join("existing.txt")).unwrap(), "original");
     let entries: Vec<_> = std::fs::read_dir(host.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert_eq!(entries, ["existing.txt"], "no new entries in the host dir");

@@ -17,13 +17,14 @@
 use std::fs::File;
 use std::io::{self, Read, Write};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
-use std::path::{Component, Path};
+use std::path::{Component, Path, PathBuf};
 
 use nix::errno::Errno;
 use nix::fcntl::AtFlags;
-use nix::fcntl::{OFlag, OpenHow, ResolveFlag, openat2};
+use nix::fcntl::{OFlag, OpenHow, ResolveFlag, openat2, readlinkat};
 use nix::libc;
 use nix::sys::stat::{Mode, fstatat, mkdirat};
+use nix::unistd::{UnlinkatFlags, unlinkat};
 
 /// Disk use counted for every entry at least (an inode and a block), so a
 /// flood of empty files counts against the quota too.
@@ -142,6 +143,58 @@ pub fn read(root: &File, rel: &Path, max: u64) -> io::Result<Vec<u8>> {
     Ok(bytes)
 }
 
+/// An entry a command left on a path staging must write to, which staging
+/// refuses to write through: a symlink anywhere on the path, or in the
+/// file's own place a FIFO, socket, device or a file with other hard links.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Planted {
+    /// The entry, relative to the scratch dir.
+    pub entry: PathBuf,
+    /// What it was, for the model: "a symlink to /etc", "a FIFO", ...
+    pub what: String,
+}
+
+/// Finds the entry a command planted on the way to the file `rel` beneath
+/// `root` and removes it (only that directory entry: a symlink is unlinked
+/// in its opened parent, its target is never touched), so a retried call
+/// can stage `rel`. `None` when nothing on the path was planted (a missing
+/// dir, a plain file where a dir belongs, a dir where the file belongs:
+/// those are reported, never removed).
+pub fn remove_planted(root: &File, rel: &Path) -> io::Result<Option<Planted>> {
+    let names = components(rel)?;
+    let mut dir = root.try_clone()?;
+    let mut so_far = PathBuf::new();
+    for (i, name) in names.iter().enumerate() {
+        so_far.push(name);
+        let st = match fstatat(&dir, *name, AtFlags::AT_SYMLINK_NOFOLLOW) {
+            Ok(st) => st,
+            Err(Errno::ENOENT) => return Ok(None),
+            Err(e) => return Err(refused(&so_far, e)),
+        };
+        let last = i + 1 == names.len();
+        let what = match st.st_mode & libc::S_IFMT {
+            libc::S_IFLNK => match readlinkat(&dir, *name) {
+                Ok(to) => format!("a symlink to {}", Path::new(&to).display()),
+                Err(_) => "a symlink".to_string(),
+            },
+            libc::S_IFDIR if !last => {
+                dir = File::from(
+                    openat2(&dir, *name, how(OFlag::O_RDONLY | OFlag::O_DIRECTORY)).map_err(|e| refused(&so_far, e))?,
+                );
+                continue;
+            }
+            libc::S_IFREG if last && st.st_nlink > 1 => "a file with another hard link".to_string(),
+            libc::S_IFIFO if last => "a FIFO".to_string(),
+            libc::S_IFSOCK if last => "a socket".to_string(),
+            libc::S_IFCHR | libc::S_IFBLK if last => "a device node".to_string(),
+            _ => return Ok(None),
+        };
+        unlinkat(&dir, *name, UnlinkatFlags::NoRemoveDir).map_err(|e| refused(&so_far, e))?;
+        return Ok(Some(Planted { entry: so_far, what }));
+    }
+    Ok(None)
+}
+
 /// Disk used under `scratch`: the allocated blocks of every entry (symlinks
 /// not followed, so a sparse or linked file cannot hide), each entry at
 /// least [`MIN_ENTRY_BYTES`].
@@ -207,6 +260,37 @@ mod tests {
         write(&root, Path::new("in/deep/f.txt"), b"ok", None).unwrap();
         assert_eq!(read(&root, Path::new("in/deep/f.txt"), 10).unwrap(), b"ok");
         assert!(read(&root, Path::new("in/deep/f.txt"), 1).is_err(), "size limit");
+    }
+
+    /// What staging reports and removes: the planted symlink itself (its
+    /// target untouched), a FIFO or a hard link in the file's place; not a
+    /// plain file, a dir, or a missing path.
+    #[test]
+    fn planted_entries_are_found_and_only_they_are_removed() {
+        let (scratch, host) = (temp("scratch"), temp("host"));
+        std::fs::write(host.0.join("existing.txt"), "host data").unwrap();
+        std::os::unix::fs::symlink(&host.0, scratch.0.join("data")).unwrap();
+        let root = open_root(&scratch.0).unwrap();
+        let p = remove_planted(&root, Path::new("data/sub/new.txt")).unwrap().expect("the symlink");
+        assert_eq!(p.entry, Path::new("data"));
+        assert_eq!(p.what, format!("a symlink to {}", host.0.display()));
+        assert!(std::fs::symlink_metadata(scratch.0.join("data")).is_err(), "the link is gone");
+        assert_eq!(std::fs::read_to_string(host.0.join("existing.txt")).unwrap(), "host data");
+        write(&root, Path::new("data/sub/new.txt"), b"ok", None).unwrap();
+        std::fs::create_dir(scratch.0.join("q")).unwrap();
+        nix::unistd::mkfifo(&scratch.0.join("q/fifo"), Mode::from_bits_truncate(0o666)).unwrap();
+        let p = remove_planted(&root, Path::new("q/fifo")).unwrap().expect("the FIFO");
+        assert_eq!((p.entry.as_path(), p.what.as_str()), (Path::new("q/fifo"), "a FIFO"));
+        std::fs::hard_link(scratch.0.join("data/sub/new.txt"), scratch.0.join("q/linked")).unwrap();
+        assert_eq!(
+            remove_planted(&root, Path::new("q/linked")).unwrap().unwrap().what,
+            "a file with another hard link"
+        );
+        assert_eq!(std::fs::read(scratch.0.join("data/sub/new.txt")).unwrap(), b"ok", "the other link stays");
+        for rel in ["data/sub/new.txt", "data/sub", "data/sub/new.txt/below", "missing/x"] {
+            assert_eq!(remove_planted(&root, Path::new(rel)).unwrap(), None, "{rel}");
+        }
+        assert!(scratch.0.join("data/sub/new.txt").exists());
     }
 
     #[test]

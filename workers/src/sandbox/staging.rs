@@ -7,7 +7,10 @@
 //! rule counts as not allowed here: there is no call to approve). Everything
 //! below the scratch dir was made by sandboxed commands, so every file is
 //! written and read through [`super::beneath`], which never follows a symlink
-//! a command planted (a symlinked dir or file is skipped with the reason).
+//! a command planted. A symlink (or FIFO, device, hard link) planted on a
+//! path staging in must write is removed and fails the call
+//! ([`Staged::planted_error`]); staging out lists regular files only, so a
+//! symlink there is simply not a result.
 //! Staging in stops at the scratch quota (`scratch_mb`, docs/SANDBOX.md).
 
 use std::collections::HashMap;
@@ -38,6 +41,34 @@ pub struct Staged {
     pub copied: Vec<String>,
     /// Job paths skipped, with why.
     pub skipped: Vec<String>,
+    /// Job paths staging in could not write because a command planted a
+    /// symlink (or a FIFO, device, hard link) on the way; each such entry was
+    /// removed, and `execute` fails the call rather than run the command on
+    /// files that were not staged.
+    pub planted: Vec<(String, beneath::Planted)>,
+}
+
+impl Staged {
+    /// The clear error of a staging that met planted entries, saying what
+    /// was done and what to do (docs/SANDBOX.md).
+    pub fn planted_error(&self) -> Option<String> {
+        if self.planted.is_empty() {
+            return None;
+        }
+        let each: Vec<String> = self
+            .planted
+            .iter()
+            .map(|(path, p)| {
+                format!("cannot stage {path}: /scratch/{} was {} made by an earlier command", p.entry.display(), p.what)
+            })
+            .collect();
+        Some(format!(
+            "{}. Staging never writes through symlinks or special files, so this command was not run and \
+             the entry was removed from /scratch (its target is untouched); retry the call, and keep \
+             symlinks off the paths stage_in writes to",
+            each.join("; ")
+        ))
+    }
 }
 
 fn compile(globs: &[String]) -> anyhow::Result<Option<GlobSet>> {
@@ -101,10 +132,20 @@ impl Staging {
             }
             let digest: [u8; 32] = Sha256::digest(&bytes).into();
             let rel = PathBuf::from(path.trim_start_matches('/'));
-            let write = move |s: &Path| beneath::write(&beneath::open_root(s)?, &rel, &bytes, owner);
-            if let Err(e) = blocking(scratch, write).await {
-                out.skipped.push(format!("{path} ({e})"));
-                continue;
+            let write = move |s: &Path| {
+                let root = beneath::open_root(s).map_err(|e| (e, Ok(None)))?;
+                beneath::write(&root, &rel, &bytes, owner).map_err(|e| (e, beneath::remove_planted(&root, &rel)))
+            };
+            match blocking(scratch, write).await {
+                Ok(()) => {}
+                Err((_, Ok(Some(planted)))) => {
+                    out.planted.push((path, planted));
+                    continue;
+                }
+                Err((e, _)) => {
+                    out.skipped.push(format!("{path} ({e})"));
+                    continue;
+                }
             }
             used += size;
             digests.insert(path.clone(), digest);
