@@ -7,7 +7,8 @@
 //! - a worker writing an approval decision (decision keys are the
 //!   orchestrator's alone) or another type's approval request;
 //! - a worker purging or reconfiguring the job-files bucket (every tenant's
-//!   files).
+//!   files), or creating or reconfiguring a KV bucket (the cancellations of
+//!   every tenant; workers only open the buckets the orchestrator declared).
 //!
 //! Each attempt must be refused by the server with a permission error, while
 //! the legitimate path (a tenant's own `watch`) keeps working.
@@ -112,6 +113,9 @@ async fn tenants_cannot_read_each_others_jobs_and_workers_cannot_decide_or_purge
     let update =
         raw_worker.guarded("update", raw_worker.js.update_stream(changed), |d| d.subject.contains("STREAM.UPDATE"));
     assert_denied(update.await.map(|_| ()).map_err(|e| format!("{e:#}")), "reconfiguring job files");
+    // Nor create or reconfigure any KV bucket: it only opened those it uses
+    // (the jobs above ran, so its cancel watch and heartbeats work without).
+    worker_cannot_declare_buckets(&raw_worker).await;
     // Overwriting a file still works without the purge grant (the old
     // version's chunks go with the bucket's max_age).
     let files = worker.job_files(&FilesConfig::default()).await.expect("worker opens job files");
@@ -119,4 +123,23 @@ async fn tenants_cannot_read_each_others_jobs_and_workers_cannot_decide_or_purge
     assert!(files.write(&acme_job, &path, b"one").await.expect("first write"));
     assert!(!files.write(&acme_job, &path, b"two").await.expect("overwrite without the purge grant"));
     assert_eq!(files.read(&acme_job, &path).await.unwrap(), b"two");
+}
+
+/// Before the fix the worker role could `STREAM.CREATE` and `STREAM.UPDATE`
+/// the cancellations and workers buckets: a worker could change how long every
+/// tenant's cancellations are kept, or drop the heartbeats' TTL markers.
+async fn worker_cannot_declare_buckets(worker: &RawNats) {
+    for bucket in ["KV_flotilla_cancelled", "KV_flotilla_workers"] {
+        let stream = worker.js.get_stream(bucket).await.unwrap_or_else(|e| panic!("workers may look {bucket} up: {e}"));
+        let mut changed = stream.cached_info().config.clone();
+        changed.max_age = Duration::from_secs(3600); // valid: only a permission can refuse it
+        let update =
+            worker.guarded("update", worker.js.update_stream(changed.clone()), |d| d.subject.contains("STREAM.UPDATE"));
+        assert_denied(update.await.map(|_| ()).map_err(|e| format!("{e:#}")), &format!("STREAM.UPDATE of {bucket}"));
+        let create =
+            worker.guarded("create", worker.js.create_stream(changed), |d| d.subject.contains("STREAM.CREATE"));
+        assert_denied(create.await.map(|_| ()).map_err(|e| format!("{e:#}")), &format!("STREAM.CREATE of {bucket}"));
+        let kept = worker.js.get_stream(bucket).await.unwrap().cached_info().config.max_age;
+        assert_eq!(kept, stream.cached_info().config.max_age, "{bucket} unchanged");
+    }
 }
