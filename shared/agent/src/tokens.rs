@@ -4,16 +4,12 @@
 //! context_tokens`, docs/CONFIG.md) and the cap on a report summary (`[planner]
 //! report_tokens`) are both measured in these tokens.
 //!
-//! A request is counted as the exact body the OpenAI-compatible provider sends
-//! ([`crate::model::wire`]), so the count is what a model endpoint receives,
-//! JSON punctuation and tool schemas included (an upper bound on the prompt
-//! tokens a provider bills, which skip the JSON syntax).
+//! A leaf: it knows text, not messages. A whole request is counted by
+//! [`crate::model::count_request`], which serialises it as the provider's
+//! wire body and counts that text here (so the models use this module and
+//! never the other way round).
 
 use tiktoken_rs::CoreBPE;
-
-use crate::model::wire::WireRequest;
-use crate::model::{ChatMessage, ModelRequest};
-use crate::tool::ToolSpec;
 
 /// The tokenizer, built once per process (parsing its tables takes about a
 /// hundred milliseconds).
@@ -32,19 +28,6 @@ pub fn warm_up() {
 /// Tokens of `text` (special-token markers count as ordinary text).
 pub fn count(text: &str) -> usize {
     bpe().encode_ordinary(text).len()
-}
-
-/// Tokens of the request a model would get for `messages` and `tools`: the
-/// provider's wire body (docs/ARCHITECTURE.md, the agent loop), model name
-/// left empty.
-pub fn count_request(messages: &[ChatMessage], tools: &[ToolSpec]) -> usize {
-    let wire = WireRequest::new("", ModelRequest::new(messages, tools), None);
-    match serde_json::to_string(&wire) {
-        Ok(body) => count(&body),
-        // Serialising plain strings and JSON values cannot fail; count the
-        // parts rather than report zero if it ever does.
-        Err(_) => messages.iter().map(|m| count(&format!("{m:?}"))).sum(),
-    }
 }
 
 /// `text` cut to at most `max_tokens` tokens, on a character boundary, and
@@ -66,7 +49,6 @@ pub fn truncate(text: &str, max_tokens: usize) -> (String, bool) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
 
     #[test]
     fn counts_are_the_tokenizers_not_a_character_estimate() {
@@ -99,30 +81,5 @@ mod tests {
             assert!(text.starts_with(&cut));
             assert!(count(&cut) <= max, "{max}: {}", count(&cut));
         }
-    }
-
-    #[test]
-    fn a_request_counts_its_messages_and_tool_schemas() {
-        let messages = vec![
-            ChatMessage::System { content: "You plan.".into() },
-            ChatMessage::User { content: "Compute the margins.".into() },
-        ];
-        let bare = count_request(&messages, &[]);
-        assert!(bare > count("You plan.") + count("Compute the margins."));
-        let tool = ToolSpec {
-            name: "task".into(),
-            description: "Delegate one self-contained task.".into(),
-            input_schema: json!({"type": "object", "properties": {"description": {"type": "string"}}}),
-        };
-        let with_tool = count_request(&messages, std::slice::from_ref(&tool));
-        assert!(with_tool > bare + count("Delegate one self-contained task."));
-        let mut longer = messages.clone();
-        longer.push(ChatMessage::Tool {
-            tool_call_id: "c1".into(),
-            name: "task".into(),
-            content: "x ".repeat(500),
-            is_error: false,
-        });
-        assert!(count_request(&longer, &[]) >= bare + 500);
     }
 }

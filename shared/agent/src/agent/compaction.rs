@@ -21,14 +21,14 @@
 use flotilla_protocol::{ErrorInfo, ErrorKind, Usage};
 
 use super::{AgentObserver, Conversation, RunContext};
-use crate::model::{ChatMessage, ChatModel, ModelRequest, Purpose, ToolCall};
+use crate::model::{ChatMessage, ChatModel, ModelRequest, Purpose, ToolCall, count_request};
 use crate::tokens;
 use crate::tool::ToolSpec;
 
 /// How large a request may grow and how to compact it.
 #[derive(Clone, Debug)]
 pub struct ContextBudget {
-    /// Tokens (o200k_base, [`tokens::count_request`]) a request may hold.
+    /// Tokens (o200k_base, [`count_request`]) a request may hold.
     pub tokens: u64,
     /// Instructions of the compaction call (`[planner] compaction_prompt`).
     pub prompt: String,
@@ -51,7 +51,7 @@ pub(super) async fn fit(
     ctx: &RunContext,
     observer: &dyn AgentObserver,
 ) -> Result<(), ErrorInfo> {
-    let before = tokens::count_request(&conv.messages, specs) as u64;
+    let before = count_request(&conv.messages, specs) as u64;
     if before <= budget.tokens {
         return Ok(());
     }
@@ -63,7 +63,7 @@ pub(super) async fn fit(
     conv.usage += usage;
     let turns_before = assistant_turns(&conv.messages);
     let messages = plan.assemble(&conv.messages, &summary, specs, budget.tokens);
-    let after = tokens::count_request(&messages, specs) as u64;
+    let after = count_request(&messages, specs) as u64;
     if after > budget.tokens {
         return Err(too_small(after, budget.tokens));
     }
@@ -121,15 +121,15 @@ impl Plan {
             fixed.push(ChatMessage::Assistant { content: None, tool_calls: vec![call.clone()] });
             fixed.push(result.clone());
         }
-        let base = tokens::count_request(&fixed, specs) as u64 + summary_share(budget);
+        let base = count_request(&fixed, specs) as u64 + summary_share(budget);
         // The newest turn may fill what is left; older ones only half of it.
         let full = budget.saturating_sub(base);
-        let empty = tokens::count_request(&[], &[]) as u64;
+        let empty = count_request(&[], &[]) as u64;
         let mut start = messages.len();
         let mut used = 0;
         for unit in units.iter().rev() {
             // Each unit costs its own tokens, plus one for a separator.
-            let cost = (tokens::count_request(&messages[unit.clone()], &[]) as u64).saturating_sub(empty) + 1;
+            let cost = (count_request(&messages[unit.clone()], &[]) as u64).saturating_sub(empty) + 1;
             if used + cost > if used == 0 { full } else { full / 2 } {
                 break;
             }
@@ -148,7 +148,7 @@ impl Plan {
         let mut kept_units = units(messages, self.kept.start);
         loop {
             let out = self.build(messages, &summary, &kept_units);
-            let total = tokens::count_request(&out, specs) as u64;
+            let total = count_request(&out, specs) as u64;
             if total <= budget {
                 return out;
             }

@@ -17,6 +17,7 @@ use serde_json::Value;
 use crate::tool::ToolSpec;
 use flotilla_protocol::{ErrorKind, Usage};
 pub use priced::{Price, priced};
+pub use wire::count_request;
 
 /// One message of a conversation.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -305,7 +305,7 @@ impl ChatModel for ScriptedModel {
         // Count with the real tokenizer over the request a real endpoint
         // would get (tool schemas included), so the usage of a scripted run
         // (job events, the scale benchmark) measures what a model would read.
-        let input_tokens = tokens::count_request(request.messages, request.tools) as u64;
+        let input_tokens = super::count_request(request.messages, request.tools) as u64;
         let output_tokens = content.as_deref().map_or(0, tokens::count) as u64
             + serde_json::to_string(&tool_calls).map_or(0, |s| tokens::count(&s)) as u64;
         Ok(ModelResponse {
@@ -391,7 +391,7 @@ content = "{% for r in last %}{{ pairs[loop.index0][1] }}={% if r.ok %}{{ r.valu
         assert_eq!(m.complete(step).await.unwrap().content.as_deref(), Some("two"));
         // Usage is the tokenizer's count of the request.
         let r = m.complete(ModelRequest::new(&msgs, &[])).await.unwrap();
-        assert_eq!(r.usage.input_tokens, crate::tokens::count_request(&msgs, &[]) as u64);
+        assert_eq!(r.usage.input_tokens, crate::model::count_request(&msgs, &[]) as u64);
         assert_eq!(r.usage.output_tokens, 1 + crate::tokens::count("[]") as u64);
     }
 

@@ -1,7 +1,9 @@
 //! The OpenAI `/chat/completions` request body, shared by the provider that
-//! sends it (`shared/model-openai/src/lib.rs`) and the token counter that
-//! measures it ([`crate::tokens::count_request`]): one serialisation, so what is
-//! counted is byte for byte what a model endpoint receives.
+//! sends it (`shared/model-openai/src/lib.rs`) and [`count_request`], which
+//! measures it with the tokenizer of [`crate::tokens`]: one serialisation, so
+//! what is counted is byte for byte what a model endpoint receives, JSON
+//! punctuation and tool schemas included (an upper bound on the prompt tokens
+//! a provider bills, which skip the JSON syntax).
 //!
 //! Pure serde, no HTTP; the response side stays in the provider.
 
@@ -9,7 +11,21 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::{ChatMessage, ModelRequest};
+use crate::tokens;
 use crate::tool::ToolSpec;
+
+/// Tokens of the request a model would get for `messages` and `tools`: the
+/// provider's wire body (docs/ARCHITECTURE.md, the agent loop), model name
+/// left empty.
+pub fn count_request(messages: &[ChatMessage], tools: &[ToolSpec]) -> usize {
+    let wire = WireRequest::new("", ModelRequest::new(messages, tools), None);
+    match serde_json::to_string(&wire) {
+        Ok(body) => tokens::count(&body),
+        // Serialising plain strings and JSON values cannot fail; count the
+        // parts rather than report zero if it ever does.
+        Err(_) => messages.iter().map(|m| tokens::count(&format!("{m:?}"))).sum(),
+    }
+}
 
 /// One `/chat/completions` request body.
 #[derive(Serialize)]
@@ -122,5 +138,36 @@ impl<'a> From<&'a ToolSpec> for WireTool<'a> {
             kind: "function",
             function: WireFunction { name: &spec.name, description: &spec.description, parameters: &spec.input_schema },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_request_counts_its_messages_and_tool_schemas() {
+        let messages = vec![
+            ChatMessage::System { content: "You plan.".into() },
+            ChatMessage::User { content: "Compute the margins.".into() },
+        ];
+        let bare = count_request(&messages, &[]);
+        assert!(bare > tokens::count("You plan.") + tokens::count("Compute the margins."));
+        let tool = ToolSpec {
+            name: "task".into(),
+            description: "Delegate one self-contained task.".into(),
+            input_schema: json!({"type": "object", "properties": {"description": {"type": "string"}}}),
+        };
+        let with_tool = count_request(&messages, std::slice::from_ref(&tool));
+        assert!(with_tool > bare + tokens::count("Delegate one self-contained task."));
+        let mut longer = messages.clone();
+        longer.push(ChatMessage::Tool {
+            tool_call_id: "c1".into(),
+            name: "task".into(),
+            content: "x ".repeat(500),
+            is_error: false,
+        });
+        assert!(count_request(&longer, &[]) >= bare + 500);
     }
 }

@@ -60,7 +60,7 @@ fn units_never_separate_a_call_from_its_results() {
 #[test]
 fn selection_keeps_head_todos_and_the_newest_whole_turns() {
     let m = long_conversation(12);
-    let total = tokens::count_request(&m, &[]) as u64;
+    let total = count_request(&m, &[]) as u64;
     let budget = 3000;
     assert!(total > budget, "{total}");
     let plan = Plan::select(&m, &[], budget);
@@ -82,7 +82,7 @@ fn selection_keeps_head_todos_and_the_newest_whole_turns() {
     assert!(matches!(&out[3], ChatMessage::Assistant { tool_calls, .. } if tool_calls[0].id == "c1b"));
     assert_eq!(out[4], todo_result);
     assert_eq!(&out[5..], &m[plan.kept.clone()]);
-    assert!(tokens::count_request(&out, &[]) as u64 <= budget);
+    assert!(count_request(&out, &[]) as u64 <= budget);
 }
 
 #[test]
@@ -90,7 +90,7 @@ fn an_overlong_summary_is_cut_to_fit() {
     let m = long_conversation(12);
     let plan = Plan::select(&m, &[], 3000);
     let out = plan.assemble(&m, &"verbose ".repeat(5000), &[], 3000);
-    assert!(tokens::count_request(&out, &[]) <= 3000);
+    assert!(count_request(&out, &[]) <= 3000);
     assert!(matches!(&out[2], ChatMessage::User { content } if content.starts_with(SUMMARY_HEADER)));
 }
 
@@ -111,7 +111,7 @@ impl Recording {
 #[async_trait]
 impl ChatModel for Recording {
     async fn complete(&self, request: ModelRequest<'_>) -> Result<ModelResponse, crate::model::ModelError> {
-        let size = tokens::count_request(request.messages, request.tools);
+        let size = count_request(request.messages, request.tools);
         self.seen.lock().unwrap().push((request.purpose, size));
         if let Some(ChatMessage::User { content }) = request.messages.last() {
             self.last.lock().unwrap().push(content.clone());
@@ -147,7 +147,7 @@ async fn fit_summarises_older_turns_with_a_compaction_call_and_keeps_the_turn_co
     }
     let (before, after, usage) = observer.0.lock().unwrap()[0];
     assert!(before > 3000 && after <= 3000, "{before} -> {after}");
-    assert_eq!(after, tokens::count_request(&conv.messages, &[]) as u64);
+    assert_eq!(after, count_request(&conv.messages, &[]) as u64);
     assert_eq!(usage.model_calls, seen.len() as u64);
     assert_eq!(conv.usage.model_calls, seen.len() as u64, "the compaction calls are in the run's usage");
     assert_eq!(conv.steps, 0, "but are not steps");
@@ -227,12 +227,12 @@ async fn a_huge_older_part_is_summarised_in_chunks_that_each_fit_the_window() {
     let budget = ContextBudget { tokens: 3000, prompt: "Summarise.".into() };
     // 60 turns of ~300-token results: about six times the window.
     let mut conv = Conversation { messages: long_conversation(60), ..Conversation::default() };
-    assert!(tokens::count_request(&conv.messages, &[]) > 6 * 3000);
+    assert!(count_request(&conv.messages, &[]) > 6 * 3000);
     fit(&model, &budget, &mut conv, &[], &ctx(), &NoObserver).await.unwrap();
     let seen = model.seen.lock().unwrap().clone();
     assert!(seen.len() > 1, "a transcript six windows long takes several calls");
     assert!(seen.iter().all(|(p, n)| *p == Purpose::Compaction && *n <= 3000), "{seen:?}");
-    assert!(tokens::count_request(&conv.messages, &[]) <= 3000);
+    assert!(count_request(&conv.messages, &[]) <= 3000);
     // Every summarised turn went into one of the calls, cut, not dropped.
     let transcript = model.last.lock().unwrap().join("\n");
     let older = conv.compacted_turns as usize;
@@ -249,10 +249,10 @@ fn an_overflow_is_taken_from_the_summary_not_from_the_kept_turns() {
     // A budget a little below what select planned for: the kept turns stay
     // whole and the summary gives up the difference.
     let full = plan.assemble(&m, &"verbose ".repeat(5000), &[], 3000);
-    let total = tokens::count_request(&full, &[]) as u64;
+    let total = count_request(&full, &[]) as u64;
     let tighter = total - 40;
     let out = plan.assemble(&m, &"verbose ".repeat(5000), &[], tighter);
-    assert!(tokens::count_request(&out, &[]) as u64 <= tighter);
+    assert!(count_request(&out, &[]) as u64 <= tighter);
     assert_eq!(out.len(), full.len(), "no kept turn was dropped");
     assert_eq!(out.last(), m.last());
     let summary = |o: &[ChatMessage]| match &o[2] {
