@@ -143,3 +143,31 @@ async fn worker_cannot_declare_buckets(worker: &RawNats) {
         assert_eq!(kept, stream.cached_info().config.max_age, "{bucket} unchanged");
     }
 }
+
+/// With the bucket grants gone a worker cannot declare the cancellations
+/// bucket: it opens it, and when it starts before the orchestrator it waits
+/// until the orchestrator has declared it (shared/bus/src/buckets.rs).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_started_first_opens_the_buckets_once_the_orchestrator_declares_them() {
+    use flotilla_bus::Bus;
+    use flotilla_config::NatsConfig;
+
+    let nats = ConfiguredNats::start("nats", &deploy_dir().join("nats/nats-local.conf"), &[]).await;
+    let connect = |user: &'static str, manage_topology: bool| {
+        let config = NatsConfig {
+            url: nats.url_as(user),
+            inbox_prefix: format!("_INBOX.{user}"),
+            manage_topology,
+            ..Default::default()
+        };
+        async move { Bus::connect(&config, user, crate::common::TIMEOUT).await.unwrap_or_else(|e| panic!("{user}: {e:#}")) }
+    };
+    let worker = connect("worker-finance", false).await;
+    let raw_worker = raw_as(&nats, "worker-finance").await;
+    assert!(raw_worker.js.get_key_value("flotilla_cancelled").await.is_err(), "no bucket yet");
+    let opening = tokio::spawn(async move { worker.cancellations().await.map(|_| ()) });
+    let orchestrator = connect("orchestrator", true).await;
+    orchestrator.ensure_topology().await.expect("the orchestrator declares the buckets");
+    let opened = tokio::time::timeout(crate::common::TIMEOUT, opening).await.expect("opened in time").unwrap();
+    opened.expect("the worker opens the bucket the orchestrator declared");
+}
