@@ -24,6 +24,7 @@
 //! fake in unit tests (orchestrator/src/fakes.rs).
 
 mod index;
+mod list_cache;
 mod live;
 mod retention;
 mod tasks;
@@ -95,6 +96,8 @@ pub struct JobStore {
     records: Option<JobRecords>,
     /// Job files, deleted with a job past retention (set by [`JobStore::retain`]).
     files: Arc<std::sync::OnceLock<flotilla_agent::files::JobFiles>>,
+    /// Scans behind the later pages of listings (jobs/list_cache.rs).
+    list_cache: Arc<list_cache::ListCache>,
 }
 
 impl JobStore {
@@ -115,6 +118,7 @@ impl JobStore {
             index: None,
             records: None,
             files: Arc::default(),
+            list_cache: Arc::default(),
         }
     }
 

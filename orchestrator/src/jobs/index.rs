@@ -13,8 +13,16 @@
 //! before the index existed are indexed by one scan of the headers at the
 //! first start with an index (docs/OPERATIONS.md, "Job history").
 //!
+//! A first page (no cursor) reads only the tail of the index that holds the
+//! newest jobs ([`JobStore::newest`]); later pages slice one scan of the
+//! filter's keys (jobs/list_cache.rs). So `jobs --limit 20` and the
+//! dashboard cost what recent jobs wrote, and paging through everything
+//! costs one scan plus a page of headers per page.
+//!
 //! Without an index bucket (the in-memory backend of unit tests) listings
 //! scan the headers as before.
+
+use std::sync::Arc;
 
 use bytes::Bytes;
 use flotilla_bus::{BusError, JobIndex, job_keys, retry};
@@ -23,10 +31,14 @@ use flotilla_protocol::{JobRecord, JobStatus, JobSummary};
 use futures::stream::{self, StreamExt, TryStreamExt};
 use time::OffsetDateTime;
 
+use super::list_cache::{CLOCK_SKEW_MS, Scan, older_than};
 use super::{JobStore, Live, WRITE_BUDGET, summary_of};
 
 /// Headers read at once for a listing page or the backfill.
 const READ_CONCURRENCY: usize = 32;
+
+/// Index writes a first page reads before widening (×4 each time).
+const FIRST_WINDOW: u64 = 256;
 
 /// What a listing selects.
 #[derive(Clone, Debug)]
@@ -69,6 +81,15 @@ pub struct ListPage {
     pub next_after: Option<JobId>,
 }
 
+/// `ids` the query admits (time and cursor), newest first, each once (a job
+/// is briefly under two statuses while it moves).
+fn newest_first(ids: Vec<JobId>, q: &ListQuery) -> Vec<JobId> {
+    let mut ids: Vec<JobId> = ids.into_iter().filter(|id| q.admits(id)).collect();
+    ids.sort_unstable_by(|a, b| b.cmp(a)); // UUIDv7: newest first
+    ids.dedup();
+    ids
+}
+
 /// Milliseconds since the epoch at which a UUIDv7 id was made.
 pub(super) fn created_ms(id: &JobId) -> u64 {
     id.0.as_bytes()[..6].iter().fold(0u64, |acc, b| (acc << 8) | u64::from(*b))
@@ -81,13 +102,7 @@ fn encode_summary(s: &JobSummary) -> Bytes {
 impl JobStore {
     /// One page of stored jobs, newest first.
     pub async fn list(&self, q: &ListQuery) -> Result<ListPage, BusError> {
-        let ids: Vec<JobId> = match &self.index {
-            Some(index) => index.entries(q.tenant.as_ref(), q.status).await?.into_iter().map(|e| e.id).collect(),
-            None => self.ids().await?,
-        };
-        let mut ids: Vec<JobId> = ids.into_iter().filter(|id| q.admits(id)).collect();
-        ids.sort_unstable_by(|a, b| b.cmp(a)); // UUIDv7: newest first
-        ids.dedup(); // a job briefly under two statuses while it moves
+        let (ids, more) = self.candidates(q).await?;
         let mut rest = ids.into_iter();
         let mut jobs = Vec::new();
         while jobs.len() < q.limit {
@@ -99,8 +114,64 @@ impl JobStore {
                 stream::iter(chunk).map(|id| self.summary(id)).buffered(READ_CONCURRENCY).try_collect().await?;
             jobs.extend(found.into_iter().flatten().filter(|s| q.matches(s)));
         }
-        let next_after = if rest.len() > 0 { jobs.last().map(|j| j.id) } else { None };
+        let next_after = if rest.len() > 0 || more { jobs.last().map(|j| j.id) } else { None };
         Ok(ListPage { jobs, next_after })
+    }
+
+    /// The ids a page is read from, newest first, and whether older
+    /// matching jobs may follow them. A first page reads a tail of the index
+    /// ([`newest`](Self::newest)); a later one slices the scan of its
+    /// listing (jobs/list_cache.rs).
+    async fn candidates(&self, q: &ListQuery) -> Result<(Vec<JobId>, bool), BusError> {
+        let Some(index) = &self.index else {
+            return Ok((newest_first(self.ids().await?, q), false));
+        };
+        let Some(after) = q.after else { return self.newest(index, q).await };
+        let scan = Scan { tenant: q.tenant.clone(), status: q.status, since: q.since };
+        let ids = match self.list_cache.get(&scan, created_ms(&after)) {
+            Some(ids) => ids,
+            None => {
+                let entries = index.entries(q.tenant.as_ref(), q.status).await?;
+                let ids = Arc::new(newest_first(entries.into_iter().map(|e| e.id).collect(), q));
+                self.list_cache.put(scan, ids.clone());
+                ids
+            }
+        };
+        // Twice a page: a job that moved since the scan is dropped when read.
+        Ok(older_than(&ids, &after, q.limit * 2 + 16))
+    }
+
+    /// The newest matching ids from the tail of the index, widening the
+    /// tail until it holds `limit` jobs created after its first write (each
+    /// move rewrites a job's entry, so every job created after that write
+    /// is in the tail and the newest `limit` are exact), the listing's
+    /// `since`, or the whole index. Its cost follows the recent writes, not
+    /// the history (docs/OPERATIONS.md, "Job history").
+    async fn newest(&self, index: &JobIndex, q: &ListQuery) -> Result<(Vec<JobId>, bool), BusError> {
+        let mut window = (q.limit as u64 * 4).max(FIRST_WINDOW);
+        if index.matching(q.tenant.as_ref(), q.status).await? <= window {
+            // Few entries match (a status few jobs have): read them all.
+            let ids = index.entries(q.tenant.as_ref(), q.status).await?.into_iter().map(|e| e.id).collect();
+            return Ok((newest_first(ids, q), false));
+        }
+        loop {
+            let tail = index.recent(q.tenant.as_ref(), q.status, window).await?;
+            let ids = newest_first(tail.entries.into_iter().map(|e| e.id).collect(), q);
+            // Every job created after the tail's first write is in the tail; job
+            // ids carry orchestrators' clocks, writes the server's: a margin.
+            let covered = tail.since_ms.map(|t| t + CLOCK_SKEW_MS);
+            let since_ms = q.since.map(|s| (s.unix_timestamp_nanos() / 1_000_000) as u64);
+            if tail.whole || covered.zip(since_ms).is_some_and(|(c, s)| c <= s) {
+                return Ok((ids, false));
+            }
+            let exact = covered.map_or(0, |c| ids.iter().take_while(|id| created_ms(id) > c).count());
+            if exact >= q.limit {
+                let mut ids = ids;
+                ids.truncate(exact);
+                return Ok((ids, true));
+            }
+            window = window.saturating_mul(4);
+        }
     }
 
     /// The list line of `id`: its live copy here, else its stored header.

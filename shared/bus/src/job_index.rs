@@ -17,10 +17,12 @@
 
 use std::time::Duration;
 
+use async_nats::jetstream::consumer::{AckPolicy, DeliverPolicy, ReplayPolicy, pull, push};
 use async_nats::jetstream::kv;
 use bytes::Bytes;
 use flotilla_protocol::JobStatus;
 use flotilla_protocol::ids::{JobId, Tenant};
+use futures::StreamExt;
 
 use crate::job_records::list_keys;
 use crate::{Bus, BusError};
@@ -36,6 +38,21 @@ const BACKFILLED: &str = "meta.backfilled";
 pub struct JobIndex {
     kv: kv::Store,
     client: async_nats::Client,
+}
+
+/// The entries written to the index in its newest `window` writes
+/// ([`JobIndex::recent`]).
+#[derive(Clone, Debug, Default)]
+pub struct RecentEntries {
+    /// Live entries matching the filter, in write order.
+    pub entries: Vec<Indexed>,
+    /// When the first of them was written (server time, ms since the
+    /// epoch): every job created after it has its entry among them, since
+    /// each move writes the entry anew. `None` when none matched.
+    pub since_ms: Option<u64>,
+    /// Whether the window reached the oldest write: then every matching
+    /// entry is among them.
+    pub whole: bool,
 }
 
 /// One index entry, parsed from its key.
@@ -110,6 +127,90 @@ impl JobIndex {
     pub async fn entries(&self, tenant: Option<&Tenant>, status: Option<JobStatus>) -> Result<Vec<Indexed>, BusError> {
         let keys = list_keys(&self.kv, &self.client, &index_filter(tenant, status)).await?;
         Ok(keys.iter().filter_map(|k| parse(k)).collect())
+    }
+
+    /// The live entries matching `tenant` and `status` among the index's
+    /// newest `window` writes: a newest-first listing reads a tail of the
+    /// index instead of every key (orchestrator/src/jobs/index.rs).
+    pub async fn recent(
+        &self,
+        tenant: Option<&Tenant>,
+        status: Option<JobStatus>,
+        window: u64,
+    ) -> Result<RecentEntries, BusError> {
+        let filter = index_filter(tenant, status);
+        let fail =
+            |e: &dyn std::fmt::Display| BusError::new(format!("cannot read the index tail of {filter}"), e.to_string());
+        let mut stream = self.kv.stream.clone();
+        let state = stream.info().await.map_err(|e| fail(&e))?.state.clone();
+        let start = state.last_sequence.saturating_sub(window).max(state.first_sequence).max(1);
+        let mut out = RecentEntries { whole: start <= state.first_sequence, ..RecentEntries::default() };
+        if state.messages == 0 {
+            out.whole = true;
+            return Ok(out);
+        }
+        let prefix = self.kv.prefix.clone();
+        let consumer = stream
+            .create_consumer(push::OrderedConfig {
+                deliver_subject: self.client.new_inbox(),
+                filter_subject: format!("{prefix}{filter}"),
+                headers_only: true,
+                replay_policy: ReplayPolicy::Instant,
+                deliver_policy: DeliverPolicy::ByStartSequence { start_sequence: start },
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| fail(&e))?;
+        if consumer.cached_info().num_pending == 0 {
+            return Ok(out);
+        }
+        let mut messages = consumer.messages().await.map_err(|e| fail(&e))?;
+        while let Some(m) = messages.next().await {
+            let m = m.map_err(|e| fail(&e))?;
+            let info = m.info().map_err(|e| fail(&e))?;
+            let (pending, published) = (info.pending, info.published);
+            out.since_ms.get_or_insert((published.unix_timestamp_nanos() / 1_000_000) as u64);
+            let deleted = m.headers.as_ref().and_then(|h| h.get("KV-Operation")).is_some();
+            if let Some(e) = m.subject.strip_prefix(prefix.as_str()).and_then(parse) {
+                if deleted {
+                    out.entries.retain(|x| x != &e); // purged after its put, both in the window
+                } else {
+                    out.entries.push(e);
+                }
+            }
+            if pending == 0 {
+                break;
+            }
+        }
+        Ok(out)
+    }
+
+    /// How many keys match `tenant` and `status` (purge markers of just-moved entries
+    /// included), counted by the server: a consumer of the filter's last
+    /// values reports how many it would deliver, and is deleted unread.
+    pub async fn matching(&self, tenant: Option<&Tenant>, status: Option<JobStatus>) -> Result<u64, BusError> {
+        let filter = index_filter(tenant, status);
+        let fail = |e: &dyn std::fmt::Display| BusError::new(format!("cannot count {filter}"), e.to_string());
+        let name = format!("index-count-{}", uuid::Uuid::now_v7().simple());
+        let consumer = self
+            .kv
+            .stream
+            .create_consumer(pull::Config {
+                name: Some(name.clone()),
+                filter_subject: format!("{}{filter}", self.kv.prefix),
+                deliver_policy: DeliverPolicy::LastPerSubject,
+                ack_policy: AckPolicy::None,
+                headers_only: true,
+                inactive_threshold: Duration::from_secs(10),
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| fail(&e))?;
+        let count = consumer.cached_info().num_pending;
+        if let Err(e) = self.kv.stream.delete_consumer(&name).await {
+            tracing::debug!(error = %e, "index count consumer not deleted; it expires by itself");
+        }
+        Ok(count)
     }
 
     /// Whether the jobs stored before the index existed have been indexed.

@@ -60,7 +60,7 @@ pub use cancellations::{Cancellations, Cancelled};
 pub use checkpoints::Checkpoints;
 pub use events::{EventStream, RawEvent};
 pub use history_seed::seed_finished_jobs;
-pub use job_index::{Indexed, JobIndex, index_filter, index_key};
+pub use job_index::{Indexed, JobIndex, RecentEntries, index_filter, index_key};
 pub use job_records::{Cas, JobRecords, keys as job_keys};
 pub use leases::{Lease, Leases};
 pub use reports::ReportStream;
