@@ -7,7 +7,7 @@
 //! tool's policy, edits that fit the schema) live in one place, and clients
 //! need no write access to the approvals bucket. The decision is created once
 //! under the request round's decision key, which no worker may write
-//! (shared/src/bus/approvals.rs): a decision racing another reviewer or the
+//! (shared/bus/src/approvals.rs): a decision racing another reviewer or the
 //! worker's expiry either wins or gets a clear error, never a silent overwrite.
 
 use flotilla_bus::{ApprovalStore, Bus, DecisionError, Versioned, Write, check_decision};

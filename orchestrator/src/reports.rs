@@ -10,7 +10,7 @@
 //! The stored-report lookup goes through [`StoredReports`]
 //! (orchestrator/src/ports.rs) so unit tests route reports without NATS.
 //!
-//! [`planner_view`] is what of a report enters the planner's conversation:
+//! [`completed_view`] is what of a report enters the planner's conversation:
 //! a summary capped at `[planner] report_tokens` plus the path of the full
 //! report (`/reports/<task>.md`, written by the worker,
 //! workers/src/large_report.rs), so a job's context does not grow with the

@@ -5,7 +5,7 @@
 //! would. Editing /etc/hosts is not possible here, so that the connection
 //! itself never asks DNS is shown by the unit test
 //! `a_pinned_client_connects_to_the_checked_address_without_asking_dns`
-//! (shared/src/mcp/url_policy.rs); this test shows a real session lives on
+//! (shared/mcp/src/url_policy.rs); this test shows a real session lives on
 //! the pin and that every new session resolves and checks again.
 
 use std::net::SocketAddr;

@@ -5,7 +5,7 @@
 //! (`req.<type>.<job>.<task>.<call id>`), announced on
 //! `<prefix>.job.<tenant>.<job>.approval.<task>` and as an `approval_requested`
 //! progress event, and then waits on the round's decision key, which only the
-//! orchestrator may write (shared/src/bus/approvals.rs), until a decision
+//! orchestrator may write (shared/bus/src/approvals.rs), until a decision
 //! arrives or the request expires. The task stays ours meanwhile: `task.rs`
 //! keeps sending in-progress acks.
 //!
@@ -378,7 +378,7 @@ impl ApprovalGate for BusApprovalGate {
         // The bus opens the bucket once per connection and hands out clones.
         let store = &self.bus.approvals().await.map_err(unavailable)?;
         // The decision is audited by the tool set that asked, once
-        // (`audit_decision` in shared/src/tool/set.rs), not here.
+        // (`audit_decision` in shared/agent/src/tool/pipeline/approve.rs), not here.
         match self.open(store, &key, task, ctx, tool, args).await.map_err(unavailable)? {
             Opened::Wait(rec) => self.wait(store, &key, *rec).await.map_err(unavailable)?,
             Opened::Done(result) => result,
@@ -388,7 +388,7 @@ impl ApprovalGate for BusApprovalGate {
 
 /// Whether `rec` asked about a call with these arguments. (A tool asking
 /// again from inside its approved call is answered by the tool set, see
-/// `Approved` in shared/src/tool/set.rs.)
+/// `Asked` in shared/agent/src/tool/pipeline/approve.rs.)
 fn same_call(rec: &ApprovalRecord, args: &Value) -> bool {
     &rec.request.args == args
 }

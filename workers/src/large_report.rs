@@ -1,7 +1,7 @@
 //! Every task's full report lives in the job files at `/reports/<task>.md`
 //! (docs/TOOLS.md, "Job inputs and reports"): the planner's conversation
 //! only gets a summary capped at `[planner] report_tokens` plus that path
-//! (orchestrator/src/reports.rs, `planner_view`), and a client reads the whole
+//! (orchestrator/src/reports.rs, `completed_view`), and a client reads the whole
 //! report with `flotilla files get`.
 //!
 //! The report message itself carries the whole answer when it fits the

@@ -1,5 +1,5 @@
 //! The job files' store: the JetStream Object Store bucket `<prefix>_files`
-//! behind [`JobFiles`] (shared/src/files/mod.rs holds the rules). Objects are
+//! behind [`JobFiles`] (shared/agent/src/files/mod.rs holds the rules). Objects are
 //! chunked, so files outlive processes, are visible on every host and may be
 //! larger than one NATS message.
 

@@ -6,14 +6,14 @@
 //! Every rule must be idempotent on its own output (its replacement never
 //! matches again), because [`super::sanitize`] promises
 //! `sanitize(sanitize(x)) == sanitize(x)`; the property tests in
-//! `shared/src/sanitize/tests.rs` check that.
+//! `shared/agent/src/sanitize/tests.rs` check that.
 //!
 //! A rule may carry a guard: a check on the named group `v` of a match that
 //! keeps the match unchanged when it returns false. Guards hold the decisions a
 //! regex cannot make cleanly: whether a word after `Basic` is an encoded
 //! credential or English, and whether an absolute path is a host path or a job
 //! file path (job files may live at any absolute path, see
-//! `shared/src/files/path.rs`, so only known host roots count as host paths).
+//! `shared/protocol/src/path.rs`, so only known host roots count as host paths).
 
 /// Which entry point applies a rule: logs get only [`Class::Secret`];
 /// models, reports and heartbeats get all three.
