@@ -129,9 +129,11 @@ impl MapFiles {
         Ok(())
     }
 
+    /// Writes under the reserved `/maps` (shared/agent/src/files/reserved.rs):
+    /// no agent or client can forge a map's results or progress.
     async fn write(&self, raw: &str, bytes: &[u8]) -> Result<(), ToolError> {
         let path = self.path(raw)?;
-        self.files.write(&self.job, &path, bytes).await.map(drop).map_err(file_error)
+        self.files.write_reserved(&self.job, &path, bytes).await.map(drop).map_err(file_error)
     }
 }
 

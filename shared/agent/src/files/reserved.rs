@@ -1,8 +1,8 @@
 //! Reserved directories: parts of the job files that only the runtime writes.
 //!
 //! Evicted tool results (docs/TOOLS.md, "Large results travel by reference")
-//! and task reports (`/reports/<task id>.md`, docs/TOOLS.md, "Job inputs and
-//! reports") are read back by another agent, or a client, on the runtime's
+//! task reports (`/reports/<task id>.md`, docs/TOOLS.md, "Job inputs and
+//! reports") and `map_tasks` results (`/maps/`) are read back by another agent, or a client, on the runtime's
 //! word: the planner trusts that `/reports/<task>.md` is what the subagent
 //! answered. If any
 //! agent with `write_file`/`edit_file` (or a sandboxed command whose output
@@ -23,8 +23,13 @@ use super::FilePath;
 /// Directory of evicted tool results and oversized task reports.
 pub const LARGE_RESULTS_DIR: &str = "/large_tool_results";
 
+/// Directory of `map_tasks` results and their progress
+/// (orchestrator/src/planner/map_tasks/store.rs): the planner and clients
+/// read a map's outcome from there on the runtime's word.
+pub const MAPS_DIR: &str = "/maps";
+
 /// Every reserved directory.
-pub const RESERVED_DIRS: &[&str] = &[LARGE_RESULTS_DIR];
+pub const RESERVED_DIRS: &[&str] = &[LARGE_RESULTS_DIR, MAPS_DIR];
 
 /// Directory of the task reports. Only the names the runtime gives them,
 /// `<task id>.md`, are reserved: agents and clients may keep other files
@@ -71,6 +76,9 @@ mod tests {
         assert_eq!(reserved_prefix(&p("/large_tool_results/t/report")), Some(LARGE_RESULTS_DIR));
         assert_eq!(reserved_prefix(&p("//large_tool_results/./x")), Some(LARGE_RESULTS_DIR));
         assert_eq!(reserved_prefix(&p("/large_tool_results_mine/x")), None);
+        assert_eq!(reserved_prefix(&p("/maps/call_1-ab12.jsonl")), Some(MAPS_DIR));
+        assert_eq!(reserved_prefix(&p("/maps/call_1-ab12/part-000001.jsonl")), Some(MAPS_DIR));
+        assert_eq!(reserved_prefix(&p("/mapsfile.jsonl")), None);
         assert_eq!(reserved_prefix(&p("/notes/large_tool_results/x")), None);
         assert_eq!(reserved_prefix(&FilePath::root()), None);
     }
