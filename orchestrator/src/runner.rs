@@ -4,8 +4,10 @@
 //!
 //! A job goes to whichever orchestrator has a free planning slot (one of
 //! `[planner] concurrency`): the one it was submitted to when that one has
-//! a slot free; otherwise it waits in the store, unowned, and the first
-//! orchestrator with a free slot takes it: when one of its planners ends, on
+//! a slot free; otherwise it waits in the store, unowned (and in the local
+//! queue of the orchestrator it was submitted to, which starts it first
+//! when a slot frees), and the first orchestrator with a free slot takes
+//! it: when one of its planners ends, on
 //! its periodic look for waiting jobs (every `lease_ttl`), when it starts, or
 //! when a job's lease ends (given back by an orchestrator that stopped, or
 //! expired after one died). Starting takes a slot, then the lease; if
@@ -15,6 +17,7 @@
 //! Cancels are followed from the cancellations bucket, so a cancel answered
 //! by any orchestrator reaches the one planning the job.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use dashmap::DashMap;
@@ -45,6 +48,11 @@ pub(crate) struct JobRunner {
     shutdown: CancellationToken,
     /// Cancellation token of each job owned here (fires on `cancel`).
     running: DashMap<JobId, CancellationToken>,
+    /// Jobs submitted here while every slot was busy, oldest first. A freed
+    /// slot starts the next of them without reading the store; only when
+    /// none is left does it look in the job index (with a backlog of B jobs,
+    /// reading the store at each job's end cost B reads a job).
+    waiting: std::sync::Mutex<VecDeque<JobId>>,
 }
 
 impl JobRunner {
@@ -66,6 +74,7 @@ impl JobRunner {
             tracker: TaskTracker::new(),
             shutdown: CancellationToken::new(),
             running: DashMap::new(),
+            waiting: std::sync::Mutex::default(),
         }
     }
 
@@ -74,7 +83,11 @@ impl JobRunner {
     pub(crate) async fn resume(self: &Arc<Self>, bus: &Bus) -> Result<(), BusError> {
         let ended = bus.leases().await?.ended().await?;
         let cancels = bus.cancellations().await?.watch().await?;
-        self.fill_slots().await;
+        // At start, the slow look: it also re-files index entries that lag their job.
+        match self.jobs.unfinished().await {
+            Ok(jobs) => self.start_unowned(jobs.into_iter().map(|r| r.id).collect()).await,
+            Err(e) => tracing::warn!(error = %e, "cannot look for unfinished jobs; the next look retries"),
+        }
         let me = self.clone();
         tokio::spawn(async move {
             let every = me.ownership.ttl();
@@ -108,30 +121,46 @@ impl JobRunner {
         Ok(())
     }
 
-    /// Starts unfinished jobs that no orchestrator owns while this one has
-    /// free slots.
+    /// Starts waiting jobs that no orchestrator owns while this one has free
+    /// slots: those the job index files as submitted, then as running
+    /// (their owner may have died), oldest first.
     async fn fill_slots(self: &Arc<Self>) {
         if self.slots.available_permits() == 0 || self.shutdown.is_cancelled() {
             return;
         }
-        let waiting = match self.jobs.unfinished().await {
-            Ok(w) => w,
-            Err(e) => return tracing::warn!(error = %e, "cannot look for waiting jobs"),
-        };
-        for rec in waiting {
-            if self.slots.available_permits() == 0 {
+        match self.jobs.waiting().await {
+            Ok(ids) => self.start_unowned(ids).await,
+            Err(e) => tracing::warn!(error = %e, "cannot look for waiting jobs"),
+        }
+    }
+
+    async fn start_unowned(self: &Arc<Self>, ids: Vec<JobId>) {
+        for id in ids {
+            if self.slots.available_permits() == 0 || self.shutdown.is_cancelled() {
                 break;
             }
-            if self.running.contains_key(&rec.id) {
+            if self.running.contains_key(&id) {
                 continue;
             }
-            match self.ownership.owner_of(&rec.id).await {
+            match self.ownership.owner_of(&id).await {
                 Ok(None) => {
-                    tracing::info!(job_id = %rec.id, status = rec.status.as_str(), "starting a waiting job");
-                    self.start(rec.id);
+                    tracing::info!(job_id = %id, "starting a waiting job");
+                    self.start(id);
                 }
                 Ok(Some(_)) => {}
-                Err(e) => tracing::warn!(job_id = %rec.id, error = %e, "cannot read a job's lease"),
+                Err(e) => tracing::warn!(job_id = %id, error = %e, "cannot read a job's lease"),
+            }
+        }
+    }
+
+    /// A slot came free: the oldest job waiting here, else any waiting job
+    /// the index lists.
+    async fn next(self: &Arc<Self>) {
+        while self.slots.available_permits() > 0 && !self.shutdown.is_cancelled() {
+            let next = self.waiting.lock().unwrap_or_else(std::sync::PoisonError::into_inner).pop_front();
+            let Some(id) = next else { return self.fill_slots().await };
+            if !self.running.contains_key(&id) {
+                self.start(id);
             }
         }
     }
@@ -156,7 +185,10 @@ impl JobRunner {
     /// here or another orchestrator holds its lease. False when no slot is
     /// free: the job waits for any orchestrator's free slot.
     pub(crate) fn start(self: &Arc<Self>, id: JobId) -> bool {
-        let Ok(slot) = self.slots.clone().try_acquire_owned() else { return false };
+        let Ok(slot) = self.slots.clone().try_acquire_owned() else {
+            self.waiting.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push_back(id);
+            return false;
+        };
         // `stop` (shutdown, or this job's lease lost) is the parent of the
         // job's own token, so whenever the planner sees its token fire for
         // either reason, `stop` has already fired and the job stays `running`
@@ -173,7 +205,7 @@ impl JobRunner {
             me.running.remove(&id);
             drop(slot);
             // A slot is free again: a waiting job may take it.
-            me.fill_slots().await;
+            me.next().await;
         });
         true
     }

@@ -222,6 +222,23 @@ impl JobStore {
         Ok(out)
     }
 
+    /// Jobs the index files as submitted, then those filed as running, each
+    /// oldest first: the runner's candidates for a free slot. The index
+    /// alone is read (no header per job): the runner re-reads a job under
+    /// its lease before planning it (orchestrator/src/runner.rs).
+    pub async fn waiting(&self) -> Result<Vec<JobId>, BusError> {
+        let Some(index) = &self.index else {
+            return Ok(self.unfinished().await?.into_iter().map(|r| r.id).collect());
+        };
+        let (mut out, mut seen) = (Vec::new(), std::collections::HashSet::new());
+        for status in [JobStatus::Submitted, JobStatus::Running] {
+            let mut ids: Vec<JobId> = index.entries(None, Some(status)).await?.into_iter().map(|e| e.id).collect();
+            ids.sort_unstable();
+            out.extend(ids.into_iter().filter(|id| seen.insert(*id))); // a job moving is briefly under both
+        }
+        Ok(out)
+    }
+
     /// Files every stored job in the index, once per bucket: the jobs
     /// written before the index existed.
     async fn backfill(&self, index: &JobIndex) -> Result<(), BusError> {
