@@ -274,3 +274,35 @@ async fn a_thousand_jobs_leave_no_job_in_memory_and_rss_flat() {
     assert_eq!(in_memory, 0.0, "every finished job left the job store's memory");
     assert!(after as f64 <= warm as f64 * 1.10, "RSS grew more than 10 % over 1000 jobs: {warm} -> {after} KiB");
 }
+
+/// Jobs stored before the index existed (headers only, no index entry) are
+/// filed once, by the first orchestrator that starts with an index, and
+/// then listed like any other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_stored_before_the_index_are_filed_at_the_next_start() {
+    let mut d = Deployment::start(0, |url| TestConfig::demo(url, 1, 0)).await;
+    d.orchestrator_ready().await;
+    d.orchestrator = None; // SIGKILLed
+    let records = d.bus.job_records().await.unwrap();
+    let old: Vec<JobId> = (0..3).map(|_| JobId::new()).collect();
+    for id in &old {
+        let mut rec = JobRecord::new(*id, Tenant::default(), format!("pre-index job {id}"));
+        rec.status = JobStatus::Completed;
+        records.create(&flotilla_bus::job_keys::header(id), flotilla_protocol::encode(&rec).into()).await.unwrap();
+    }
+    // As a store from before the index: no entries, no "indexed" marker.
+    let index = d.raw.js.get_key_value("flotilla_jobs_index").await.expect("index bucket");
+    index.purge("meta.backfilled").await.unwrap();
+    let entries = d.bus.job_index().await.unwrap().entries(None, None).await.unwrap();
+    assert!(entries.is_empty(), "not indexed yet: {entries:?}");
+
+    d.start_orchestrator();
+    d.orchestrator_ready().await;
+    let mut want = old.clone();
+    want.sort_unstable_by(|a, b| b.cmp(a));
+    assert_eq!(listed(&d), want, "every pre-index job is listed, newest first");
+    let completed = ListRequest { v: SCHEMA_VERSION, status: Some(JobStatus::Completed), ..Default::default() };
+    assert_eq!(list(&d, &completed).await.jobs.len(), 3, "filed under their status");
+    let log = d.orchestrator.as_ref().unwrap().log();
+    assert!(log.contains("job index built from the jobs bucket"), "{log}");
+}
