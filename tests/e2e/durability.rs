@@ -235,7 +235,17 @@ content = "{% for r in last %}{% if r.ok %}ok {{ r.value }}{% else %}{{ r.error.
     let mut log = EventLog::subscribe(&d.raw.client, "flotilla.job.>").await;
     let job = d.submit("x").await;
     assert_eq!(log.job_end(TIMEOUT).await["event"], "completed");
-    let answer = d.status(job).await.answer.unwrap();
+    let rec = d.status(job).await;
+    let answer = rec.answer.clone().unwrap();
     assert!(answer.contains("no worker serves legal"), "{answer}");
     assert!(answer.contains("ok 0.375"), "{answer}");
+    // The task entry itself ends failed, with the reason.
+    let legal = rec.tasks.iter().find(|t| t.subagent_type.as_str() == "legal").expect("the legal task");
+    assert_eq!(legal.status, Some(TaskStatus::Failed), "{legal:?}");
+    assert!(legal.error.as_ref().unwrap().message.contains("no worker serves legal"), "{legal:?}");
+    assert_eq!((rec.task_counts.completed, rec.task_counts.failed), (1, 1));
+    // A job that completed around a failed task is not a success to a script.
+    let cfg = d.config_arg();
+    let (code, out, err) = run_cli(&["--config", &cfg, "submit", "--wait", "x"], &[]);
+    assert_eq!(code, 3, "completed with a failed task: exit 3 (stdout {out}, stderr {err})");
 }

@@ -62,5 +62,5 @@ async fn submit_and_follow(settings: &Settings, job: String) -> anyhow::Result<i
     outln!("submitted job {id}\n")?;
     let rec = follow_job(&api, id, Output::Text).await?;
     outln!("\n{}", render::record(&rec))?;
-    Ok(exit_code(rec.status))
+    Ok(exit_code(&rec))
 }

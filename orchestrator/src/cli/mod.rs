@@ -160,7 +160,15 @@ impl<'a> EndWatch<'a> {
     }
 }
 
-/// Exit code for a finished job: 0 when completed, 1 otherwise.
-pub fn exit_code(status: JobStatus) -> i32 {
-    if status == JobStatus::Completed { 0 } else { 1 }
+/// Exit code for a finished job (docs/OPERATIONS.md, "Exit codes"): 0 when
+/// it completed with every task completed (or cancelled by its planner), 3
+/// when it completed with failed or refused tasks, 1 when it failed or was
+/// cancelled. A job that "completed" around tasks that never ran must not
+/// look like success to a script.
+pub fn exit_code(job: &flotilla_protocol::JobRecord) -> i32 {
+    match job.status {
+        JobStatus::Completed if job.task_counts.failed + job.task_counts.rejected > 0 => 3,
+        JobStatus::Completed => 0,
+        _ => 1,
+    }
 }

@@ -59,5 +59,5 @@ pub async fn run(settings: &Settings, tenant: &Tenant, args: Args) -> anyhow::Re
     } else {
         out!("{}", render::record(&rec))?;
     }
-    Ok(exit_code(rec.status))
+    Ok(exit_code(&rec))
 }

@@ -60,7 +60,7 @@ pub async fn run(settings: &Settings, tenant: &Tenant, args: Args) -> anyhow::Re
             outln!("\n{e}")?;
         }
     }
-    Ok(exit_code(rec.status))
+    Ok(exit_code(&rec))
 }
 
 /// Draws the live view of `job` until it ends; returns its final record.

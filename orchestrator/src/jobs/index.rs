@@ -40,6 +40,9 @@ const READ_CONCURRENCY: usize = 32;
 /// Index writes a first page reads before widening (×4 each time).
 const FIRST_WINDOW: u64 = 256;
 
+/// The tail size past which a listing asks how many entries match at all.
+const COUNT_AFTER: u64 = 4_096;
+
 /// What a listing selects.
 #[derive(Clone, Debug)]
 pub struct ListQuery {
@@ -149,11 +152,7 @@ impl JobStore {
     /// the history (docs/OPERATIONS.md, "Job history").
     async fn newest(&self, index: &JobIndex, q: &ListQuery) -> Result<(Vec<JobId>, bool), BusError> {
         let mut window = (q.limit as u64 * 4).max(FIRST_WINDOW);
-        if index.matching(q.tenant.as_ref(), q.status).await? <= window {
-            // Few entries match (a status few jobs have): read them all.
-            let ids = index.entries(q.tenant.as_ref(), q.status).await?.into_iter().map(|e| e.id).collect();
-            return Ok((newest_first(ids, q), false));
-        }
+        let mut counted = false;
         loop {
             let tail = index.recent(q.tenant.as_ref(), q.status, window).await?;
             let ids = newest_first(tail.entries.into_iter().map(|e| e.id).collect(), q);
@@ -165,12 +164,23 @@ impl JobStore {
                 return Ok((ids, false));
             }
             let exact = covered.map_or(0, |c| ids.iter().take_while(|id| created_ms(id) > c).count());
+            tracing::debug!(window, read = ids.len(), exact, whole = tail.whole, "job index tail read");
             if exact >= q.limit {
                 let mut ids = ids;
                 ids.truncate(exact);
                 return Ok((ids, true));
             }
             window = window.saturating_mul(4);
+            // Two tails short: maybe few entries match at all (a status few jobs
+            // have). The server counts them (a cost that follows the matches, so
+            // not asked first: a wide filter matches the whole history).
+            if !counted && window >= COUNT_AFTER {
+                counted = true;
+                if index.matching(q.tenant.as_ref(), q.status).await? <= window {
+                    let ids = index.entries(q.tenant.as_ref(), q.status).await?.into_iter().map(|e| e.id).collect();
+                    return Ok((newest_first(ids, q), false));
+                }
+            }
         }
     }
 

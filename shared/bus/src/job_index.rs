@@ -24,7 +24,7 @@ use flotilla_protocol::JobStatus;
 use flotilla_protocol::ids::{JobId, Tenant};
 use futures::StreamExt;
 
-use crate::job_records::list_keys;
+use crate::job_records::{LIST_IDLE, list_keys};
 use crate::{Bus, BusError};
 
 /// How long the purge marker of a moved index entry is kept (the minimum TTL).
@@ -165,10 +165,14 @@ impl JobIndex {
             return Ok(out);
         }
         let mut messages = consumer.messages().await.map_err(|e| fail(&e))?;
-        while let Some(m) = messages.next().await {
+        // The count the consumer started with can shrink while it reads (a
+        // moved entry's purge marker expires after a second): stop at the
+        // last sequence seen at the start, or when nothing more comes.
+        let last = state.last_sequence;
+        while let Ok(Some(m)) = tokio::time::timeout(LIST_IDLE, messages.next()).await {
             let m = m.map_err(|e| fail(&e))?;
             let info = m.info().map_err(|e| fail(&e))?;
-            let (pending, published) = (info.pending, info.published);
+            let (pending, published, seq) = (info.pending, info.published, info.stream_sequence);
             out.since_ms.get_or_insert((published.unix_timestamp_nanos() / 1_000_000) as u64);
             let deleted = m.headers.as_ref().and_then(|h| h.get("KV-Operation")).is_some();
             if let Some(e) = m.subject.strip_prefix(prefix.as_str()).and_then(parse) {
@@ -178,7 +182,7 @@ impl JobIndex {
                     out.entries.push(e);
                 }
             }
-            if pending == 0 {
+            if pending == 0 || seq >= last {
                 break;
             }
         }

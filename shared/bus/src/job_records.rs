@@ -152,6 +152,10 @@ impl JobRecords {
     }
 }
 
+/// How long a key listing waits for the next key before it takes the
+/// listing as complete.
+pub(crate) const LIST_IDLE: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// The live keys of `kv` matching `filter`: a headers-only ordered consumer
 /// over the last revision of each matching key, so the cost is the number
 /// of matching subjects, not the bucket's size. Shared with the job index
@@ -180,7 +184,10 @@ pub(crate) async fn list_keys(
         return Ok(out);
     }
     let mut messages = consumer.messages().await.map_err(|e| fail(&e))?;
-    while let Some(m) = messages.next().await {
+    // The count the consumer started with can shrink while it reads (a
+    // moved index entry's purge marker expires after a second, a key is
+    // purged): when nothing more comes, the listing is complete.
+    while let Ok(Some(m)) = tokio::time::timeout(LIST_IDLE, messages.next()).await {
         let m = m.map_err(|e| fail(&e))?;
         let pending = m.info().map_err(|e| fail(&e))?.pending;
         let deleted = m.headers.as_ref().and_then(|h| h.get("KV-Operation")).is_some();
