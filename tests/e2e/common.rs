@@ -13,6 +13,11 @@ use flotilla_tests::{NatsServer, Proc, RawNats, TestConfig};
 
 pub const TIMEOUT: Duration = Duration::from_secs(60);
 
+/// How long one status request may take: the CLI's own budget. A status
+/// lists the job's task keys, which for a 20 000-task job in a debug build
+/// on a loaded 2-core machine took over 2 s.
+const STATUS_TIMEOUT: Duration = Duration::from_secs(10);
+
 pub struct Deployment {
     /// Kept alive for the test; fault tests kill and restart it.
     #[allow(dead_code)]
@@ -116,7 +121,7 @@ impl Deployment {
         let req =
             StatusRequest { v: SCHEMA_VERSION, job_id: job, tasks_limit: Some(MAX_TASKS_PAGE), tasks_after: None };
         let r: ApiReply<JobRecord> =
-            self.bus.request(&Tenant::default(), "status", &req, Duration::from_secs(2)).await.ok()?;
+            self.bus.request(&Tenant::default(), "status", &req, STATUS_TIMEOUT).await.ok()?;
         r.into_result().ok()
     }
 

@@ -151,6 +151,9 @@ impl JobStore {
     /// `since`, or the whole index. Its cost follows the recent writes, not
     /// the history (docs/OPERATIONS.md, "Job history").
     async fn newest(&self, index: &JobIndex, q: &ListQuery) -> Result<(Vec<JobId>, bool), BusError> {
+        if !index.any(q.tenant.as_ref(), q.status).await? {
+            return Ok((Vec::new(), false)); // e.g. `--status failed` in a healthy fleet
+        }
         let mut window = (q.limit as u64 * 4).max(FIRST_WINDOW);
         let mut counted = false;
         loop {

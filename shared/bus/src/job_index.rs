@@ -189,6 +189,18 @@ impl JobIndex {
         Ok(out)
     }
 
+    /// Whether any key (or a just-moved entry's purge marker) matches
+    /// `tenant` and `status`: one direct get of the first match, answered
+    /// from the server's subject index, whatever the history.
+    pub async fn any(&self, tenant: Option<&Tenant>, status: Option<JobStatus>) -> Result<bool, BusError> {
+        let subject = format!("{}{}", self.kv.prefix, index_filter(tenant, status));
+        match self.kv.stream.direct_get_first_for_subject(subject.clone()).await {
+            Ok(_) => Ok(true),
+            Err(e) if e.kind() == async_nats::jetstream::stream::DirectGetErrorKind::NotFound => Ok(false),
+            Err(e) => Err(BusError::new(format!("cannot read {subject}"), e)),
+        }
+    }
+
     /// How many keys match `tenant` and `status` (purge markers of just-moved entries
     /// included), counted by the server: a consumer of the filter's last
     /// values reports how many it would deliver, and is deleted unread.
