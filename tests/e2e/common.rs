@@ -120,8 +120,7 @@ impl Deployment {
     pub async fn status_opt(&self, job: JobId) -> Option<JobRecord> {
         let req =
             StatusRequest { v: SCHEMA_VERSION, job_id: job, tasks_limit: Some(MAX_TASKS_PAGE), tasks_after: None };
-        let r: ApiReply<JobRecord> =
-            self.bus.request(&Tenant::default(), "status", &req, STATUS_TIMEOUT).await.ok()?;
+        let r: ApiReply<JobRecord> = self.bus.request(&Tenant::default(), "status", &req, STATUS_TIMEOUT).await.ok()?;
         r.into_result().ok()
     }
 
