@@ -74,6 +74,12 @@ enum Command {
     Audit(cli::audit::Args),
     /// Debug MCP servers without a model: list tools, call one, check health.
     Mcp(cli::mcp::Args),
+    /// Print a shell completion script, e.g. `flotilla completions bash >
+    /// ~/.local/share/bash-completion/completions/flotilla`.
+    Completions {
+        /// bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
+    },
 }
 
 const AFTER_HELP: &str = "\
@@ -83,8 +89,9 @@ Quick start (from the repository root):
   flotilla submit --wait \"north: revenue 120, cost 75\"
   flotilla watch <job>                   live progress; --json for JSON lines
 
-Exit codes: 0 ok (a waited or watched job completed), 1 the job failed or was
-cancelled, 2 a usage, configuration or connection error.
+Exit codes: 0 ok (a waited or watched job completed, no task failed), 3 it
+completed with failed tasks, 1 it failed or was cancelled, 2 a usage,
+configuration or connection error (docs/OPERATIONS.md).
 Configuration: docs/CONFIG.md. Bus subjects and messages: docs/PROTOCOL.md.";
 
 const LOCAL_CONFIG: &str = "deploy/local/flotilla.toml";
@@ -130,6 +137,12 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
             cli::demo::run(load(Some(&path), cli.mcp_config.as_deref())?, &path, args).await
         }
         Command::Bench(args) => cli::bench::run(args).await,
+        Command::Completions { shell } => {
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut <Cli as clap::CommandFactory>::command(), "flotilla", &mut script);
+            cli::out::out!("{}", String::from_utf8_lossy(&script))?;
+            Ok(0)
+        }
         Command::Up(args) => {
             let path = local()?;
             cli::up::run(load(Some(&path), cli.mcp_config.as_deref())?, &path, args).await
@@ -149,7 +162,9 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
                 Command::Approve(a) => cli::approve::run(&settings, &cli.tenant, a).await,
                 Command::Audit(a) => cli::audit::run(&settings, &cli.tenant, a).await,
                 Command::Mcp(a) => cli::mcp::run(&settings, a).await,
-                Command::Demo(_) | Command::Up(_) | Command::Bench(_) => unreachable!("handled above"),
+                Command::Demo(_) | Command::Up(_) | Command::Bench(_) | Command::Completions { .. } => {
+                    unreachable!("handled above")
+                }
             }
         }
     }
@@ -175,7 +190,7 @@ pub async fn shutdown_signal() {
 
 #[cfg(test)]
 mod tests {
-    use clap::CommandFactory;
+    use clap::{CommandFactory, Parser};
 
     /// `flotilla --version` names the command people type, not the package.
     #[test]
@@ -183,5 +198,22 @@ mod tests {
         let cmd = super::Cli::command();
         assert_eq!(cmd.get_name(), "flotilla");
         assert_eq!(cmd.render_version().trim(), format!("flotilla {}", env!("CARGO_PKG_VERSION")));
+    }
+
+    /// `flotilla completions <shell>` parses, and its script completes the
+    /// subcommands and their flags.
+    #[test]
+    fn completion_scripts_name_every_subcommand() {
+        for shell in ["bash", "zsh", "fish"] {
+            let cli = super::Cli::try_parse_from(["flotilla", "completions", shell]).expect("parses");
+            let super::Command::Completions { shell } = cli.command else { panic!("not completions") };
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut super::Cli::command(), "flotilla", &mut script);
+            let script = String::from_utf8(script).unwrap();
+            for word in ["submit", "watch", "jobs", "files", "tenant", "wait"] {
+                assert!(script.contains(word), "{shell} script lacks {word}");
+            }
+        }
+        assert!(super::Cli::try_parse_from(["flotilla", "completions", "tcsh"]).is_err(), "unknown shells are refused");
     }
 }
