@@ -74,13 +74,7 @@ fn config(url: &str, port: u16) -> TestConfig {
 async fn listing_cost_follows_what_it_returns_and_every_page_is_reachable() {
     let port = free_port();
     let d = Deployment::start(0, |url| config(url, port)).await;
-    let probe = ListRequest { v: SCHEMA_VERSION, limit: Some(1), ..Default::default() };
-    eventually(TIMEOUT, "the orchestrator to answer", || async {
-        let r: Result<ApiReply<ListReply>, _> =
-            d.bus.request(&Tenant::default(), "list", &probe, Duration::from_secs(2)).await;
-        r.ok()
-    })
-    .await;
+    d.orchestrator_ready().await;
     let (records, index) = (d.bus.job_records().await.unwrap(), d.bus.job_index().await.unwrap());
 
     let started = Instant::now();
@@ -196,13 +190,7 @@ async fn a_job_past_retention_is_gone_from_listing_status_and_files() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn prune_deletes_the_tenants_finished_jobs_only() {
     let d = Deployment::start(0, |url| TestConfig::demo(url, 1, 0)).await;
-    let probe = ListRequest { v: SCHEMA_VERSION, limit: Some(1), ..Default::default() };
-    eventually(TIMEOUT, "the orchestrator to answer", || async {
-        let r: Result<ApiReply<ListReply>, _> =
-            d.bus.request(&Tenant::default(), "list", &probe, Duration::from_secs(2)).await;
-        r.ok()
-    })
-    .await;
+    d.orchestrator_ready().await;
     let (records, index) = (d.bus.job_records().await.unwrap(), d.bus.job_index().await.unwrap());
     let finished = write_finished(&records, &index, 3).await;
     // A running job of the same tenant (no worker serves it) stays.

@@ -24,7 +24,7 @@ use flotilla_protocol::JobStatus;
 use flotilla_protocol::ids::{JobId, Tenant};
 use futures::StreamExt;
 
-use crate::job_records::{LIST_IDLE, list_keys};
+use crate::job_records::{LIST_IDLE, list_keys, purge_subject};
 use crate::{Bus, BusError};
 
 /// How long the purge marker of a moved index entry is kept (the minimum TTL).
@@ -113,14 +113,7 @@ impl JobIndex {
     /// Removes the entry of `id` under `status` leaving no marker (a
     /// pruned job, orchestrator/src/jobs/retention.rs).
     pub async fn forget(&self, tenant: &Tenant, status: JobStatus, id: &JobId) -> Result<(), BusError> {
-        let subject = format!("{}{}", self.kv.prefix, index_key(tenant, status, id));
-        self.kv
-            .stream
-            .purge()
-            .filter(subject.clone())
-            .await
-            .map_err(|e| BusError::new(format!("cannot remove {subject}"), e))?;
-        Ok(())
+        purge_subject(&self.kv, format!("{}{}", self.kv.prefix, index_key(tenant, status, id))).await
     }
 
     /// The entries matching `tenant` and `status` (`None` = any), in no particular order.

@@ -133,12 +133,7 @@ impl JobRecords {
     pub async fn remove_job(&self, job: &JobId) -> Result<(), BusError> {
         let prefix = &self.kv.prefix;
         for subject in [format!("{prefix}{job}"), format!("{prefix}{job}.>")] {
-            self.kv
-                .stream
-                .purge()
-                .filter(subject.clone())
-                .await
-                .map_err(|e| BusError::new(format!("cannot remove {subject}"), e))?;
+            purge_subject(&self.kv, subject).await?;
         }
         Ok(())
     }
@@ -150,6 +145,17 @@ impl JobRecords {
     pub async fn keys(&self, filter: &str) -> Result<Vec<String>, BusError> {
         list_keys(&self.kv, &self.client, filter).await
     }
+}
+
+/// Purges every message of `subject` (a `$KV.<bucket>.` subject, wildcards
+/// allowed) from `kv`'s stream: keys gone with no delete marker left.
+pub(crate) async fn purge_subject(kv: &kv::Store, subject: String) -> Result<(), BusError> {
+    kv.stream
+        .purge()
+        .filter(subject.clone())
+        .await
+        .map_err(|e| BusError::new(format!("cannot remove {subject}"), e))?;
+    Ok(())
 }
 
 /// How long a key listing waits for the next key before it takes the
