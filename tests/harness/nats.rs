@@ -10,13 +10,15 @@ pub struct NatsServer {
     child: Option<Child>,
     /// Client port on 127.0.0.1.
     pub port: u16,
+    /// HTTP monitoring port on 127.0.0.1 (`/connz`, `/varz`).
+    monitor_port: u16,
     dir: TempDir,
 }
 
 impl NatsServer {
     /// Starts a server and waits until it accepts connections.
     pub async fn start() -> Self {
-        let mut s = Self { child: None, port: free_port(), dir: TempDir::new("nats") };
+        let mut s = Self { child: None, port: free_port(), monitor_port: free_port(), dir: TempDir::new("nats") };
         s.spawn().await;
         s
     }
@@ -29,7 +31,8 @@ impl NatsServer {
     async fn spawn(&mut self) {
         let log = std::fs::File::create(self.dir.path().join("nats.log")).expect("log");
         let child = Command::new(std::env::var("NATS_SERVER").unwrap_or_else(|_| "nats-server".into()))
-            .args(["--jetstream", "--addr", "127.0.0.1", "--port", &self.port.to_string(), "--store_dir"])
+            .args(["--jetstream", "--addr", "127.0.0.1", "--port", &self.port.to_string()])
+            .args(["--http_port", &self.monitor_port.to_string(), "--store_dir"])
             .arg(self.dir.path().join("store"))
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
@@ -43,6 +46,20 @@ impl NatsServer {
             async move { async_nats::connect(url).await.ok().map(|_| ()) }
         })
         .await;
+    }
+
+    /// How many messages the server has sent to the client connection
+    /// named `name` (its `out_msgs` in `/connz`): the work a request made a
+    /// process read, counted by the server, whatever the machine's speed.
+    pub async fn messages_sent_to(&self, name: &str) -> u64 {
+        flotilla_config::tls::install_crypto_provider();
+        let url = format!("http://127.0.0.1:{}/connz?limit=1024", self.monitor_port);
+        let connz: serde_json::Value =
+            reqwest::get(&url).await.expect("nats monitoring answers").json().await.expect("connz is JSON");
+        let conns = connz["connections"].as_array().expect("connz lists connections");
+        let named: Vec<_> = conns.iter().filter(|c| c["name"] == name).collect();
+        assert_eq!(named.len(), 1, "one connection named {name:?} in {connz}");
+        named[0]["out_msgs"].as_u64().expect("out_msgs is a count")
     }
 
     /// Kills the server (SIGKILL), keeping its store.
