@@ -10,6 +10,10 @@
 //! (shared/bus/src/approvals.rs): a decision racing another reviewer or the
 //! worker's expiry either wins or gets a clear error, never a silent overwrite.
 
+mod cancel;
+
+pub use cancel::cancel_job;
+
 use flotilla_bus::{ApprovalStore, Bus, DecisionError, Versioned, Write, check_decision};
 use flotilla_protocol::ids::Tenant;
 use flotilla_protocol::{
@@ -21,28 +25,40 @@ use flotilla_protocol::{
 const MAX_TEXT: usize = 2000;
 
 /// `approvals`: open (pending, unexpired) requests of `tenant`, oldest first.
+/// A request of a cancelled job or task is settled as cancelled, not listed.
 pub async fn list(bus: &Bus, tenant: &Tenant, payload: &[u8]) -> ApiReply<ApprovalsReply> {
     let req: ApprovalsRequest = match protocol::decode(payload) {
         Ok(r) => r,
         Err(e) => return ApiReply::error(ErrorKind::Validation, e.to_string()),
     };
-    let records = match open_store(bus).await {
-        Ok(store) => store.list(req.job_id.as_ref()).await,
-        Err(e) => Err(e),
-    };
-    let now = protocol::now();
-    match records {
-        Ok(records) => {
-            let mut approvals: Vec<_> = records
-                .into_iter()
-                .filter(|v| &v.record.request.tenant == tenant && v.record.is_open(now))
-                .map(|v| v.record.request)
-                .collect();
+    match open_requests(bus, tenant, req.job_id.as_ref()).await {
+        Ok(mut approvals) => {
             approvals.sort_by_key(|r| r.requested_at);
             ApiReply::ok(ApprovalsReply { approvals })
         }
         Err(e) => ApiReply::error(ErrorKind::Transient, e.to_string()),
     }
+}
+
+async fn open_requests(
+    bus: &Bus,
+    tenant: &Tenant,
+    job: Option<&protocol::ids::JobId>,
+) -> Result<Vec<protocol::ApprovalRequest>, flotilla_bus::BusError> {
+    let store = open_store(bus).await?;
+    let cancelled = bus.cancellations().await?;
+    let now = protocol::now();
+    let mut open = Vec::new();
+    for v in store.list(job).await? {
+        if &v.record.request.tenant != tenant || !v.record.is_open(now) {
+            continue;
+        }
+        let v = cancel::settle_if_cancelled(&store, &cancelled, v).await?;
+        if v.record.is_open(now) {
+            open.push(v.record.request);
+        }
+    }
+    Ok(open)
 }
 
 /// `approve`: records one decision.
@@ -62,9 +78,17 @@ pub async fn decide(bus: &Bus, tenant: &Tenant, payload: &[u8]) -> ApiReply<Appr
         Ok(s) => s,
         Err(e) => return ApiReply::error(ErrorKind::Transient, e.to_string()),
     };
-    let Versioned { mut record, .. } = match find(&store, tenant, &req).await {
+    let found = match find(&store, tenant, &req).await {
         Ok(v) => v,
         Err(reply) => return reply,
+    };
+    let settled = match bus.cancellations().await {
+        Ok(cancelled) => cancel::settle_if_cancelled(&store, &cancelled, found).await,
+        Err(e) => Err(e),
+    };
+    let Versioned { mut record, .. } = match settled {
+        Ok(v) => v,
+        Err(e) => return ApiReply::error(ErrorKind::Transient, e.to_string()),
     };
     if let Err(e) = check_decision(&record, &req.decision, protocol::now()) {
         let kind = match e {
@@ -120,6 +144,10 @@ async fn mirror(
             ApprovalState::Pending => {}
             ApprovalState::Expired { .. } if revision < stored_at => {
                 let err = DecisionError::Settled { call_id: record.request.call_id, how: "expired unanswered".into() };
+                return Err(ApiReply::error(ErrorKind::Business, err.to_string()));
+            }
+            ApprovalState::Cancelled { reason, .. } if revision < stored_at => {
+                let err = DecisionError::Cancelled { call_id: record.request.call_id, reason };
                 return Err(ApiReply::error(ErrorKind::Business, err.to_string()));
             }
             _ => return Ok(()),

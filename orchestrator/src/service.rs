@@ -261,7 +261,12 @@ impl Service {
             tracing::warn!(job_id = %rec.id, error = %e, "queued tasks not purged; workers will drop them");
             0
         });
-        tracing::info!(job_id = %rec.id, purged_tasks, %reason, "job cancelled");
+        // 4. Its pending approvals leave `approvals` (orchestrator/src/approvals/cancel.rs).
+        let approvals = crate::approvals::cancel_job(&self.bus, &rec.id, &reason).await.unwrap_or_else(|e| {
+            tracing::warn!(job_id = %rec.id, error = %e, "pending approvals not cancelled; listing settles them");
+            0
+        });
+        tracing::info!(job_id = %rec.id, purged_tasks, approvals, %reason, "job cancelled");
         ApiReply::ok(CancelReply { job_id: rec.id, purged_tasks })
     }
 

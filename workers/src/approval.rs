@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use flotilla_agent::retry::Backoff;
-use flotilla_agent::tool::{ApprovalGate, ToolContext, ToolError, ToolSet};
+use flotilla_agent::tool::{ApprovalGate, ApprovalVerdict, ToolContext, ToolError, ToolSet};
 use flotilla_bus::{ApprovalStore, Bus, BusError, Versioned, Write};
 use flotilla_config::SubagentConfig;
 use flotilla_protocol::ids::{TaskId, Tenant};
@@ -143,9 +143,9 @@ impl BusApprovalGate {
                         tracing::info!(tool, call_id = %ctx.call_id, "approval already answered; not asking again");
                         return Ok(Opened::Wait(Box::new(v.record.clone())));
                     }
-                    ApprovalState::Expired { .. } => {
+                    ApprovalState::Expired { .. } | ApprovalState::Cancelled { .. } => {
                         self.resolved(&v.record).await;
-                        return Ok(Opened::Done(Err(expired(&v.record))));
+                        return Ok(Opened::Done(settled(&v.record)));
                     }
                     ApprovalState::Used { .. } => {
                         tracing::info!(tool, call_id = %ctx.call_id, "approval of this call was used already: asking again");
@@ -187,6 +187,7 @@ impl BusApprovalGate {
             ApprovalState::Decided { decision, by, .. } => (decision.kind().as_str(), by.clone()),
             ApprovalState::Used { decision, by, .. } => (decision.kind().as_str(), by.clone()),
             ApprovalState::Expired { .. } => ("expired", None),
+            ApprovalState::Cancelled { .. } => ("cancelled", None),
             ApprovalState::Pending => return,
         };
         let r = &rec.request;
@@ -202,12 +203,7 @@ impl BusApprovalGate {
     }
 
     /// Waits for the decision of `rec`'s round until the request's deadline.
-    async fn wait(
-        &self,
-        store: &ApprovalStore,
-        key: &str,
-        rec: ApprovalRecord,
-    ) -> Result<Result<Value, ToolError>, BusError> {
+    async fn wait(&self, store: &ApprovalStore, key: &str, rec: ApprovalRecord) -> Result<ApprovalVerdict, BusError> {
         let decision_key = ApprovalStore::decision_key(key, rec.round);
         let deadline = tokio::time::Instant::now() + until(rec.request.expires_at);
         match next_decision(|| store.watch_decision(&decision_key), deadline).await? {
@@ -225,7 +221,7 @@ impl BusApprovalGate {
         key: &str,
         decision: &DecisionRecord,
         expired_at: Option<u64>,
-    ) -> Result<Result<Value, ToolError>, BusError> {
+    ) -> Result<ApprovalVerdict, BusError> {
         loop {
             let Some(Versioned { mut record, revision }) = store.get(key).await? else {
                 return Err(vanished(key));
@@ -235,6 +231,8 @@ impl BusApprovalGate {
                     ApprovalState::Pending | ApprovalState::Decided { .. } => expired_at.is_none(),
                     ApprovalState::Expired { .. } => expired_at == Some(revision),
                     ApprovalState::Used { .. } => false,
+                    // Cancelled with its job before the decision was applied.
+                    ApprovalState::Cancelled { .. } => return Ok(settled(&record)),
                 };
             if !applicable {
                 let err = ToolError::new(
@@ -244,7 +242,7 @@ impl BusApprovalGate {
                         record.request.tool
                     ),
                 );
-                return Ok(Err(err));
+                return Ok(ApprovalVerdict { result: Err(err), decision: None, by: None });
             }
             record.state = ApprovalState::Used {
                 decision: decision.decision.clone(),
@@ -259,7 +257,11 @@ impl BusApprovalGate {
                     decided_at: decision.decided_at,
                 };
                 self.resolved(&shown).await;
-                return Ok(outcome(&record.request, &decision.decision));
+                return Ok(ApprovalVerdict {
+                    result: outcome(&record.request, &decision.decision),
+                    decision: Some(decision.decision.kind().as_str().into()),
+                    by: decision.by.clone(),
+                });
             }
         }
     }
@@ -267,18 +269,13 @@ impl BusApprovalGate {
     /// Marks the request expired. A decision stored before the expiry (a
     /// lower revision of the same stream) still wins; one stored after it is
     /// void, and the orchestrator tells its reviewer so.
-    async fn expire(
-        &self,
-        store: &ApprovalStore,
-        key: &str,
-        decision_key: &str,
-    ) -> Result<Result<Value, ToolError>, BusError> {
+    async fn expire(&self, store: &ApprovalStore, key: &str, decision_key: &str) -> Result<ApprovalVerdict, BusError> {
         loop {
             let Some(Versioned { mut record, revision }) = store.get(key).await? else {
                 return Err(vanished(key));
             };
             if !matches!(record.state, ApprovalState::Pending | ApprovalState::Decided { .. }) {
-                return Ok(Err(expired(&record)));
+                return Ok(settled(&record));
             }
             record.state = ApprovalState::Expired { at: protocol::now() };
             let Write::Stored(expired_at) = store.update(key, &record, revision).await? else { continue };
@@ -288,7 +285,7 @@ impl BusApprovalGate {
                 return self.apply(store, key, &decision, Some(expired_at)).await;
             }
             self.resolved(&record).await;
-            return Ok(Err(expired(&record)));
+            return Ok(settled(&record));
         }
     }
 }
@@ -333,7 +330,7 @@ enum Opened {
     /// Wait for the decision of this round.
     Wait(Box<ApprovalRecord>),
     /// Settled already: the call's result.
-    Done(Result<Value, ToolError>),
+    Done(ApprovalVerdict),
 }
 
 /// The result of applying `decision` to `request`. The worker checks the
@@ -367,22 +364,32 @@ fn vanished(key: &str) -> BusError {
 #[async_trait]
 impl ApprovalGate for BusApprovalGate {
     async fn approve(&self, ctx: &ToolContext, tool: &str, args: &Value) -> Result<Value, ToolError> {
+        self.review(ctx, tool, args).await.result
+    }
+
+    async fn review(&self, ctx: &ToolContext, tool: &str, args: &Value) -> ApprovalVerdict {
+        let failed = |e: ToolError| ApprovalVerdict { result: Err(e), decision: None, by: None };
         let Some(task) = ctx.task_id else {
-            return Err(ToolError::new(ErrorKind::Bug, "approval requested outside a task"));
+            return failed(ToolError::new(ErrorKind::Bug, "approval requested outside a task"));
         };
         let key = ApprovalStore::key(&self.progress.subagent_type, &ctx.job_id, &task, &ctx.call_id);
         let unavailable = |e: BusError| {
             tracing::warn!(tool, call_id = %ctx.call_id, error = %e, "approval store unavailable");
-            ToolError::transient(format!("cannot ask for approval of {tool} right now; the call was not run"))
+            failed(ToolError::transient(format!("cannot ask for approval of {tool} right now; the call was not run")))
         };
         // The bus opens the bucket once per connection and hands out clones.
-        let store = &self.bus.approvals().await.map_err(unavailable)?;
+        let store = match self.bus.approvals().await {
+            Ok(store) => store,
+            Err(e) => return unavailable(e),
+        };
         // The decision is audited by the tool set that asked, once
         // (`audit_decision` in shared/agent/src/tool/pipeline/approve.rs), not here.
-        match self.open(store, &key, task, ctx, tool, args).await.map_err(unavailable)? {
-            Opened::Wait(rec) => self.wait(store, &key, *rec).await.map_err(unavailable)?,
-            Opened::Done(result) => result,
-        }
+        let verdict = match self.open(&store, &key, task, ctx, tool, args).await {
+            Ok(Opened::Wait(rec)) => self.wait(&store, &key, *rec).await,
+            Ok(Opened::Done(verdict)) => Ok(verdict),
+            Err(e) => Err(e),
+        };
+        verdict.unwrap_or_else(unavailable)
     }
 }
 
@@ -393,13 +400,27 @@ fn same_call(rec: &ApprovalRecord, args: &Value) -> bool {
     &rec.request.args == args
 }
 
-fn expired(rec: &ApprovalRecord) -> ToolError {
+/// The verdict on a request nobody may decide any more: expired (nobody
+/// answered in time) or cancelled with its job.
+fn settled(rec: &ApprovalRecord) -> ApprovalVerdict {
     let r = &rec.request;
-    let secs = (r.expires_at - r.requested_at).whole_seconds();
-    ToolError::new(
-        ErrorKind::Permission,
-        format!("no reviewer answered within {secs}s, so this call to {} was rejected and not run", r.tool),
-    )
+    let (decision, message) = match &rec.state {
+        ApprovalState::Cancelled { reason, .. } => {
+            ("cancelled", format!("the job was cancelled ({reason}), so this call to {} was not run", r.tool))
+        }
+        _ => {
+            let secs = (r.expires_at - r.requested_at).whole_seconds();
+            (
+                "expired",
+                format!("no reviewer answered within {secs}s, so this call to {} was rejected and not run", r.tool),
+            )
+        }
+    };
+    ApprovalVerdict {
+        result: Err(ToolError::new(ErrorKind::Permission, message)),
+        decision: Some(decision.into()),
+        by: None,
+    }
 }
 
 fn until(at: OffsetDateTime) -> Duration {

@@ -292,8 +292,12 @@ impl Planner {
             approvals: None,
             inbox: None,
         };
-        let observer =
-            PlannerObserver { jobs: self.jobs.clone(), checkpoints: self.checkpoints.clone(), job_id: rec.id };
+        let observer = PlannerObserver {
+            jobs: self.jobs.clone(),
+            checkpoints: self.checkpoints.clone(),
+            job_id: rec.id,
+            tool_calls: Default::default(),
+        };
         self.async_tasks.run(&agent, &mut conv, &ctx, &observer).await
     }
 }

@@ -2,7 +2,16 @@
 //! and is added to the job's planner usage; every step is checkpointed; a
 //! compaction of its context (shared/agent/src/agent/compaction.rs) becomes a
 //! `compacted` job event and its call's usage is added like any other.
+//!
+//! The planner's tool calls are counted like a subagent's: a subagent's
+//! report carries its conversation's `usage.tool_calls`, which the dispatcher
+//! adds to the job (orchestrator/src/planner/dispatch.rs); the planner's own
+//! count is its conversation's, written to the job's `planner_usage` (and
+//! `usage`) at the checkpoint that follows each turn of calls. The record
+//! takes the difference to what it holds, so a resumed planner, whose
+//! checkpointed conversation carries its count, never counts a call twice.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -21,6 +30,8 @@ pub struct PlannerObserver {
     pub checkpoints: Checkpoints,
     /// The job.
     pub job_id: JobId,
+    /// The planner tool calls the job record holds, as far as this run knows.
+    pub tool_calls: AtomicU64,
 }
 
 impl PlannerObserver {
@@ -35,6 +46,26 @@ impl PlannerObserver {
             .await;
         if let Err(e) = r {
             tracing::warn!(error = %e, "planner usage not recorded");
+        }
+    }
+
+    /// Brings the job's planner tool calls up to `total`, the conversation's
+    /// count; one write per turn of calls, none when nothing was called.
+    async fn record_tool_calls(&self, total: u64) {
+        if total <= self.tool_calls.load(Ordering::Relaxed) {
+            return;
+        }
+        let r = self
+            .jobs
+            .update(&self.job_id, |rec| {
+                let new = total.saturating_sub(rec.planner_usage.tool_calls);
+                rec.planner_usage.tool_calls += new;
+                rec.usage.tool_calls += new;
+            })
+            .await;
+        match r {
+            Ok(()) => self.tool_calls.store(total, Ordering::Relaxed),
+            Err(e) => tracing::warn!(error = %e, "planner tool calls not recorded; the next turn's checkpoint retries"),
         }
     }
 }
@@ -54,6 +85,7 @@ impl AgentObserver for PlannerObserver {
     }
 
     async fn checkpoint(&self, conversation: &Conversation) {
+        self.record_tool_calls(conversation.usage.tool_calls).await;
         // The run goes on: a restart resumes from the previous checkpoint and
         // re-attaches to its tasks by call id (docs/ARCHITECTURE.md).
         if let Err(e) = self.checkpoints.save(&self.job_id, conversation).await {

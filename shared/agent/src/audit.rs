@@ -37,6 +37,20 @@ pub struct CallSite<'a> {
     pub traceparent: Option<&'a str>,
 }
 
+/// One approval decision, as its audit record tells it (docs/APPROVALS.md).
+#[derive(Clone, Copy, Debug)]
+pub struct Approval<'a> {
+    /// `approved`, `edited` or `rejected`.
+    pub outcome: AuditOutcome,
+    /// The decision taken: `approve`, `reject`, `edit`, `expired` (nobody
+    /// answered in time) or `cancelled` (with its job).
+    pub decision: &'a str,
+    /// Who decided, when someone did.
+    pub by: Option<&'a str>,
+    /// How long the call waited for the decision.
+    pub waited: Duration,
+}
+
 /// Stores audit records.
 #[async_trait]
 pub trait AuditSink: Send + Sync {
@@ -87,6 +101,8 @@ impl Auditor {
             args_sha256: args_digest(args),
             outcome,
             error_kind,
+            decision: None,
+            by: None,
             duration_ms: duration.as_millis() as u64,
             trace_id: site.traceparent.and_then(flotilla_protocol::trace::trace_id).map(str::to_string),
         }
@@ -110,18 +126,12 @@ impl Auditor {
         self.sink.write(rec).await;
     }
 
-    /// Records an approval decision on a gated call: `outcome` is `approved`,
-    /// `edited` (then `args` are the edited arguments) or `rejected`;
-    /// `waited` is how long the call waited for the decision.
-    pub async fn approval(
-        &self,
-        site: CallSite<'_>,
-        tool: &str,
-        args: &Value,
-        outcome: AuditOutcome,
-        waited: Duration,
-    ) {
-        let rec = self.record(site, AuditAction::Approval, tool, args, (outcome, None), waited);
+    /// Records an approval decision on a gated call (`args` are the edited
+    /// arguments when the decision was an edit).
+    pub async fn approval(&self, site: CallSite<'_>, tool: &str, args: &Value, approval: Approval<'_>) {
+        let mut rec = self.record(site, AuditAction::Approval, tool, args, (approval.outcome, None), approval.waited);
+        rec.decision = Some(approval.decision.to_string());
+        rec.by = approval.by.map(str::to_string);
         self.sink.write(rec).await;
     }
 }

@@ -219,6 +219,14 @@ pub enum DecisionError {
         /// Its deadline.
         at: String,
     },
+    /// The request's job was cancelled while it waited.
+    #[error("the approval request for call {call_id} was cancelled with its job ({reason}); the call was not run")]
+    Cancelled {
+        /// The call.
+        call_id: String,
+        /// The job's cancel reason.
+        reason: String,
+    },
     /// The policy does not offer this decision for the tool.
     #[error("{decision} is not allowed for {tool} (allowed: {allowed})")]
     NotAllowed {
@@ -256,6 +264,9 @@ pub fn check_decision(
         }
         ApprovalState::Expired { .. } => {
             return Err(DecisionError::Settled { call_id: r.call_id.clone(), how: "expired unanswered".into() });
+        }
+        ApprovalState::Cancelled { reason, .. } => {
+            return Err(DecisionError::Cancelled { call_id: r.call_id.clone(), reason: reason.clone() });
         }
     }
     if now >= r.expires_at {

@@ -141,6 +141,15 @@ pub enum ApprovalState {
         #[serde(with = "time::serde::rfc3339")]
         at: OffsetDateTime,
     },
+    /// Its job was cancelled while the call waited: nobody may decide it any
+    /// more, and the call did not run (docs/APPROVALS.md).
+    Cancelled {
+        /// The job's cancel reason.
+        reason: String,
+        /// When the orchestrator cancelled it.
+        #[serde(with = "time::serde::rfc3339")]
+        at: OffsetDateTime,
+    },
     /// The decision was applied to the call. The same call asked again (same
     /// call id, e.g. a model repeating it) is a new round, never a free ride.
     Used {

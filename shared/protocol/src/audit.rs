@@ -84,6 +84,15 @@ pub struct AuditRecord {
     /// The error class, when `outcome` is `error`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error_kind: Option<ErrorKind>,
+    /// Approval records: the decision taken, `approve`, `reject`, `edit`,
+    /// `expired` (nobody answered in time) or `cancelled` (with its job);
+    /// docs/APPROVALS.md.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decision: Option<String>,
+    /// Approval records: who decided, as they named themselves (`flotilla
+    /// approve --by`, default `$USER`); absent when nobody did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub by: Option<String>,
     /// Wall time of the call (or of the wait for a decision) in milliseconds.
     pub duration_ms: u64,
     /// W3C trace id of the run, to find the logs of the call.

@@ -122,6 +122,18 @@ impl std::fmt::Debug for ToolContext {
     }
 }
 
+/// A gate's answer on one call, with the decision and the reviewer when the
+/// gate knows them (docs/APPROVALS.md, "Audit").
+#[derive(Debug)]
+pub struct ApprovalVerdict {
+    /// The arguments to run with, or the error the model reads.
+    pub result: Result<Value, ToolError>,
+    /// `approve`, `reject`, `edit`, `expired` or `cancelled`.
+    pub decision: Option<String>,
+    /// Who decided, as they named themselves.
+    pub by: Option<String>,
+}
+
 /// Asks a person before a tool call runs (human in the loop,
 /// docs/APPROVALS.md). Implemented over the bus by the worker; enforced in
 /// code, never by prompt text.
@@ -130,6 +142,13 @@ pub trait ApprovalGate: Send + Sync {
     /// Blocks until a decision: the arguments to run with (possibly edited by
     /// the approver), or the rejection the model will read.
     async fn approve(&self, ctx: &ToolContext, tool: &str, args: &Value) -> Result<Value, ToolError>;
+
+    /// [`approve`](Self::approve) plus who decided and how, for the audit
+    /// record (shared/agent/src/audit.rs). A gate that knows (the worker's
+    /// bus gate) overrides it; the default knows only the result.
+    async fn review(&self, ctx: &ToolContext, tool: &str, args: &Value) -> ApprovalVerdict {
+        ApprovalVerdict { result: self.approve(ctx, tool, args).await, decision: None, by: None }
+    }
 }
 
 /// A tool an agent can call.

@@ -23,8 +23,8 @@ use serde_json::Value;
 use super::timeout::Waits;
 use super::validate::validate;
 use super::{Call, Layer, Next, Reply};
-use crate::audit::Auditor;
-use crate::tool::{ApprovalGate, ToolContext, ToolError};
+use crate::audit::{Approval, Auditor};
+use crate::tool::{ApprovalGate, ApprovalVerdict, ToolContext, ToolError};
 use flotilla_protocol::ErrorKind;
 
 /// Waits for a person on gated calls and hands the tool a gate that audits.
@@ -68,12 +68,12 @@ impl Approve<'_> {
             ));
         };
         let asked = Instant::now();
-        let decided = tokio::select! {
-            r = gate.approve(ctx, name, &call.args) => r,
+        let verdict = tokio::select! {
+            r = gate.review(ctx, name, &call.args) => r,
             _ = ctx.cancel.cancelled() => return Err(ToolError::new(ErrorKind::Cancelled, "cancelled")),
         };
-        audit_decision(self.auditor, ctx, name, &call.args, &decided, asked.elapsed()).await;
-        let args = decided?;
+        audit_decision(self.auditor, ctx, name, &call.args, &verdict, asked.elapsed()).await;
+        let args = verdict.result?;
         validate(&call.entry()?.validator, &args).map_err(|e| {
             ToolError::validation(format!("the reviewer's edited arguments do not fit the tool: {}", e.message))
         })?;
@@ -106,35 +106,43 @@ impl ApprovalGate for Asked {
             ));
         };
         let asked = Instant::now();
-        let decided = {
+        let verdict = {
             let _resume = self.waits.start();
-            gate.approve(ctx, tool, args).await
+            gate.review(ctx, tool, args).await
         };
-        audit_decision(self.auditor.as_ref(), ctx, tool, args, &decided, asked.elapsed()).await;
-        decided
+        audit_decision(self.auditor.as_ref(), ctx, tool, args, &verdict, asked.elapsed()).await;
+        verdict.result
     }
 }
 
 /// The one audit record of an approval decision: `approved`, `edited` (with
-/// the edited arguments) or `rejected` (by a reviewer, or because nobody
-/// answered within `approval_timeout`: both are `permission` errors). A call
-/// that got no decision (gate unavailable, cancelled) has no approval record;
-/// its tool call record says why. Gates themselves do not audit.
+/// the edited arguments) or `rejected` (by a reviewer, because nobody
+/// answered within `approval_timeout`, or with the job's cancel: all
+/// `permission` errors), with the decision and the reviewer when the gate
+/// names them (docs/APPROVALS.md). A call that got no decision (gate
+/// unavailable, the task's own cancel) has no approval record; its tool call
+/// record says why. Gates themselves do not audit.
 async fn audit_decision(
     auditor: Option<&Auditor>,
     ctx: &ToolContext,
     name: &str,
     args: &Value,
-    decided: &Result<Value, ToolError>,
+    verdict: &ApprovalVerdict,
     waited: Duration,
 ) {
     use flotilla_protocol::AuditOutcome;
     let Some(auditor) = auditor else { return };
-    let (outcome, audited) = match decided {
-        Ok(a) if a == args => (AuditOutcome::Approved, a),
-        Ok(a) => (AuditOutcome::Edited, a),
-        Err(e) if e.kind == ErrorKind::Permission => (AuditOutcome::Rejected, args),
+    let (outcome, audited, decision) = match &verdict.result {
+        Ok(a) if a == args => (AuditOutcome::Approved, a, "approve"),
+        Ok(a) => (AuditOutcome::Edited, a, "edit"),
+        Err(e) if e.kind == ErrorKind::Permission => (AuditOutcome::Rejected, args, "reject"),
         Err(_) => return,
     };
-    auditor.approval(ctx.call_site(), name, audited, outcome, waited).await;
+    let approval = Approval {
+        outcome,
+        decision: verdict.decision.as_deref().unwrap_or(decision),
+        by: verdict.by.as_deref(),
+        waited,
+    };
+    auditor.approval(ctx.call_site(), name, audited, approval).await;
 }
