@@ -19,10 +19,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use flotilla_protocol::{JobStatus, TaskStatus};
+use flotilla_tests::chat_endpoint::{Answer, ChatEndpoint, task_and_step, text_reply, tool_call_reply};
 use flotilla_tests::{EventLog, TestConfig};
 use futures::StreamExt;
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::watch;
 
 use crate::common::{Deployment, TIMEOUT};
@@ -45,34 +45,18 @@ struct MockModel {
 impl MockModel {
     async fn start() -> (String, Arc<Self>) {
         let mock = Arc::new(Self { seen: Mutex::default(), gate: watch::Sender::new(false) });
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}/v1", listener.local_addr().unwrap());
         let m = mock.clone();
-        tokio::spawn(async move {
-            while let Ok((conn, _)) = listener.accept().await {
-                tokio::spawn(m.clone().serve(conn));
-            }
+        let answer: Answer = Arc::new(move |body| {
+            let m = m.clone();
+            Box::pin(async move { m.answer(body).await.into() })
         });
-        (url, mock)
-    }
-
-    /// One request per connection (`Connection: close`).
-    async fn serve(self: Arc<Self>, mut conn: tokio::net::TcpStream) {
-        let Some(body) = read_request(&mut conn).await else { return };
-        let reply = self.answer(body).await;
-        let text = reply.to_string();
-        let head = format!(
-            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
-            text.len()
-        );
-        let _ = conn.write_all(format!("{head}{text}").as_bytes()).await;
+        (ChatEndpoint::start(answer).await.url, mock)
     }
 
     async fn answer(&self, body: Value) -> Value {
         let messages = body["messages"].as_array().cloned().unwrap_or_default();
         let user = |m: &Value| (m["role"] == "user").then(|| m["content"].as_str().unwrap_or("").to_string());
-        let task = messages.iter().find_map(user).unwrap_or_default();
-        let step = messages.iter().filter(|m| m["role"] == "assistant").count();
+        let (task, step) = task_and_step(&body);
         self.seen.lock().unwrap().push((task.clone(), messages.clone()));
         let follow_up = messages.iter().filter_map(user).find(|c| c.starts_with(HEADER));
         if task.contains("alpha") {
@@ -80,7 +64,7 @@ impl MockModel {
                 self.opened().await;
             }
             return match follow_up {
-                Some(f) => text(&format!("alpha done; noted: {}", f.trim_start_matches(HEADER).trim())),
+                Some(f) => text_reply(&format!("alpha done; noted: {}", f.trim_start_matches(HEADER).trim())),
                 None => list_files(step),
             };
         }
@@ -89,9 +73,9 @@ impl MockModel {
         }
         if task.contains("wake") {
             self.opened().await;
-            return text(&format!("{task}: done"));
+            return text_reply(&format!("{task}: done"));
         }
-        if step == 0 { list_files(step) } else { text("gamma done") }
+        if step == 0 { list_files(step) } else { text_reply("gamma done") }
     }
 
     async fn opened(&self) {
@@ -105,37 +89,8 @@ impl MockModel {
     }
 }
 
-/// Reads one HTTP/1.1 request; returns its JSON body.
-async fn read_request(conn: &mut tokio::net::TcpStream) -> Option<Value> {
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 8192];
-    let split = loop {
-        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            break i + 4;
-        }
-        let n = conn.read(&mut chunk).await.ok().filter(|n| *n > 0)?;
-        buf.extend_from_slice(&chunk[..n]);
-    };
-    let head = String::from_utf8_lossy(&buf[..split]).to_ascii_lowercase();
-    let length: usize =
-        head.lines().find_map(|l| l.strip_prefix("content-length:")).and_then(|v| v.trim().parse().ok())?;
-    while buf.len() < split + length {
-        let n = conn.read(&mut chunk).await.ok().filter(|n| *n > 0)?;
-        buf.extend_from_slice(&chunk[..n]);
-    }
-    serde_json::from_slice(&buf[split..split + length]).ok()
-}
-
-fn text(content: &str) -> Value {
-    json!({"choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
-           "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}})
-}
-
 fn list_files(step: usize) -> Value {
-    json!({"choices": [{"index": 0, "finish_reason": "tool_calls", "message": {"role": "assistant", "content": null,
-           "tool_calls": [{"id": format!("call_ls_{step}"), "type": "function",
-                           "function": {"name": "ls", "arguments": "{\"path\": \"/\"}"}}]}}],
-           "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}})
+    tool_call_reply(&format!("call_ls_{step}"), "ls", &json!({"path": "/"}))
 }
 
 /// The planner: start alpha, beta, gamma; check them; message alpha and

@@ -22,6 +22,7 @@ mod mcp;
 mod mcp_conformance;
 mod mcp_context;
 mod operations;
+mod real_models;
 mod sandbox;
 mod sandbox_hardening;
 mod scale;

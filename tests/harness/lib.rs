@@ -5,6 +5,7 @@
 //! Binaries come from the workspace's target dir: run `cargo build --bins`
 //! before `cargo test` (the README's test command does).
 
+pub mod chat_endpoint;
 pub mod config;
 pub mod events;
 pub mod nats;

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use flotilla_agent::agent::{ContextBudget, Limits};
+use flotilla_agent::agent::{ContextBudget, Limits, ToolPolicy};
 use flotilla_agent::files::JobFiles;
 use flotilla_agent::model::{self, ChatModel};
 use flotilla_agent::tool::{Eviction, ToolSet};
@@ -77,6 +77,13 @@ impl SubagentRuntime {
             None => None,
         };
         let approvals = Arc::new(ApprovalPolicy::apply(ty.as_str(), &config, &mut tools)?);
+        if let Some(unknown) = config.stop_at_tools.iter().find(|t| !tools.names().contains(t)) {
+            anyhow::bail!(
+                "invalid config key `subagents.{ty}.stop_at_tools`: no tool {unknown:?} in this type's tools \
+                 (tools: {})",
+                tools.names().join(", ")
+            );
+        }
         if let Some(max_bytes) = settings.files.large_result_bytes() {
             let exempt = builtin::READ_ONLY.iter().map(|s| s.to_string()).collect();
             tools.set_eviction(Eviction { files: files.clone(), max_bytes, exempt });
@@ -95,6 +102,11 @@ impl SubagentRuntime {
             sandbox,
             mcp_context,
         })
+    }
+
+    /// Stop-at tools and loop detection of this type's tasks.
+    pub fn tool_policy(&self) -> ToolPolicy {
+        ToolPolicy { stop_at_tools: self.config.stop_at_tools.clone(), loop_detection: self.config.loop_detection }
     }
 
     /// The agent limits of one task.

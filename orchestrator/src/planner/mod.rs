@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use flotilla_agent::agent::{Agent, ContextBudget, Conversation, Limits, RunContext};
+use flotilla_agent::agent::{Agent, ContextBudget, Conversation, Limits, RunContext, ToolPolicy};
 use flotilla_agent::files::JobFiles;
 use flotilla_agent::model::{self, ChatModel};
 use flotilla_agent::tool::{Eviction, ToolSet};
@@ -275,6 +275,7 @@ impl Planner {
                     prompt: self.config.compaction_prompt.clone(),
                 }),
             },
+            policy: ToolPolicy { stop_at_tools: Vec::new(), loop_detection: self.config.loop_detection },
         };
         let mut conv = match self.checkpoints.load(&rec.id).await {
             Some(conv) => {

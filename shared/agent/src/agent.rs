@@ -28,8 +28,10 @@ use flotilla_protocol::ids::{JobId, TaskId, Tenant};
 use flotilla_protocol::{ErrorInfo, ErrorKind, Usage};
 
 pub mod compaction;
+pub mod tool_policy;
 
 pub use compaction::ContextBudget;
+pub use tool_policy::ToolPolicy;
 
 /// Limits of one agent run.
 #[derive(Clone, Debug)]
@@ -157,6 +159,8 @@ pub struct Agent {
     pub tools: Arc<ToolSet>,
     /// Its limits.
     pub limits: Limits,
+    /// Stop-at tools and loop detection ([`tool_policy`]).
+    pub policy: ToolPolicy,
 }
 
 impl Agent {
@@ -188,11 +192,15 @@ impl Agent {
         loop {
             let pending = conv.pending_calls();
             if !pending.is_empty() {
-                let results = self.run_calls(&pending, conv.steps, ctx, observer).await;
-                conv.usage.tool_calls += results.len() as u64;
+                let (results, ran) = self.run_calls(&pending, &conv.messages, conv.steps, ctx, observer).await?;
+                conv.usage.tool_calls += ran;
+                let answer = self.stop_answer(&pending, &results);
                 conv.messages.extend(results);
                 observer.checkpoint(conv).await;
-                continue;
+                match answer {
+                    Some(answer) => return Ok(answer),
+                    None => continue,
+                }
             }
             if conv.steps >= self.limits.max_steps {
                 return Err(ErrorInfo::new(
@@ -233,14 +241,34 @@ impl Agent {
     /// Runs one turn's calls concurrently; a failure stays in its own result.
     /// `step` is the model call that issued `calls`: it scopes their
     /// idempotency keys, since models reuse call ids across turns (`call_0`).
+    /// A repeated call is answered from the conversation instead of run, and
+    /// a loop ends the run ([`tool_policy`]). Returns the results and how
+    /// many calls ran.
     async fn run_calls(
         &self,
         calls: &[ToolCall],
+        messages: &[ChatMessage],
         step: u32,
         ctx: &RunContext,
         observer: &dyn AgentObserver,
-    ) -> Vec<ChatMessage> {
-        let runs = calls.iter().map(|call| async move {
+    ) -> Result<(Vec<ChatMessage>, u64), ErrorInfo> {
+        let mut verdicts = Vec::with_capacity(calls.len());
+        for call in calls {
+            match self.policy.judge(messages, call, |name| self.tools.repeatable(name)) {
+                tool_policy::Verdict::Loop(error) => return Err(error),
+                v => verdicts.push(v),
+            }
+        }
+        let ran = verdicts.iter().filter(|v| **v == tool_policy::Verdict::Run).count() as u64;
+        let runs = calls.iter().zip(verdicts).map(|(call, verdict)| async move {
+            if let tool_policy::Verdict::Repeat { earlier } = verdict {
+                return ChatMessage::Tool {
+                    tool_call_id: call.id.clone(),
+                    name: call.name.clone(),
+                    content: tool_policy::repeat_text(&earlier),
+                    is_error: false,
+                };
+            }
             observer.tool_started(call).await;
             let tool_ctx = ToolContext {
                 job_id: ctx.job_id,
@@ -265,7 +293,23 @@ impl Agent {
                 is_error: outcome.result.is_err(),
             }
         });
-        futures::future::join_all(runs).await
+        Ok((futures::future::join_all(runs).await, ran))
+    }
+
+    /// The run's answer when a call of a stop-at tool succeeded in this turn
+    /// (several: their results, one a line, in call order).
+    fn stop_answer(&self, calls: &[ToolCall], results: &[ChatMessage]) -> Option<String> {
+        let answers: Vec<&str> = calls
+            .iter()
+            .zip(results)
+            .filter_map(|(call, result)| match result {
+                ChatMessage::Tool { content, is_error: false, .. } if self.policy.stops_at(&call.name) => {
+                    Some(content.as_str())
+                }
+                _ => None,
+            })
+            .collect();
+        (!answers.is_empty()).then(|| answers.join("\n"))
     }
 }
 

@@ -186,6 +186,14 @@ pub struct PlannerConfig {
     /// Mode when no rule matches: `allow` (default), `deny` or `interrupt`.
     #[serde(default)]
     pub default_permission: crate::permissions::Mode,
+    /// Catch the model repeating a call (docs/TOOLS.md, "Stopping at a tool
+    /// and loop detection").
+    #[serde(default = "default_true")]
+    pub loop_detection: bool,
+}
+
+fn default_true() -> bool {
+    true
 }
 
 fn default_planner_tools() -> Vec<crate::ToolRef> {
@@ -295,6 +303,14 @@ pub struct SubagentConfig {
     /// An MCP prompt that becomes the system prompt of each task (docs/MCP.md).
     #[serde(default)]
     pub mcp_prompt: Option<crate::mcp::McpPromptConfig>,
+    /// Tools (final names) whose successful result is the task's answer,
+    /// with no further model call (docs/TOOLS.md, "Stopping at a tool and
+    /// loop detection").
+    #[serde(default)]
+    pub stop_at_tools: Vec<String>,
+    /// Catch the model repeating a call (same section of docs/TOOLS.md).
+    #[serde(default = "default_true")]
+    pub loop_detection: bool,
 }
 
 fn default_subagent_steps() -> u32 {

@@ -94,6 +94,11 @@ impl Tool for CheckTasks {
         }
     }
 
+    /// Polls tasks that run elsewhere: the same call may see new outcomes.
+    fn repeatable(&self) -> bool {
+        true
+    }
+
     async fn call(&self, ctx: &ToolContext, v: Value) -> Result<Value, ToolError> {
         let CheckArgs { ids } = args(v)?;
         let job = self.0.job(ctx);
@@ -137,6 +142,11 @@ impl Tool for WaitTasks {
                 "additionalProperties": false
             }),
         }
+    }
+
+    /// Polls tasks that run elsewhere: the same call may see new outcomes.
+    fn repeatable(&self) -> bool {
+        true
     }
 
     async fn call(&self, ctx: &ToolContext, v: Value) -> Result<Value, ToolError> {

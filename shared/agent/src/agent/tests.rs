@@ -58,6 +58,7 @@ fn agent(script: &str, max_steps: u32) -> (Agent, Arc<Slow>) {
         model: Arc::new(ScriptedModel::from_str("s", script).unwrap()),
         tools: Arc::new(tools),
         limits: Limits { max_steps, timeout: Duration::from_secs(10), max_tokens: None, context: None },
+        policy: Default::default(),
     };
     (a, slow)
 }
@@ -180,6 +181,7 @@ async fn the_wall_time_limit_aborts_running_tool_calls() {
         ),
         tools: Arc::new(tools),
         limits: Limits { max_steps: 5, timeout: Duration::from_secs(1), max_tokens: None, context: None },
+        policy: Default::default(),
     };
     let err = a.run(&mut Conversation::new("s", "u"), &ctx(), &NoObserver).await.unwrap_err();
     assert_eq!(err.kind, ErrorKind::Timeout, "{}", err.message);
@@ -233,6 +235,7 @@ async fn inbox_messages_reach_the_next_model_call_as_user_messages_once() {
         model: model.clone(),
         tools: Arc::new(tools),
         limits: Limits { max_steps: 5, timeout: Duration::from_secs(10), max_tokens: None, context: None },
+        policy: Default::default(),
     };
     let mut c = ctx();
     c.inbox = Some(inbox.clone());
@@ -303,10 +306,74 @@ async fn a_call_id_reused_in_a_later_turn_gets_its_own_key() {
         model: Arc::new(ReusesCallIds(AtomicUsize::new(0))),
         tools: Arc::new(tools),
         limits: Limits { max_steps: 5, timeout: Duration::from_secs(10), max_tokens: None, context: None },
+        // The same call twice in a row: a repeat, which this test must run.
+        policy: ToolPolicy { loop_detection: false, ..Default::default() },
     };
     let ctx = ctx();
     let mut conv = Conversation::new("sys", "job");
     agent.run(&mut conv, &ctx, &Recorder::default()).await.unwrap();
     let keys = keys.0.lock().unwrap().clone();
     assert_eq!(keys, ["1:call_0", "2:call_0"], "scoped by the step that issued the call");
+}
+
+/// Calls `slow` with `{"x": 3}` on every turn, like a small model that does
+/// not trust the result; counts its turns.
+struct Repeats(AtomicUsize);
+
+#[async_trait]
+impl ChatModel for Repeats {
+    async fn complete(&self, _: ModelRequest<'_>) -> Result<ModelResponse, crate::model::ModelError> {
+        let turn = self.0.fetch_add(1, Ordering::SeqCst);
+        let call = ToolCall { id: format!("call_{turn}"), name: "slow".into(), arguments: json!({"x": 3}) };
+        Ok(ModelResponse { content: None, tool_calls: vec![call], usage: Default::default() })
+    }
+}
+
+fn repeating_agent(policy: ToolPolicy) -> (Agent, Arc<Repeats>, Arc<Slow>) {
+    let slow = Arc::new(Slow { running: AtomicUsize::new(0), peak: AtomicUsize::new(0) });
+    let model = Arc::new(Repeats(AtomicUsize::new(0)));
+    let mut tools = ToolSet::new(Duration::from_secs(5));
+    tools.add(slow.clone(), "test").unwrap();
+    let limits = Limits { max_steps: 10, timeout: Duration::from_secs(10), max_tokens: None, context: None };
+    (Agent { model: model.clone(), tools: Arc::new(tools), limits, policy }, model, slow)
+}
+
+/// Issue 14 item 2: a model repeating one call ends after 3 model calls (of
+/// 10 allowed) with an error naming the call; the tool ran once and the
+/// repeat was answered with the earlier result and the note.
+#[tokio::test]
+async fn a_model_repeating_a_call_is_stopped_after_three_turns() {
+    let (agent, model, _) = repeating_agent(ToolPolicy::default());
+    let mut conv = Conversation::new("sys", "go");
+    let e = agent.run(&mut conv, &ctx(), &NoObserver).await.unwrap_err();
+    assert_eq!(model.0.load(Ordering::SeqCst), 3, "model calls");
+    assert_eq!(e.kind, ErrorKind::Limit);
+    assert!(e.message.contains(r#"slow({"x":3}) 3 times"#), "{}", e.message);
+    assert_eq!(conv.usage.tool_calls, 1, "the tool ran once");
+    let tool_texts: Vec<&str> = conv
+        .messages
+        .iter()
+        .filter_map(|m| match m {
+            ChatMessage::Tool { content, .. } => Some(content.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(tool_texts, [r#"{"x":3}"#.to_string(), tool_policy::repeat_text(r#"{"x":3}"#)]);
+}
+
+/// Issue 14 item 1: with `stop_at_tools`, the tool's successful result is the
+/// answer after one model call; without loop detection and a stop, the same
+/// model uses every step.
+#[tokio::test]
+async fn a_stop_at_tool_ends_the_run_with_its_result() {
+    let (agent, model, _) = repeating_agent(ToolPolicy { stop_at_tools: vec!["slow".into()], loop_detection: true });
+    let mut conv = Conversation::new("sys", "go");
+    assert_eq!(agent.run(&mut conv, &ctx(), &NoObserver).await.unwrap(), r#"{"x":3}"#);
+    assert_eq!(model.0.load(Ordering::SeqCst), 1, "one model call");
+
+    let (agent, model, slow) = repeating_agent(ToolPolicy { stop_at_tools: vec![], loop_detection: false });
+    let e = agent.run(&mut Conversation::new("sys", "go"), &ctx(), &NoObserver).await.unwrap_err();
+    assert!(e.message.contains("step limit"), "{}", e.message);
+    assert_eq!(model.0.load(Ordering::SeqCst), 10);
+    assert_eq!(slow.peak.load(Ordering::SeqCst), 1);
 }

@@ -159,6 +159,13 @@ pub trait Tool: Send + Sync {
     /// Runs the call. `args` already matches the input schema.
     async fn call(&self, ctx: &ToolContext, args: Value) -> Result<Value, ToolError>;
 
+    /// Whether an identical call may return something new with nothing else
+    /// called in between (polling what runs elsewhere), so that calling it
+    /// again is no loop (shared/agent/src/agent/tool_policy.rs). Default: no.
+    fn repeatable(&self) -> bool {
+        false
+    }
+
     /// Like [`Tool::call`], plus an artifact for the application that the
     /// model never reads, on success and on error alike (MCP
     /// `structuredContent`, docs/MCP.md). Default: no artifact.

@@ -156,6 +156,12 @@ impl ToolSet {
         self.tools.keys().cloned().collect()
     }
 
+    /// Whether `name`'s identical calls may return something new
+    /// ([`Tool::repeatable`]); false for a name the set lacks.
+    pub fn repeatable(&self, name: &str) -> bool {
+        self.tools.get(name).is_some_and(|e| e.tool.repeatable())
+    }
+
     /// Validates and runs one call through the pipeline
     /// (tool/pipeline/mod.rs). Never panics, never hangs past the timeout.
     pub async fn invoke(&self, ctx: &ToolContext, name: &str, args: &Value) -> ToolOutcome {

@@ -205,6 +205,7 @@ async fn a_long_run_compacts_stays_under_its_budget_and_finishes_its_script() {
             max_tokens: None,
             context: Some(ContextBudget { tokens: 1500, prompt: "Summarise.".into() }),
         },
+        policy: Default::default(),
     };
     let mut conv = Conversation::new("sys", "go");
     let observer = Compactions::default();
