@@ -33,7 +33,7 @@ content = "{% set r = last[0] %}{% if r.ok %}margin={{ r.value.margin }}{% else 
 "#;
 
 /// One finance subagent whose `calculate_margin` calls need approval.
-fn config(url: &str, decisions: &str, approval_timeout: u64) -> TestConfig {
+pub(crate) fn config(url: &str, decisions: &str, approval_timeout: u64) -> TestConfig {
     let mut c = TestConfig::new(url);
     c.scripted_model("planner", PLANNER).scripted_model("finance", SUBAGENT);
     c.section(&format!(
@@ -53,7 +53,7 @@ decisions = {decisions}
 }
 
 /// Runs `flotilla <args> --config <cfg>` off the async runtime.
-async fn cli(d: &Deployment, args: &[&str]) -> (i32, String, String) {
+pub(crate) async fn cli(d: &Deployment, args: &[&str]) -> (i32, String, String) {
     let mut all: Vec<String> = args.iter().map(|s| s.to_string()).collect();
     all.extend(["--config".into(), d.config_arg()]);
     tokio::task::spawn_blocking(move || {
@@ -64,7 +64,17 @@ async fn cli(d: &Deployment, args: &[&str]) -> (i32, String, String) {
     .unwrap()
 }
 
-async fn request(log: &mut EventLog) -> Value {
+/// The requests `flotilla [--tenant T] approvals --json` lists (the API's
+/// `{"approvals": [...]}`; a bare array as printed before issue 17).
+pub(crate) async fn listed(d: &Deployment, tenant: &str) -> Vec<Value> {
+    let (code, out, err) = cli(d, &["--tenant", tenant, "approvals", "--json"]).await;
+    assert_eq!(code, 0, "{err}");
+    let v: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    let list = if v.is_array() { v } else { v["approvals"].clone() };
+    list.as_array().unwrap_or_else(|| panic!("not a list: {out}")).clone()
+}
+
+pub(crate) async fn request(log: &mut EventLog) -> Value {
     log.until(TIMEOUT, "an approval request", |s, _| s.contains(".approval.")).await
 }
 
@@ -93,14 +103,11 @@ async fn approved_call_runs_after_a_person_approves_it() {
     let call = req["call_id"].as_str().unwrap().to_string();
 
     // The pending request is listed for its tenant only.
-    let (code, out, err) = cli(&d, &["approvals", "--json"]).await;
-    assert_eq!(code, 0, "{err}");
-    let listed: Vec<Value> = serde_json::from_str(&out).unwrap();
-    assert_eq!(listed.len(), 1, "{out}");
-    assert_eq!(listed[0]["call_id"], call.as_str());
-    assert_eq!(listed[0]["decisions"], serde_json::json!(["approve", "reject", "edit"]));
-    let (_, out, _) = cli(&d, &["--tenant", "acme", "approvals", "--json"]).await;
-    assert_eq!(out.trim(), "[]", "another tenant sees nothing");
+    let open = listed(&d, "default").await;
+    assert_eq!(open.len(), 1, "{open:?}");
+    assert_eq!(open[0]["call_id"], call.as_str());
+    assert_eq!(open[0]["decisions"], serde_json::json!(["approve", "reject", "edit"]));
+    assert!(listed(&d, "acme").await.is_empty(), "another tenant sees nothing");
     let (code, _, err) = cli(&d, &["--tenant", "acme", "approve", &job.to_string(), &call, "--approve"]).await;
     assert_eq!(code, 2);
     assert!(err.contains("no approval request"), "another tenant cannot decide: {err}");
@@ -121,8 +128,7 @@ async fn approved_call_runs_after_a_person_approves_it() {
     let (code, _, err) = cli(&d, &["approve", &job.to_string(), &call, "--reject"]).await;
     assert_eq!(code, 2);
     assert!(err.contains("already answered (approve by tester)"), "{err}");
-    let (_, out, _) = cli(&d, &["approvals", "--json"]).await;
-    assert_eq!(out.trim(), "[]");
+    assert!(listed(&d, "default").await.is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -285,6 +291,15 @@ fn approvals(records: &[AuditRecord]) -> Vec<AuditOutcome> {
     records.iter().filter(|r| r.action == AuditAction::Approval).map(|r| r.outcome).collect()
 }
 
+/// The approval record's decision and reviewer (issue 17 item 4).
+fn decided_by(records: &[AuditRecord]) -> Vec<(Option<&str>, Option<&str>)> {
+    records
+        .iter()
+        .filter(|r| r.action == AuditAction::Approval)
+        .map(|r| (r.decision.as_deref(), r.by.as_deref()))
+        .collect()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_approved_call_leaves_one_approval_record() {
     let d = Deployment::start(1, |url| config(url, r#"["approve", "reject"]"#, 60)).await;
@@ -297,6 +312,29 @@ async fn one_approved_call_leaves_one_approval_record() {
 
     let records = audit_after_the_call(&d, job).await;
     assert_eq!(approvals(&records), vec![AuditOutcome::Approved], "{records:#?}");
+    // `cli` runs with USER=tester: the default reviewer name.
+    assert_eq!(decided_by(&records), vec![(Some("approve"), Some("tester"))], "{records:#?}");
+
+    // Issue 17 item 4: the planner's one `task` call is counted, in the
+    // planner's row and in the job's total with the subagent's one call.
+    let rec = d.status(job).await;
+    assert_eq!(rec.planner_usage.tool_calls, 1, "{:?}", rec.planner_usage);
+    assert_eq!(rec.usage.tool_calls, 2, "{:?}", rec.usage);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rejection_is_audited_with_its_reviewer() {
+    let d = Deployment::start(1, |url| config(url, r#"["approve", "reject"]"#, 60)).await;
+    let mut log = EventLog::subscribe(&d.raw.client, "flotilla.job.>").await;
+    let job = d.submit("one margin").await;
+    let call = request(&mut log).await["call_id"].as_str().unwrap().to_string();
+    let (code, out, err) = cli(&d, &["approve", &job.to_string(), &call, "--reject", "--by", "ana"]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(log.job_end(TIMEOUT).await["event"], "completed");
+
+    let records = audit_after_the_call(&d, job).await;
+    assert_eq!(approvals(&records), vec![AuditOutcome::Rejected], "{records:#?}");
+    assert_eq!(decided_by(&records), vec![(Some("reject"), Some("ana"))], "--by wins over $USER: {records:#?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -308,4 +346,5 @@ async fn an_expired_approval_is_one_rejected_record() {
 
     let records = audit_after_the_call(&d, job).await;
     assert_eq!(approvals(&records), vec![AuditOutcome::Rejected], "{records:#?}");
+    assert_eq!(decided_by(&records), vec![(Some("expired"), None)], "nobody decided: {records:#?}");
 }

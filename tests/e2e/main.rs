@@ -2,6 +2,7 @@
 //! Each test starts its own nats-server and processes, so tests run in parallel.
 
 mod approvals;
+mod approvals_cancel;
 mod async_tasks;
 mod bad_input;
 mod clean_ends;
