@@ -6,6 +6,16 @@
 //! disagree about what happened. A job of thousands of tasks keeps only its
 //! latest [`FINISHED_LINES`] finished task lines on screen (the header counts
 //! them all), so the view stays one screen (issue 12).
+//!
+//! A task whose call waits for a person gets a line under it saying so, with
+//! the `flotilla approve` command to run, and then the decision
+//! (docs/APPROVALS.md). A job that had ended before `watch` started is shown
+//! once, from its record, by [`finished`]: the same header, todos and task
+//! lines the live view ends with.
+
+mod finished;
+
+pub use finished::finished;
 
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
@@ -15,7 +25,7 @@ use flotilla_protocol::ids::{JobId, TaskId};
 use flotilla_protocol::{JobEventKind, ProgressKind, TaskStatus, Todo, TodoStatus, Usage};
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use super::render::short;
+use super::render::{self, short};
 
 const TICK: Duration = Duration::from_millis(120);
 
@@ -37,6 +47,8 @@ fn line_style() -> ProgressStyle {
 
 struct TaskLine {
     bar: ProgressBar,
+    /// The approval line under the task, once one of its calls was gated.
+    approval: Option<ProgressBar>,
     ty: String,
     worker: String,
     started: bool,
@@ -78,7 +90,7 @@ impl JobLines {
     /// The bar new task lines go after.
     fn last(&self, lines: &HashMap<TaskId, TaskLine>) -> ProgressBar {
         if let Some(t) = self.tasks.last().and_then(|t| lines.get(t)) {
-            return t.bar.clone();
+            return t.approval.as_ref().unwrap_or(&t.bar).clone();
         }
         self.todos.last().unwrap_or(&self.header).clone()
     }
@@ -234,6 +246,9 @@ impl LiveView {
                         line.usage += *usage;
                     }
                     ProgressKind::ToolCall { tool, .. } => line.last_tool = tool.clone(),
+                    ProgressKind::ApprovalRequested { .. } | ProgressKind::ApprovalResolved { .. } => {
+                        approval_line(&multi, line, ev);
+                    }
                     #[allow(unreachable_patterns)]
                     _ => {}
                 }
@@ -251,6 +266,9 @@ fn collapse(multi: &MultiProgress, job: &mut JobLines) {
     for id in &finished[..excess] {
         if let Some(line) = job.lines.remove(id) {
             multi.remove(&line.bar);
+            if let Some(approval) = &line.approval {
+                multi.remove(approval);
+            }
         }
         job.gone.insert(*id);
     }
@@ -269,6 +287,7 @@ fn task_line<'a>(multi: &MultiProgress, job: &'a mut JobLines, id: &TaskId, ty: 
         bar.enable_steady_tick(TICK);
         let line = TaskLine {
             bar,
+            approval: None,
             ty: ty.to_string(),
             worker: String::new(),
             started: false,
@@ -281,6 +300,22 @@ fn task_line<'a>(multi: &MultiProgress, job: &'a mut JobLines, id: &TaskId, ty: 
         job.lines.insert(*id, line);
     }
     job.lines.get_mut(id).expect("inserted above")
+}
+
+/// Shows an approval request of the task (or its outcome) on the line under
+/// it, in the words of the plain output (`render::event`): what waits, and
+/// the command that answers it.
+fn approval_line(multi: &MultiProgress, line: &mut TaskLine, ev: &Event) {
+    let bar = line.approval.get_or_insert_with(|| {
+        let bar = multi.insert_after(&line.bar, ProgressBar::new_spinner());
+        bar.set_style(line_style());
+        bar
+    });
+    // `render::event` starts with the time and the task's short id: the line
+    // sits under its task, so only what follows them is shown.
+    let text = render::event(ev);
+    let what = text.split_once("] ").map_or(text.as_str(), |(_, what)| what);
+    bar.set_message(format!("      {what}"));
 }
 
 /// Collapses a task to one line: status, worker, time, steps, tokens, result.
@@ -299,4 +334,63 @@ fn finish(line: &TaskLine, id: &TaskId, status: TaskStatus, summary: &str) {
         line.steps,
         line.usage.total_tokens(),
     ));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flotilla_protocol::{DecisionKind, ProgressEvent, SCHEMA_VERSION};
+
+    fn progress(job: JobId, task: TaskId, kind: ProgressKind) -> Event {
+        Event::Progress(ProgressEvent {
+            v: SCHEMA_VERSION,
+            job_id: job,
+            task_id: task,
+            subagent_type: flotilla_protocol::ids::SubagentType::new("finance").unwrap(),
+            worker_id: "w1".into(),
+            attempt: 1,
+            at: flotilla_protocol::now(),
+            kind,
+        })
+    }
+
+    fn approval_text(view: &LiveView, job: &JobId, task: &TaskId) -> String {
+        let line = &view.jobs[job].lines[task];
+        line.approval.as_ref().expect("an approval line").message().to_string()
+    }
+
+    /// docs/APPROVALS.md: the live view says what waits for a person, with
+    /// the command that answers it, and then the decision.
+    #[test]
+    fn a_gated_call_shows_approval_needed_and_then_its_outcome() {
+        let mut view =
+            LiveView { multi: MultiProgress::with_draw_target(ProgressDrawTarget::hidden()), ..LiveView::new() };
+        let (job, task) = (JobId::new(), TaskId::new());
+        view.apply(&progress(job, task, ProgressKind::Started));
+        let requested = ProgressKind::ApprovalRequested {
+            call_id: "call_0_0".into(),
+            tool: "calculate_margin".into(),
+            args_sha256: "ab".repeat(32),
+            decisions: vec![DecisionKind::Approve, DecisionKind::Reject],
+            expires_at: flotilla_protocol::now(),
+        };
+        view.apply(&progress(job, task, requested));
+        assert_eq!(
+            approval_text(&view, &job, &task),
+            format!(
+                "      approval needed: calculate_margin (call_0_0); answer with `flotilla approve {job} call_0_0 --approve | --reject`"
+            )
+        );
+        let resolved = ProgressKind::ApprovalResolved {
+            call_id: "call_0_0".into(),
+            tool: "calculate_margin".into(),
+            outcome: "approve".into(),
+            by: Some("ana".into()),
+        };
+        view.apply(&progress(job, task, resolved));
+        assert_eq!(approval_text(&view, &job, &task), "      approval of calculate_margin (call_0_0): approve by ana");
+        // A task dispatched later goes under the approval line, not between it and its task.
+        let lines = &view.jobs[&job];
+        assert_eq!(lines.last(&lines.lines).message(), approval_text(&view, &job, &task));
+    }
 }

@@ -67,7 +67,7 @@ pub async fn run(settings: &Settings, tenant: &Tenant, args: Args) -> anyhow::Re
 async fn follow_live(api: &ApiClient, job: JobId) -> anyhow::Result<flotilla_protocol::JobRecord> {
     let current = api.status(job).await?;
     if current.status.is_terminal() {
-        outln!("job {job} already {}", current.status.as_str())?;
+        outln!("{}", super::live::finished(&current).trim_end())?;
         return Ok(current);
     }
     let mut events = std::pin::pin!(events::follow(api.bus(), Scope::Job(api.tenant().clone(), job), true).await?);

@@ -9,37 +9,9 @@
 //! number of assistant messages already in the conversation, which also makes
 //! a resumed (checkpointed) conversation continue where it stopped.
 //!
-//! ```toml
-//! latency_ms = 0                      # simulated latency of every call (optional)
-//!
-//! # Named expressions, evaluated before each turn.
-//! [vars]
-//! pairs = "captures(input, '(\\w+): revenue (-?[0-9.]+), cost (-?[0-9.]+)')"
-//!
-//! [[turns]]
-//! [[turns.calls]]
-//! tool = "task"
-//! for_each = "pairs"                  # one call per item (optional)
-//! args = '{"subagent_type": "finance", "description": {{ ("margin of " ~ item[1]) | tojson }}}'
-//!
-//! [[turns]]
-//! content = "{% for r in last %}{{ r.value }}\n{% endfor %}"
-//! ```
-//!
-//! Template context: `input` (first user message), `system`, `step` (turn
-//! index from 0), `results` (every tool result so far: `{tool, call_id, ok,
-//! value, error: {kind, message}}`), `last` (results of the previous turn),
-//! `vars` entries, and in a call `item`/`index` when `for_each` is set.
-//! Functions: `captures(text, regex)` (all matches, each a list of groups) and
-//! `from_json(text)`.
-//!
-//! Compaction (`shared/agent/src/agent/compaction.rs`): the turn index counts
-//! the turns a compaction summarised away too (`compacted_turns` of the
-//! request), so a compacted run keeps its place in the script; `results` then
-//! holds only the results still in the conversation. A compaction call is
-//! answered by the optional top-level `compaction` template (context:
-//! `transcript`, the text to summarise) or, without one, by a deterministic
-//! digest: the first 160 characters of each transcript entry.
+//! The file format (top-level keys, `[vars]`, `[[turns]]`, `for_each`, the
+//! template context and functions, how values print, compaction calls) is
+//! documented in docs/SCRIPTED.md; this module implements it.
 
 use std::path::Path;
 
@@ -242,6 +214,7 @@ fn jv<T: serde::Serialize>(value: T) -> JValue {
 fn environment() -> Environment<'static> {
     let mut env = Environment::new();
     env.set_undefined_behavior(minijinja::UndefinedBehavior::Strict);
+    env.set_formatter(json_formatter);
     env.add_function("captures", |text: String, pattern: String| -> Result<JValue, minijinja::Error> {
         let re = regex::Regex::new(&pattern)
             .map_err(|e| minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, format!("bad regex: {e}")))?;
@@ -257,6 +230,23 @@ fn environment() -> Environment<'static> {
         Ok(jv(v))
     });
     env
+}
+
+/// Prints lists and maps as JSON (`{{ r.value }}` of a `map_tasks` result is
+/// `{"entries":[...]}`, which a later step or a reader can parse), anything
+/// else as minijinja does (docs/SCRIPTED.md, "Rendering values").
+fn json_formatter(
+    out: &mut minijinja::Output,
+    state: &mut minijinja::State,
+    value: &JValue,
+) -> Result<(), minijinja::Error> {
+    use minijinja::value::ValueKind;
+    if !matches!(value.kind(), ValueKind::Seq | ValueKind::Map | ValueKind::Iterable) {
+        return minijinja::escape_formatter(out, state, value);
+    }
+    let json = serde_json::to_string(value)
+        .map_err(|e| minijinja::Error::new(minijinja::ErrorKind::BadSerialization, e.to_string()))?;
+    out.write_str(&json).map_err(|e| minijinja::Error::new(minijinja::ErrorKind::WriteFailure, e.to_string()))
 }
 
 /// Builds the template context from the conversation.
@@ -393,6 +383,35 @@ content = "{% for r in last %}{{ pairs[loop.index0][1] }}={% if r.ok %}{{ r.valu
         let r = m.complete(ModelRequest::new(&msgs, &[])).await.unwrap();
         assert_eq!(r.usage.input_tokens, crate::model::count_request(&msgs, &[]) as u64);
         assert_eq!(r.usage.output_tokens, 1 + crate::tokens::count("[]") as u64);
+    }
+
+    /// A `map_tasks` result printed as is: JSON, not minijinja's Python-style
+    /// `{'entries': [...]}` (docs/SCRIPTED.md, "Rendering values").
+    #[tokio::test]
+    async fn lists_and_maps_render_as_json_and_scalars_as_before() {
+        let script = r#"
+[[turns]]
+content = "{{ last[0].value }}|{{ last[0].value.entries }}|{{ last[0].value.entries[0].name }}|{{ last[0].value.n }}|{{ last[0].value | tojson }}"
+"#;
+        let m = ScriptedModel::from_str("s", script).unwrap();
+        let value = r#"{"entries":[{"name":"north","ok":true,"value":{"margin":0.375}}],"n":1}"#;
+        let msgs = [
+            ChatMessage::User { content: "go".into() },
+            ChatMessage::Tool {
+                tool_call_id: "c".into(),
+                name: "map_tasks".into(),
+                content: value.into(),
+                is_error: false,
+            },
+        ];
+        let text = m.complete(req(&msgs)).await.unwrap().content.unwrap();
+        let parts: Vec<&str> = text.split('|').collect();
+        let parsed: Value = serde_json::from_str(parts[0]).unwrap_or_else(|e| panic!("{e}: {text}"));
+        assert_eq!(parsed, serde_json::from_str::<Value>(value).unwrap());
+        assert_eq!(parts[1], r#"[{"name":"north","ok":true,"value":{"margin":0.375}}]"#);
+        assert_eq!(&parts[2..4], ["north", "1"], "strings and numbers print bare");
+        assert_eq!(serde_json::from_str::<Value>(parts[4]).unwrap(), parsed, "tojson agrees");
+        assert!(!text.contains('\''), "{text}");
     }
 
     #[test]
