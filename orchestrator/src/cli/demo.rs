@@ -1,6 +1,9 @@
 //! `flotilla demo`: the whole system in one command. Starts the local
 //! deployment, submits `[local] demo_job`, shows its progress live, prints the
-//! consolidated answer and stops everything.
+//! consolidated answer and stops everything. The config's MCP servers and
+//! tools are checked first (orchestrator/src/cli/config_check.rs): with a
+//! server binary missing the demo fails naming it, instead of running a job
+//! whose every task meets an unknown tool.
 
 use std::path::Path;
 use std::time::Duration;
@@ -22,6 +25,7 @@ pub struct Args {
 
 /// Runs the demo; exit code 0 when the job completed.
 pub async fn run(settings: Settings, config: &Path, args: Args) -> anyhow::Result<i32> {
+    super::config_check::preflight(&settings).await?;
     let mut sup = Supervisor::start(&settings, config, Logs::Files).await?;
     let banner = outln!(
         "started nats-server, the orchestrator and {} workers (logs in {})",

@@ -8,6 +8,7 @@ pub mod audit;
 pub mod bench;
 pub mod cancel;
 pub mod client;
+pub mod config_check;
 pub mod dashboard;
 pub mod demo;
 pub mod endpoints;

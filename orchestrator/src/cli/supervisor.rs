@@ -1,19 +1,22 @@
 //! Local all-in-one supervision for `flotilla up` and `flotilla demo`: reuse a
 //! running nats-server or start one (JetStream on, loopback only, data under
 //! the state dir), then start the orchestrator and the configured number of
-//! worker processes as children, and stop them all cleanly.
+//! worker processes as children, wait until every one is ready
+//! ([`until_ready`]), and stop them all cleanly.
 //!
 //! It lives in the `flotilla` binary, not in the orchestrator library: it
 //! starts the binaries themselves (this executable with `orchestrator`, and
 //! `flotilla-worker` next to it), so it only makes sense inside one.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use flotilla_bus::redact_url;
+use flotilla_bus::{Bus, redact_url};
 use flotilla_config::Settings;
+use flotilla_protocol::ids::Tenant;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use tokio::process::{Child, Command};
@@ -62,7 +65,7 @@ impl Supervisor {
         sup.children.push(("orchestrator".into(), child));
         for i in 1..=settings.local.workers {
             let name = format!("worker-{i}");
-            let child = sup.spawn(&name, &worker, &["--id".into(), format!("local-{i}")], config, logs)?;
+            let child = sup.spawn(&name, &worker, &["--id".into(), worker_id(i)], config, logs)?;
             sup.children.push((name, child));
         }
         Ok(sup)
@@ -88,6 +91,12 @@ impl Supervisor {
         &self.log_dir
     }
 
+    /// The `--id` of each worker started, as its heartbeats carry it.
+    pub fn worker_ids(&self) -> Vec<String> {
+        let workers = self.children.iter().filter(|(n, _)| n.starts_with("worker-")).count();
+        (1..=workers).map(worker_id).collect()
+    }
+
     /// OS pid of the child called `name`.
     pub fn pid(&self, name: &str) -> Option<u32> {
         self.children.iter().find(|(n, _)| n == name).and_then(|(_, c)| c.id())
@@ -108,6 +117,48 @@ impl Supervisor {
         let (mut nats, mut rest): (Vec<_>, Vec<_>) = self.children.into_iter().partition(|(n, _)| n == "nats-server");
         terminate(&mut rest, grace).await;
         terminate(&mut nats, grace).await;
+    }
+}
+
+/// The `--id` of the `i`-th local worker.
+fn worker_id(i: usize) -> String {
+    format!("local-{i}")
+}
+
+/// How often [`until_ready`] looks again.
+const READY_POLL: Duration = Duration::from_millis(200);
+
+/// Waits until the deployment is ready, so `up` says "is up" only when a job
+/// submitted next will run: the orchestrator answers the job API and every
+/// worker in `workers` has published a heartbeat (a worker starts heartbeats
+/// once its tool sets are built, workers/src/main.rs). Fails after `budget`
+/// naming what is not ready.
+pub async fn until_ready(settings: &Settings, workers: &[String], budget: Duration) -> anyhow::Result<()> {
+    let deadline = tokio::time::Instant::now() + budget;
+    let bus = Bus::connect(&settings.nats, "flotilla up", budget).await?;
+    let api = super::client::ApiClient::new(bus, Tenant::default());
+    let mut orchestrator = false;
+    let mut waiting: BTreeSet<&str> = workers.iter().map(String::as_str).collect();
+    loop {
+        if !orchestrator {
+            orchestrator = api.list(None, 1).await.is_ok();
+        }
+        if let Ok(live) = api.bus().live_workers().await {
+            for w in &live {
+                waiting.remove(w.worker_id.as_str());
+            }
+        }
+        if orchestrator && waiting.is_empty() {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() >= deadline {
+            let mut missing: Vec<String> = waiting.iter().map(|w| format!("worker {w} (no heartbeat)")).collect();
+            if !orchestrator {
+                missing.insert(0, "the orchestrator (no answer on the job API)".into());
+            }
+            bail!("not ready after {}s: {}; see their logs above", budget.as_secs(), missing.join(", "));
+        }
+        tokio::time::sleep(READY_POLL).await;
     }
 }
 

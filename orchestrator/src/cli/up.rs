@@ -1,4 +1,7 @@
-//! `flotilla up`: the local all-in-one mode.
+//! `flotilla up`: the local all-in-one mode. It checks the config's MCP
+//! servers and tools before starting anything (a missing server binary is
+//! named with its fix, orchestrator/src/cli/config_check.rs) and says "is up"
+//! only once every child is ready ([`super::supervisor::until_ready`]).
 
 use std::path::Path;
 use std::time::Duration;
@@ -7,7 +10,11 @@ use clap::Args as ClapArgs;
 use flotilla_config::Settings;
 
 use super::out::outln;
-use super::supervisor::{Logs, Supervisor};
+use super::supervisor::{Logs, Supervisor, until_ready};
+
+/// How long the children may take to become ready: MCP discovery alone may
+/// take a server's `init_timeout` (docs/MCP.md).
+const READY_BUDGET: Duration = Duration::from_secs(90);
 
 /// Start nats-server (or reuse a running one), the orchestrator and
 /// `[local] workers` worker processes; Ctrl-C or SIGTERM stops them all.
@@ -23,7 +30,24 @@ pub async fn run(mut settings: Settings, config: &Path, args: Args) -> anyhow::R
     if let Some(n) = args.workers {
         settings.local.workers = n;
     }
+    super::config_check::preflight(&settings).await?;
     let mut sup = Supervisor::start(&settings, config, Logs::Inherit).await?;
+    let workers = sup.worker_ids();
+    let started = tokio::select! {
+        r = until_ready(&settings, &workers, READY_BUDGET) => r.map(|()| None),
+        _ = crate::shutdown_signal() => Ok(Some(0)),
+        (name, status) = sup.wait_any() => Err(anyhow::anyhow!(
+            "{name} exited before the deployment was ready ({}); see its log above",
+            status.map(|s| s.to_string()).unwrap_or_else(|e| e.to_string())
+        )),
+    };
+    match started {
+        Ok(None) => {}
+        done => {
+            sup.stop(Duration::from_secs(settings.worker.grace + 5)).await;
+            return done.map(|code| code.unwrap_or(0));
+        }
+    }
     // A closed stdout (`flotilla up | head -1`) does not stop the deployment.
     let _ = outln!(
         "flotilla is up: orchestrator and {} workers on {}. Submit with `flotilla submit \"...\"`; Ctrl-C stops.",

@@ -1,0 +1,97 @@
+//! `config check --connect`: what only the network can tell. NATS is reached
+//! once with the config's credentials and TLS (`flotilla_bus::auth`, as every
+//! process connects) and asked for the JetStream account; each used
+//! OpenAI-compatible model answers one cheap `GET <base_url>/models`.
+
+use std::time::Duration;
+
+use flotilla_config::{ModelSettings, Settings, redact_url};
+
+use super::Check;
+
+/// Bound on each network check.
+const TIMEOUT: Duration = Duration::from_secs(5);
+
+/// NATS answers and has JetStream on.
+pub async fn nats(settings: &Settings) -> Check {
+    let url = redact_url(&settings.nats.url);
+    match reach_nats(settings).await {
+        Ok(detail) => Check::ok("nats.url", format!("{url} answers; {detail}")),
+        Err((message, fix)) => Check::problem("nats.url", format!("{url}: {message}"), fix),
+    }
+}
+
+async fn reach_nats(settings: &Settings) -> Result<String, (String, String)> {
+    let config = &settings.nats;
+    let servers = config
+        .url
+        .split(',')
+        .map(|u| u.trim().parse::<async_nats::ServerAddr>())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| (format!("not a NATS URL: {e}"), "set [nats] url to nats://host:port".to_string()))?;
+    let opts = async_nats::ConnectOptions::new()
+        .name("flotilla config check")
+        .connection_timeout(TIMEOUT)
+        .custom_inbox_prefix(&config.inbox_prefix);
+    let opts = flotilla_bus::auth::apply(config, opts)
+        .await
+        .map_err(|e| (format!("cannot load the credentials: {e}"), "fix [nats.auth]".to_string()))?;
+    let client = tokio::time::timeout(TIMEOUT * 2, opts.connect(servers))
+        .await
+        .map_err(|_| ("no answer".to_string(), nats_fix()))?
+        .map_err(|e| (format!("cannot connect: {e}"), nats_fix()))?;
+    let js = async_nats::jetstream::new(client);
+    let account = tokio::time::timeout(TIMEOUT, js.query_account())
+        .await
+        .map_err(|_| ("JetStream did not answer".to_string(), jetstream_fix()))?
+        .map_err(|e| (format!("JetStream account info failed: {e}"), jetstream_fix()))?;
+    Ok(format!("JetStream on ({} streams, {} bytes stored)", account.streams, account.storage))
+}
+
+fn nats_fix() -> String {
+    "start nats-server (`nats-server --jetstream`), or set [nats] url / FLOTILLA_NATS__URL to a server that runs".into()
+}
+
+fn jetstream_fix() -> String {
+    "enable JetStream on the server (`nats-server --jetstream`, or a `jetstream {}` block in its config)".into()
+}
+
+/// Each used OpenAI-compatible model's endpoint answers.
+pub async fn models(settings: &Settings) -> Vec<Check> {
+    let mut checks = Vec::new();
+    for name in super::local::used_models(settings) {
+        let Some(ModelSettings::OpenAi { base_url, api_key_env, .. }) = settings.models.get(&name) else { continue };
+        let key = format!("models.{name}.base_url");
+        checks.push(match reach_model(base_url, api_key_env.as_deref()).await {
+            Ok(status) => Check::ok(key, format!("GET {base_url}/models answered {status}")),
+            Err((message, fix)) => Check::problem(key, format!("GET {base_url}/models: {message}"), fix),
+        });
+    }
+    checks
+}
+
+async fn reach_model(base_url: &str, api_key_env: Option<&str>) -> Result<u16, (String, String)> {
+    let client = reqwest::Client::builder()
+        .timeout(TIMEOUT)
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .map_err(|e| (format!("cannot build an HTTP client: {e}"), "report this bug".to_string()))?;
+    let mut req = client.get(format!("{}/models", base_url.trim_end_matches('/')));
+    if let Some(key) = api_key_env.and_then(|v| std::env::var(v).ok()) {
+        req = req.bearer_auth(key.trim());
+    }
+    let resp = req.send().await.map_err(|e| {
+        let e = e.without_url();
+        let cause = std::error::Error::source(&e).map(|s| format!(": {s}")).unwrap_or_default();
+        (format!("unreachable: {e}{cause}"), "check the URL and that the endpoint runs".to_string())
+    })?;
+    let status = resp.status();
+    match status.as_u16() {
+        200..=299 => Ok(status.as_u16()),
+        401 | 403 => Err((
+            format!("the key was refused ({status})"),
+            "set the API-key variable named by api_key_env to a valid key".into(),
+        )),
+        _ => Err((format!("answered {status}"), "check base_url (it should end in /v1 for most providers)".into())),
+    }
+}
