@@ -13,7 +13,6 @@ mod cli;
 
 use std::path::PathBuf;
 
-use anyhow::Context;
 use clap::{Parser, Subcommand};
 use flotilla_config::Settings;
 use flotilla_protocol::ids::Tenant;
@@ -38,6 +37,10 @@ struct Cli {
     /// Tenant whose jobs client commands act on.
     #[arg(long, global = true, env = "FLOTILLA_TENANT", default_value = "default")]
     tenant: Tenant,
+    /// Print JSON: one object per reply (the API's shape), one line per
+    /// event for `watch`; errors as {"error": {"kind", "message"}} on stdout.
+    #[arg(long, global = true)]
+    json: bool,
     #[command(subcommand)]
     command: Command,
 }
@@ -50,7 +53,7 @@ enum Command {
     Up(cli::up::Args),
     /// Run the orchestrator service (planner and job API).
     Orchestrator,
-    /// Submit a job; prints its id (with --wait, its answer).
+    /// Submit a job; prints its id (with --wait, its answer; the id on stderr).
     Submit(cli::submit::Args),
     /// Show one job: status, todos, tasks and reports, usage, answer.
     Status(cli::status::Args),
@@ -89,15 +92,17 @@ Quick start (from the repository root):
   flotilla submit --wait \"north: revenue 120, cost 75\"
   flotilla watch <job>                   live progress; --json for JSON lines
 
-Exit codes: 0 ok (a waited or watched job completed, no task failed), 3 it
-completed with failed tasks, 1 it failed or was cancelled, 2 a usage,
-configuration or connection error (docs/OPERATIONS.md).
+Job ids: the whole id or a unique prefix of at least 4 characters.
+Exit codes (both flotilla and flotilla-worker): 0 ok (a waited or watched job
+completed, no task failed), 3 it completed with failed tasks, 1 it failed or
+was cancelled, 2 a usage, configuration, connection or other error
+(docs/OPERATIONS.md). --json: scripting output, docs/OPERATIONS.md.
 Configuration: docs/CONFIG.md. Bus subjects and messages: docs/PROTOCOL.md.";
 
 const LOCAL_CONFIG: &str = "deploy/local/flotilla.toml";
 
 fn main() {
-    let mut cli = Cli::parse();
+    let mut cli = Cli::try_parse().unwrap_or_else(|e| usage_error(e));
     if let Some(p) = cli.mcp_config.take() {
         // Absolute, and exported so the workers `up`/`demo` start import it too.
         let p = std::path::absolute(&p).unwrap_or(p);
@@ -111,16 +116,46 @@ fn main() {
     flotilla_agent::sanitize::warm_up();
     flotilla_agent::tokens::warm_up();
     let runtime = tokio::runtime::Runtime::new().expect("tokio runtime");
+    let json = cli.json;
     let code = match runtime.block_on(run(cli)) {
         Ok(code) => code,
         // The reader of stdout went away (`| head -1`): done, not an error.
         Err(e) if cli::out::is_broken_pipe(&e) => 0,
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            2
-        }
+        Err(e) => report(&e, json),
     };
     std::process::exit(code);
+}
+
+/// Prints a failed command's error once, as one line on stderr or, under
+/// `--json`, as `{"error": {"kind", "message"}}` on stdout
+/// (src/cli/error.rs); returns the exit code of every error.
+fn report(e: &anyhow::Error, json: bool) -> i32 {
+    if json {
+        if cli::out::json(&cli::error::to_json(e)).is_ok() {
+            return cli::error::ERROR_EXIT;
+        }
+    }
+    eprintln!("error: {}", cli::error::message(e));
+    cli::error::ERROR_EXIT
+}
+
+/// A command line clap refused: under `--json` the error object (kind
+/// `usage`) on stdout and exit 2; otherwise clap's own message (also exit 2),
+/// and `--help`/`--version` as usual.
+fn usage_error(e: clap::Error) -> ! {
+    use clap::error::ErrorKind;
+    let shown = matches!(
+        e.kind(),
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+    );
+    if !shown && std::env::args_os().any(|a| a == "--json") {
+        let text = e.to_string();
+        let first = text.lines().next().unwrap_or_default().trim_start_matches("error: ").to_string();
+        let error = cli::error::CliError::new("usage", first);
+        let _ = cli::out::json(&cli::error::to_json(&error.into()));
+        std::process::exit(cli::error::ERROR_EXIT);
+    }
+    e.exit()
 }
 
 async fn run(cli: Cli) -> anyhow::Result<i32> {
@@ -148,20 +183,21 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
             cli::up::run(load(Some(&path), cli.mcp_config.as_deref())?, &path, args).await
         }
         command => {
-            let settings = load(cli.config.as_deref(), cli.mcp_config.as_deref()).context("configuration")?;
+            let settings = load(cli.config.as_deref(), cli.mcp_config.as_deref())?;
+            let (tenant, json) = (&cli.tenant, cli.json);
             match command {
                 Command::Orchestrator => cli::orchestrator::run(settings).await,
-                Command::Submit(a) => cli::submit::run(&settings, &cli.tenant, a).await,
-                Command::Status(a) => cli::status::run(&settings, &cli.tenant, a).await,
-                Command::Files(a) => cli::files::run(&settings, &cli.tenant, a).await,
-                Command::Jobs(a) => cli::jobs::run(&settings, &cli.tenant, a).await,
-                Command::Watch(a) => cli::watch::run(&settings, &cli.tenant, a).await,
-                Command::Workers(a) => cli::workers::run(&settings, &cli.tenant, a).await,
-                Command::Cancel(a) => cli::cancel::run(&settings, &cli.tenant, a).await,
-                Command::Approvals(a) => cli::approvals::run(&settings, &cli.tenant, a).await,
-                Command::Approve(a) => cli::approve::run(&settings, &cli.tenant, a).await,
-                Command::Audit(a) => cli::audit::run(&settings, &cli.tenant, a).await,
-                Command::Mcp(a) => cli::mcp::run(&settings, a).await,
+                Command::Submit(a) => cli::submit::run(&settings, tenant, a, json).await,
+                Command::Status(a) => cli::status::run(&settings, tenant, a, json).await,
+                Command::Files(a) => cli::files::run(&settings, tenant, a, json).await,
+                Command::Jobs(a) => cli::jobs::run(&settings, tenant, a, json).await,
+                Command::Watch(a) => cli::watch::run(&settings, tenant, a, json).await,
+                Command::Workers(a) => cli::workers::run(&settings, tenant, a, json).await,
+                Command::Cancel(a) => cli::cancel::run(&settings, tenant, a, json).await,
+                Command::Approvals(a) => cli::approvals::run(&settings, tenant, a, json).await,
+                Command::Approve(a) => cli::approve::run(&settings, tenant, a, json).await,
+                Command::Audit(a) => cli::audit::run(&settings, tenant, a, json).await,
+                Command::Mcp(a) => cli::mcp::run(&settings, a, json).await,
                 Command::Demo(_) | Command::Up(_) | Command::Bench(_) | Command::Completions { .. } => {
                     unreachable!("handled above")
                 }
@@ -215,5 +251,20 @@ mod tests {
             }
         }
         assert!(super::Cli::try_parse_from(["flotilla", "completions", "tcsh"]).is_err(), "unknown shells are refused");
+    }
+
+    /// `--json` is one global flag, accepted before or after the command,
+    /// and job ids may be prefixes (a nonsense one says why).
+    #[test]
+    fn json_is_global_and_jobs_take_prefixes() {
+        for args in [&["flotilla", "--json", "status", "0195f3a2"][..], &["flotilla", "status", "0195f3a2", "--json"]] {
+            let cli = super::Cli::try_parse_from(args).expect("parses");
+            assert!(cli.json, "{args:?}");
+        }
+        let cli = super::Cli::try_parse_from(["flotilla", "files", "ls", "0195", "--json"]).expect("parses");
+        assert!(cli.json);
+        let e = super::Cli::try_parse_from(["flotilla", "watch", "abc"]).unwrap_err().to_string();
+        assert!(e.contains("at least 4 characters") && !e.contains("invalid length"), "{e}");
+        super::Cli::command().debug_assert();
     }
 }

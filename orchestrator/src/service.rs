@@ -10,6 +10,7 @@
 //! | `prune`                          | `PruneRequest`   | `PruneReply` (src/jobs/retention.rs) |
 //! | `approvals`                      | `ApprovalsRequest` | `ApprovalsReply`    |
 //! | `approve`                        | `ApproveRequest` | `ApproveReply` (src/approvals.rs) |
+//! | `resolve`                        | `ResolveRequest` | `ResolveReply` (job ids starting with a prefix) |
 //! | `files_ls`, `files_get`, `files_put`, `files_commit` | `Files*Request` | `Files*Reply` (src/files_api.rs) |
 //!
 //! Any number of orchestrators may share a prefix: they share the API (queue
@@ -32,7 +33,7 @@ use flotilla_config::Settings;
 use flotilla_protocol::ids::{JobId, SubagentType, Tenant};
 use flotilla_protocol::{
     self as protocol, ApiReply, CancelReply, CancelRequest, ErrorKind, JobEventKind, JobRecord, ListReply, ListRequest,
-    StatusReply, StatusRequest, SubmitReply, SubmitRequest,
+    ResolveReply, ResolveRequest, StatusReply, StatusRequest, SubmitReply, SubmitRequest,
 };
 use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
@@ -181,6 +182,7 @@ impl Service {
             "prune" => encode(crate::jobs::prune_request(&self.jobs, &tenant, &msg.payload).await),
             "approvals" => encode(crate::approvals::list(&self.bus, &tenant, &msg.payload).await),
             "approve" => encode(crate::approvals::decide(&self.bus, &tenant, &msg.payload).await),
+            "resolve" => encode(self.resolve(&tenant, &msg.payload).await),
             "files_ls" => encode(self.files.ls(&tenant, &msg.payload).await),
             "files_get" => encode(self.files.get(&tenant, &msg.payload).await),
             "files_put" => encode(self.files.put(&tenant, &msg.payload).await),
@@ -188,7 +190,7 @@ impl Service {
             other => encode::<()>(ApiReply::error(
                 ErrorKind::NotFound,
                 format!(
-                    "unknown API operation {other:?}: use submit, status, list, cancel, prune, approvals, approve, files_ls, files_get, files_put or files_commit"
+                    "unknown API operation {other:?}: use submit, status, list, cancel, prune, approvals, approve, resolve, files_ls, files_get, files_put or files_commit"
                 ),
             )),
         };
@@ -284,6 +286,31 @@ impl Service {
         }
     }
 
+    /// The tenant's jobs whose id starts with the request's prefix, newest
+    /// first, from the job index (one key listing of the tenant's entries:
+    /// its cost follows the tenant's history, docs/PROTOCOL.md "Job API").
+    async fn resolve(&self, tenant: &Tenant, payload: &[u8]) -> ApiReply<ResolveReply> {
+        let req: ResolveRequest = match protocol::decode(payload) {
+            Ok(r) => r,
+            Err(e) => return ApiReply::error(ErrorKind::Validation, e.to_string()),
+        };
+        let prefix = match protocol::check_job_prefix(&req.prefix) {
+            Ok(p) => p,
+            Err(e) => return ApiReply::error(ErrorKind::Validation, e),
+        };
+        let entries = match self.bus.job_index().await {
+            Ok(index) => index.entries(Some(tenant), None).await,
+            Err(e) => Err(e),
+        };
+        match entries {
+            Ok(entries) => {
+                let ids = entries.into_iter().map(|e| e.id).filter(|id| id.to_string().starts_with(&prefix));
+                ApiReply::ok(matching_jobs(ids))
+            }
+            Err(e) => ApiReply::error(ErrorKind::Transient, e.to_string()),
+        }
+    }
+
     async fn list(&self, tenant: &Tenant, payload: &[u8]) -> ApiReply<ListReply> {
         let req: ListRequest = match protocol::decode(payload) {
             Ok(r) => r,
@@ -302,6 +329,17 @@ impl Service {
     }
 }
 
+/// The reply listing `ids` (a job moving between statuses may appear twice
+/// in the index): each once, newest first, at most
+/// [`protocol::MAX_RESOLVE_CANDIDATES`] of them.
+fn matching_jobs(ids: impl Iterator<Item = JobId>) -> ResolveReply {
+    let mut ids: Vec<JobId> = ids.collect::<std::collections::BTreeSet<_>>().into_iter().collect();
+    ids.reverse(); // UUIDv7: the greatest id is the newest job
+    let matches = ids.len();
+    ids.truncate(protocol::MAX_RESOLVE_CANDIDATES);
+    ResolveReply { jobs: ids, matches }
+}
+
 /// This orchestrator's id in job leases: `<host>-<pid>-<random>`, unique
 /// even when a restarted process gets the same pid.
 fn orchestrator_id() -> String {
@@ -312,4 +350,21 @@ fn orchestrator_id() -> String {
 
 fn encode<T: serde::Serialize + serde::de::DeserializeOwned>(reply: ApiReply<T>) -> bytes::Bytes {
     protocol::encode(&reply).into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resolve_lists_each_job_once_newest_first_and_counts_all() {
+        let id = |n: u128| JobId(uuid::Uuid::from_u128(n));
+        let reply = matching_jobs([id(1), id(2), id(1)].into_iter());
+        assert_eq!((reply.jobs, reply.matches), (vec![id(2), id(1)], 2));
+        let many = protocol::MAX_RESOLVE_CANDIDATES as u128 + 5;
+        let reply = matching_jobs((0..many).map(id));
+        assert_eq!(reply.matches, many as usize);
+        assert_eq!(reply.jobs.len(), protocol::MAX_RESOLVE_CANDIDATES);
+        assert_eq!(reply.jobs[0], id(many - 1), "the newest first");
+    }
 }

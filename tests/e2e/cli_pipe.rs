@@ -54,11 +54,14 @@ async fn cli_commands_exit_0_quietly_when_stdout_closes() {
     // Wait until the orchestrator answers (the CLI itself does not retry).
     d.submit("x: revenue 10, cost 5").await;
 
-    // `submit --wait | head -1`: the id is read, the answer meets a closed pipe.
-    let (id, out) = first_line_then_close(&["--config", &cfg, "submit", "--wait", "north: revenue 120, cost 75"]);
-    let job = id.trim().to_string();
-    assert!(job.parse::<uuid::Uuid>().is_ok(), "the job id comes first: {id:?}");
-    assert_quiet_success("submit --wait | head -1", &out);
+    // `submit --wait | head -1`: the answer's first line is read (the job id
+    // goes to stderr, the only line there), the rest meets a closed pipe.
+    let (first, out) = first_line_then_close(&["--config", &cfg, "submit", "--wait", "north: revenue 120, cost 75"]);
+    assert!(first.starts_with('|'), "the answer's first line: {first:?}");
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    let job = err.strip_prefix("job ").map(str::trim).unwrap_or_default().to_string();
+    assert!(job.parse::<uuid::Uuid>().is_ok() && err.lines().count() == 1, "stderr holds the job id alone: {err:?}");
+    assert_eq!(out.status.code(), Some(0), "submit --wait | head -1: {}", out.status);
     let rec = d.status(job.parse().unwrap()).await;
     assert_eq!(rec.status.as_str(), "completed", "the job ran to its end: {rec:?}");
 

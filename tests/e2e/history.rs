@@ -29,8 +29,7 @@ use flotilla_bus::{JobIndex, JobRecords};
 use flotilla_config::FilesConfig;
 use flotilla_protocol::ids::{JobId, Tenant};
 use flotilla_protocol::{
-    ApiReply, ErrorKind, JobRecord, JobStatus, JobSummary, ListReply, ListRequest, MAX_LIST_PAGE, SCHEMA_VERSION,
-    StatusRequest,
+    ApiReply, ErrorKind, JobRecord, JobStatus, ListReply, ListRequest, MAX_LIST_PAGE, SCHEMA_VERSION, StatusRequest,
 };
 use flotilla_tests::proc::run_cli;
 use flotilla_tests::{TempDir, TestConfig, eventually, free_port};
@@ -111,7 +110,7 @@ async fn listing_cost_follows_what_it_returns_and_every_page_is_reachable() {
     let (code, out, err) = run_cli(&["--config", &cfg, "jobs", "--limit", "100000", "--json"], &[]);
     let cli_time = started.elapsed();
     assert_eq!(code, 0, "jobs: {err}");
-    let listed: Vec<JobSummary> = serde_json::from_str(&out).expect("a JSON list of jobs");
+    let listed = serde_json::from_str::<ListReply>(&out).expect("the list reply, every page in one").jobs;
     ids.sort_unstable_by(|a, b| b.cmp(a));
     assert_eq!(listed.iter().map(|j| j.id).collect::<Vec<_>>(), ids, "all 5000, newest first, each once");
     eprintln!("figures: `jobs --limit 100000 --json` listed 5000 jobs in {cli_time:?}");
@@ -154,7 +153,7 @@ fn listed(d: &Deployment) -> Vec<JobId> {
     let cfg = d.config_arg();
     let (code, out, err) = run_cli(&["--config", &cfg, "jobs", "--limit", "1000", "--json"], &[]);
     assert_eq!(code, 0, "jobs: {err}");
-    serde_json::from_str::<Vec<JobSummary>>(&out).expect("a JSON list of jobs").into_iter().map(|j| j.id).collect()
+    serde_json::from_str::<ListReply>(&out).expect("the list reply").jobs.into_iter().map(|j| j.id).collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -6,6 +6,7 @@ mod approvals_cancel;
 mod async_tasks;
 mod bad_input;
 mod clean_ends;
+mod cli_json;
 mod cli_pipe;
 mod cluster;
 mod common;

@@ -237,7 +237,11 @@ async fn workers_view_follows_started_killed_and_stopped_workers() {
     let mut beats = EventLog::subscribe(&d.raw.client, "flotilla.worker.heartbeat.*").await;
     d.add_worker("w1");
     d.add_worker("w2");
-    let listed = |out: &str| -> Vec<Value> { serde_json::from_str(out).unwrap_or_else(|e| panic!("{e}: {out}")) };
+    // `workers --json` prints `{"workers": [...]}` (docs/OPERATIONS.md, "Scripting with --json").
+    let listed = |out: &str| -> Vec<Value> {
+        let v: Value = serde_json::from_str(out).unwrap_or_else(|e| panic!("{e}: {out}"));
+        v["workers"].as_array().unwrap_or_else(|| panic!("no workers list: {out}")).clone()
+    };
 
     let both = eventually(TIMEOUT, "both workers in `flotilla workers --json`", || {
         let cfg = cfg.clone();

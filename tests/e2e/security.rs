@@ -223,7 +223,8 @@ async fn roles_confine_every_process_and_audit_every_tool_call() {
     let job_arg = job.to_string();
     let (code, out, err) = run_cli(&["audit", &job_arg, "--json", "--config", &cfg], &cli_env);
     assert_eq!(code, 0, "{err}");
-    assert_eq!(out.lines().count(), 7, "{out}");
+    let trail: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert_eq!(trail["records"].as_array().map(Vec::len), Some(7), "{out}");
     let (code, out, _) = run_cli(&["audit", &job_arg, "--config", &cfg], &cli_env);
     assert_eq!(code, 0);
     assert!(out.contains("calculate_margin") && out.contains(&trace), "{out}");

@@ -98,9 +98,9 @@ async fn the_cli_submits_waits_watches_and_lists() {
     let (code, out, err) =
         run_cli(&["--config", &cfg, "submit", "--wait", "north: revenue 120, cost 75; south: revenue 0, cost 1"], &[]);
     assert_eq!(code, 0, "{out}\n{err}");
-    let mut lines = out.lines();
-    let job = lines.next().unwrap().to_string();
-    assert!(job.parse::<uuid::Uuid>().is_ok(), "job id first: {out}");
+    // stdout is the answer; the job id is on stderr (docs/OPERATIONS.md).
+    let job = err.lines().find_map(|l| l.strip_prefix("job ")).unwrap_or_else(|| panic!("job id: {err}")).to_string();
+    assert!(job.parse::<uuid::Uuid>().is_ok(), "job id on stderr: {err}");
     assert!(out.contains("| north | 120 | 75 | 0.375 |"), "{out}");
 
     let (code, out, _) = run_cli(&["--config", &cfg, "watch", &job], &[]);
@@ -117,8 +117,8 @@ async fn the_cli_submits_waits_watches_and_lists() {
 
     let (code, out, _) = run_cli(&["--config", &cfg, "jobs", "--json"], &[]);
     assert_eq!(code, 0);
-    let jobs: Vec<serde_json::Value> = serde_json::from_str(&out).unwrap();
-    let ids: Vec<&str> = jobs.iter().map(|j| j["id"].as_str().unwrap()).collect();
+    let reply: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let ids: Vec<&str> = reply["jobs"].as_array().unwrap().iter().map(|j| j["id"].as_str().unwrap()).collect();
     assert_eq!(ids, vec![job.as_str(), first.to_string().as_str()], "newest first");
 
     let (code, _, err) = run_cli(&["--config", &cfg, "status", "0190c0de-0000-7000-8000-000000000001"], &[]);

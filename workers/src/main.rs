@@ -1,6 +1,11 @@
 //! `flotilla-worker`: serves the subagent types of its static config. Start as
 //! many as you like, on any host that reaches NATS: replicas of a type share
 //! one durable consumer, so each task runs on exactly one of them at a time.
+//!
+//! Exit codes follow the `flotilla` table (docs/OPERATIONS.md, "Exit
+//! codes"): 0 after a clean stop, 2 when it cannot start (usage,
+//! configuration, NATS, a required MCP server), 1 when serving failed after
+//! it started. Either error is one line on stderr, each cause once.
 
 mod approval;
 mod cancel;
@@ -69,13 +74,34 @@ struct Args {
     heartbeat: Option<u64>,
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+/// Exit code when the worker cannot start (as `flotilla`'s usage,
+/// configuration and connection errors; clap's usage errors exit 2 too).
+const START_FAILED: i32 = 2;
+
+/// Exit code when serving failed after a good start.
+const RUN_FAILED: i32 = 1;
+
+fn main() {
     let args = Args::parse();
     telemetry::init(args.log_format, "info");
     flotilla_config::tls::install_crypto_provider();
     flotilla_agent::sanitize::warm_up();
     flotilla_agent::tokens::warm_up();
+    let runtime = tokio::runtime::Runtime::new().expect("tokio runtime");
+    let code = match runtime.block_on(run(args)) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            START_FAILED
+        }
+    };
+    drop(runtime);
+    std::process::exit(code);
+}
+
+/// Starts the worker (an error here is a failed start) and serves until
+/// told to stop; returns the exit code of the run.
+async fn run(args: Args) -> anyhow::Result<i32> {
     let mut settings = Settings::load(args.config.as_deref())?;
     if let Some(path) = &args.mcp_config {
         settings.import_mcp_config(path)?;
@@ -140,7 +166,13 @@ async fn main() -> anyhow::Result<()> {
     }
     heartbeats.finish().await;
     mcp.shutdown().await;
-    result
+    match result {
+        Ok(()) => Ok(0),
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            Ok(RUN_FAILED)
+        }
+    }
 }
 
 /// Answers the NATS service API as an instance of `flotilla-worker`, so NATS

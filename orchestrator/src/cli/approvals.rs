@@ -4,33 +4,35 @@ use std::time::Duration;
 
 use clap::Args as ClapArgs;
 use flotilla_config::Settings;
-use flotilla_protocol::ids::{JobId, Tenant};
-use flotilla_protocol::{ApiReply, ApprovalsReply, ApprovalsRequest, SCHEMA_VERSION};
+use flotilla_protocol::ids::Tenant;
+use flotilla_protocol::{ApiReply, ApprovalRequest, ApprovalsReply, ApprovalsRequest, SCHEMA_VERSION};
 
-use flotilla_protocol::ApprovalRequest;
-
-use super::out::{out, outln};
+use super::client::api_result;
+use super::jobref::JobRef;
+use super::out::{self, out, outln};
 use super::{connect, render, table};
 
 /// List pending approval requests.
 #[derive(ClapArgs, Debug)]
 pub struct Args {
-    /// Only this job's requests.
+    /// Only this job's requests (its id or a unique prefix of it).
     #[arg(long)]
-    pub job: Option<JobId>,
-    /// Print JSON (the full requests, arguments included).
-    #[arg(long)]
-    pub json: bool,
+    pub job: Option<JobRef>,
 }
 
-/// Runs the command.
-pub async fn run(settings: &Settings, tenant: &Tenant, args: Args) -> anyhow::Result<i32> {
+/// Runs the command; `json`: print the approvals reply (`{"approvals":
+/// [...]}`, the full requests, arguments included).
+pub async fn run(settings: &Settings, tenant: &Tenant, args: Args, json: bool) -> anyhow::Result<i32> {
     let api = connect(settings, tenant).await?;
-    let req = ApprovalsRequest { v: SCHEMA_VERSION, job_id: args.job };
+    let job_id = match &args.job {
+        Some(job) => Some(api.resolve(job).await?),
+        None => None,
+    };
+    let req = ApprovalsRequest { v: SCHEMA_VERSION, job_id };
     let reply: ApiReply<ApprovalsReply> = api.bus().request(tenant, "approvals", &req, Duration::from_secs(10)).await?;
-    let list = reply.into_result().map_err(|e| anyhow::anyhow!("{e}"))?;
-    if args.json {
-        outln!("{}", serde_json::to_string_pretty(&list.approvals)?)?;
+    let list = api_result(reply, "approvals")?;
+    if json {
+        out::json(&list)?;
         return Ok(0);
     }
     if list.approvals.is_empty() {

@@ -5,18 +5,20 @@ use std::time::Duration;
 
 use clap::{ArgGroup, Args as ClapArgs};
 use flotilla_config::Settings;
-use flotilla_protocol::ids::{JobId, TaskId, Tenant};
+use flotilla_protocol::ids::{TaskId, Tenant};
 use flotilla_protocol::{ApiReply, ApproveReply, ApproveRequest, Decision, SCHEMA_VERSION};
 
+use super::client::api_result;
 use super::connect;
-use super::out::outln;
+use super::jobref::JobRef;
+use super::out::{self, outln};
 
 /// Answer an approval request.
 #[derive(ClapArgs, Debug)]
 #[command(group(ArgGroup::new("decision").required(true).args(["approve", "reject", "edit"])))]
 pub struct Args {
-    /// The job.
-    pub job: JobId,
+    /// The job: its id or a unique prefix of it (at least 4 characters).
+    pub job: JobRef,
     /// The tool call id, as `flotilla approvals` shows it.
     pub call_id: String,
     /// The task, when the call id is pending in several tasks of the job.
@@ -39,8 +41,8 @@ pub struct Args {
     pub by: Option<String>,
 }
 
-/// Runs the command.
-pub async fn run(settings: &Settings, tenant: &Tenant, args: Args) -> anyhow::Result<i32> {
+/// Runs the command; `json`: print the approve reply (the recorded decision).
+pub async fn run(settings: &Settings, tenant: &Tenant, args: Args, json: bool) -> anyhow::Result<i32> {
     let decision = if args.approve {
         Decision::Approve
     } else if args.reject {
@@ -56,11 +58,15 @@ pub async fn run(settings: &Settings, tenant: &Tenant, args: Args) -> anyhow::Re
     };
     let by = args.by.clone().or_else(|| std::env::var("USER").ok());
     let api = connect(settings, tenant).await?;
-    let req =
-        ApproveRequest { v: SCHEMA_VERSION, job_id: args.job, call_id: args.call_id, task_id: args.task, decision, by };
+    let job_id = api.resolve(&args.job).await?;
+    let req = ApproveRequest { v: SCHEMA_VERSION, job_id, call_id: args.call_id, task_id: args.task, decision, by };
     let reply: ApiReply<ApproveReply> = api.bus().request(tenant, "approve", &req, Duration::from_secs(10)).await?;
-    let rec = reply.into_result().map_err(|e| anyhow::anyhow!("not recorded: {e}"))?.record;
-    let r = &rec.request;
+    let reply = api_result(reply, "not recorded")?;
+    if json {
+        out::json(&reply)?;
+        return Ok(0);
+    }
+    let r = &reply.record.request;
     outln!("{} call {} ({}) of job {}, task {}", req.decision.kind(), r.call_id, r.tool, r.job_id, r.task_id)?;
     Ok(0)
 }

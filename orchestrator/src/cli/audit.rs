@@ -1,41 +1,48 @@
 //! `flotilla audit <job>`: the audit trail of one job, every tool call and
 //! approval of the planner and its subagents, read from the audit stream.
 //! Records hold a digest of the arguments, never the arguments themselves.
-
-use std::time::Duration;
+//! The job is looked up first (`status`), so an unknown job is a `not_found`
+//! error (exit 2) like everywhere else, not an empty trail.
 
 use clap::Args as ClapArgs;
-use flotilla_bus::Bus;
 use flotilla_config::Settings;
 use flotilla_protocol::AuditRecord;
 use flotilla_protocol::ids::{JobId, Tenant};
+use serde::Serialize;
 
-use super::out::{out, outln};
-use super::table;
+use super::jobref::JobRef;
+use super::out::{self, out};
+use super::{connect, render, table};
 
 /// Show the audit records of a job (tool calls and approvals).
 #[derive(ClapArgs, Debug)]
 pub struct Args {
-    /// The job id.
-    pub job: JobId,
-    /// One JSON record per line instead of a table.
-    #[arg(long)]
-    pub json: bool,
+    /// The job: its id or a unique prefix of it (at least 4 characters).
+    pub job: JobRef,
 }
 
-/// Runs the command; exit code 1 when the job has no records.
-pub async fn run(settings: &Settings, tenant: &Tenant, args: Args) -> anyhow::Result<i32> {
-    let bus = Bus::connect(&settings.nats, "flotilla-cli", Duration::from_secs(5)).await?;
-    let records = flotilla_bus::audit::read(&bus, tenant, &args.job).await?;
-    if args.json {
-        for r in &records {
-            outln!("{}", serde_json::to_string(r)?)?;
-        }
+/// What `audit --json` prints: the job and its records, oldest first.
+#[derive(Serialize)]
+struct Trail<'a> {
+    job_id: JobId,
+    records: &'a [AuditRecord],
+}
+
+/// Runs the command; exit code 1 when the job has no records, 2 (an error)
+/// when there is no such job.
+pub async fn run(settings: &Settings, tenant: &Tenant, args: Args, json: bool) -> anyhow::Result<i32> {
+    let api = connect(settings, tenant).await?;
+    let job = api.resolve(&args.job).await?;
+    // The header only: an unknown job (or another tenant's) is `not_found`.
+    api.status_page(job, Some(0), None).await?;
+    let records = flotilla_bus::audit::read(api.bus(), tenant, &job).await?;
+    if json {
+        out::json(&Trail { job_id: job, records: &records })?;
     } else {
         out!("{}", table(&records))?;
     }
     if records.is_empty() {
-        eprintln!("no audit records for job {} of tenant {tenant}", args.job);
+        eprintln!("no audit records for job {job} of tenant {tenant}");
         return Ok(1);
     }
     Ok(0)
@@ -46,7 +53,6 @@ fn table(records: &[AuditRecord]) -> String {
     let mut t = table::new(&["time", "action", "agent", "worker", "tool", "outcome", "ms", "args sha256", "trace"]);
     table::align_right(&mut t, &[6]);
     for r in records {
-        let time = r.at.format(&time::format_description::well_known::Rfc3339).unwrap_or_default();
         let action = match r.action {
             flotilla_protocol::AuditAction::ToolCall => "tool_call",
             flotilla_protocol::AuditAction::Approval => "approval",
@@ -56,7 +62,7 @@ fn table(records: &[AuditRecord]) -> String {
             None => r.outcome.as_str().to_string(),
         };
         t.add_row([
-            time.chars().take(24).collect(),
+            render::time_ms(r.at),
             action.to_string(),
             r.agent.clone(),
             r.worker.clone(),

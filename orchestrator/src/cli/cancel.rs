@@ -2,30 +2,29 @@
 
 use clap::Args as ClapArgs;
 use flotilla_config::Settings;
-use flotilla_protocol::ids::{JobId, Tenant};
+use flotilla_protocol::ids::Tenant;
 
 use super::connect;
-use super::out::outln;
+use super::jobref::JobRef;
+use super::out::{self, outln};
 
 /// Cancel a job: the planner stops, queued tasks leave the work queue, and
 /// every worker aborts the job's running subagents (they report `cancelled`).
 #[derive(ClapArgs, Debug)]
 pub struct Args {
-    /// The job id.
-    pub job: JobId,
+    /// The job: its id or a unique prefix of it (at least 4 characters).
+    pub job: JobRef,
     /// Why, recorded in the job's `cancelled` event.
     #[arg(long)]
     pub reason: Option<String>,
-    /// Print the reply as JSON.
-    #[arg(long)]
-    pub json: bool,
 }
 
-/// Runs the command.
-pub async fn run(settings: &Settings, tenant: &Tenant, args: Args) -> anyhow::Result<i32> {
-    let reply = connect(settings, tenant).await?.cancel(args.job, args.reason).await?;
-    if args.json {
-        outln!("{}", serde_json::json!({"job_id": reply.job_id, "purged_tasks": reply.purged_tasks}))?;
+/// Runs the command; `json`: print the cancel reply (`job_id`, `purged_tasks`).
+pub async fn run(settings: &Settings, tenant: &Tenant, args: Args, json: bool) -> anyhow::Result<i32> {
+    let api = connect(settings, tenant).await?;
+    let reply = api.cancel(api.resolve(&args.job).await?, args.reason).await?;
+    if json {
+        out::json(&reply)?;
     } else {
         outln!("cancelling job {}: {} queued tasks removed", reply.job_id, reply.purged_tasks)?;
     }

@@ -25,10 +25,10 @@ use flotilla_protocol::{ApiReply, Message, SCHEMA_VERSION, SubmitReply, SubmitRe
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use super::client::ApiClient;
-use super::connect;
-use super::out::{out, outln};
-use super::table;
+use super::client::{ApiClient, api_result};
+use super::jobref::JobRef;
+use super::out::{self, out, outln};
+use super::{connect, render, table};
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -44,54 +44,49 @@ pub struct Args {
 pub enum Command {
     /// List a job's files: path, size, last write.
     Ls {
-        /// The job.
-        job: JobId,
+        /// The job: its id or a unique prefix of it (at least 4 characters).
+        job: JobRef,
         /// Only paths starting with this (e.g. /reports/).
         prefix: Option<String>,
-        /// One JSON object with the files.
-        #[arg(long)]
-        json: bool,
     },
     /// Print a job file (or write it to a local file with -o).
     Get {
-        /// The job.
-        job: JobId,
+        /// The job: its id or a unique prefix of it (at least 4 characters).
+        job: JobRef,
         /// The job path, e.g. /reports/<task>.md.
         path: String,
-        /// Write to this local file instead of stdout.
+        /// Write to this local file instead of stdout (with --json, print
+        /// a JSON object: path, size, sha256, output).
         #[arg(short, long)]
         output: Option<PathBuf>,
-        /// With -o: print a JSON object (path, size, sha256, output).
-        #[arg(long)]
-        json: bool,
     },
     /// Upload a local file to a job path (reserved paths are refused).
     Put {
-        /// The job.
-        job: JobId,
+        /// The job: its id or a unique prefix of it (at least 4 characters).
+        job: JobRef,
         /// The local file.
         local: PathBuf,
         /// The job path, e.g. /inputs/extra.csv.
         path: String,
-        /// Print the stored file as JSON.
-        #[arg(long)]
-        json: bool,
     },
 }
 
-/// Runs the command; returns the process exit code.
-pub async fn run(settings: &Settings, tenant: &Tenant, args: Args) -> anyhow::Result<i32> {
+/// Runs the command; returns the process exit code. `json`: `ls` prints
+/// `{"job_id", "files"}`, `put` the commit reply (`{"files"}`), `get -o`
+/// what it wrote.
+pub async fn run(settings: &Settings, tenant: &Tenant, args: Args, json: bool) -> anyhow::Result<i32> {
     let api = connect(settings, tenant).await?;
     match args.command {
-        Command::Ls { job, prefix, json } => ls(&api, job, prefix, json).await,
-        Command::Get { job, path, output, json } => get(&api, job, &path, output.as_deref(), json).await,
-        Command::Put { job, local, path, json } => {
+        Command::Ls { job, prefix } => ls(&api, api.resolve(&job).await?, prefix, json).await,
+        Command::Get { job, path, output } => get(&api, api.resolve(&job).await?, &path, output.as_deref(), json).await,
+        Command::Put { job, local, path } => {
+            let job = api.resolve(&job).await?;
             let spec = LocalFile { local, path: job_path(&path)? };
             let staged = upload(&api, &[spec], settings.files.max_upload_bytes).await?;
             let req = FilesCommitRequest { v: SCHEMA_VERSION, job_id: job, files: staged };
             let reply: FilesCommitReply = call(&api, "files_commit", &req).await.context("files put")?;
             if json {
-                outln!("{}", serde_json::to_string(&reply.files)?)?;
+                out::json(&reply)?;
             } else {
                 for f in &reply.files {
                     outln!("stored {} ({} bytes)", f.path, f.size)?;
@@ -117,7 +112,7 @@ async fn ls(api: &ApiClient, job: JobId, prefix: Option<String>, json: bool) -> 
         }
     }
     if json {
-        outln!("{}", serde_json::json!({"job_id": job, "files": all}))?;
+        out::json(&serde_json::json!({"job_id": job, "files": all}))?;
     } else {
         out!("{}", ls_table(&all))?;
     }
@@ -130,7 +125,7 @@ async fn ls(api: &ApiClient, job: JobId, prefix: Option<String>, json: bool) -> 
 fn ls_table(files: &[FileEntry]) -> String {
     let mut t = table::new(&[]);
     for f in files {
-        let modified = f.modified.map(|t| t.to_string()).unwrap_or_else(|| "-".into());
+        let modified = f.modified.map(render::time).unwrap_or_else(|| "-".into());
         t.add_row([f.size.to_string(), modified, f.path.clone()]);
     }
     table::align_right(&mut t, &[0]);
@@ -146,8 +141,7 @@ async fn get(api: &ApiClient, job: JobId, path: &str, output: Option<&Path>, jso
         Some(local) => {
             std::fs::write(local, &bytes).with_context(|| format!("writing {}", local.display()))?;
             if json {
-                let v = serde_json::json!({"path": path, "size": bytes.len(), "sha256": sha256, "output": local});
-                outln!("{v}")?;
+                out::json(&serde_json::json!({"path": path, "size": bytes.len(), "sha256": sha256, "output": local}))?;
             }
         }
         None => {
@@ -268,7 +262,7 @@ async fn call<Req: Message, Rep: Serialize + DeserializeOwned>(
     req: &Req,
 ) -> anyhow::Result<Rep> {
     let reply: ApiReply<Rep> = api.bus().request(api.tenant(), op, req, TIMEOUT).await?;
-    reply.into_result().map_err(|e| anyhow::anyhow!("{}: {}", e.kind.as_str(), e.message))
+    api_result(reply, "refused")
 }
 
 #[cfg(test)]
@@ -293,7 +287,7 @@ mod tests {
             ls_table(&[entry("/inputs/a.csv", 7, Some(at)), entry("/reports/0195-long-task-id.md", 1_234_567, None)]);
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 2, "no header: {text}");
-        assert!(lines[0].starts_with("      7  2026-01-02 3:04:05.0 +00:00:00"), "{text}");
+        assert!(lines[0].starts_with("      7  2026-01-02T03:04:05Z"), "{text}");
         assert!(lines[1].starts_with("1234567  -"), "{text}");
         let column = |l: &str| l.find('/').unwrap();
         assert_eq!(column(lines[0]), column(lines[1]), "paths line up: {text}");

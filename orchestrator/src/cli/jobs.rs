@@ -14,9 +14,8 @@ use flotilla_protocol::{
 };
 use time::OffsetDateTime;
 
-use super::client::ApiClient;
-
-use super::out::{out, outln};
+use super::client::{ApiClient, api_result};
+use super::out::{self, out, outln};
 use super::{connect, render, table};
 
 /// List jobs (or prune old ones: `jobs prune --before DATE`).
@@ -37,9 +36,6 @@ pub struct Args {
     /// Only jobs older than this one (the last id of a previous listing).
     #[arg(long)]
     pub after: Option<JobId>,
-    /// Print JSON.
-    #[arg(long)]
-    pub json: bool,
 }
 
 /// What `jobs` can do besides listing.
@@ -60,30 +56,30 @@ const PAGE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a prune may take (it deletes job by job).
 const PRUNE_TIMEOUT: Duration = Duration::from_secs(300);
 
-/// Runs the command.
-pub async fn run(settings: &Settings, tenant: &Tenant, args: Args) -> anyhow::Result<i32> {
+/// Runs the command; `json`: print the list reply (`{"jobs": [...],
+/// "next_after"}`, every page followed as one) or the prune reply.
+pub async fn run(settings: &Settings, tenant: &Tenant, args: Args, json: bool) -> anyhow::Result<i32> {
     let client = connect(settings, tenant).await?;
     if let Some(Command::Prune { before }) = args.command {
         let req = PruneRequest { v: SCHEMA_VERSION, before };
         let reply: ApiReply<PruneReply> = client.bus().request(tenant, "prune", &req, PRUNE_TIMEOUT).await?;
-        let pruned = reply.into_result().map_err(|e| anyhow::anyhow!("prune refused: {e}"))?.pruned;
-        outln!("{pruned} finished jobs deleted")?;
+        let reply = api_result(reply, "prune refused")?;
+        if json {
+            out::json(&reply)?;
+        } else {
+            outln!("{} finished jobs deleted", reply.pruned)?;
+        }
         return Ok(0);
     }
-    let jobs = fetch(&client, &args).await?;
-    if args.json {
-        outln!("{}", serde_json::to_string_pretty(&jobs)?)?;
-        return Ok(0);
-    }
-    out!("{}", table(&jobs))?;
-    Ok(0)
-}
-
-/// Up to `args.limit` jobs, following the orchestrator's pages.
-async fn fetch(client: &ApiClient, args: &Args) -> anyhow::Result<Vec<JobSummary>> {
     let first =
         ListRequest { v: SCHEMA_VERSION, status: args.status, limit: None, after: args.after, since: args.since };
-    pages(client, first, args.limit).await
+    let listed = pages(&client, first, args.limit).await?;
+    if json {
+        out::json(&listed)?;
+        return Ok(0);
+    }
+    out!("{}", table(&listed.jobs))?;
+    Ok(0)
 }
 
 /// Up to `limit` jobs with `status`, newest first, a page at a time (what
@@ -94,24 +90,27 @@ pub(crate) async fn fetch_all(
     limit: usize,
 ) -> anyhow::Result<Vec<JobSummary>> {
     let first = ListRequest { v: SCHEMA_VERSION, status, limit: None, after: None, since: None };
-    pages(client, first, limit).await
+    Ok(pages(client, first, limit).await?.jobs)
 }
 
-/// Follows the pages of `first` until `limit` jobs or the last page.
-async fn pages(client: &ApiClient, first: ListRequest, limit: usize) -> anyhow::Result<Vec<JobSummary>> {
+/// Follows the pages of `first` until `limit` jobs or the last page; the
+/// reply's `next_after` is where a further listing would go on.
+async fn pages(client: &ApiClient, first: ListRequest, limit: usize) -> anyhow::Result<ListReply> {
     let mut jobs: Vec<JobSummary> = Vec::new();
     let mut after = first.after;
+    let mut next_after = None;
     while jobs.len() < limit {
         let req = ListRequest { limit: Some((limit - jobs.len()).min(MAX_LIST_PAGE)), after, ..first.clone() };
         let reply: ApiReply<ListReply> = client.bus().request(client.tenant(), "list", &req, PAGE_TIMEOUT).await?;
-        let page = reply.into_result().map_err(|e| anyhow::anyhow!("{e}"))?;
+        let page = api_result(reply, "list")?;
         jobs.extend(page.jobs);
-        match page.next_after {
-            Some(next) if Some(next) != after => after = Some(next),
-            _ => break,
+        next_after = page.next_after.filter(|next| Some(*next) != after);
+        match next_after {
+            Some(next) => after = Some(next),
+            None => break,
         }
     }
-    Ok(jobs)
+    Ok(ListReply { jobs, next_after })
 }
 
 /// An RFC 3339 time, or a date (midnight UTC).

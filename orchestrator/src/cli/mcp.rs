@@ -3,13 +3,18 @@
 //! workers, so what works here works for a subagent:
 //!
 //! - `flotilla mcp tools <server>`: names, descriptions and input schemas as
-//!   the server lists them (add `--json` for the raw list);
+//!   the server lists them (add `--json` for `{"tools": [...]}`, the shape of
+//!   MCP's tools/list result);
 //! - `flotilla mcp call <server> <tool> '<json args>'`: the raw result
 //!   (content, isError, structuredContent); exit code 1 when isError, 2 when
 //!   the server could not be reached or refused the request;
-//! - `flotilla mcp health`: connect to every configured server and report.
+//! - `flotilla mcp health`: connect to every configured server and report
+//!   (`{"servers": [...]}`).
+//!
+//! `call` and `health` print JSON either way: indented for a person, one
+//! line under `--json` (docs/OPERATIONS.md, "Scripting with --json").
 
-use super::out::outln;
+use super::out::{self, outln};
 use clap::{Args as ClapArgs, Subcommand};
 use flotilla_config::Settings;
 use flotilla_mcp::McpHub;
@@ -29,9 +34,6 @@ enum McpCommand {
     Tools {
         /// Server name ([mcp_servers.<name>] or an imported mcpServers entry).
         server: String,
-        /// Print the raw tools/list result as JSON.
-        #[arg(long)]
-        json: bool,
     },
     /// Call one tool and print the raw result; exit 1 on isError.
     Call {
@@ -47,16 +49,19 @@ enum McpCommand {
     Health,
 }
 
-/// Runs the subcommand.
-pub async fn run(settings: &Settings, args: Args) -> anyhow::Result<i32> {
+/// Runs the subcommand; `json`: one JSON object on one line.
+pub async fn run(settings: &Settings, args: Args, json: bool) -> anyhow::Result<i32> {
     let hub = McpHub::new(&settings.mcp_servers);
+    let print = |value: &Value| -> anyhow::Result<()> {
+        if json { out::json(value) } else { Ok(outln!("{}", serde_json::to_string_pretty(value)?)?) }
+    };
     let code = match args.command {
-        McpCommand::Tools { server, json } => {
+        McpCommand::Tools { server } => {
             let conn = hub.server(&server)?;
             conn.discover().await?;
             let tools = conn.tools().unwrap_or_default();
             if json {
-                outln!("{}", serde_json::to_string_pretty(&tools)?)?;
+                out::json(&serde_json::json!({ "tools": tools }))?;
             } else {
                 for t in &tools {
                     let exposed =
@@ -81,13 +86,13 @@ pub async fn run(settings: &Settings, args: Args) -> anyhow::Result<i32> {
             };
             let conn = hub.server(&server)?;
             let result = conn.call(&tool, arguments, RequestMetaObject::new()).await?;
-            outln!("{}", serde_json::to_string_pretty(&result)?)?;
+            print(&serde_json::to_value(&result)?)?;
             if result.is_error == Some(true) { 1 } else { 0 }
         }
         McpCommand::Health => {
             let names = settings.mcp_servers.keys().cloned().collect();
             let results = hub.discover(&names).await;
-            outln!("{}", serde_json::to_string_pretty(&hub.health())?)?;
+            print(&serde_json::json!({ "servers": hub.health() }))?;
             if results.iter().all(|(_, r)| r.is_ok()) { 0 } else { 1 }
         }
     };

@@ -20,6 +20,14 @@ pub fn write(args: fmt::Arguments<'_>) -> io::Result<()> {
     stdout.flush()
 }
 
+/// Prints `value` as one compact JSON line: what every command prints under
+/// `--json` (one object per reply, one line per item of a stream;
+/// docs/OPERATIONS.md, "Scripting with --json").
+pub fn json(value: &impl serde::Serialize) -> anyhow::Result<()> {
+    write(format_args!("{}\n", serde_json::to_string(value)?))?;
+    Ok(())
+}
+
 /// Whether `e` (or one of its causes) is a write to a closed pipe.
 pub fn is_broken_pipe(e: &anyhow::Error) -> bool {
     e.chain().any(|c| c.downcast_ref::<io::Error>().is_some_and(|e| e.kind() == io::ErrorKind::BrokenPipe))

@@ -1,10 +1,26 @@
 //! Human-readable lines for events and records, shared by `watch`, `submit
-//! --wait`, `status` and `jobs`.
+//! --wait`, `status` and `jobs`. Every time a command prints is RFC 3339 in
+//! UTC ([`time`], [`time_ms`]), the form the JSON output carries too.
 
 use flotilla_orchestrator::events::Event;
 use flotilla_protocol::{JobEventKind, JobRecord, ProgressKind, TaskCounts, TodoStatus, Usage};
 
 use super::table;
+
+/// `t` in RFC 3339, UTC, to the second: `2026-03-04T10:00:00Z`.
+pub fn time(t: time::OffsetDateTime) -> String {
+    let t = t.to_offset(time::UtcOffset::UTC);
+    let (h, m, s) = (t.hour(), t.minute(), t.second());
+    format!("{:04}-{:02}-{:02}T{h:02}:{m:02}:{s:02}Z", t.year(), u8::from(t.month()), t.day())
+}
+
+/// `t` in RFC 3339, UTC, to the millisecond: `2026-03-04T10:00:00.123Z`
+/// (event lines and audit records, where order within a second matters).
+pub fn time_ms(t: time::OffsetDateTime) -> String {
+    let seconds = time(t);
+    let ms = t.millisecond();
+    format!("{}.{ms:03}Z", seconds.trim_end_matches('Z'))
+}
 
 /// First 8 characters of an id: enough to tell tasks apart on screen.
 pub fn short(id: impl std::fmt::Display) -> String {
@@ -29,8 +45,7 @@ pub fn usage(u: &Usage) -> String {
 pub fn event(e: &Event) -> String {
     match e {
         Event::Job(j) => {
-            let t = j.at.time();
-            let ts = format!("{:02}:{:02}:{:02}.{:03}", t.hour(), t.minute(), t.second(), t.millisecond());
+            let ts = time_ms(j.at);
             let what = match &j.kind {
                 JobEventKind::Submitted { input } => format!("job submitted: {}", one_line(input, 100)),
                 JobEventKind::Running => "planner running".into(),
@@ -68,8 +83,7 @@ pub fn event(e: &Event) -> String {
             format!("{ts} {what}")
         }
         Event::Progress(p) => {
-            let t = p.at.time();
-            let ts = format!("{:02}:{:02}:{:02}.{:03}", t.hour(), t.minute(), t.second(), t.millisecond());
+            let ts = time_ms(p.at);
             let what = match &p.kind {
                 ProgressKind::Started => format!("started on {} (attempt {})", p.worker_id, p.attempt),
                 ProgressKind::ModelCall { step, usage, latency_ms } => format!(
@@ -98,6 +112,7 @@ pub fn event(e: &Event) -> String {
                     &command_sha256[..12.min(command_sha256.len())],
                     if *timed_out { "timed out".to_string() } else { format!("exit {exit_code:?}") }
                 ),
+                ProgressKind::ModelDelta { step, text, .. } => format!("model step {step} writes: {text}"),
                 ProgressKind::Heartbeat => "heartbeat".into(),
                 ProgressKind::Finished { status, .. } => format!("finished: {}", status.as_str()),
             };
@@ -140,8 +155,8 @@ pub fn record(r: &JobRecord) -> String {
         r.id,
         r.tenant,
         r.status.as_str(),
-        r.created_at,
-        r.updated_at,
+        time(r.created_at),
+        time(r.updated_at),
         one_line(&r.input, 200),
         usage(&r.usage),
     );
@@ -199,4 +214,19 @@ pub fn record(r: &JobRecord) -> String {
         out.push_str(&format!("answer\n{a}\n"));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_are_rfc3339_in_utc() {
+        let t = time::OffsetDateTime::from_unix_timestamp_nanos(1_772_586_000_123_456_789).unwrap();
+        let east = t.to_offset(time::UtcOffset::from_hms(2, 0, 0).unwrap());
+        assert_eq!(time(east), "2026-03-04T01:00:00Z");
+        assert_eq!(time_ms(east), "2026-03-04T01:00:00.123Z");
+        let rfc3339 = time::format_description::well_known::Rfc3339;
+        assert_eq!(time::OffsetDateTime::parse(&time_ms(t), &rfc3339).unwrap().unix_timestamp(), 1_772_586_000);
+    }
 }

@@ -5,19 +5,17 @@
 
 use clap::Args as ClapArgs;
 use flotilla_config::Settings;
-use flotilla_protocol::ids::{JobId, TaskId, Tenant};
+use flotilla_protocol::ids::{TaskId, Tenant};
 
-use super::out::{out, outln};
+use super::jobref::JobRef;
+use super::out::{self, out, outln};
 use super::{connect, render};
 
 /// Show a job: status, task counts, todos, a page of tasks with their reports, usage, answer.
 #[derive(ClapArgs, Debug)]
 pub struct Args {
-    /// The job id.
-    pub job: JobId,
-    /// Print the status reply (header, page of tasks, `next_after`) as JSON.
-    #[arg(long)]
-    pub json: bool,
+    /// The job: its id or a unique prefix of it (at least 4 characters).
+    pub job: JobRef,
     /// Tasks to show, in dispatch order (default 100, at most 1000; 0 for the header only).
     #[arg(long)]
     pub tasks: Option<usize>,
@@ -26,17 +24,20 @@ pub struct Args {
     pub after: Option<TaskId>,
 }
 
-/// Runs the command.
-pub async fn run(settings: &Settings, tenant: &Tenant, args: Args) -> anyhow::Result<i32> {
+/// Runs the command; `json`: print the status reply (header, page of
+/// tasks, `next_after`) as one JSON object.
+pub async fn run(settings: &Settings, tenant: &Tenant, args: Args, json: bool) -> anyhow::Result<i32> {
+    let api = connect(settings, tenant).await?;
+    let job = api.resolve(&args.job).await?;
     // Paging fields only when asked: an orchestrator older than protocol 1.2 refuses them.
-    let reply = connect(settings, tenant).await?.status_page(args.job, args.tasks, args.after).await?;
-    if args.json {
-        outln!("{}", serde_json::to_string_pretty(&reply)?)?;
+    let reply = api.status_page(job, args.tasks, args.after).await?;
+    if json {
+        out::json(&reply)?;
     } else {
         out!("{}", render::record(&reply.job))?;
         if let Some(next) = reply.next_after {
             let n = args.tasks.unwrap_or(flotilla_protocol::DEFAULT_TASKS_PAGE);
-            outln!("more tasks: flotilla status {} --tasks {n} --after {next}", args.job)?;
+            outln!("more tasks: flotilla status {job} --tasks {n} --after {next}")?;
         }
     }
     Ok(0)

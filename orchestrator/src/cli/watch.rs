@@ -12,6 +12,8 @@ use flotilla_protocol::ids::{JobId, Tenant};
 use futures::StreamExt;
 
 use super::client::ApiClient;
+use super::error::CliError;
+use super::jobref::JobRef;
 use super::live::LiveView;
 use super::out::outln;
 use super::{Output, connect, exit_code, follow_job, render};
@@ -20,21 +22,27 @@ use super::{Output, connect, exit_code, follow_job, render};
 /// tool calls, reports) until it ends; without a job id, follow all jobs.
 #[derive(ClapArgs, Debug)]
 pub struct Args {
-    /// The job id; omit to follow every job from now on.
-    pub job: Option<JobId>,
-    /// One JSON object per event, as published on the bus.
-    #[arg(long)]
-    pub json: bool,
+    /// The job: its id or a unique prefix of it (at least 4 characters);
+    /// omit to follow every job from now on.
+    pub job: Option<JobRef>,
     /// Plain lines even when stdout is a terminal.
-    #[arg(long, conflicts_with = "json")]
+    #[arg(long)]
     pub plain: bool,
 }
 
-/// Runs the command; exits with the job's status (0 completed, 1 otherwise).
-pub async fn run(settings: &Settings, tenant: &Tenant, args: Args) -> anyhow::Result<i32> {
+/// Runs the command; exits with the job's outcome ([`super::exit_code`]).
+/// `json`: one JSON object per event, as published on the bus.
+pub async fn run(settings: &Settings, tenant: &Tenant, args: Args, json: bool) -> anyhow::Result<i32> {
+    if json && args.plain {
+        return Err(CliError::new("usage", "--plain and --json exclude each other: pick one output").into());
+    }
     let api = connect(settings, tenant).await?;
-    let live = !args.json && !args.plain && std::io::stdout().is_terminal();
-    let Some(job) = args.job else {
+    let live = !json && !args.plain && std::io::stdout().is_terminal();
+    let job = match &args.job {
+        Some(job) => Some(api.resolve(job).await?),
+        None => None,
+    };
+    let Some(job) = job else {
         let mut events = std::pin::pin!(events::follow(api.bus(), Scope::Tenant(api.tenant().clone()), true).await?);
         let mut view = live.then(LiveView::new);
         let mut stdout = std::io::stdout();
@@ -42,7 +50,7 @@ pub async fn run(settings: &Settings, tenant: &Tenant, args: Args) -> anyhow::Re
             let ev = ev?;
             match &mut view {
                 Some(v) => v.apply(&ev),
-                None => writeln!(stdout, "{}", if args.json { ev.to_json() } else { render::event(&ev) })?,
+                None => writeln!(stdout, "{}", if json { ev.to_json() } else { render::event(&ev) })?,
             }
         }
         return Ok(0);
@@ -50,9 +58,9 @@ pub async fn run(settings: &Settings, tenant: &Tenant, args: Args) -> anyhow::Re
     let rec = if live {
         follow_live(&api, job).await?
     } else {
-        follow_job(&api, job, if args.json { Output::Json } else { Output::Text }).await?
+        follow_job(&api, job, if json { Output::Json } else { Output::Text }).await?
     };
-    if !args.json {
+    if !json {
         if let Some(answer) = &rec.answer {
             outln!("\n{answer}")?;
         }

@@ -7,23 +7,20 @@ use flotilla_protocol::WorkerHeartbeat;
 use flotilla_protocol::ids::Tenant;
 
 use super::connect;
-use super::out::{out, outln};
+use super::out::{self, out};
 use super::table;
 
 /// List live workers: host, types with capacity and tasks in flight, MCP health.
 #[derive(ClapArgs, Debug)]
-pub struct Args {
-    /// Print the heartbeats as a JSON array.
-    #[arg(long)]
-    pub json: bool,
-}
+pub struct Args {}
 
-/// Runs the command.
-pub async fn run(settings: &Settings, tenant: &Tenant, args: Args) -> anyhow::Result<i32> {
+/// Runs the command; `json`: print `{"workers": [...]}`, each worker's
+/// latest heartbeat (docs/PROTOCOL.md, WorkerHeartbeat).
+pub async fn run(settings: &Settings, tenant: &Tenant, _args: Args, json: bool) -> anyhow::Result<i32> {
     let api = connect(settings, tenant).await?;
     let workers = api.bus().live_workers().await?;
-    if args.json {
-        outln!("{}", serde_json::to_string_pretty(&workers)?)?;
+    if json {
+        out::json(&serde_json::json!({ "workers": workers }))?;
     } else {
         out!("{}", table(&workers, flotilla_protocol::now()))?;
     }

@@ -49,12 +49,14 @@ impl Bus {
                 )
             })?
             .map_err(|e| {
-                let hint = if matches!(e.kind(), async_nats::RequestErrorKind::NoResponders) {
-                    "no orchestrator is listening: start `flotilla orchestrator` or `flotilla up`"
+                if matches!(e.kind(), async_nats::RequestErrorKind::NoResponders) {
+                    // async-nats prints this one as "no responders: no responders"
+                    // (its kind, then a source saying the same): the kind alone.
+                    let hint = "no orchestrator is listening: start `flotilla orchestrator` or `flotilla up`";
+                    BusError::new(format!("{hint} ({subject})"), e.kind().to_string())
                 } else {
-                    "request failed"
-                };
-                BusError::new(format!("{hint} ({subject})"), e)
+                    BusError::new(format!("request failed ({subject})"), e)
+                }
             })?;
         protocol::decode(&reply.payload).map_err(|e| BusError::new(format!("bad reply on {subject}"), e))
     }

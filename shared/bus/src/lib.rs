@@ -82,15 +82,28 @@ use flotilla_protocol::{self as protocol, MAX_MESSAGE_BYTES, Message};
 pub use flotilla_agent::retry::{Backoff, Retryable, retry};
 
 /// A bus operation failed.
-#[derive(Debug, thiserror::Error)]
-#[error("{context}: {source}")]
+///
+/// Its message is the whole story on one line, `<context>: <cause>`, and it
+/// reports no separate [`source`](std::error::Error::source): async-nats
+/// errors already print their own causes in their message, so a chain
+/// printer (anyhow's `{:#}`) walking a kept source would repeat every cause
+/// ("no responders: no responders", issue 17). [`BusError::kind`] reads the
+/// cause from the field.
+#[derive(Debug)]
 pub struct BusError {
     /// What was being done.
     pub context: String,
     /// The underlying error.
-    #[source]
     pub source: Box<dyn std::error::Error + Send + Sync>,
 }
+
+impl std::fmt::Display for BusError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.context, self.source)
+    }
+}
+
+impl std::error::Error for BusError {}
 
 /// What kind of failure a [`BusError`] is: whether trying again can help.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -500,6 +513,45 @@ mod tests {
         let denial = super::Denial::parse("Permissions Violation for Publish to \"flotilla.api.x.submit\"").unwrap();
         assert_eq!(BusError::new("request", denial).kind(), BusErrorKind::Permission);
         assert!(!BusError::new("x", "max payload size exceeded".to_string()).is_transient());
+    }
+
+    /// An async-nats error: its message names its cause, and it also keeps
+    /// that cause as its source.
+    #[derive(Debug)]
+    struct Layered(std::io::Error);
+
+    impl std::fmt::Display for Layered {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "no responders: {}", self.0)
+        }
+    }
+
+    impl std::error::Error for Layered {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.0)
+        }
+    }
+
+    /// Every message of a chain joined by ": ", as anyhow's `{:#}` prints it.
+    fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+        let mut parts = vec![e.to_string()];
+        let mut next = e.source();
+        while let Some(cause) = next {
+            parts.push(cause.to_string());
+            next = cause.source();
+        }
+        parts.join(": ")
+    }
+
+    #[test]
+    fn a_printed_chain_names_each_cause_once() {
+        let inner = std::io::Error::other("connection refused");
+        let e = BusError::new("no orchestrator is listening (flotilla.api.default.status)", Layered(inner));
+        assert_eq!(
+            chain(&e),
+            "no orchestrator is listening (flotilla.api.default.status): no responders: connection refused"
+        );
+        assert_eq!(e.kind(), BusErrorKind::Transient, "the kind still reads the cause");
     }
 
     #[test]

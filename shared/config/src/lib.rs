@@ -61,13 +61,15 @@ pub const ENV_PREFIX: &str = "FLOTILLA";
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ConfigError {
-    /// The file or environment could not be read or parsed.
-    #[error("cannot load configuration{}: {source}", path.as_ref().map(|p| format!(" from {}", p.display())).unwrap_or_default())]
+    /// The file or environment could not be read or parsed. `cause` is in
+    /// the message and deliberately not a `source`: a chain printer would
+    /// print it twice on one line (issue 17).
+    #[error("cannot load configuration{}: {cause}", path.as_ref().map(|p| format!(" from {}", p.display())).unwrap_or_default())]
     Load {
         /// The file, when there is one.
         path: Option<PathBuf>,
         /// What the `config` crate said.
-        source: ::config::ConfigError,
+        cause: ::config::ConfigError,
     },
     /// A key has a value that cannot work.
     #[error("invalid config key `{key}`: {message}")]
@@ -169,7 +171,7 @@ impl Settings {
         let raw: raw::RawConfig = builder
             .build()
             .and_then(|c| c.try_deserialize())
-            .map_err(|source| ConfigError::Load { path: path.map(Path::to_path_buf), source })?;
+            .map_err(|cause| ConfigError::Load { path: path.map(Path::to_path_buf), cause })?;
         let base = path.and_then(|p| p.parent()).map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."));
         Self::validate(raw, path, &base)
     }

@@ -79,3 +79,7 @@ impl std::fmt::Display for ErrorInfo {
         write!(f, "{} error: {}", self.kind, self.message)
     }
 }
+
+/// So a client keeps an error reply, kind and all, in its error chain (the
+/// CLI prints it as `{"error": {"kind", "message"}}` under `--json`).
+impl std::error::Error for ErrorInfo {}

@@ -35,6 +35,7 @@ mod job;
 mod job_event;
 mod progress;
 mod report;
+mod resolve;
 mod task;
 mod task_message;
 mod todo;
@@ -53,6 +54,7 @@ pub use job::{JobInput, JobRecord, JobStatus, JobTodos, TaskCounts, TaskEntry, T
 pub use job_event::{JobEvent, JobEventKind};
 pub use progress::{ProgressEvent, ProgressKind};
 pub use report::{TaskReport, TaskStatus};
+pub use resolve::{MAX_RESOLVE_CANDIDATES, MIN_JOB_PREFIX, ResolveReply, ResolveRequest, check_job_prefix};
 pub use task::TaskMessage;
 pub use task_message::{FollowUp, MAX_FOLLOW_UP_BYTES, check_text as check_follow_up_text};
 pub use todo::{Todo, TodoStatus};
