@@ -1,7 +1,16 @@
 //! Publishes a task's progress events as the agent loop runs. Events are
 //! observations: they go out without waiting for acks and never slow the task.
+//!
+//! A streaming model's text (`[models.<name>] stream = true`) goes out as
+//! `model_delta` events, coalesced by [`DeltaCoalescer`]: at most one per
+//! [`DELTA_INTERVAL`] (4 a second) per task, each with the text written
+//! since the previous one, at most [`MAX_DELTA_CHARS`] of it (the rest is
+//! counted as `skipped_chars`), and whatever is left just before the step's
+//! `model_call` event (docs/PROTOCOL.md). A token per event would be one
+//! NATS message per token for every watcher.
 
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use flotilla_agent::agent::{AgentObserver, Conversation};
@@ -31,6 +40,8 @@ pub struct ProgressPublisher {
     pub attempt: u32,
     /// Model and tool latency metrics of this worker.
     pub metrics: AgentMetrics,
+    /// Streamed text not yet published; shared by clones.
+    pub deltas: Arc<tokio::sync::Mutex<DeltaCoalescer>>,
 }
 
 impl ProgressPublisher {
@@ -57,7 +68,22 @@ pub fn digest(value: &serde_json::Value) -> String {
 
 #[async_trait]
 impl AgentObserver for ProgressPublisher {
+    async fn model_delta(&self, text: &str) {
+        // Held while publishing, so events leave in the order of their text.
+        let mut deltas = self.deltas.lock().await;
+        if let Some(kind) = deltas.push(text, Instant::now()) {
+            self.emit(kind).await;
+        }
+    }
+
     async fn model_called(&self, step: u32, usage: Usage, latency: Duration) {
+        {
+            let mut deltas = self.deltas.lock().await;
+            if let Some(kind) = deltas.flush(Instant::now()) {
+                self.emit(kind).await;
+            }
+            deltas.step = step + 1;
+        }
         tracing::debug!(step, input_tokens = usage.input_tokens, output_tokens = usage.output_tokens, "model call");
         self.metrics.model_call(self.subagent_type.as_str(), &usage, latency);
         self.emit(ProgressKind::ModelCall { step, usage, latency_ms: latency.as_millis() as u64 }).await;
@@ -87,4 +113,100 @@ impl AgentObserver for ProgressPublisher {
     }
 
     async fn checkpoint(&self, _conversation: &Conversation) {}
+}
+
+/// The shortest time between two `model_delta` events of a task.
+pub const DELTA_INTERVAL: Duration = Duration::from_millis(250);
+/// The most text one `model_delta` event carries, in characters.
+pub const MAX_DELTA_CHARS: usize = 2_000;
+
+/// Streamed text waiting for its `model_delta` event.
+#[derive(Debug)]
+pub struct DeltaCoalescer {
+    /// The step being written (the next `model_call`'s).
+    pub step: u32,
+    text: String,
+    chars: usize,
+    skipped: u64,
+    last_sent: Option<Instant>,
+}
+
+impl Default for DeltaCoalescer {
+    fn default() -> Self {
+        Self { step: 1, text: String::new(), chars: 0, skipped: 0, last_sent: None }
+    }
+}
+
+impl DeltaCoalescer {
+    /// Adds `text`; the event to publish now, if one is due.
+    pub fn push(&mut self, text: &str, now: Instant) -> Option<ProgressKind> {
+        let room = MAX_DELTA_CHARS - self.chars;
+        let count = text.chars().count();
+        let kept = match text.char_indices().nth(room) {
+            Some((cut, _)) => &text[..cut],
+            None => text,
+        };
+        self.text.push_str(kept);
+        self.chars += count.min(room);
+        self.skipped += count.saturating_sub(room) as u64;
+        let due = self.last_sent.is_none_or(|at| now.duration_since(at) >= DELTA_INTERVAL);
+        if due { self.flush(now) } else { None }
+    }
+
+    /// The event with everything waiting, if anything is.
+    pub fn flush(&mut self, now: Instant) -> Option<ProgressKind> {
+        if self.chars == 0 && self.skipped == 0 {
+            return None;
+        }
+        self.last_sent = Some(now);
+        self.chars = 0;
+        Some(ProgressKind::ModelDelta {
+            step: self.step,
+            text: std::mem::take(&mut self.text),
+            skipped_chars: std::mem::take(&mut self.skipped),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn delta(kind: Option<ProgressKind>) -> Option<(u32, String, u64)> {
+        kind.map(|k| match k {
+            ProgressKind::ModelDelta { step, text, skipped_chars } => (step, text, skipped_chars),
+            other => panic!("{other:?}"),
+        })
+    }
+
+    #[test]
+    fn deltas_are_coalesced_to_four_a_second_and_nothing_is_lost_at_the_step_end() {
+        let start = Instant::now();
+        let at = |ms: u64| start + Duration::from_millis(ms);
+        let mut c = DeltaCoalescer::default();
+        assert_eq!(delta(c.push("The ", at(0))), Some((1, "The ".into(), 0)), "the first delta goes at once");
+        assert_eq!(delta(c.push("margin ", at(10))), None);
+        assert_eq!(delta(c.push("is ", at(249))), None);
+        assert_eq!(delta(c.push("0.375", at(250))), Some((1, "margin is 0.375".into(), 0)));
+        // 990 deltas over the next second make at most 4 events more.
+        let mut events = 0;
+        for i in 0..990 {
+            events += usize::from(c.push("x", at(251 + i)).is_some());
+        }
+        assert!(events <= 4, "{events} events in one second");
+        let rest = delta(c.flush(at(1300))).expect("the rest at the step's end");
+        assert_eq!(rest.0, 1);
+        assert_eq!(delta(c.flush(at(1301))), None, "nothing twice");
+    }
+
+    #[test]
+    fn an_event_carries_at_most_the_cap_and_counts_the_rest() {
+        let start = Instant::now();
+        let mut c = DeltaCoalescer { step: 3, ..DeltaCoalescer::default() };
+        c.push("a", start);
+        let long = "é".repeat(MAX_DELTA_CHARS + 500);
+        assert_eq!(delta(c.push(&long, start + Duration::from_millis(1))), None);
+        let (step, text, skipped) = delta(c.flush(start + Duration::from_millis(2))).unwrap();
+        assert_eq!((step, text.chars().count(), skipped), (3, MAX_DELTA_CHARS, 500));
+    }
 }

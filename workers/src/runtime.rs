@@ -58,8 +58,10 @@ impl SubagentRuntime {
             })?
             .clone();
         let model_settings = settings.model(&config.model)?;
-        let model =
-            model::priced(flotilla_model_openai::build(&config.model, model_settings)?, settings.price(&config.model));
+        let model = model::priced(
+            flotilla_model_anthropic::build(&config.model, model_settings)?,
+            settings.price(&config.model),
+        );
         let permissions = Permissions::compile(&config.permissions, config.default_permission).map_err(|e| {
             anyhow::anyhow!("invalid config key `subagents.{ty}.permissions[{}]`: {}", e.rule, e.message)
         })?;

@@ -103,6 +103,7 @@ async fn run(
         worker_id: ctx.worker_id.clone(),
         attempt,
         metrics: ctx.metrics.agent.clone(),
+        deltas: Default::default(),
     };
     let cancel = ctx.hand_back.child_token();
     let _registration = ctx.cancels.register(task.job_id, task.task_id, cancel.clone());

@@ -60,7 +60,7 @@ impl Planner {
     ) -> anyhow::Result<Self> {
         let config = settings.planner()?.clone();
         let model = model::priced(
-            flotilla_model_openai::build(&config.model, settings.model(&config.model)?)?,
+            flotilla_model_anthropic::build(&config.model, settings.model(&config.model)?)?,
             settings.price(&config.model),
         );
         let types: BTreeMap<SubagentType, String> =

@@ -22,7 +22,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
-use crate::model::{ChatMessage, ChatModel, ModelRequest, Purpose, ToolCall};
+use crate::model::{ChatMessage, ChatModel, DeltaSink, ModelRequest, Purpose, ToolCall};
 use crate::tool::{ApprovalGate, ToolContext, ToolOutcome, ToolSet};
 use flotilla_protocol::ids::{JobId, TaskId, Tenant};
 use flotilla_protocol::{ErrorInfo, ErrorKind, Usage};
@@ -86,6 +86,10 @@ impl Conversation {
 /// Sees what the loop does. Every method has a no-op default.
 #[async_trait]
 pub trait AgentObserver: Send + Sync {
+    /// A streaming model (`stream = true`) wrote `text`, the next piece of
+    /// the current step's answer; a step's deltas all come, in order, before
+    /// its [`model_called`](Self::model_called).
+    async fn model_delta(&self, _text: &str) {}
     /// A model call returned.
     async fn model_called(&self, _step: u32, _usage: Usage, _latency: Duration) {}
     /// A tool call is about to run.
@@ -223,6 +227,7 @@ impl Agent {
                 tools: &specs,
                 purpose: Purpose::Step,
                 compacted_turns: conv.compacted_turns,
+                deltas: Some(&ObserverDeltas(observer)),
             };
             let response = self.model.complete(request).await.map_err(|e| model_error(e, ctx))?;
             conv.steps += 1;
@@ -310,6 +315,16 @@ impl Agent {
             })
             .collect();
         (!answers.is_empty()).then(|| answers.join("\n"))
+    }
+}
+
+/// A streaming model's text goes to the observer.
+struct ObserverDeltas<'a>(&'a dyn AgentObserver);
+
+#[async_trait]
+impl DeltaSink for ObserverDeltas<'_> {
+    async fn delta(&self, text: &str) {
+        self.0.model_delta(text).await;
     }
 }
 

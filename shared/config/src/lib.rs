@@ -85,6 +85,9 @@ fn invalid(key: impl Into<String>, message: impl Into<String>) -> ConfigError {
     ConfigError::Invalid { key: key.into(), message: message.into() }
 }
 
+/// `[models.<name>] max_tokens` of an `anthropic` model when unset.
+pub const DEFAULT_ANSWER_TOKENS: u32 = 4096;
+
 /// A chat model, resolved from `[models.<name>]`.
 #[derive(Clone, Debug)]
 pub enum ModelSettings {
@@ -102,6 +105,27 @@ pub enum ModelSettings {
         max_retries: u32,
         /// Sampling temperature, when set.
         temperature: Option<f32>,
+        /// Ask for the answer as server-sent events (`stream = true`).
+        stream: bool,
+    },
+    /// Anthropic's Messages API (`{base_url}/v1/messages`).
+    Anthropic {
+        /// Base URL, default `https://api.anthropic.com`.
+        base_url: String,
+        /// Model name sent in requests, e.g. `claude-sonnet-4-5`.
+        model: String,
+        /// Name of the environment variable holding the API key (never the key).
+        api_key_env: Option<String>,
+        /// Per-request timeout.
+        timeout: Duration,
+        /// Retries on 429/529/5xx/timeouts before giving up.
+        max_retries: u32,
+        /// Sampling temperature, when set.
+        temperature: Option<f32>,
+        /// The most tokens one answer may have (`max_tokens`, required by the API).
+        max_tokens: u32,
+        /// Ask for the answer as server-sent events (`stream = true`).
+        stream: bool,
     },
     /// Deterministic turns from a script file.
     Scripted {
@@ -209,6 +233,20 @@ impl Settings {
                     timeout: Duration::from_secs(m.timeout.unwrap_or(120)),
                     max_retries: m.max_retries.unwrap_or(3),
                     temperature: m.temperature,
+                    stream: m.stream.unwrap_or(false),
+                },
+                "anthropic" => ModelSettings::Anthropic {
+                    base_url: m.base_url.unwrap_or_else(|| "https://api.anthropic.com".into()),
+                    model: m.model.ok_or_else(|| invalid(key("model"), "required for provider \"anthropic\""))?,
+                    api_key_env: m.api_key_env,
+                    timeout: Duration::from_secs(m.timeout.unwrap_or(120)),
+                    max_retries: m.max_retries.unwrap_or(3),
+                    temperature: m.temperature,
+                    max_tokens: match m.max_tokens.unwrap_or(DEFAULT_ANSWER_TOKENS) {
+                        0 => return Err(invalid(key("max_tokens"), "must be at least 1 (tokens of one answer)")),
+                        n => n,
+                    },
+                    stream: m.stream.unwrap_or(false),
                 },
                 "scripted" => {
                     let script =
@@ -222,7 +260,7 @@ impl Settings {
                 other => {
                     return Err(invalid(
                         key("provider"),
-                        format!("unknown provider {other:?}: use \"openai\" or \"scripted\""),
+                        format!("unknown provider {other:?}: use \"openai\", \"anthropic\" or \"scripted\""),
                     ));
                 }
             };

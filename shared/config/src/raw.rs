@@ -104,20 +104,24 @@ impl std::fmt::Debug for NatsConfig {
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawModel {
-    /// `openai` or `scripted`.
+    /// `openai`, `anthropic` or `scripted`.
     pub provider: String,
-    /// openai: endpoint base URL.
+    /// openai, anthropic: endpoint base URL.
     pub base_url: Option<String>,
-    /// openai: model name.
+    /// openai, anthropic: model name.
     pub model: Option<String>,
-    /// openai: name of the env var with the API key.
+    /// openai, anthropic: name of the env var with the API key.
     pub api_key_env: Option<String>,
-    /// openai: request timeout in seconds.
+    /// openai, anthropic: request timeout in seconds.
     pub timeout: Option<u64>,
-    /// openai: retries on 429/5xx/timeouts.
+    /// openai, anthropic: retries on 429/5xx/timeouts.
     pub max_retries: Option<u32>,
-    /// openai: sampling temperature.
+    /// openai, anthropic: sampling temperature.
     pub temperature: Option<f32>,
+    /// openai, anthropic: stream the answer as server-sent events.
+    pub stream: Option<bool>,
+    /// anthropic: the most tokens of one answer.
+    pub max_tokens: Option<u32>,
     /// scripted: the script file.
     pub script: Option<PathBuf>,
     /// US dollars per million prompt tokens (cost accounting; optional).

@@ -1,99 +1,16 @@
 //! Tests against a real HTTP server on 127.0.0.1 that speaks the OpenAI wire
 //! format and records what it received.
 
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use axum::Router;
-use axum::body::Bytes as AxumBytes;
-use axum::extract::State;
-use axum::http::{HeaderMap as AxumHeaders, StatusCode as AxumStatus};
-use axum::response::{IntoResponse, Response};
+use reqwest::header::{HeaderMap, RETRY_AFTER};
 use serde_json::{Value, json};
 
 use super::*;
-use flotilla_agent::model::ChatMessage;
+use crate::http::{MAX_RETRY_AFTER, endpoint_url, retry_after};
+use crate::test_server::{Canned, Server, set_key};
+use flotilla_agent::model::{ChatMessage, DeltaSink, ToolCall};
 use flotilla_agent::tool::ToolSpec;
-
-/// One answer of the fake server.
-#[derive(Clone)]
-struct Canned {
-    status: u16,
-    headers: Vec<(&'static str, String)>,
-    body: String,
-    delay: Duration,
-}
-
-impl Canned {
-    fn json(status: u16, body: Value) -> Self {
-        Self { status, headers: Vec::new(), body: body.to_string(), delay: Duration::ZERO }
-    }
-    fn raw(status: u16, body: &str) -> Self {
-        Self { status, headers: Vec::new(), body: body.into(), delay: Duration::ZERO }
-    }
-    fn header(mut self, name: &'static str, value: &str) -> Self {
-        self.headers.push((name, value.into()));
-        self
-    }
-    fn delay(mut self, delay: Duration) -> Self {
-        self.delay = delay;
-        self
-    }
-}
-
-/// A request the fake server received.
-#[derive(Clone, Debug)]
-struct Seen {
-    path: String,
-    authorization: Option<String>,
-    body: Value,
-}
-
-/// The fake server: plays `answers` in order, repeating the last one forever.
-struct Server {
-    answers: Vec<Canned>,
-    seen: Mutex<Vec<Seen>>,
-}
-
-impl Server {
-    async fn start(answers: Vec<Canned>) -> (String, Arc<Server>) {
-        assert!(!answers.is_empty());
-        let server = Arc::new(Server { answers, seen: Mutex::new(Vec::new()) });
-        let app = Router::new().fallback(answer).with_state(server.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-        (format!("http://{addr}/v1"), server)
-    }
-
-    fn seen(&self) -> Vec<Seen> {
-        self.seen.lock().unwrap().clone()
-    }
-}
-
-async fn answer(
-    State(server): State<Arc<Server>>,
-    uri: axum::http::Uri,
-    headers: AxumHeaders,
-    body: AxumBytes,
-) -> Response {
-    let canned = {
-        let mut seen = server.seen.lock().unwrap();
-        seen.push(Seen {
-            path: uri.path().to_owned(),
-            authorization: headers.get("authorization").map(|v| v.to_str().unwrap().to_owned()),
-            body: serde_json::from_slice(&body).unwrap_or(Value::Null),
-        });
-        server.answers[(seen.len() - 1).min(server.answers.len() - 1)].clone()
-    };
-    tokio::time::sleep(canned.delay).await;
-    let mut response = (AxumStatus::from_u16(canned.status).unwrap(), canned.body).into_response();
-    response.headers_mut().insert("content-type", "application/json".parse().unwrap());
-    for (name, value) in canned.headers {
-        response.headers_mut().insert(name, value.parse().unwrap());
-    }
-    response
-}
 
 fn settings(base_url: &str, api_key_env: Option<&str>, max_retries: u32) -> ModelSettings {
     ModelSettings::OpenAi {
@@ -103,12 +20,13 @@ fn settings(base_url: &str, api_key_env: Option<&str>, max_retries: u32) -> Mode
         timeout: Duration::from_secs(10),
         max_retries,
         temperature: None,
+        stream: false,
     }
 }
 
 fn model(settings: &ModelSettings) -> OpenAiModel {
     let mut model = OpenAiModel::new("test", settings).unwrap();
-    model.backoff_base = Duration::from_millis(1);
+    model.http.backoff_base = Duration::from_millis(1);
     model
 }
 
@@ -125,13 +43,6 @@ fn one_call_reply(arguments: &str) -> Value {
 async fn ask(model: &OpenAiModel) -> Result<ModelResponse, ModelError> {
     let messages = [ChatMessage::User { content: "hello".into() }];
     model.complete(ModelRequest::new(&messages, &[])).await
-}
-
-/// Sets a test-only environment variable holding a fake key.
-fn set_key(var: &str, key: &str) {
-    // SAFETY: the variable name is unique to one test and read only by that
-    // test; Rust's own environment accesses are serialized by std.
-    unsafe { std::env::set_var(var, key) };
 }
 
 #[tokio::test]
@@ -152,7 +63,7 @@ async fn two_tool_calls_and_usage_are_parsed_and_the_request_has_the_wire_shape(
         }}],
         "usage": {"prompt_tokens": 123, "completion_tokens": 45, "total_tokens": 168}
     });
-    let (base_url, server) = Server::start(vec![Canned::json(200, reply)]).await;
+    let (base_url, server) = Server::start("/v1", vec![Canned::json(200, reply)]).await;
     let mut settings = settings(&base_url, Some(var), 0);
     if let ModelSettings::OpenAi { temperature, .. } = &mut settings {
         *temperature = Some(0.25);
@@ -204,7 +115,7 @@ async fn two_tool_calls_and_usage_are_parsed_and_the_request_has_the_wire_shape(
     assert_eq!(seen.len(), 1);
     let seen = &seen[0];
     assert_eq!(seen.path, "/v1/chat/completions");
-    assert_eq!(seen.authorization.as_deref(), Some(format!("Bearer {key}").as_str()));
+    assert_eq!(seen.header("authorization"), Some(format!("Bearer {key}")));
     let body = &seen.body;
     assert_eq!(body["model"], "test-model");
     assert_eq!(body["temperature"], json!(0.25));
@@ -237,10 +148,13 @@ async fn two_tool_calls_and_usage_are_parsed_and_the_request_has_the_wire_shape(
 
 #[tokio::test]
 async fn a_429_is_retried_once_then_succeeds() {
-    let (base_url, server) = Server::start(vec![
-        Canned::json(429, json!({"error": {"message": "slow down"}})).header("retry-after", "0"),
-        Canned::json(200, text_reply("done")),
-    ])
+    let (base_url, server) = Server::start(
+        "/v1",
+        vec![
+            Canned::json(429, json!({"error": {"message": "slow down"}})).header("retry-after", "0"),
+            Canned::json(200, text_reply("done")),
+        ],
+    )
     .await;
     let model = model(&settings(&base_url, None, 3));
 
@@ -255,7 +169,7 @@ async fn a_429_is_retried_once_then_succeeds() {
     assert_eq!(seen.len(), 2);
     assert_eq!(seen[0].body, seen[1].body, "the retry resends the same request");
     // No api_key_env: no Authorization header at all.
-    assert!(seen.iter().all(|s| s.authorization.is_none()));
+    assert!(seen.iter().all(|s| s.header("authorization").is_none()));
     // No tools: no `tools` key (some servers reject an empty list).
     assert!(seen[0].body.get("tools").is_none());
     assert!(seen[0].body.get("temperature").is_none());
@@ -263,7 +177,7 @@ async fn a_429_is_retried_once_then_succeeds() {
 
 #[tokio::test]
 async fn a_malformed_body_is_a_validation_error_and_not_retried() {
-    let (base_url, server) = Server::start(vec![Canned::raw(200, "this is { not json")]).await;
+    let (base_url, server) = Server::start("/v1", vec![Canned::raw(200, "this is { not json")]).await;
     let model = model(&settings(&base_url, None, 3));
 
     let err = ask(&model).await.unwrap_err();
@@ -272,7 +186,7 @@ async fn a_malformed_body_is_a_validation_error_and_not_retried() {
     assert!(err.message.starts_with("malformed response from model endpoint: "), "{err}");
     assert_eq!(server.seen().len(), 1);
 
-    let (base_url, _server) = Server::start(vec![Canned::json(200, json!({"choices": []}))]).await;
+    let (base_url, _server) = Server::start("/v1", vec![Canned::json(200, json!({"choices": []}))]).await;
     let err = ask(&model_for(&base_url)).await.unwrap_err();
     assert_eq!(err.kind, ErrorKind::Validation, "{err}");
     assert!(err.message.contains("malformed") && err.message.contains("no choices"), "{err}");
@@ -285,7 +199,7 @@ fn model_for(base_url: &str) -> OpenAiModel {
 #[tokio::test]
 async fn a_500_forever_gives_up_after_max_retries_as_transient() {
     let (base_url, server) =
-        Server::start(vec![Canned::json(500, json!({"error": {"message": "upstream exploded"}}))]).await;
+        Server::start("/v1", vec![Canned::json(500, json!({"error": {"message": "upstream exploded"}}))]).await;
     let model = model(&settings(&base_url, None, 2));
 
     let err = ask(&model).await.unwrap_err();
@@ -301,7 +215,7 @@ async fn a_401_is_a_permission_error_that_never_quotes_the_key() {
     let var = "FLOTILLA_TEST_OPENAI_KEY_401_9C2E";
     let key = "sk-test-secret-401-abcdef";
     set_key(var, key);
-    let (base_url, server) = Server::start(vec![Canned::json(
+    let (base_url, server) = Server::start("/v1", vec![Canned::json(
         401,
         json!({"error": {"message": format!("Incorrect API key provided: {key}."), "type": "invalid_request_error"}}),
     )])
@@ -320,7 +234,7 @@ async fn a_401_is_a_permission_error_that_never_quotes_the_key() {
 
 #[tokio::test]
 async fn invalid_json_arguments_are_kept_as_a_string() {
-    let (base_url, _server) = Server::start(vec![Canned::json(200, one_call_reply("{\"city\": Paris"))]).await;
+    let (base_url, _server) = Server::start("/v1", vec![Canned::json(200, one_call_reply("{\"city\": Paris"))]).await;
 
     let response = ask(&model_for(&base_url)).await.unwrap();
 
@@ -332,7 +246,7 @@ async fn invalid_json_arguments_are_kept_as_a_string() {
 
 #[tokio::test]
 async fn blank_arguments_mean_no_arguments() {
-    let (base_url, _server) = Server::start(vec![Canned::json(200, one_call_reply(""))]).await;
+    let (base_url, _server) = Server::start("/v1", vec![Canned::json(200, one_call_reply(""))]).await;
 
     let response = ask(&model_for(&base_url)).await.unwrap();
 
@@ -342,10 +256,10 @@ async fn blank_arguments_mean_no_arguments() {
 #[tokio::test]
 async fn another_4xx_is_a_validation_error_quoting_the_server_briefly() {
     let long = "x".repeat(2000);
-    let (base_url, server) = Server::start(vec![Canned::json(
-        400,
-        json!({"error": {"message": format!("Invalid schema for function 'lookup': {long}")}}),
-    )])
+    let (base_url, server) = Server::start(
+        "/v1",
+        vec![Canned::json(400, json!({"error": {"message": format!("Invalid schema for function 'lookup': {long}")}}))],
+    )
     .await;
     let model = model(&settings(&base_url, None, 3));
 
@@ -360,7 +274,7 @@ async fn another_4xx_is_a_validation_error_quoting_the_server_briefly() {
 #[tokio::test]
 async fn a_timeout_is_transient_and_retried() {
     let (base_url, server) =
-        Server::start(vec![Canned::json(200, text_reply("late")).delay(Duration::from_secs(5))]).await;
+        Server::start("/v1", vec![Canned::json(200, text_reply("late")).delay(Duration::from_secs(5))]).await;
     let mut settings = settings(&base_url, None, 1);
     if let ModelSettings::OpenAi { timeout, .. } = &mut settings {
         *timeout = Duration::from_millis(200);
@@ -405,7 +319,7 @@ fn a_bad_base_url_is_a_validation_error() {
 
 #[test]
 fn the_endpoint_is_appended_to_the_base_url() {
-    let url = |base: &str| chat_completions_url(base).unwrap().to_string();
+    let url = |base: &str| endpoint_url(base, &["chat", "completions"]).unwrap().to_string();
     assert_eq!(url("https://api.openai.com/v1"), "https://api.openai.com/v1/chat/completions");
     assert_eq!(url("https://api.openai.com/v1/"), "https://api.openai.com/v1/chat/completions");
     assert_eq!(url("http://localhost:11434"), "http://localhost:11434/chat/completions");
@@ -425,4 +339,79 @@ fn retry_after_is_read_in_seconds_and_capped() {
     assert_eq!(retry_after(&headers("Wed, 21 Oct 2015 07:28:00 GMT")), None);
     assert_eq!(retry_after(&headers("-1")), None);
     assert_eq!(retry_after(&HeaderMap::new()), None);
+}
+
+/// Collects the deltas a streaming model hands out.
+#[derive(Default)]
+struct Deltas(std::sync::Mutex<Vec<String>>);
+
+#[async_trait]
+impl DeltaSink for Deltas {
+    async fn delta(&self, text: &str) {
+        self.0.lock().unwrap().push(text.to_owned());
+    }
+}
+
+fn chunk(delta: Value) -> (Option<&'static str>, String) {
+    (None, json!({"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": delta}]}).to_string())
+}
+
+#[tokio::test]
+async fn a_streamed_answer_hands_out_its_text_and_assembles_tool_calls_and_usage() {
+    let events = vec![
+        chunk(json!({"role": "assistant", "content": "Looking "})),
+        chunk(json!({"content": "it up."})),
+        chunk(json!({"tool_calls": [{"index": 0, "id": "call_s", "type": "function",
+                                     "function": {"name": "lookup", "arguments": ""}}]})),
+        chunk(json!({"tool_calls": [{"index": 0, "function": {"arguments": "{\"city\":"}}]})),
+        chunk(json!({"tool_calls": [{"index": 0, "function": {"arguments": " \"Paris\"}"}}]})),
+        (None, json!({"choices": [], "usage": {"prompt_tokens": 31, "completion_tokens": 9}}).to_string()),
+        (None, "[DONE]".to_string()),
+    ];
+    let (base_url, server) = Server::start("/v1", vec![Canned::sse(&events)]).await;
+    let mut settings = settings(&base_url, None, 0);
+    if let ModelSettings::OpenAi { stream, .. } = &mut settings {
+        *stream = true;
+    }
+    let model = model(&settings);
+    let sink = Deltas::default();
+    let messages = [ChatMessage::User { content: "weather in Paris".into() }];
+
+    let response =
+        model.complete(ModelRequest { deltas: Some(&sink), ..ModelRequest::new(&messages, &[]) }).await.unwrap();
+
+    assert_eq!(*sink.0.lock().unwrap(), ["Looking ", "it up."], "text deltas in order, as they came");
+    assert_eq!(response.content.as_deref(), Some("Looking it up."));
+    assert_eq!(
+        response.tool_calls,
+        vec![ToolCall { id: "call_s".into(), name: "lookup".into(), arguments: json!({"city": "Paris"}) }]
+    );
+    assert_eq!(response.usage, Usage { input_tokens: 31, output_tokens: 9, model_calls: 1, ..Usage::default() });
+    let body = &server.seen()[0].body;
+    assert_eq!(body["stream"], true);
+    assert_eq!(body["stream_options"], json!({"include_usage": true}));
+    assert_eq!(server.seen()[0].header("accept").as_deref(), Some("text/event-stream"));
+}
+
+#[tokio::test]
+async fn a_stream_cut_short_still_yields_its_text_and_a_stream_error_is_reported() {
+    // No usage chunk and no [DONE]: what came is the turn; tokens estimated.
+    let events = vec![chunk(json!({"content": "partial"}))];
+    let (base_url, _server) = Server::start("/v1", vec![Canned::sse(&events)]).await;
+    let mut streaming = settings(&base_url, None, 0);
+    if let ModelSettings::OpenAi { stream, .. } = &mut streaming {
+        *stream = true;
+    }
+    let response = ask(&model(&streaming)).await.unwrap();
+    assert_eq!(response.content.as_deref(), Some("partial"));
+    assert!(response.usage.input_tokens > 0 && response.usage.output_tokens > 0, "{:?}", response.usage);
+
+    let events = vec![(None, json!({"error": {"message": "context length exceeded"}}).to_string())];
+    let (base_url, _server) = Server::start("/v1", vec![Canned::sse(&events)]).await;
+    if let ModelSettings::OpenAi { base_url: url, .. } = &mut streaming {
+        *url = base_url;
+    }
+    let err = ask(&model(&streaming)).await.unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Validation, "{err}");
+    assert!(err.message.contains("context length exceeded"), "{err}");
 }

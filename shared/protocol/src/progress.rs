@@ -46,6 +46,18 @@ pub enum ProgressKind {
         /// Round-trip latency.
         latency_ms: u64,
     },
+    /// Text a streaming model (`[models.<name>] stream = true`) wrote since
+    /// the last such event: at most 4 a second per task, each text at most
+    /// 2 000 characters (docs/PROTOCOL.md, docs/MODELS.md).
+    ModelDelta {
+        /// The agent step being written, from 1 (its `model_call` follows).
+        step: u32,
+        /// The text, in order after the previous event's.
+        text: String,
+        /// Characters written in this interval past the cap, not sent.
+        #[serde(default, skip_serializing_if = "is_zero")]
+        skipped_chars: u64,
+    },
     /// A tool call is about to run.
     ToolCall {
         /// The model's call id.
@@ -119,6 +131,10 @@ pub enum ProgressKind {
         /// Total spend.
         usage: Usage,
     },
+}
+
+fn is_zero(x: &u64) -> bool {
+    *x == 0
 }
 
 impl Message for ProgressEvent {

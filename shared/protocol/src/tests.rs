@@ -216,3 +216,37 @@ fn newer_minor_versions_and_unknown_report_fields_are_accepted() {
     let e = decode::<TaskMessage>(&serde_json::to_vec(&t).unwrap()).unwrap_err().to_string();
     assert!(e.contains("unknown field `tools`"), "{e}");
 }
+
+#[test]
+fn cache_token_counts_round_trip_add_up_and_are_optional_on_the_wire() {
+    let old: Usage = serde_json::from_str(r#"{"input_tokens": 7, "output_tokens": 2, "model_calls": 1}"#).unwrap();
+    assert_eq!((old.cache_creation_input_tokens, old.cache_read_input_tokens), (0, 0), "old messages decode");
+    let plain = serde_json::to_string(&old).unwrap();
+    assert!(!plain.contains("cache_"), "no cache fields without cache tokens: {plain}");
+    let mut sum =
+        Usage { input_tokens: 100, cache_creation_input_tokens: 60, cache_read_input_tokens: 30, ..Usage::default() };
+    sum += sum;
+    assert_eq!((sum.input_tokens, sum.cache_creation_input_tokens, sum.cache_read_input_tokens), (200, 120, 60));
+    let back: Usage = serde_json::from_str(&serde_json::to_string(&sum).unwrap()).unwrap();
+    assert_eq!(back, sum);
+}
+
+#[test]
+fn a_model_delta_event_is_tagged_and_omits_a_zero_skip() {
+    let t = task();
+    let ev = ProgressEvent {
+        v: SCHEMA_VERSION,
+        job_id: t.job_id,
+        task_id: t.task_id,
+        subagent_type: t.subagent_type.clone(),
+        worker_id: "w1".into(),
+        attempt: 1,
+        at: now(),
+        kind: ProgressKind::ModelDelta { step: 2, text: "The margin is".into(), skipped_chars: 0 },
+    };
+    round_trip(&ev);
+    let json: serde_json::Value = serde_json::from_slice(&encode(&ev)).unwrap();
+    assert_eq!(json["event"], "model_delta");
+    assert_eq!(json["text"], "The margin is");
+    assert!(json.get("skipped_chars").is_none(), "{json}");
+}

@@ -6,7 +6,10 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct Usage {
-    /// Prompt tokens, as reported by the model provider.
+    /// Prompt tokens, as reported by the model provider: all of them,
+    /// including the cached ones counted below (OpenAI's `prompt_tokens`;
+    /// for Anthropic `input_tokens` + `cache_creation_input_tokens` +
+    /// `cache_read_input_tokens`, docs/MODELS.md).
     pub input_tokens: u64,
     /// Completion tokens.
     pub output_tokens: u64,
@@ -19,6 +22,18 @@ pub struct Usage {
     /// 0 (and omitted) when no price is configured.
     #[serde(skip_serializing_if = "is_zero")]
     pub cost_usd: f64,
+    /// Of `input_tokens`, those written to the provider's prompt cache
+    /// (Anthropic `cache_creation_input_tokens`); 0 and omitted otherwise.
+    #[serde(skip_serializing_if = "is_zero_u64")]
+    pub cache_creation_input_tokens: u64,
+    /// Of `input_tokens`, those read from the provider's prompt cache
+    /// (Anthropic `cache_read_input_tokens`); 0 and omitted otherwise.
+    #[serde(skip_serializing_if = "is_zero_u64")]
+    pub cache_read_input_tokens: u64,
+}
+
+fn is_zero_u64(x: &u64) -> bool {
+    *x == 0
 }
 
 fn is_zero(x: &f64) -> bool {
@@ -32,6 +47,8 @@ impl std::ops::AddAssign for Usage {
         self.model_calls += o.model_calls;
         self.tool_calls += o.tool_calls;
         self.cost_usd += o.cost_usd;
+        self.cache_creation_input_tokens += o.cache_creation_input_tokens;
+        self.cache_read_input_tokens += o.cache_read_input_tokens;
     }
 }
 

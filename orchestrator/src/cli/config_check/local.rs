@@ -48,7 +48,7 @@ pub fn models(settings: &Settings) -> Vec<Check> {
     for name in used_models(settings) {
         let Some(model) = settings.models.get(&name) else { continue };
         let key = format!("models.{name}");
-        checks.push(match flotilla_model_openai::build(&name, model) {
+        checks.push(match flotilla_model_anthropic::build(&name, model) {
             Ok(_) => Check::ok(key, describe(model)),
             Err(e) => {
                 Check::problem(key, e.to_string(), "set what the message names (docs/CONFIG.md, [models.<name>])")

@@ -272,7 +272,7 @@ async fn fold(
     };
     let request = [ChatMessage::System { content: budget.prompt.clone() }, ChatMessage::User { content }];
     let response = model
-        .complete(ModelRequest { messages: &request, tools: &[], purpose: Purpose::Compaction, compacted_turns: 0 })
+        .complete(ModelRequest { purpose: Purpose::Compaction, ..ModelRequest::new(&request, &[]) })
         .await
         .map_err(|e| super::model_error(e, ctx))?;
     *usage += response.usage;

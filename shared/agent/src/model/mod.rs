@@ -1,10 +1,13 @@
 //! Chat models. The agent loop talks to a [`ChatModel`]; providers translate
-//! to a wire format. Two ship: [`openai`] (any OpenAI-compatible
-//! `/chat/completions` endpoint with tool calling) and [`scripted`]
-//! (deterministic turns from a file, for the demo and tests, no key needed).
+//! to a wire format. Three ship: `openai` (any OpenAI-compatible
+//! `/chat/completions` endpoint with tool calling,
+//! `shared/model-openai/src/lib.rs`), `anthropic` (the Messages API,
+//! `shared/model-anthropic/src/lib.rs`) and [`scripted`] (deterministic
+//! turns from a file, for the demo and tests, no key needed).
 //!
 //! Messages are provider-neutral: tool-call arguments are parsed JSON here and
-//! only become strings inside the `openai` provider.
+//! only become wire text inside a provider. A streaming provider hands text
+//! to the request's [`DeltaSink`] as it arrives (docs/MODELS.md).
 
 pub mod priced;
 pub mod scripted;
@@ -69,8 +72,18 @@ pub struct ToolCall {
     pub arguments: Value,
 }
 
+/// Where a streaming model hands the text it receives, as it arrives
+/// (`[models.<name>] stream = true`, docs/MODELS.md). The agent loop passes
+/// its [`AgentObserver::model_delta`](crate::agent::AgentObserver::model_delta);
+/// a worker publishes the text as `model_delta` progress events.
+#[async_trait]
+pub trait DeltaSink: Send + Sync {
+    /// The next piece of the answer's text.
+    async fn delta(&self, text: &str);
+}
+
 /// What the agent loop sends.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy)]
 pub struct ModelRequest<'a> {
     /// The conversation so far.
     pub messages: &'a [ChatMessage],
@@ -81,12 +94,34 @@ pub struct ModelRequest<'a> {
     /// Model turns of this run that compaction replaced with a summary, so
     /// are no longer in `messages` (the scripted model counts turns with it).
     pub compacted_turns: u32,
+    /// Receives the answer's text as it arrives, when the model streams.
+    pub deltas: Option<&'a dyn DeltaSink>,
 }
 
 impl<'a> ModelRequest<'a> {
     /// A step of a run that has never been compacted.
     pub fn new(messages: &'a [ChatMessage], tools: &'a [ToolSpec]) -> Self {
-        Self { messages, tools, purpose: Purpose::Step, compacted_turns: 0 }
+        Self { messages, tools, purpose: Purpose::Step, compacted_turns: 0, deltas: None }
+    }
+
+    /// Hands `text` to the request's [`DeltaSink`], if it has one; empty
+    /// text is not handed on.
+    pub async fn delta(&self, text: &str) {
+        if let Some(sink) = self.deltas.filter(|_| !text.is_empty()) {
+            sink.delta(text).await;
+        }
+    }
+}
+
+impl std::fmt::Debug for ModelRequest<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ModelRequest")
+            .field("messages", &self.messages)
+            .field("tools", &self.tools)
+            .field("purpose", &self.purpose)
+            .field("compacted_turns", &self.compacted_turns)
+            .field("streams_deltas", &self.deltas.is_some())
+            .finish()
     }
 }
 

@@ -36,6 +36,16 @@ pub struct WireRequest<'a> {
     tools: Vec<WireTool<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     temperature: Option<f32>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    stream: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stream_options: Option<StreamOptions>,
+}
+
+/// `stream_options` of a streamed request: ask for the usage chunk.
+#[derive(Serialize)]
+struct StreamOptions {
+    include_usage: bool,
 }
 
 impl<'a> WireRequest<'a> {
@@ -46,7 +56,17 @@ impl<'a> WireRequest<'a> {
             messages: request.messages.iter().map(WireMessage::from).collect(),
             tools: request.tools.iter().map(WireTool::from).collect(),
             temperature,
+            stream: false,
+            stream_options: None,
         }
+    }
+
+    /// The same body asking for server-sent events, with the token counts
+    /// in a last chunk (`stream_options.include_usage`).
+    pub fn streaming(mut self) -> Self {
+        self.stream = true;
+        self.stream_options = Some(StreamOptions { include_usage: true });
+        self
     }
 }
 
