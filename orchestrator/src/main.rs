@@ -77,6 +77,8 @@ enum Command {
     Audit(cli::audit::Args),
     /// Debug MCP servers without a model: list tools, call one, check health.
     Mcp(cli::mcp::Args),
+    /// Check a config: `flotilla config check [--connect]`.
+    Config(cli::config_check::Args),
     /// Print a shell completion script, e.g. `flotilla completions bash >
     /// ~/.local/share/bash-completion/completions/flotilla`.
     Completions {
@@ -182,6 +184,9 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
             let path = local()?;
             cli::up::run(load(Some(&path), cli.mcp_config.as_deref())?, &path, args).await
         }
+        Command::Config(args) => {
+            cli::config_check::run(local().ok().as_deref(), cli.mcp_config.as_deref(), cli.json, args).await
+        }
         command => {
             let settings = load(cli.config.as_deref(), cli.mcp_config.as_deref())?;
             let (tenant, json) = (&cli.tenant, cli.json);
@@ -198,7 +203,11 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
                 Command::Approve(a) => cli::approve::run(&settings, tenant, a, json).await,
                 Command::Audit(a) => cli::audit::run(&settings, tenant, a, json).await,
                 Command::Mcp(a) => cli::mcp::run(&settings, a, json).await,
-                Command::Demo(_) | Command::Up(_) | Command::Bench(_) | Command::Completions { .. } => {
+                Command::Demo(_)
+                | Command::Up(_)
+                | Command::Bench(_)
+                | Command::Completions { .. }
+                | Command::Config(_) => {
                     unreachable!("handled above")
                 }
             }

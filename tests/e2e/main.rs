@@ -10,6 +10,7 @@ mod cli_json;
 mod cli_pipe;
 mod cluster;
 mod common;
+mod config_check;
 mod context;
 mod deploy_manifests;
 mod draining;

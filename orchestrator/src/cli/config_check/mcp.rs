@@ -9,6 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Component, Path, PathBuf};
 
 use flotilla_config::{McpTransport, Settings, SubagentConfig, ToolRef};
+use flotilla_mcp::app_context::{ContextError, TaskContextSpec};
 use flotilla_mcp::{McpError, McpHub};
 
 use super::Check;
@@ -38,6 +39,7 @@ pub async fn check(settings: &Settings, names: &BTreeSet<String>) -> Vec<Check> 
     }
     for (ty, config) in &settings.subagents {
         checks.extend(type_tools(ty.as_str(), config, &hub, &down));
+        checks.extend(type_context(ty.as_str(), config, &hub));
     }
     hub.shutdown().await;
     checks
@@ -146,6 +148,23 @@ fn type_tools(ty: &str, config: &SubagentConfig, hub: &McpHub, down: &BTreeSet<S
     }
     let names: Vec<String> = names.into_keys().collect();
     vec![Check::ok(key, format!("{} tools: {}", names.len(), names.join(", ")))]
+}
+
+/// `mcp_resources` / `mcp_prompt`, checked as a worker checks them at start
+/// (workers/src/mcp_context.rs): the servers exist, the prompt's argument
+/// templates render. `None` when the type uses neither, or they pass.
+fn type_context(ty: &str, config: &SubagentConfig, hub: &McpHub) -> Option<Check> {
+    let spec =
+        TaskContextSpec::from_config(ty, &config.system_prompt, &config.mcp_resources, config.mcp_prompt.as_ref(), hub);
+    match spec {
+        Ok(_) => None,
+        Err(ContextError::Config { key, message, .. }) => Some(Check::problem(
+            format!("subagents.{ty}.{key}"),
+            message,
+            "name a configured [mcp_servers.<name>] (docs/MCP.md, app-controlled context)",
+        )),
+        Err(e) => Some(Check::problem(format!("subagents.{ty}"), e.to_string(), "see docs/MCP.md")),
+    }
 }
 
 /// An MCP entry naming a server or tool that does not exist.

@@ -1,0 +1,190 @@
+//! Issue 17: a config is checked before anything runs on it.
+//! `flotilla config check [--connect]` names each problem with its config key
+//! and fix (exit 2) and passes a good config (exit 0); `flotilla demo` with
+//! its MCP server binary missing fails naming the binary before it starts a
+//! single process (it used to exit 0 around "unknown tool" rows); `flotilla
+//! up` says "is up" only once the orchestrator answers and every worker has
+//! sent a heartbeat. Real processes: the `flotilla` binary, nats-server, the
+//! finance-tools MCP server, orchestrator and workers
+//! (orchestrator/src/cli/config_check.rs, orchestrator/src/cli/up.rs).
+
+use std::time::Duration;
+
+use flotilla_bus::Bus;
+use flotilla_config::NatsConfig;
+use flotilla_tests::proc::run_cli;
+use flotilla_tests::{NatsServer, Proc, TempDir, TestConfig, free_port};
+use serde_json::Value;
+
+use crate::common::TIMEOUT;
+
+/// `flotilla --config <path> <args>`.
+fn check(config: &std::path::Path, args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
+    let path = config.display().to_string();
+    let mut all = vec!["--config", &path];
+    all.extend_from_slice(args);
+    run_cli(&all, env)
+}
+
+/// The `--json` report's problems: (key, message, fix).
+fn problems(json: &str) -> Vec<(String, String, String)> {
+    let report: Value = serde_json::from_str(json).unwrap_or_else(|e| panic!("not JSON ({e}): {json}"));
+    assert_eq!(report["v"], 1, "{report}");
+    let checks = report["checks"].as_array().expect("checks");
+    assert_eq!(report["ok"], checks.iter().all(|c| c["ok"] == true), "{report}");
+    checks
+        .iter()
+        .filter(|c| c["ok"] == false)
+        .map(|c| {
+            let s = |k: &str| c[k].as_str().unwrap_or_default().to_string();
+            (s("key"), s("message"), s("fix"))
+        })
+        .collect()
+}
+
+/// A `tools` entry naming a tool its MCP server does not list, and a
+/// built-in name with a typo: exit 2, each named with its key and the tool.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_tool_in_a_subagent_type_is_named_with_its_key() {
+    let mut config = TestConfig::demo("nats://127.0.0.1:4222", 1, 0);
+    config.section_replace("mcp:finance/gross_margin", "mcp:finance/gross_margn");
+    let (code, out, err) = check(&config.write(), &["config", "check"], &[]);
+    assert_eq!(code, 2, "stdout: {out}\nstderr: {err}");
+    let line =
+        out.lines().find(|l| l.starts_with("problem subagents.finance.tools:")).unwrap_or_else(|| panic!("{out}"));
+    assert!(line.contains("gross_margn") && line.contains("it offers: add, gross_margin, multiply"), "{line}");
+    assert!(out.contains("ok      mcp_servers.finance: started; lists 3 tools"), "{out}");
+    assert!(out.ends_with("1 problems\n"), "{out}");
+
+    config.section_replace("mcp:finance/gross_margn", "read_fle");
+    let (code, out, _) = check(&config.write(), &["--json", "config", "check"], &[]);
+    assert_eq!(code, 2, "{out}");
+    let found = problems(&out);
+    assert_eq!(found.len(), 1, "{found:?}");
+    let (key, message, _) = &found[0];
+    assert_eq!(key, "subagents.finance.tools[0]");
+    assert!(message.contains("unknown tool \"read_fle\""), "{message}");
+
+    // App-controlled context naming a server that is not configured.
+    config.section_replace("read_fle", "mcp:finance/gross_margin");
+    config.section_replace("concurrency = 1\n", "concurrency = 1\nmcp_resources = [\"ledger/ledger://rules\"]\n");
+    let (code, out, _) = check(&config.write(), &["--json", "config", "check"], &[]);
+    assert_eq!(code, 2, "{out}");
+    let found = problems(&out);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].0, "subagents.finance.mcp_resources");
+    assert!(found[0].1.contains("ledger"), "{found:?}");
+}
+
+/// A stdio MCP server whose command is not there: named with the path and
+/// the fix, and the entries using it are reported unresolved.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_mcp_command_is_named_with_its_fix() {
+    let gone = TempDir::new("no-build");
+    let missing = gone.path().join("target/debug/finance-tools");
+    let mut config = TestConfig::demo("nats://127.0.0.1:4222", 1, 0);
+    config.section_replace(&flotilla_tests::bin("finance-tools").display().to_string(), &missing.display().to_string());
+    let (code, out, err) = check(&config.write(), &["config", "check", "--json"], &[]);
+    assert_eq!(code, 2, "stdout: {out}\nstderr: {err}");
+    let found = problems(&out);
+    let (key, message, fix) = found.iter().find(|p| p.0.starts_with("mcp_servers.")).expect("the server's problem");
+    assert_eq!(key, "mcp_servers.finance.command");
+    assert_eq!(message, &format!("mcp server finance: command {} not found", missing.display()));
+    assert!(fix.starts_with("run `cargo build --bins`"), "{fix}");
+    assert!(
+        found.iter().any(|p| p.0 == "subagents.finance.tools" && p.1.contains("mcp:finance/gross_margin")),
+        "{found:?}"
+    );
+}
+
+/// The demo config passes, and `--connect` reaches a real nats-server; the
+/// same config pointed at a dead port fails naming the URL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_good_config_passes_and_connect_names_a_dead_nats_url() {
+    let nats = NatsServer::start().await;
+    let dir = TestConfig::demo(&nats.url(), 1, 0);
+    let config = dir.write();
+    let (code, out, err) = check(&config, &["config", "check"], &[]);
+    assert_eq!(code, 0, "stdout: {out}\nstderr: {err}");
+    assert!(out.contains("ok      subagents.finance.tools: 1 tools: finance_gross_margin"), "{out}");
+    assert!(!out.contains("nats.url"), "no network without --connect: {out}");
+
+    let (code, out, err) = check(&config, &["config", "check", "--connect"], &[]);
+    assert_eq!(code, 0, "stdout: {out}\nstderr: {err}");
+    let line = out.lines().find(|l| l.starts_with("ok      nats.url:")).unwrap_or_else(|| panic!("{out}"));
+    assert!(line.contains(&nats.url()) && line.contains("JetStream on"), "{line}");
+
+    let dead = format!("nats://127.0.0.1:{}", free_port());
+    let (code, out, _) = check(&config, &["config", "check", "--connect"], &[("FLOTILLA_NATS__URL", &dead)]);
+    assert_eq!(code, 2, "{out}");
+    let line = out.lines().find(|l| l.starts_with("problem nats.url:")).unwrap_or_else(|| panic!("{out}"));
+    assert!(line.contains(&dead), "{line}");
+}
+
+/// `flotilla demo` whose MCP server binary is missing exits non-zero naming
+/// the binary and the fix, before it starts anything: no nats-server, no
+/// worker, not even the state dir's logs directory the supervisor creates
+/// first (orchestrator/src/cli/supervisor.rs).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_demo_with_its_mcp_binary_missing_fails_naming_it() {
+    let gone = TempDir::new("no-build");
+    let missing = gone.path().join("target/debug/finance-tools");
+    let port = free_port();
+    let mut config = TestConfig::demo(&format!("nats://127.0.0.1:{port}"), 1, 0);
+    config.section_replace(&flotilla_tests::bin("finance-tools").display().to_string(), &missing.display().to_string());
+    config.section("[local]\nstate_dir = \"state\"\n");
+    let path = config.write();
+    let (code, out, err) = check(&path, &["demo"], &[]);
+    assert_ne!(code, 0, "stdout: {out}\nstderr: {err}");
+    assert!(err.contains(&format!("command {} not found", missing.display())), "{err}");
+    assert!(err.contains("cargo build --bins"), "{err}");
+    assert!(!out.contains("submitted job"), "{out}");
+    assert!(!config.dir().join("state/logs").exists(), "the supervisor started: {out}");
+    assert!(std::net::TcpStream::connect(("127.0.0.1", port)).is_err(), "a nats-server was started");
+}
+
+/// `flotilla up` prints "flotilla is up" only when a job could run: at that
+/// moment both workers' heartbeats are in the workers bucket and the job API
+/// answers. Before, the line came right after spawning the children.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn up_says_it_is_up_once_every_worker_heartbeats() {
+    let nats = NatsServer::start().await;
+    let mut config = TestConfig::demo(&nats.url(), 1, 0);
+    config.section("[local]\nworkers = 2\nstate_dir = \"state\"\n");
+    let path = config.write().display().to_string();
+    let mut up = Proc::spawn("up", "flotilla", &["--config", &path, "up"], &[]);
+    flotilla_tests::eventually(TIMEOUT, "flotilla is up", || {
+        let log = up.log();
+        async move { log.contains("flotilla is up").then_some(()) }
+    })
+    .await;
+    let log = strip_ansi(&up.log());
+    let said_up = log.find("flotilla is up").expect("the line");
+    for ready in ["orchestrator ready", "worker ready worker_id=local-1", "worker ready worker_id=local-2"] {
+        let at = log.find(ready).unwrap_or_else(|| panic!("no {ready:?} in the log:\n{log}"));
+        assert!(at < said_up, "{ready:?} logged after \"flotilla is up\":\n{log}");
+    }
+    let bus = Bus::connect(&NatsConfig { url: nats.url(), ..Default::default() }, "e2e-test", Duration::from_secs(5))
+        .await
+        .expect("connect");
+    let mut live: Vec<String> = bus.live_workers().await.expect("workers").into_iter().map(|w| w.worker_id).collect();
+    live.sort();
+    assert_eq!(live, ["local-1", "local-2"], "workers with a heartbeat when `up` said it was up");
+    let (code, out, err) = run_cli(&["--config", &path, "jobs"], &[]);
+    assert_eq!(code, 0, "the job API answers: {out}{err}");
+    assert_eq!(up.terminate(), Some(0), "{}", up.log());
+}
+
+/// The log without terminal colour sequences (`ESC [ ... m`).
+fn strip_ansi(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            chars.by_ref().find(|&c| c == 'm');
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
