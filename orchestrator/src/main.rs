@@ -77,6 +77,9 @@ enum Command {
     Audit(cli::audit::Args),
     /// Debug MCP servers without a model: list tools, call one, check health.
     Mcp(cli::mcp::Args),
+    /// Check model endpoints: `flotilla models check [name]` sends each one
+    /// tiny tool-calling request (docs/MODELS.md).
+    Models(cli::models::Args),
     /// Check a config: `flotilla config check [--connect]`.
     Config(cli::config_check::Args),
     /// Print a shell completion script, e.g. `flotilla completions bash >
@@ -203,6 +206,7 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
                 Command::Approve(a) => cli::approve::run(&settings, tenant, a, json).await,
                 Command::Audit(a) => cli::audit::run(&settings, tenant, a, json).await,
                 Command::Mcp(a) => cli::mcp::run(&settings, a, json).await,
+                Command::Models(a) => cli::models::run(&settings, a, json).await,
                 Command::Demo(_)
                 | Command::Up(_)
                 | Command::Bench(_)

@@ -15,6 +15,8 @@
 //! report (`/reports/<task>.md`, written by the worker,
 //! workers/src/large_report.rs), so a job's context does not grow with the
 //! size of its reports (docs/TOOLS.md, "Job inputs and reports").
+//! [`structured_answer`] reads a summary that is a JSON object or array (the
+//! answer of a type with an `output_schema`) as a value.
 
 use std::sync::Arc;
 
@@ -28,6 +30,19 @@ use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
 use crate::ports::StoredReports;
+
+/// A completed task's summary that is a JSON object or array, as that value:
+/// what a subagent type with an `output_schema` answers (validated by the
+/// worker, shared/agent/src/agent/output_schema.rs), so the planner and
+/// `map_tasks` results use it as data (docs/TOOLS.md, "Structured answers").
+/// Any other summary is text.
+pub fn structured_answer(summary: &str) -> Option<Value> {
+    let t = summary.trim_start();
+    if !t.starts_with('{') && !t.starts_with('[') {
+        return None;
+    }
+    serde_json::from_str::<Value>(summary).ok().filter(|v| v.is_object() || v.is_array())
+}
 
 /// Hands each report to the one call awaiting it.
 #[derive(Clone)]

@@ -10,11 +10,16 @@
 //!   tool ran once.
 //! - With `stop_at_tools = ["finance_gross_margin"]` the task completes with
 //!   the tool's result after one model call.
+//! - A type with an `output_schema`: a valid answer (in a code fence) reaches
+//!   the planner as a value (`r.value.margin`), a prose answer gets one
+//!   repair turn that says what is wrong, and prose twice fails the task with
+//!   a `validation` error.
 
 use std::sync::Arc;
 
 use flotilla_protocol::TaskStatus;
-use flotilla_tests::chat_endpoint::{Answer, ChatEndpoint, task_and_step, tool_call_reply};
+use flotilla_tests::chat_endpoint::{Answer, ChatEndpoint, task_and_step, text_reply, tool_call_reply};
+use flotilla_tests::proc::run_cli;
 use flotilla_tests::{EventLog, TestConfig};
 use serde_json::json;
 
@@ -83,4 +88,100 @@ content = "{% for r in last %}{% if r.ok %}ok {{ r.value }}{% else %}{{ r.error.
     assert_eq!(calls_of("stop:"), 1, "one model call");
     let answer = rec.answer.expect("the planner's answer");
     assert!(answer.contains("ok 0.375"), "the tool's result is the task's answer: {answer}");
+}
+
+/// A model answering in prose first: `valid:` tasks get JSON at once,
+/// `repair:` tasks after the repair turn, `prose:` tasks never.
+async fn prose_model() -> ChatEndpoint {
+    let answer: Answer = Arc::new(|body| {
+        let (task, step) = task_and_step(&body);
+        let json = r#"{"region": "north", "margin": 0.375}"#;
+        let content = match (task.split(':').next().unwrap_or(""), step) {
+            ("valid", _) | ("repair", 1) => format!("```json\n{json}\n```"),
+            _ => "The gross margin of north is 37.5%.".to_string(),
+        };
+        Box::pin(async move { text_reply(&content).into() })
+    });
+    ChatEndpoint::start(answer).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_must_match_the_output_schema_and_reach_the_planner_as_data() {
+    let model = prose_model().await;
+    let url = model.url.clone();
+    let d = Deployment::start(1, move |nats| {
+        let mut c = TestConfig::demo(nats, 3, 0);
+        c.section(&format!(
+            "[models.small]\nprovider = \"openai\"\nbase_url = \"{url}\"\nmodel = \"m\"\nmax_retries = 0\n\
+             [subagents.margins]\ndescription = \"Margins as JSON.\"\nmodel = \"small\"\n\
+             output_schema = {{ type = \"object\", required = [\"region\", \"margin\"], properties = {{ \
+             region = {{ type = \"string\" }}, margin = {{ type = \"number\" }} }} }}\n"
+        ));
+        c.script(
+            "planner.toml",
+            r#"
+[[turns]]
+[[turns.calls]]
+tool = "task"
+for_each = '["valid", "repair", "prose"]'
+args = '{"subagent_type": "margins", "description": "{{ item }}: north, revenue 120, cost 75"}'
+[[turns]]
+content = "{% for r in last %}{% if r.ok %}{{ r.value.region }}={{ r.value.margin }}{% else %}{{ r.error.kind }}: {{ r.error.message }}{% endif %}\n{% endfor %}"
+"#,
+        );
+        c
+    })
+    .await;
+    let mut log = EventLog::subscribe(&d.raw.client, "flotilla.job.>").await;
+    let job = d.submit("x").await;
+    assert_eq!(log.job_end(TIMEOUT).await["event"], "completed");
+    let rec = d.status(job).await;
+    let answer = rec.answer.expect("the planner's answer");
+    let lines: Vec<&str> = answer.lines().collect();
+    assert_eq!(lines[..2], ["north=0.375", "north=0.375"], "valid at once and after the repair turn: {answer}");
+    assert!(lines[2].starts_with("validation: ") && lines[2].contains("after one repair turn"), "{answer}");
+    let calls_of = |word: &str| model.requests().iter().filter(|b| task_and_step(b).0.starts_with(word)).count();
+    assert_eq!((calls_of("valid:"), calls_of("repair:"), calls_of("prose:")), (1, 2, 2));
+    let repair = model.requests().into_iter().find(|b| task_and_step(b) == (String::from("repair: north, revenue 120, cost 75"), 1));
+    let last = repair.expect("the repair request")["messages"].as_array().unwrap().last().cloned().unwrap();
+    assert!(last["content"].as_str().unwrap().contains("does not match the required output schema"), "{last}");
+}
+
+/// `flotilla models check`: a model whose tool call comes back well-formed
+/// passes; one that answers with text is named with the likely fix; the exit
+/// code says whether all passed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn models_check_tells_a_tool_calling_endpoint_from_one_that_answers_text() {
+    let answer: Answer = Arc::new(|body| {
+        let reply = if body["model"] == "caller" {
+            tool_call_reply("call_0", "ping", &json!({"value": 42}))
+        } else {
+            text_reply("pong")
+        };
+        Box::pin(async move { reply.into() })
+    });
+    let endpoint = ChatEndpoint::start(answer).await;
+    let mut c = TestConfig::new("nats://127.0.0.1:1");
+    for name in ["caller", "talker"] {
+        c.section(&format!(
+            "[models.{name}]\nprovider = \"openai\"\nbase_url = \"{}\"\nmodel = \"{name}\"\nmax_retries = 0\n",
+            endpoint.url
+        ));
+    }
+    let cfg = c.write().display().to_string();
+
+    let (code, out, err) = run_cli(&["--config", &cfg, "models", "check", "caller"], &[]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains(r#"ping({"value":42}) came back well-formed"#), "{out}");
+
+    let (code, out, err) = run_cli(&["--config", &cfg, "--json", "models", "check"], &[]);
+    assert_eq!(code, 2, "one model fails: {out}{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).expect("one JSON object");
+    let by_name = |n: &str| v["models"].as_array().unwrap().iter().find(|m| m["model"] == n).cloned().unwrap();
+    assert_eq!(by_name("caller")["ok"], true);
+    assert_eq!(by_name("talker")["ok"], false);
+    assert!(by_name("talker")["detail"].as_str().unwrap().contains("answered with text instead of a tool call"));
+    // The request carried the tool, as a planner's or worker's would.
+    let sent = endpoint.requests();
+    assert!(sent.iter().all(|b| b["tools"][0]["function"]["name"] == "ping"), "{sent:?}");
 }

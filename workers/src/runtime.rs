@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use flotilla_agent::agent::{ContextBudget, Limits, ToolPolicy};
+use flotilla_agent::agent::{ContextBudget, Limits, OutputSchema, ToolPolicy};
 use flotilla_agent::files::JobFiles;
 use flotilla_agent::model::{self, ChatModel};
 use flotilla_agent::tool::{Eviction, ToolSet};
@@ -44,6 +44,8 @@ pub struct SubagentRuntime {
     pub sandbox: Option<Arc<Sandbox>>,
     /// MCP resources and prompt loaded into each task's system prompt.
     pub mcp_context: Option<crate::mcp_context::McpContext>,
+    /// The schema every answer of this type must match (`output_schema`).
+    pub output_schema: Option<Arc<OutputSchema>>,
 }
 
 impl SubagentRuntime {
@@ -92,6 +94,12 @@ impl SubagentRuntime {
         }
         let report_budget = report_budget(settings.files.large_result_bytes());
         let mcp_context = crate::mcp_context::McpContext::build(ty.as_str(), &config, mcp)?;
+        let output_schema = match &config.output_schema {
+            Some(schema) => Some(Arc::new(OutputSchema::new(schema.clone()).map_err(|e| {
+                anyhow::anyhow!("invalid config key `subagents.{ty}.output_schema`: not a JSON Schema: {e}")
+            })?)),
+            None => None,
+        };
         Ok(Self {
             ty: ty.clone(),
             slots: Arc::new(Semaphore::new(config.concurrency)),
@@ -103,6 +111,7 @@ impl SubagentRuntime {
             approvals,
             sandbox,
             mcp_context,
+            output_schema,
         })
     }
 

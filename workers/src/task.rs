@@ -133,7 +133,13 @@ async fn run(
     } else if let Err(e) = &system {
         Err((e.clone(), Default::default()))
     } else {
-        let agent = Agent { model: rt.model.clone(), tools: rt.tools.clone(), limits, policy: rt.tool_policy() };
+        let agent = Agent {
+            model: rt.model.clone(),
+            tools: rt.tools.clone(),
+            limits,
+            policy: rt.tool_policy(),
+            output: rt.output_schema.clone(),
+        };
         let mut conv = Conversation::new(system.as_deref().unwrap_or_default(), &task.description);
         // The task's sandbox scratch dir lives exactly as long as this run.
         let scratch = match &rt.sandbox {

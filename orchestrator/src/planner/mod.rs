@@ -276,6 +276,7 @@ impl Planner {
                 }),
             },
             policy: ToolPolicy { stop_at_tools: Vec::new(), loop_detection: self.config.loop_detection },
+            output: None,
         };
         let mut conv = match self.checkpoints.load(&rec.id).await {
             Some(conv) => {

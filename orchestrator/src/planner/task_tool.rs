@@ -49,7 +49,8 @@ impl Tool for TaskTool {
 }
 
 /// The tool result of a completed task: its summary when it fits in
-/// `report_tokens` tokens; otherwise the summary cut to that many, with the
+/// `report_tokens` tokens (as a value when it is a structured answer,
+/// [`crate::reports::structured_answer`]); otherwise the summary cut to that many, with the
 /// path of the full report in the job files (`/reports/<task>.md`) and how to
 /// read it (orchestrator/src/reports.rs). `None` for a task that did not
 /// complete (see [`TaskOutcome::error`]).
@@ -58,7 +59,9 @@ pub fn tool_result(outcome: &TaskOutcome, report_tokens: usize) -> Option<Value>
         return None;
     }
     if outcome.report_file.is_none() && flotilla_agent::tokens::count(&outcome.summary) <= report_tokens {
-        return Some(Value::String(outcome.summary.clone()));
+        return Some(
+            crate::reports::structured_answer(&outcome.summary).unwrap_or_else(|| Value::String(outcome.summary.clone())),
+        );
     }
     Some(crate::reports::completed_view(outcome.task_id, &outcome.summary, outcome.report_file.as_ref(), report_tokens))
 }

@@ -28,9 +28,11 @@ use flotilla_protocol::ids::{JobId, TaskId, Tenant};
 use flotilla_protocol::{ErrorInfo, ErrorKind, Usage};
 
 pub mod compaction;
+pub mod output_schema;
 pub mod tool_policy;
 
 pub use compaction::ContextBudget;
+pub use output_schema::OutputSchema;
 pub use tool_policy::ToolPolicy;
 
 /// Limits of one agent run.
@@ -165,6 +167,8 @@ pub struct Agent {
     pub limits: Limits,
     /// Stop-at tools and loop detection ([`tool_policy`]).
     pub policy: ToolPolicy,
+    /// The schema a final answer must match, when set ([`output_schema`]).
+    pub output: Option<Arc<OutputSchema>>,
 }
 
 impl Agent {
@@ -236,6 +240,15 @@ impl Agent {
             let done = response.tool_calls.is_empty();
             let answer = response.content.clone().unwrap_or_default();
             conv.messages.push(ChatMessage::Assistant { content: response.content, tool_calls: response.tool_calls });
+            if done && let Some(schema) = &self.output {
+                match schema.check(&answer, &conv.messages) {
+                    output_schema::Checked::Valid(value) => return Ok(value.to_string()),
+                    output_schema::Checked::Repair(content) => conv.messages.push(ChatMessage::User { content }),
+                    output_schema::Checked::Invalid(e) => return Err(ErrorInfo::new(ErrorKind::Validation, e)),
+                }
+                observer.checkpoint(conv).await;
+                continue;
+            }
             observer.checkpoint(conv).await;
             if done {
                 return Ok(answer);

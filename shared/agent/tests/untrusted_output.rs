@@ -112,6 +112,7 @@ async fn tool_output_cannot_change_tools_permissions_or_approvals() {
         tools: Arc::new(tools),
         limits: Limits { max_steps: 5, timeout: Duration::from_secs(10), max_tokens: None, context: None },
         policy: Default::default(),
+        output: None,
     };
     let gate = Arc::new(Refuse(AtomicUsize::new(0)));
     let ctx = RunContext {

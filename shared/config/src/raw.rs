@@ -315,6 +315,10 @@ pub struct SubagentConfig {
     /// Catch the model repeating a call (same section of docs/TOOLS.md).
     #[serde(default = "default_true")]
     pub loop_detection: bool,
+    /// JSON Schema every answer of this type must match (docs/TOOLS.md,
+    /// "Structured answers"); the planner then reads the answer as a value.
+    #[serde(default)]
+    pub output_schema: Option<serde_json::Value>,
 }
 
 fn default_subagent_steps() -> u32 {

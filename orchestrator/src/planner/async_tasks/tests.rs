@@ -275,7 +275,7 @@ impl ChatModel for Planner {
 
 fn agent(rig: &Rig, model: Arc<dyn ChatModel>) -> Agent {
     let limits = Limits { max_steps: 10, timeout: Duration::from_secs(60), max_tokens: None, context: None };
-    Agent { model, tools: rig.tools.clone(), limits, policy: Default::default() }
+    Agent { model, tools: rig.tools.clone(), limits, policy: Default::default(), output: None }
 }
 
 fn run_ctx(rig: &Rig) -> RunContext {

@@ -1,6 +1,6 @@
 //! The results of a map, one JSON line per item in item order (docs/TOOLS.md,
-//! "map_tasks"): `{"index", "item", "task_id", "status", "summary" | "error",
-//! "report"}` (`report` only when the full report is not at the usual
+//! "map_tasks"): `{"index", "item", "task_id", "status", "summary" | "data" |
+//! "error", "report"}` (`report` only when the full report is not at the usual
 //! `/reports/<task id>.md`). Tasks end in any order; [`Ordered`] holds the lines that
 //! arrive ahead of the first unfinished item and releases the contiguous
 //! prefix, whose length is the map's done watermark.
@@ -24,9 +24,13 @@ pub struct ResultLine {
     pub task_id: Option<TaskId>,
     /// `completed`, or how the task did not complete (`failed`, `cancelled`, ...).
     pub status: String,
-    /// The task's (capped) report summary, when it completed.
+    /// The task's (capped) report summary, when it completed with text.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub summary: Option<String>,
+    /// The task's answer, when it completed with a structured answer
+    /// (a JSON object or array: [`crate::reports::structured_answer`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<Value>,
     /// Why it did not complete.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<ErrorInfo>,
@@ -123,6 +127,7 @@ mod tests {
             task_id: Some(TaskId::new()),
             status: status.into(),
             summary: (!failed).then(|| format!("ok {index}")),
+            data: None,
             error: failed.then(|| ErrorInfo::new(ErrorKind::Business, "no")),
             report: None,
         }

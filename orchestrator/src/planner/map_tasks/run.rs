@@ -123,6 +123,7 @@ impl MapRun<'_> {
             task_id,
             status: "failed".into(),
             summary: None,
+            data: None,
             error: Some(ErrorInfo::new(error.kind, error.message)),
             report: None,
         };
@@ -144,12 +145,14 @@ impl MapRun<'_> {
         // The usual place, /reports/<task id>.md, goes without saying (and 45 bytes a line).
         let usual = format!("/reports/{}.md", outcome.task_id);
         let report = outcome.report_path.filter(|p| *p != usual);
+        let data = completed.then(|| crate::reports::structured_answer(&outcome.summary)).flatten();
         Ok(ResultLine {
             index: item.index,
             item: item.value,
             task_id: Some(outcome.task_id),
             status: outcome.status,
-            summary: completed.then_some(outcome.summary),
+            summary: (completed && data.is_none()).then_some(outcome.summary),
+            data,
             error: outcome.error,
             report,
         })

@@ -59,6 +59,7 @@ fn agent(script: &str, max_steps: u32) -> (Agent, Arc<Slow>) {
         tools: Arc::new(tools),
         limits: Limits { max_steps, timeout: Duration::from_secs(10), max_tokens: None, context: None },
         policy: Default::default(),
+        output: None,
     };
     (a, slow)
 }
@@ -182,6 +183,7 @@ async fn the_wall_time_limit_aborts_running_tool_calls() {
         tools: Arc::new(tools),
         limits: Limits { max_steps: 5, timeout: Duration::from_secs(1), max_tokens: None, context: None },
         policy: Default::default(),
+        output: None,
     };
     let err = a.run(&mut Conversation::new("s", "u"), &ctx(), &NoObserver).await.unwrap_err();
     assert_eq!(err.kind, ErrorKind::Timeout, "{}", err.message);
@@ -236,6 +238,7 @@ async fn inbox_messages_reach_the_next_model_call_as_user_messages_once() {
         tools: Arc::new(tools),
         limits: Limits { max_steps: 5, timeout: Duration::from_secs(10), max_tokens: None, context: None },
         policy: Default::default(),
+        output: None,
     };
     let mut c = ctx();
     c.inbox = Some(inbox.clone());
@@ -308,6 +311,7 @@ async fn a_call_id_reused_in_a_later_turn_gets_its_own_key() {
         limits: Limits { max_steps: 5, timeout: Duration::from_secs(10), max_tokens: None, context: None },
         // The same call twice in a row: a repeat, which this test must run.
         policy: ToolPolicy { loop_detection: false, ..Default::default() },
+        output: None,
     };
     let ctx = ctx();
     let mut conv = Conversation::new("sys", "job");
@@ -335,7 +339,7 @@ fn repeating_agent(policy: ToolPolicy) -> (Agent, Arc<Repeats>, Arc<Slow>) {
     let mut tools = ToolSet::new(Duration::from_secs(5));
     tools.add(slow.clone(), "test").unwrap();
     let limits = Limits { max_steps: 10, timeout: Duration::from_secs(10), max_tokens: None, context: None };
-    (Agent { model: model.clone(), tools: Arc::new(tools), limits, policy }, model, slow)
+    (Agent { model: model.clone(), tools: Arc::new(tools), limits, policy, output: None }, model, slow)
 }
 
 /// Issue 14 item 2: a model repeating one call ends after 3 model calls (of
@@ -376,4 +380,45 @@ async fn a_stop_at_tool_ends_the_run_with_its_result() {
     assert!(e.message.contains("step limit"), "{}", e.message);
     assert_eq!(model.0.load(Ordering::SeqCst), 10);
     assert_eq!(slow.peak.load(Ordering::SeqCst), 1);
+}
+
+fn schema_agent(script: &str) -> Agent {
+    let schema = json!({"type": "object", "properties": {"margin": {"type": "number"}}, "required": ["margin"]});
+    Agent {
+        model: Arc::new(ScriptedModel::from_str("s", script).unwrap()),
+        tools: Arc::new(ToolSet::new(Duration::from_secs(5))),
+        limits: Limits { max_steps: 5, timeout: Duration::from_secs(10), max_tokens: None, context: None },
+        policy: Default::default(),
+        output: Some(Arc::new(OutputSchema::new(schema).unwrap())),
+    }
+}
+
+/// Issue 14 item 3: a valid answer passes as compact JSON; an invalid one
+/// gets one repair turn (the model reads what is wrong), then a second miss
+/// fails the run with a validation error.
+#[tokio::test]
+async fn an_answer_must_match_the_output_schema_after_at_most_one_repair_turn() {
+    let valid = schema_agent("[[turns]]\ncontent = '{ \"margin\": 0.375 }'\n");
+    let mut conv = Conversation::new("sys", "go");
+    assert_eq!(valid.run(&mut conv, &ctx(), &NoObserver).await.unwrap(), r#"{"margin":0.375}"#);
+
+    let repaired = schema_agent("[[turns]]\ncontent = 'about 0.375'\n[[turns]]\ncontent = '{\"margin\": 0.375}'\n");
+    let mut conv = Conversation::new("sys", "go");
+    assert_eq!(repaired.run(&mut conv, &ctx(), &NoObserver).await.unwrap(), r#"{"margin":0.375}"#);
+    assert_eq!(conv.steps, 2);
+    let repair = conv
+        .messages
+        .iter()
+        .rev()
+        .find_map(|m| match m {
+            ChatMessage::User { content } => Some(content.clone()),
+            _ => None,
+        })
+        .unwrap();
+    assert!(repair.starts_with(output_schema::REPAIR_HEADER) && repair.contains("not JSON"), "{repair}");
+
+    let invalid = schema_agent("[[turns]]\ncontent = 'about 0.375'\n[[turns]]\ncontent = '{\"margin\": \"high\"}'\n");
+    let e = invalid.run(&mut Conversation::new("sys", "go"), &ctx(), &NoObserver).await.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Validation);
+    assert!(e.message.contains("after one repair turn") && e.message.contains("margin"), "{}", e.message);
 }

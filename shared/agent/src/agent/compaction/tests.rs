@@ -206,6 +206,7 @@ async fn a_long_run_compacts_stays_under_its_budget_and_finishes_its_script() {
             context: Some(ContextBudget { tokens: 1500, prompt: "Summarise.".into() }),
         },
         policy: Default::default(),
+        output: None,
     };
     let mut conv = Conversation::new("sys", "go");
     let observer = Compactions::default();
