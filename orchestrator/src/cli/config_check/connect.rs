@@ -71,6 +71,7 @@ pub async fn models(settings: &Settings) -> Vec<Check> {
 }
 
 async fn reach_model(base_url: &str, api_key_env: Option<&str>) -> Result<u16, (String, String)> {
+    flotilla_config::tls::install_crypto_provider();
     let client = reqwest::Client::builder()
         .timeout(TIMEOUT)
         .redirect(reqwest::redirect::Policy::none())
@@ -93,5 +94,44 @@ async fn reach_model(base_url: &str, api_key_env: Option<&str>) -> Result<u16, (
             "set the API-key variable named by api_key_env to a valid key".into(),
         )),
         _ => Err((format!("answered {status}"), "check base_url (it should end in /v1 for most providers)".into())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An OpenAI-compatible `/models` on loopback that wants `Bearer sk-good`.
+    async fn endpoint() -> String {
+        use axum::http::{HeaderMap, StatusCode};
+        let router = axum::Router::new().route(
+            "/v1/models",
+            axum::routing::get(|h: HeaderMap| async move {
+                let ok = h.get("authorization").is_some_and(|v| v == "Bearer sk-good");
+                if ok { StatusCode::OK } else { StatusCode::UNAUTHORIZED }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, router).await });
+        format!("http://{addr}/v1")
+    }
+
+    #[tokio::test]
+    async fn a_model_endpoint_answers_refuses_a_key_or_is_unreachable() {
+        let base = endpoint().await;
+        // SAFETY: this test alone reads these made-up variable names.
+        unsafe {
+            std::env::set_var("FLOTILLA_CHECK_TEST_GOOD", "sk-good");
+            std::env::set_var("FLOTILLA_CHECK_TEST_BAD", "sk-bad");
+        }
+        assert_eq!(reach_model(&format!("{base}/"), Some("FLOTILLA_CHECK_TEST_GOOD")).await, Ok(200));
+        let (message, fix) = reach_model(&base, Some("FLOTILLA_CHECK_TEST_BAD")).await.unwrap_err();
+        assert!(message.contains("401") && fix.contains("api_key_env"), "{message} / {fix}");
+        let (message, _) = reach_model(&format!("{base}/nothing-here"), None).await.unwrap_err();
+        assert!(message.contains("404"), "{message}");
+        let dead = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap().local_addr().unwrap();
+        let (message, _) = reach_model(&format!("http://{dead}/v1"), None).await.unwrap_err();
+        assert!(message.starts_with("unreachable:"), "{message}");
     }
 }
