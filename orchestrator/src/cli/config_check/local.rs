@@ -41,7 +41,7 @@ pub fn used_models(settings: &Settings) -> BTreeSet<String> {
 }
 
 /// Each used model built as the orchestrator and workers build it
-/// (`flotilla_model_openai::build`): API-key variable set and non-empty,
+/// (`flotilla_model_anthropic::build`, the factory of every provider): API-key variable set and non-empty,
 /// base URL absolute, script readable.
 pub fn models(settings: &Settings) -> Vec<Check> {
     let mut checks = Vec::new();
@@ -61,16 +61,17 @@ pub fn models(settings: &Settings) -> Vec<Check> {
     checks
 }
 
-/// What a model that built is. `if let`, not `match`: providers are added
-/// (shared/config/src/lib.rs), and a new one is described generically.
+/// What a model that built is.
 fn describe(model: &ModelSettings) -> String {
-    if let ModelSettings::OpenAi { base_url, model, api_key_env, .. } = model {
-        let key = api_key_env.as_ref().map_or("no API key".into(), |var| format!("API key in {var} is set"));
-        format!("openai {model} at {base_url}; {key}")
-    } else if let ModelSettings::Scripted { script } = model {
-        format!("scripted {} loads", script.display())
-    } else {
-        "builds".into()
+    let key = |var: &Option<String>| var.as_ref().map_or("no API key".into(), |v| format!("API key in {v} is set"));
+    match model {
+        ModelSettings::OpenAi { base_url, model, api_key_env, .. } => {
+            format!("openai {model} at {base_url}; {}", key(api_key_env))
+        }
+        ModelSettings::Anthropic { base_url, model, api_key_env, .. } => {
+            format!("anthropic {model} at {base_url}; {}", key(api_key_env))
+        }
+        ModelSettings::Scripted { script } => format!("scripted {} loads", script.display()),
     }
 }
 
