@@ -135,10 +135,8 @@ fn main() {
 /// `--json`, as `{"error": {"kind", "message"}}` on stdout
 /// (src/cli/error.rs); returns the exit code of every error.
 fn report(e: &anyhow::Error, json: bool) -> i32 {
-    if json {
-        if cli::out::json(&cli::error::to_json(e)).is_ok() {
-            return cli::error::ERROR_EXIT;
-        }
+    if json && cli::out::json(&cli::error::to_json(e)).is_ok() {
+        return cli::error::ERROR_EXIT;
     }
     eprintln!("error: {}", cli::error::message(e));
     cli::error::ERROR_EXIT
