@@ -9,6 +9,9 @@
 //! under the request round's decision key, which no worker may write
 //! (shared/bus/src/approvals.rs): a decision racing another reviewer or the
 //! worker's expiry either wins or gets a clear error, never a silent overwrite.
+//!
+//! A cancelled job's requests are settled as cancelled (`cancel.rs`): they
+//! leave the listing, and a decision on one is refused with the job's reason.
 
 mod cancel;
 
