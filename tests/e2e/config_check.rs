@@ -97,16 +97,20 @@ async fn a_missing_mcp_command_is_named_with_its_fix() {
     );
 }
 
-/// The demo config passes, and `--connect` reaches a real nats-server; the
-/// same config pointed at a dead port fails naming the URL.
+/// The demo config plus a sandboxed type passes (bubblewrap really runs a
+/// command), and `--connect` reaches a real nats-server; the same config
+/// pointed at a dead port fails naming the URL, and with a missing `bwrap`
+/// names the sandbox key.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_good_config_passes_and_connect_names_a_dead_nats_url() {
     let nats = NatsServer::start().await;
-    let dir = TestConfig::demo(&nats.url(), 1, 0);
+    let mut dir = TestConfig::demo(&nats.url(), 1, 0);
+    dir.section(SHELL_TYPE);
     let config = dir.write();
     let (code, out, err) = check(&config, &["config", "check"], &[]);
     assert_eq!(code, 0, "stdout: {out}\nstderr: {err}");
     assert!(out.contains("ok      subagents.finance.tools: 1 tools: finance_gross_margin"), "{out}");
+    assert!(out.contains("ok      subagents.shell.sandbox: bubblewrap runs a command"), "{out}");
     assert!(!out.contains("nats.url"), "no network without --connect: {out}");
 
     let (code, out, err) = check(&config, &["config", "check", "--connect"], &[]);
@@ -119,7 +123,24 @@ async fn a_good_config_passes_and_connect_names_a_dead_nats_url() {
     assert_eq!(code, 2, "{out}");
     let line = out.lines().find(|l| l.starts_with("problem nats.url:")).unwrap_or_else(|| panic!("{out}"));
     assert!(line.contains(&dead), "{line}");
+
+    // A sandbox whose bubblewrap is not there: `execute` could not work.
+    dir.section_replace("bwrap = \"bwrap\"", "bwrap = \"/nonexistent/bwrap\"");
+    let (code, out, _) = check(&dir.write(), &["config", "check"], &[]);
+    assert_eq!(code, 2, "{out}");
+    let line =
+        out.lines().find(|l| l.starts_with("problem subagents.shell.sandbox:")).unwrap_or_else(|| panic!("{out}"));
+    assert!(line.contains("/nonexistent/bwrap"), "{line}");
 }
+
+/// A subagent type with `execute` in a sandbox.
+const SHELL_TYPE: &str = "[subagents.shell]
+description = \"Runs commands.\"
+model = \"finance\"
+tools = [\"execute\"]
+[subagents.shell.sandbox]
+bwrap = \"bwrap\"
+";
 
 /// `flotilla demo` whose MCP server binary is missing exits non-zero naming
 /// the binary and the fix, before it starts anything: no nats-server, no
