@@ -25,6 +25,7 @@ mod mcp;
 mod mcp_conformance;
 mod mcp_context;
 mod operations;
+mod model_providers;
 mod real_models;
 mod sandbox;
 mod sandbox_hardening;

@@ -5,7 +5,10 @@
 //!
 //! One request per connection (`Connection: close`); the answer is a JSON
 //! body with status 200 unless the answer function returns a [`Reply`] with
-//! another status.
+//! another status, or server-sent events ([`Reply::sse`]) for a streaming
+//! request. The same server speaks Anthropic's Messages API when the answer
+//! function answers in that format (tests/harness/anthropic.rs): requests go
+//! to `{root}/v1/messages` instead of `{url}/chat/completions`.
 
 use std::sync::{Arc, Mutex};
 
@@ -13,17 +16,33 @@ use futures::future::BoxFuture;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-/// An HTTP answer: status and JSON body.
+/// An HTTP answer: status and JSON body, or a stream of events.
 pub struct Reply {
     /// HTTP status code.
     pub status: u16,
     /// The body.
     pub body: Value,
+    /// A `text/event-stream` body instead of `body`, when set.
+    pub events: Option<String>,
 }
 
 impl From<Value> for Reply {
     fn from(body: Value) -> Self {
-        Self { status: 200, body }
+        Self { status: 200, body, events: None }
+    }
+}
+
+impl Reply {
+    /// A 200 `text/event-stream` of `events`: `(event name, data)` each.
+    pub fn sse(events: &[(Option<&str>, Value)]) -> Self {
+        let mut text = String::new();
+        for (name, data) in events {
+            if let Some(name) = name {
+                text.push_str(&format!("event: {name}\n"));
+            }
+            text.push_str(&format!("data: {data}\n\n"));
+        }
+        Self { status: 200, body: Value::Null, events: Some(text) }
     }
 }
 
@@ -32,8 +51,11 @@ pub type Answer = Arc<dyn Fn(Value) -> BoxFuture<'static, Reply> + Send + Sync>;
 
 /// A running endpoint; it stops with the test's runtime.
 pub struct ChatEndpoint {
-    /// Base URL, e.g. `http://127.0.0.1:40123/v1`: what `base_url` takes.
+    /// Base URL, e.g. `http://127.0.0.1:40123/v1`: what an `openai`
+    /// model's `base_url` takes.
     pub url: String,
+    /// `http://127.0.0.1:40123`: what an `anthropic` model's `base_url` takes.
+    pub root: String,
     requests: Arc<Mutex<Vec<Value>>>,
 }
 
@@ -41,7 +63,8 @@ impl ChatEndpoint {
     /// Listens on a free loopback port and answers every request with `answer`.
     pub async fn start(answer: Answer) -> Self {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind the model endpoint");
-        let url = format!("http://{}/v1", listener.local_addr().expect("its address"));
+        let root = format!("http://{}", listener.local_addr().expect("its address"));
+        let url = format!("{root}/v1");
         let requests = Arc::new(Mutex::new(Vec::new()));
         let seen = requests.clone();
         tokio::spawn(async move {
@@ -49,7 +72,7 @@ impl ChatEndpoint {
                 tokio::spawn(serve(conn, answer.clone(), seen.clone()));
             }
         });
-        Self { url, requests }
+        Self { url, root, requests }
     }
 
     /// Every request body received so far, in order.
@@ -62,9 +85,12 @@ async fn serve(mut conn: tokio::net::TcpStream, answer: Answer, seen: Arc<Mutex<
     let Some(body) = read_request(&mut conn).await else { return };
     seen.lock().unwrap().push(body.clone());
     let reply = answer(body).await;
-    let text = reply.body.to_string();
+    let (kind, text) = match reply.events {
+        Some(events) => ("text/event-stream", events),
+        None => ("application/json", reply.body.to_string()),
+    };
     let head = format!(
-        "HTTP/1.1 {} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+        "HTTP/1.1 {} X\r\ncontent-type: {kind}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
         reply.status,
         text.len()
     );

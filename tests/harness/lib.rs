@@ -5,11 +5,13 @@
 //! Binaries come from the workspace's target dir: run `cargo build --bins`
 //! before `cargo test` (the README's test command does).
 
+pub mod anthropic;
 pub mod chat_endpoint;
 pub mod config;
 pub mod events;
 pub mod nats;
 pub mod nats_conf;
+pub mod planner_script;
 pub mod proc;
 pub mod raw;
 

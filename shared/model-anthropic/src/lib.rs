@@ -31,14 +31,14 @@ mod tests;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use bytes::Bytes;
+use reqwest::Response;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use serde::Deserialize;
 use serde_json::Value;
 
 use flotilla_agent::model::{ChatModel, ModelError, ModelRequest, ModelResponse, estimate_tokens};
 use flotilla_config::ModelSettings;
-use flotilla_model_openai::http::{EndpointSpec, HttpEndpoint};
+use flotilla_model_openai::http::{self, EndpointSpec, Failure, HttpEndpoint, WireFormat};
 use flotilla_model_openai::turn::Turn;
 use flotilla_protocol::{ErrorKind, Usage};
 use wire::{MessagesRequest, Options};
@@ -107,31 +107,6 @@ impl AnthropicModel {
         Ok(Self { http, model: model.clone(), max_tokens: *max_tokens, temperature: *temperature, stream: *stream })
     }
 
-    /// Turns a 2xx body into a response.
-    fn parse(&self, body: &[u8], request_chars: usize) -> Result<ModelResponse, ModelError> {
-        let wire: WireMessage = serde_json::from_slice(body).map_err(|e| self.http.malformed(e))?;
-        if let Some(error) = wire.error {
-            return Err(self.http.malformed(format_args!("the endpoint said: {}", error_text(&error))));
-        }
-        let Some(content) = wire.content else {
-            return Err(self.http.malformed("no content"));
-        };
-        let mut turn = Turn::default();
-        for (index, block) in content.into_iter().enumerate() {
-            match block {
-                WireBlock::Text { text } => turn.text.push_str(&text),
-                WireBlock::ToolUse { id, name, input } => {
-                    let call = turn.call(index as u64);
-                    call.id = Some(id);
-                    call.name = name;
-                    call.value = Some(input);
-                }
-                WireBlock::Other => {}
-            }
-        }
-        self.respond(turn, wire.stop_reason.as_deref(), wire.usage.unwrap_or_default(), request_chars)
-    }
-
     /// The response of a finished turn, checked against its `stop_reason`.
     fn respond(
         &self,
@@ -167,21 +142,52 @@ impl ChatModel for AnthropicModel {
             temperature: self.temperature,
             stream: self.stream,
         };
-        let body = serde_json::to_vec(&MessagesRequest::new(options, &request))
-            .map_err(|e| self.http.error(ErrorKind::Bug, format!("cannot encode the request: {e}")))?;
-        let body = Bytes::from(body);
-        let chars = body.len();
-        if self.stream {
-            return self
-                .http
-                .post(body, "text/event-stream", |response| Box::pin(stream::read(self, response, request, chars)))
-                .await;
+        http::complete(self, &MessagesRequest::new(options, &request), request).await
+    }
+}
+
+#[async_trait]
+impl WireFormat for AnthropicModel {
+    fn http(&self) -> &HttpEndpoint {
+        &self.http
+    }
+
+    fn streams(&self) -> bool {
+        self.stream
+    }
+
+    /// Turns a 2xx body into a response.
+    fn parse(&self, body: &[u8], request_chars: usize) -> Result<ModelResponse, ModelError> {
+        let wire: WireMessage = serde_json::from_slice(body).map_err(|e| self.http.malformed(e))?;
+        if let Some(error) = wire.error {
+            return Err(self.http.malformed(format_args!("the endpoint said: {}", error_text(&error))));
         }
-        self.http
-            .post(body, "application/json", |response| {
-                Box::pin(async move { Ok(self.parse(&self.http.body(response).await?, chars)?) })
-            })
-            .await
+        let Some(content) = wire.content else {
+            return Err(self.http.malformed("no content"));
+        };
+        let mut turn = Turn::default();
+        for (index, block) in content.into_iter().enumerate() {
+            match block {
+                WireBlock::Text { text } => turn.text.push_str(&text),
+                WireBlock::ToolUse { id, name, input } => {
+                    let call = turn.call(index as u64);
+                    call.id = Some(id);
+                    call.name = name;
+                    call.value = Some(input);
+                }
+                WireBlock::Other => {}
+            }
+        }
+        self.respond(turn, wire.stop_reason.as_deref(), wire.usage.unwrap_or_default(), request_chars)
+    }
+
+    async fn read_stream(
+        &self,
+        response: Response,
+        request: ModelRequest<'_>,
+        request_chars: usize,
+    ) -> Result<ModelResponse, Failure> {
+        stream::read(self, response, request, request_chars).await
     }
 }
 
@@ -208,7 +214,8 @@ struct WireMessage {
     error: Option<Value>,
 }
 
-/// A content block; kinds we do not use (`thinking`, ...) are skipped.
+/// A content block (of an answer, or starting in a stream); kinds we do
+/// not use (`thinking`, ...) are skipped.
 #[derive(Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 enum WireBlock {

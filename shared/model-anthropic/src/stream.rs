@@ -16,7 +16,7 @@ use flotilla_model_openai::http::Failure;
 use flotilla_model_openai::sse::{SseEvent, SseReader};
 use flotilla_model_openai::turn::Turn;
 
-use super::{AnthropicModel, WireUsage, error_text};
+use super::{AnthropicModel, WireBlock, WireUsage, error_text};
 
 /// Reads the events of `response` into a response.
 pub(crate) async fn read(
@@ -27,16 +27,12 @@ pub(crate) async fn read(
 ) -> Result<ModelResponse, Failure> {
     let mut reader = SseReader::default();
     let mut state = Streamed::default();
-    while let Some(bytes) = model.http.chunk(&mut response).await? {
-        for event in reader.push(&bytes) {
+    while !state.stopped
+        && let Some(events) = model.http.events(&mut response, &mut reader).await?
+    {
+        for event in events {
             state.apply(model, event, &request).await?;
         }
-        if state.stopped {
-            break;
-        }
-    }
-    if let Some(event) = reader.finish() {
-        state.apply(model, event, &request).await?;
     }
     if !state.started {
         return Err(model.http.malformed("the stream ended before message_start").into());
@@ -68,14 +64,14 @@ impl Streamed {
                 self.usage.update(message.usage.unwrap_or_default());
             }
             StreamEvent::ContentBlockStart { index, content_block } => match content_block {
-                StartBlock::Text { text } => self.text(&text, request).await,
-                StartBlock::ToolUse { id, name, input } => {
+                WireBlock::Text { text } => self.text(&text, request).await,
+                WireBlock::ToolUse { id, name, input } => {
                     let call = self.turn.call(index);
                     call.id = Some(id);
                     call.name = name;
                     call.value = Some(input);
                 }
-                StartBlock::Other => {}
+                WireBlock::Other => {}
             },
             StreamEvent::ContentBlockDelta { index, delta } => match delta {
                 BlockDelta::TextDelta { text } => self.text(&text, request).await,
@@ -115,7 +111,7 @@ enum StreamEvent {
     },
     ContentBlockStart {
         index: u64,
-        content_block: StartBlock,
+        content_block: WireBlock,
     },
     ContentBlockDelta {
         index: u64,
@@ -139,25 +135,6 @@ enum StreamEvent {
 struct StartMessage {
     #[serde(default)]
     usage: Option<WireUsage>,
-}
-
-#[derive(Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-enum StartBlock {
-    Text {
-        #[serde(default)]
-        text: String,
-    },
-    ToolUse {
-        #[serde(default)]
-        id: String,
-        #[serde(default)]
-        name: String,
-        #[serde(default)]
-        input: Value,
-    },
-    #[serde(other)]
-    Other,
 }
 
 #[derive(Deserialize)]

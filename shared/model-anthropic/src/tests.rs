@@ -7,9 +7,9 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use super::*;
-use flotilla_agent::model::{ChatMessage, DeltaSink, ToolCall};
+use flotilla_agent::model::{ChatMessage, ToolCall};
 use flotilla_agent::tool::ToolSpec;
-use flotilla_model_openai::test_server::{Canned, Server, set_key};
+use flotilla_model_openai::test_server::{Canned, Deltas, Server, set_key};
 
 fn settings(base_url: &str, api_key_env: Option<&str>, max_retries: u32, stream: bool) -> ModelSettings {
     ModelSettings::Anthropic {
@@ -232,17 +232,6 @@ async fn an_answer_cut_at_max_tokens_inside_a_tool_call_is_an_error_naming_the_s
     assert!(err.message.contains("models.claude.max_tokens") && err.message.contains("512"), "{err}");
 }
 
-/// Collects the deltas a streaming model hands out.
-#[derive(Default)]
-struct Deltas(std::sync::Mutex<Vec<String>>);
-
-#[async_trait]
-impl DeltaSink for Deltas {
-    async fn delta(&self, text: &str) {
-        self.0.lock().unwrap().push(text.to_owned());
-    }
-}
-
 fn event(name: &'static str, data: Value) -> (Option<&'static str>, String) {
     (Some(name), data.to_string())
 }
@@ -307,7 +296,7 @@ async fn a_streamed_answer_hands_out_its_text_and_assembles_the_tool_input_and_u
     let response =
         model.complete(ModelRequest { deltas: Some(&sink), ..ModelRequest::new(&messages, &[]) }).await.unwrap();
 
-    assert_eq!(*sink.0.lock().unwrap(), ["Let me ", "compute."]);
+    assert_eq!(sink.texts(), ["Let me ", "compute."]);
     assert_eq!(response.content.as_deref(), Some("Let me compute."));
     assert_eq!(
         response.tool_calls,

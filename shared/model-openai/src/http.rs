@@ -22,13 +22,15 @@
 
 use std::time::Duration;
 
+use async_trait::async_trait;
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
 use reqwest::{Response, StatusCode, Url};
 use serde_json::Value;
 
-use flotilla_agent::model::ModelError;
+use crate::sse::{SseEvent, SseReader};
+use flotilla_agent::model::{ModelError, ModelRequest, ModelResponse};
 use flotilla_agent::retry::Backoff;
 use flotilla_protocol::ErrorKind;
 
@@ -253,10 +255,19 @@ impl HttpEndpoint {
         response.bytes().await.map_err(|e| self.transport_failure(e))
     }
 
-    /// The next piece of a streamed 2xx body; `None` at its end. A broken
-    /// stream is retryable: the whole request is sent again.
-    pub async fn chunk(&self, response: &mut Response) -> Result<Option<Bytes>, Failure> {
-        response.chunk().await.map_err(|e| self.transport_failure(e))
+    /// The events completed by the next piece of a streamed 2xx body (an
+    /// event left without its closing blank line comes with the body's
+    /// end); `None` once the body has ended. A broken stream is retryable:
+    /// the whole request is sent again.
+    pub async fn events(
+        &self,
+        response: &mut Response,
+        reader: &mut SseReader,
+    ) -> Result<Option<Vec<SseEvent>>, Failure> {
+        match response.chunk().await.map_err(|e| self.transport_failure(e))? {
+            Some(bytes) => Ok(Some(reader.push(&bytes))),
+            None => Ok(reader.finish().map(|event| vec![event])),
+        }
     }
 
     fn transport_failure(&self, e: reqwest::Error) -> Failure {
@@ -334,6 +345,46 @@ impl HttpEndpoint {
         }
         truncate(text, MAX_QUOTED_CHARS)
     }
+}
+
+/// What a provider knows of its wire format: [`complete`] does the rest.
+#[async_trait]
+pub trait WireFormat: Send + Sync {
+    /// Its endpoint.
+    fn http(&self) -> &HttpEndpoint;
+    /// Whether it asks for server-sent events (`stream = true`).
+    fn streams(&self) -> bool;
+    /// A whole 2xx body as a response; `request_chars` for token estimates.
+    fn parse(&self, body: &[u8], request_chars: usize) -> Result<ModelResponse, ModelError>;
+    /// A streamed 2xx answer as a response, text handed to the request's
+    /// delta sink as it comes.
+    async fn read_stream(
+        &self,
+        response: Response,
+        request: ModelRequest<'_>,
+        request_chars: usize,
+    ) -> Result<ModelResponse, Failure>;
+}
+
+/// One model call of `provider`: `body` sent, with retries, and the answer
+/// read whole or as a stream.
+pub async fn complete<W: WireFormat>(
+    provider: &W,
+    body: &impl serde::Serialize,
+    request: ModelRequest<'_>,
+) -> Result<ModelResponse, ModelError> {
+    let http = provider.http();
+    let body =
+        serde_json::to_vec(body).map_err(|e| http.error(ErrorKind::Bug, format!("cannot encode the request: {e}")))?;
+    let body = Bytes::from(body);
+    let chars = body.len();
+    if provider.streams() {
+        return http.post(body, "text/event-stream", |response| provider.read_stream(response, request, chars)).await;
+    }
+    http.post(body, "application/json", |response| {
+        Box::pin(async move { Ok(provider.parse(&http.body(response).await?, chars)?) })
+    })
+    .await
 }
 
 fn model_error(name: &str, kind: ErrorKind, message: impl Into<String>) -> ModelError {

@@ -30,7 +30,6 @@ pub mod test_server;
 pub mod turn;
 
 use async_trait::async_trait;
-use bytes::Bytes;
 use reqwest::Response;
 use reqwest::header::{AUTHORIZATION, HeaderMap};
 use serde::Deserialize;
@@ -40,7 +39,7 @@ use flotilla_agent::model::wire::WireRequest;
 use flotilla_agent::model::{ChatModel, ModelError, ModelRequest, ModelResponse, estimate_tokens};
 use flotilla_config::ModelSettings;
 use flotilla_protocol::{ErrorKind, Usage};
-use http::{EndpointSpec, Failure, HttpEndpoint};
+use http::{EndpointSpec, Failure, HttpEndpoint, WireFormat};
 use sse::SseReader;
 use turn::Turn;
 
@@ -89,56 +88,11 @@ impl OpenAiModel {
         Ok(Self { http, model: model.clone(), temperature: *temperature, stream: *stream })
     }
 
-    /// Turns a 2xx body into a response.
-    fn parse(&self, body: &[u8], request_chars: usize) -> Result<ModelResponse, ModelError> {
-        let wire: WireResponse = serde_json::from_slice(body).map_err(|e| self.http.malformed(e))?;
-        let Some(choice) = wire.choices.into_iter().next() else {
-            return Err(self.no_choices(wire.error.as_ref()));
-        };
-        let message = choice.message;
-        let mut turn = Turn::default();
-        turn.text = message.content.unwrap_or_default();
-        for (index, call) in message.tool_calls.unwrap_or_default().into_iter().enumerate() {
-            let Some(function) = call.function else {
-                return Err(self.http.malformed("a tool call has no function"));
-            };
-            let part = turn.call(index as u64);
-            part.id = call.id;
-            part.name = function.name;
-            part.value = Some(function.arguments.unwrap_or(Value::Null));
-        }
-        let (content, tool_calls, output_chars) = turn.finish(&self.http)?;
-        Ok(ModelResponse { content, tool_calls, usage: usage(wire.usage, request_chars, output_chars) })
-    }
-
     fn no_choices(&self, error: Option<&Value>) -> ModelError {
         match error {
             Some(e) => self.http.malformed(format_args!("no choices; the endpoint said: {}", error_text(e))),
             None => self.http.malformed("no choices"),
         }
-    }
-
-    /// Reads a streamed answer: text deltas go to the request's sink as
-    /// they come; the turn is whole at `[DONE]` or the body's end.
-    async fn read_stream(
-        &self,
-        mut response: Response,
-        request: ModelRequest<'_>,
-        request_chars: usize,
-    ) -> Result<ModelResponse, Failure> {
-        let mut reader = SseReader::default();
-        let mut stream = Streamed::default();
-        while let Some(bytes) = self.http.chunk(&mut response).await? {
-            for event in reader.push(&bytes) {
-                if stream.apply(self, &event.data, &request).await? {
-                    return Ok(stream.finish(self, request_chars)?);
-                }
-            }
-        }
-        if let Some(event) = reader.finish() {
-            stream.apply(self, &event.data, &request).await?;
-        }
-        Ok(stream.finish(self, request_chars)?)
     }
 }
 
@@ -211,25 +165,62 @@ fn usage(wire: Option<WireUsage>, request_chars: usize, output_chars: usize) -> 
 #[async_trait]
 impl ChatModel for OpenAiModel {
     async fn complete(&self, request: ModelRequest<'_>) -> Result<ModelResponse, ModelError> {
-        let mut wire = WireRequest::new(&self.model, request, self.temperature);
-        if self.stream {
-            wire = wire.streaming();
+        let wire = WireRequest::new(&self.model, request, self.temperature);
+        let wire = if self.stream { wire.streaming() } else { wire };
+        http::complete(self, &wire, request).await
+    }
+}
+
+#[async_trait]
+impl WireFormat for OpenAiModel {
+    fn http(&self) -> &HttpEndpoint {
+        &self.http
+    }
+
+    fn streams(&self) -> bool {
+        self.stream
+    }
+
+    /// Turns a 2xx body into a response.
+    fn parse(&self, body: &[u8], request_chars: usize) -> Result<ModelResponse, ModelError> {
+        let wire: WireResponse = serde_json::from_slice(body).map_err(|e| self.http.malformed(e))?;
+        let Some(choice) = wire.choices.into_iter().next() else {
+            return Err(self.no_choices(wire.error.as_ref()));
+        };
+        let message = choice.message;
+        let mut turn = Turn::default();
+        turn.text = message.content.unwrap_or_default();
+        for (index, call) in message.tool_calls.unwrap_or_default().into_iter().enumerate() {
+            let Some(function) = call.function else {
+                return Err(self.http.malformed("a tool call has no function"));
+            };
+            let part = turn.call(index as u64);
+            part.id = call.id;
+            part.name = function.name;
+            part.value = Some(function.arguments.unwrap_or(Value::Null));
         }
-        let body = serde_json::to_vec(&wire)
-            .map_err(|e| self.http.error(ErrorKind::Bug, format!("cannot encode the request: {e}")))?;
-        let body = Bytes::from(body);
-        let chars = body.len();
-        if self.stream {
-            return self
-                .http
-                .post(body, "text/event-stream", |response| Box::pin(self.read_stream(response, request, chars)))
-                .await;
+        let (content, tool_calls, output_chars) = turn.finish(&self.http)?;
+        Ok(ModelResponse { content, tool_calls, usage: usage(wire.usage, request_chars, output_chars) })
+    }
+
+    /// Reads a streamed answer: text deltas go to the request's sink as
+    /// they come; the turn is whole at `[DONE]` or the body's end.
+    async fn read_stream(
+        &self,
+        mut response: Response,
+        request: ModelRequest<'_>,
+        request_chars: usize,
+    ) -> Result<ModelResponse, Failure> {
+        let mut reader = SseReader::default();
+        let mut stream = Streamed::default();
+        'body: while let Some(events) = self.http.events(&mut response, &mut reader).await? {
+            for event in events {
+                if stream.apply(self, &event.data, &request).await? {
+                    break 'body;
+                }
+            }
         }
-        self.http
-            .post(body, "application/json", |response| {
-                Box::pin(async move { Ok(self.parse(&self.http.body(response).await?, chars)?) })
-            })
-            .await
+        Ok(stream.finish(self, request_chars)?)
     }
 }
 

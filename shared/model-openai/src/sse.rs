@@ -41,13 +41,14 @@ impl SseReader {
         events
     }
 
-    /// The event left when the body ended without a final blank line.
-    pub fn finish(mut self) -> Option<SseEvent> {
+    /// The event left when the body ended without a final blank line; it
+    /// is returned once.
+    pub fn finish(&mut self) -> Option<SseEvent> {
         if !self.partial.is_empty() {
             let rest = String::from_utf8_lossy(&std::mem::take(&mut self.partial)).into_owned();
             self.line(rest.trim_end_matches('\r'));
         }
-        self.started.then_some(self.current)
+        self.line("")
     }
 
     fn line(&mut self, line: &str) -> Option<SseEvent> {

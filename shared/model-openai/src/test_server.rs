@@ -13,6 +13,8 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::Value;
 
+use flotilla_agent::model::DeltaSink;
+
 /// One answer of the fake server.
 #[derive(Clone)]
 pub struct Canned {
@@ -125,4 +127,22 @@ pub fn set_key(var: &str, key: &str) {
     // SAFETY: the variable name is unique to one test and read only by that
     // test; Rust's own environment accesses are serialized by std.
     unsafe { std::env::set_var(var, key) };
+}
+
+/// Collects the text a streaming model hands to its delta sink.
+#[derive(Default)]
+pub struct Deltas(Mutex<Vec<String>>);
+
+impl Deltas {
+    /// Every piece so far, in order.
+    pub fn texts(&self) -> Vec<String> {
+        self.0.lock().unwrap().clone()
+    }
+}
+
+#[async_trait::async_trait]
+impl DeltaSink for Deltas {
+    async fn delta(&self, text: &str) {
+        self.0.lock().unwrap().push(text.to_owned());
+    }
 }

@@ -8,8 +8,8 @@ use serde_json::{Value, json};
 
 use super::*;
 use crate::http::{MAX_RETRY_AFTER, endpoint_url, retry_after};
-use crate::test_server::{Canned, Server, set_key};
-use flotilla_agent::model::{ChatMessage, DeltaSink, ToolCall};
+use crate::test_server::{Canned, Deltas, Server, set_key};
+use flotilla_agent::model::{ChatMessage, ToolCall};
 use flotilla_agent::tool::ToolSpec;
 
 fn settings(base_url: &str, api_key_env: Option<&str>, max_retries: u32) -> ModelSettings {
@@ -341,17 +341,6 @@ fn retry_after_is_read_in_seconds_and_capped() {
     assert_eq!(retry_after(&HeaderMap::new()), None);
 }
 
-/// Collects the deltas a streaming model hands out.
-#[derive(Default)]
-struct Deltas(std::sync::Mutex<Vec<String>>);
-
-#[async_trait]
-impl DeltaSink for Deltas {
-    async fn delta(&self, text: &str) {
-        self.0.lock().unwrap().push(text.to_owned());
-    }
-}
-
 fn chunk(delta: Value) -> (Option<&'static str>, String) {
     (None, json!({"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": delta}]}).to_string())
 }
@@ -380,7 +369,7 @@ async fn a_streamed_answer_hands_out_its_text_and_assembles_tool_calls_and_usage
     let response =
         model.complete(ModelRequest { deltas: Some(&sink), ..ModelRequest::new(&messages, &[]) }).await.unwrap();
 
-    assert_eq!(*sink.0.lock().unwrap(), ["Looking ", "it up."], "text deltas in order, as they came");
+    assert_eq!(sink.texts(), ["Looking ", "it up."], "text deltas in order, as they came");
     assert_eq!(response.content.as_deref(), Some("Looking it up."));
     assert_eq!(
         response.tool_calls,
