@@ -59,6 +59,15 @@ impl ProgressPublisher {
         };
         self.bus.publish_event(self.bus.subjects.progress(&self.tenant, &self.job_id, &self.task_id), &ev).await;
     }
+
+    /// Publishes the streamed text still waiting (a step's end, or a run
+    /// that failed mid-answer), before whatever follows it.
+    pub async fn flush_deltas(&self) {
+        let mut deltas = self.deltas.lock().await;
+        if let Some(kind) = deltas.flush(Instant::now()) {
+            self.emit(kind).await;
+        }
+    }
 }
 
 /// sha256 of a JSON value's text, hex encoded.
@@ -77,13 +86,8 @@ impl AgentObserver for ProgressPublisher {
     }
 
     async fn model_called(&self, step: u32, usage: Usage, latency: Duration) {
-        {
-            let mut deltas = self.deltas.lock().await;
-            if let Some(kind) = deltas.flush(Instant::now()) {
-                self.emit(kind).await;
-            }
-            deltas.step = step + 1;
-        }
+        self.flush_deltas().await;
+        self.deltas.lock().await.step = step + 1;
         tracing::debug!(step, input_tokens = usage.input_tokens, output_tokens = usage.output_tokens, "model call");
         self.metrics.model_call(self.subagent_type.as_str(), &usage, latency);
         self.emit(ProgressKind::ModelCall { step, usage, latency_ms: latency.as_millis() as u64 }).await;

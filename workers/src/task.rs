@@ -220,6 +220,7 @@ async fn run(
         finished_at: protocol::now(),
         duration_ms: started.elapsed().as_millis() as u64,
     };
+    progress.flush_deltas().await;
     progress.emit(ProgressKind::Finished { status, usage }).await;
     // Ride out a short NATS outage; the task stays ours meanwhile (ack_wait).
     // `Nats-Msg-Id` = `report:<task>` (shared/bus/src/reports.rs).
