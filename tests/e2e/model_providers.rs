@@ -9,7 +9,9 @@
 //! answers with the `tool_result` it got back. The task's usage is the sum
 //! of the endpoint's counts, cache tokens included. With `stream = true`
 //! the text arrives as `model_delta` progress events, all before the task's
-//! report, and together they are exactly the text the model wrote.
+//! report, and together they are exactly the text the model wrote. The same
+//! holds for a streaming `openai` model (chunks from the same endpoint in
+//! the OpenAI format), whose usage comes from the stream's last chunk.
 
 use std::sync::Arc;
 
@@ -18,7 +20,7 @@ use flotilla_tests::anthropic::{
     CACHE_CREATION_TOKENS, CACHE_READ_TOKENS, INPUT_TOKENS, OUTPUT_TOKENS, stream, streams, task_and_results, text,
     tool_use,
 };
-use flotilla_tests::chat_endpoint::{Answer, ChatEndpoint};
+use flotilla_tests::chat_endpoint::{Answer, ChatEndpoint, Reply, stream_reply, text_reply, tool_call_reply};
 use flotilla_tests::planner_script::delegate_all;
 use flotilla_tests::{EventLog, TestConfig};
 use serde_json::{Value, json};
@@ -123,4 +125,53 @@ async fn an_anthropic_subagent_answers_through_tool_use_and_streams_its_text_as_
     assert!(got.iter().all(|(i, _, _)| *i < report), "deltas before the report: {got:?}, report at {report}");
     let answer = rec.answer.expect("the planner's answer");
     assert_eq!(answer.matches("ok The gross margin is").count(), 2, "{answer}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_openai_subagent_with_stream_true_sends_model_delta_events_and_its_usage_comes_from_the_last_chunk() {
+    let answer: Answer = Arc::new(|body| {
+        let result = body["messages"].as_array().unwrap().iter().find(|m| m["role"] == "tool").cloned();
+        let mut completion = match &result {
+            None => tool_call_reply("call_1", "finance_gross_margin", &json!({"revenue": 120, "cost": 75})),
+            Some(tool) => text_reply(&format!("The gross margin is {}.", tool["content"].as_str().unwrap())),
+        };
+        if result.is_none() {
+            completion["choices"][0]["message"]["content"] = json!(THINKING);
+        }
+        let streamed = body["stream"] == true && body["stream_options"]["include_usage"] == true;
+        Box::pin(async move { if streamed { stream_reply(&completion, 5) } else { Reply::from(json!({})) } })
+    });
+    let model = ChatEndpoint::start(answer).await;
+    let url = model.url.clone();
+    let d = Deployment::start(1, move |nats| {
+        let mut c = TestConfig::demo(nats, 2, 0);
+        c.section(&format!(
+            "[models.local]\nprovider = \"openai\"\nbase_url = \"{url}\"\nmodel = \"qwen\"\nmax_retries = 0\nstream = true\n\
+             [subagents.streamed]\ndescription = \"Streams.\"\nmodel = \"local\"\ntools = [\"mcp:finance/gross_margin\"]\n"
+        ));
+        c.script("planner.toml", &delegate_all(&[("streamed", "streamed: revenue 120, cost 75")]));
+        c
+    })
+    .await;
+    let mut log = EventLog::subscribe(&d.raw.client, "flotilla.job.>").await;
+    let job = d.submit("x").await;
+    assert_eq!(log.job_end(TIMEOUT).await["event"], "completed");
+    log.drain();
+    let entry = d.status(job).await.tasks.into_iter().next().expect("the task");
+    assert_eq!(entry.status, Some(TaskStatus::Completed), "{entry:?}");
+    assert!(entry.summary.starts_with("The gross margin is 0.375"), "{}", entry.summary);
+    // text_reply and tool_call_reply count 10 prompt and 5 completion tokens.
+    let u = entry.usage;
+    assert_eq!((u.input_tokens, u.output_tokens, u.model_calls, u.tool_calls), (20, 10, 2, 1), "{u:?}");
+
+    let id = entry.task_id.to_string();
+    let deltas: Vec<(u64, String)> = log
+        .seen
+        .iter()
+        .filter(|(s, v)| s.ends_with(&format!(".progress.{id}")) && v["event"] == "model_delta")
+        .map(|(_, v)| (v["step"].as_u64().unwrap(), v["text"].as_str().unwrap().to_string()))
+        .collect();
+    let text_of = |step: u64| deltas.iter().filter(|(s, _)| *s == step).map(|(_, t)| t.as_str()).collect::<String>();
+    assert_eq!(text_of(1), THINKING, "{deltas:?}");
+    assert_eq!(text_of(2), entry.summary, "{deltas:?}");
 }

@@ -5,7 +5,7 @@
 
 use serde_json::{Value, json};
 
-use crate::chat_endpoint::Reply;
+use crate::chat_endpoint::{Reply, pieces};
 
 /// The token counts every answer reports: what a test expects in usage.
 pub const INPUT_TOKENS: u64 = 50;
@@ -61,54 +61,47 @@ pub fn text(text: &str) -> Value {
 }
 
 /// `message` (made by [`tool_use`] or [`text`]) as the event stream the API
-/// sends for it, each text cut into `pieces` deltas and each tool input
-/// sent as two JSON fragments.
-pub fn stream(message: &Value, pieces: usize) -> Reply {
+/// sends for it, each text cut into `n` deltas and each tool input sent as
+/// two JSON fragments.
+pub fn stream(message: &Value, n: usize) -> Reply {
     let mut start = message.clone();
     start["content"] = json!([]);
     start["usage"] = json!({"input_tokens": INPUT_TOKENS, "output_tokens": 1,
         "cache_creation_input_tokens": CACHE_CREATION_TOKENS, "cache_read_input_tokens": CACHE_READ_TOKENS});
-    let mut events = vec![(Some("message_start"), json!({"type": "message_start", "message": start}))];
+    let mut events = vec![event("message_start", json!({"message": start}))];
     for (index, block) in message["content"].as_array().cloned().unwrap_or_default().iter().enumerate() {
-        events.extend(block_events(index, block, pieces));
+        events.extend(block_events(index, block, n));
     }
-    events.push((
-        Some("message_delta"),
-        json!({"type": "message_delta",
-        "delta": {"stop_reason": message["stop_reason"]}, "usage": {"output_tokens": OUTPUT_TOKENS}}),
-    ));
-    events.push((Some("message_stop"), json!({"type": "message_stop"})));
+    let stop = json!({"delta": {"stop_reason": message["stop_reason"]}, "usage": {"output_tokens": OUTPUT_TOKENS}});
+    events.push(event("message_delta", stop));
+    events.push(event("message_stop", json!({})));
     Reply::sse(&events)
 }
 
-fn block_events(index: usize, block: &Value, pieces: usize) -> Vec<(Option<&'static str>, Value)> {
-    let delta = |delta: Value| {
-        (Some("content_block_delta"), json!({"type": "content_block_delta", "index": index, "delta": delta}))
-    };
-    let mut events = Vec::new();
-    if block["type"] == "text" {
-        events.push((
-            Some("content_block_start"),
-            json!({"type": "content_block_start", "index": index,
-            "content_block": {"type": "text", "text": ""}}),
-        ));
-        let chars: Vec<char> = block["text"].as_str().unwrap_or_default().chars().collect();
-        for piece in chars.chunks(chars.len().div_ceil(pieces.max(1)).max(1)) {
-            events.push(delta(json!({"type": "text_delta", "text": piece.iter().collect::<String>()})));
-        }
+/// An event named `name` whose data is `data` with `"type": name`.
+fn event(name: &'static str, mut data: Value) -> (Option<&'static str>, String) {
+    data["type"] = json!(name);
+    (Some(name), data.to_string())
+}
+
+fn block_events(index: usize, block: &Value, n: usize) -> Vec<(Option<&'static str>, String)> {
+    let delta = |delta: Value| event("content_block_delta", json!({"index": index, "delta": delta}));
+    let mut start = block.clone();
+    let parts: Vec<Value> = if block["type"] == "text" {
+        start["text"] = json!("");
+        pieces(block["text"].as_str().unwrap_or_default(), n)
+            .into_iter()
+            .map(|text| json!({"type": "text_delta", "text": text}))
+            .collect()
     } else {
-        let mut start = block.clone();
         start["input"] = json!({});
-        events.push((
-            Some("content_block_start"),
-            json!({"type": "content_block_start", "index": index, "content_block": start}),
-        ));
-        let input = block["input"].to_string();
-        let (a, b) = input.split_at(input.len() / 2);
-        for part in [a, b] {
-            events.push(delta(json!({"type": "input_json_delta", "partial_json": part})));
-        }
-    }
-    events.push((Some("content_block_stop"), json!({"type": "content_block_stop", "index": index})));
+        pieces(&block["input"].to_string(), 2)
+            .into_iter()
+            .map(|part| json!({"type": "input_json_delta", "partial_json": part}))
+            .collect()
+    };
+    let mut events = vec![event("content_block_start", json!({"index": index, "content_block": start}))];
+    events.extend(parts.into_iter().map(delta));
+    events.push(event("content_block_stop", json!({"index": index})));
     events
 }

@@ -34,7 +34,7 @@ impl From<Value> for Reply {
 
 impl Reply {
     /// A 200 `text/event-stream` of `events`: `(event name, data)` each.
-    pub fn sse(events: &[(Option<&str>, Value)]) -> Self {
+    pub fn sse(events: &[(Option<&str>, String)]) -> Self {
         let mut text = String::new();
         for (name, data) in events {
             if let Some(name) = name {
@@ -138,4 +138,37 @@ pub fn tool_call_reply(id: &str, name: &str, args: &Value) -> Value {
            "tool_calls": [{"id": id, "type": "function",
                            "function": {"name": name, "arguments": args.to_string()}}]}}],
            "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}})
+}
+
+/// `text` cut into at most `n` pieces (whole characters), in order.
+pub fn pieces(text: &str, n: usize) -> Vec<String> {
+    let chars: Vec<char> = text.chars().collect();
+    chars.chunks(chars.len().div_ceil(n.max(1)).max(1)).map(|piece| piece.iter().collect()).collect()
+}
+
+/// `completion` (made by [`text_reply`] or [`tool_call_reply`]) as the
+/// chunks an OpenAI-compatible server streams: the text in `n` deltas, each
+/// call's name then its arguments in two pieces, the usage in a last chunk
+/// (`stream_options.include_usage`), then `[DONE]`.
+pub fn stream_reply(completion: &Value, n: usize) -> Reply {
+    let message = &completion["choices"][0]["message"];
+    let chunk = |delta: Value| {
+        let data = json!({"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": delta}]});
+        (None, data.to_string())
+    };
+    let mut events = vec![chunk(json!({"role": "assistant"}))];
+    for piece in pieces(message["content"].as_str().unwrap_or_default(), n) {
+        events.push(chunk(json!({"content": piece})));
+    }
+    for (index, call) in message["tool_calls"].as_array().cloned().unwrap_or_default().iter().enumerate() {
+        let function = &call["function"];
+        events.push(chunk(json!({"tool_calls": [{"index": index, "id": call["id"], "type": "function",
+                                                 "function": {"name": function["name"], "arguments": ""}}]})));
+        for part in pieces(function["arguments"].as_str().unwrap_or_default(), 2) {
+            events.push(chunk(json!({"tool_calls": [{"index": index, "function": {"arguments": part}}]})));
+        }
+    }
+    events.push((None, json!({"choices": [], "usage": completion["usage"]}).to_string()));
+    events.push((None, "[DONE]".to_string()));
+    Reply::sse(&events)
 }
