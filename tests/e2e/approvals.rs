@@ -348,3 +348,75 @@ async fn an_expired_approval_is_one_rejected_record() {
     assert_eq!(approvals(&records), vec![AuditOutcome::Rejected], "{records:#?}");
     assert_eq!(decided_by(&records), vec![(Some("expired"), None)], "nobody decided: {records:#?}");
 }
+
+/// `flotilla watch <job>` with its stdout on a terminal (a pty from
+/// util-linux `script`, 300 columns so no line is cut), so the live view
+/// draws; everything it writes arrives on the returned channel.
+fn watch_in_a_terminal(d: &Deployment, job: JobId) -> (std::process::Child, std::sync::mpsc::Receiver<String>) {
+    use std::io::Read;
+    let flotilla = flotilla_tests::proc::bin("flotilla");
+    let command = format!("stty cols 300 rows 50; exec {} watch {job} --config {}", flotilla.display(), d.config_arg());
+    let mut child = std::process::Command::new("script")
+        .args(["-qefc", &command, "/dev/null"])
+        .env("USER", "tester")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("util-linux script");
+    let mut out = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = out.read(&mut buf) {
+            if n == 0 || tx.send(String::from_utf8_lossy(&buf[..n]).into_owned()).is_err() {
+                break;
+            }
+        }
+    });
+    (child, rx)
+}
+
+/// What the terminal showed until `needle` (panics after TIMEOUT).
+fn shown_until(rx: &std::sync::mpsc::Receiver<String>, seen: &mut String, needle: &str) {
+    let deadline = std::time::Instant::now() + TIMEOUT;
+    while !seen.contains(needle) {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(chunk) => seen.push_str(&chunk),
+            Err(_) => panic!("the terminal never showed {needle:?}; it showed:\n{seen}"),
+        }
+    }
+}
+
+/// Issue 17: the live view (not only `--plain`) says a call waits for a
+/// person, with the command that answers it, then the decision; and a job
+/// watched after it ended shows its task lines, not only the answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_live_view_shows_approval_needed_and_an_ended_job_its_tasks() {
+    let d = Deployment::start(1, |url| config(url, r#"["approve", "reject"]"#, 60)).await;
+    let mut log = EventLog::subscribe(&d.raw.client, "flotilla.job.>").await;
+    let job = d.submit("one margin").await;
+    let call = request(&mut log).await["call_id"].as_str().unwrap().to_string();
+
+    let (mut watch, rx) = watch_in_a_terminal(&d, job);
+    let mut seen = String::new();
+    let asked = format!(
+        "approval needed: calculate_margin ({call}); answer with `flotilla approve {job} {call} --approve | --reject`"
+    );
+    tokio::task::block_in_place(|| shown_until(&rx, &mut seen, &asked));
+    let (code, out, err) = cli(&d, &["approve", &job.to_string(), &call, "--approve"]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    tokio::task::block_in_place(|| shown_until(&rx, &mut seen, "margin=0.375"));
+    assert!(seen.contains(&format!("approval of calculate_margin ({call}): approve by tester")), "{seen}");
+    let status = tokio::task::block_in_place(|| watch.wait()).unwrap();
+    assert_eq!(status.code(), Some(0), "watch exits 0 for a job completed without failed tasks");
+
+    // Watched again after its end: the picture, then the answer.
+    let (mut again, rx) = watch_in_a_terminal(&d, job);
+    assert_eq!(tokio::task::block_in_place(|| again.wait()).unwrap().code(), Some(0));
+    let seen: String = rx.iter().collect();
+    assert!(seen.contains(&format!("job {job}  completed  tasks 1 in all: 1 completed")), "{seen}");
+    let task_line = seen.lines().find(|l| l.contains("✔ [")).unwrap_or_else(|| panic!("no task line: {seen}"));
+    assert!(task_line.contains("finance    completed") && task_line.trim_end().ends_with("margin=0.375"), "{seen}");
+    assert!(seen.trim_end().ends_with("margin=0.375"), "the answer comes last: {seen}");
+}

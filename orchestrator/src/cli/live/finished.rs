@@ -58,7 +58,7 @@ fn task_line(t: &TaskEntry) -> String {
     format!(
         "  {mark} [{}] {:<10} {:<9} {:<14} {:>5.1}s  {} tok  {}",
         short(t.task_id),
-        t.subagent_type,
+        t.subagent_type.as_str(),
         state.as_str(),
         t.worker_id.as_deref().unwrap_or("-"),
         t.duration_ms as f64 / 1000.0,
@@ -102,7 +102,7 @@ mod tests {
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines[0], format!("job {}  completed  tasks 2 in all: 1 completed, 1 failed  0 tok", r.id));
         assert_eq!(lines[1], "  [x] compute north");
-        assert!(lines[2].starts_with(&format!("  ✔ [{}] finance", short(r.tasks[0].task_id))), "{text}");
+        assert!(lines[2].starts_with(&format!("  ✔ [{}] finance    completed", short(r.tasks[0].task_id))), "{text}");
         assert!(lines[2].contains("completed") && lines[2].contains("w1") && lines[2].contains("1.5s"), "{text}");
         assert!(lines[2].ends_with("120 tok  margin=0.375 more"), "{text}");
         assert!(lines[3].contains("✘") && lines[3].ends_with("no worker serves legal"), "{text}");
