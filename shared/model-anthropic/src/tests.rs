@@ -342,7 +342,10 @@ fn config_defaults_and_the_factory_builds_every_provider() {
     )
     .unwrap();
     let settings = flotilla_config::Settings::load_with_env(Some(&path), Vec::new()).unwrap();
+    std::fs::write(&path, "[models.claude]\nprovider = \"anthropic\"\nmodel = \"c\"\nmax_tokens = 0\n").unwrap();
+    let zero = flotilla_config::Settings::load_with_env(Some(&path), Vec::new()).unwrap_err().to_string();
     std::fs::remove_dir_all(&dir).unwrap();
+    assert!(zero.contains("models.claude.max_tokens"), "{zero}");
     let claude = &settings.models["claude"];
     let ModelSettings::Anthropic { base_url, max_tokens, stream, api_key_env, .. } = claude else {
         panic!("{claude:?}")
