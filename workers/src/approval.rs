@@ -436,6 +436,43 @@ mod tests {
         DecisionRecord { v: 1, round, decision: Decision::Approve, by: None, decided_at: protocol::now() }
     }
 
+    /// A request nobody may decide any more is refused with why, and its
+    /// audit record names the decision (docs/APPROVALS.md, "Audit").
+    #[test]
+    fn settled_requests_say_whether_they_expired_or_were_cancelled_with_their_job() {
+        let now = protocol::now();
+        let mut rec = ApprovalRecord {
+            v: 1,
+            request: ApprovalRequest {
+                v: 1,
+                job_id: flotilla_protocol::ids::JobId::new(),
+                task_id: TaskId::new(),
+                tenant: Tenant::default(),
+                subagent_type: flotilla_protocol::ids::SubagentType::new("ops").unwrap(),
+                worker_id: "w1".into(),
+                call_id: "c1".into(),
+                tool: "deploy".into(),
+                args: serde_json::json!({}),
+                input_schema: Value::Null,
+                decisions: DEFAULT_DECISIONS.to_vec(),
+                requested_at: now,
+                expires_at: now + Duration::from_secs(60),
+            },
+            state: ApprovalState::Expired { at: now },
+            round: 1,
+        };
+        let v = settled(&rec);
+        assert_eq!(v.decision.as_deref(), Some("expired"));
+        let e = v.result.unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Permission);
+        assert_eq!(e.message, "no reviewer answered within 60s, so this call to deploy was rejected and not run");
+        rec.state = ApprovalState::Cancelled { reason: "change freeze".into(), at: now };
+        let v = settled(&rec);
+        assert_eq!((v.decision.as_deref(), v.by.as_deref()), (Some("cancelled"), None));
+        let e = v.result.unwrap_err();
+        assert_eq!(e.message, "the job was cancelled (change freeze), so this call to deploy was not run");
+    }
+
     /// A server that ends every watch at once: before the backoff the gate
     /// re-watched in a tight loop (millions of watches a second).
     #[tokio::test]
