@@ -190,3 +190,51 @@ fn input(arguments: &Value) -> Cow<'_, Value> {
         other => Cow::Owned(json!({ "arguments": other })),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flotilla_agent::model::ToolCall;
+
+    fn body(messages: &[ChatMessage]) -> Value {
+        let options = Options { model: "m", max_tokens: 10, temperature: None, stream: false };
+        serde_json::to_value(MessagesRequest::new(options, &ModelRequest::new(messages, &[]))).unwrap()
+    }
+
+    #[test]
+    fn roles_alternate_blank_text_is_left_out_and_raw_arguments_go_back_as_an_object() {
+        let messages = [
+            ChatMessage::System { content: "first".into() },
+            ChatMessage::System { content: "second".into() },
+            ChatMessage::User { content: "task".into() },
+            ChatMessage::Assistant {
+                content: Some("  ".into()),
+                tool_calls: vec![ToolCall { id: "t1".into(), name: "f".into(), arguments: json!("{not json") }],
+            },
+            ChatMessage::Tool { tool_call_id: "t1".into(), name: "f".into(), content: "bad".into(), is_error: true },
+            // A follow-up message (message_task) joins the tool result's user turn.
+            ChatMessage::User { content: "also this".into() },
+            ChatMessage::System { content: "late note".into() },
+            ChatMessage::Assistant { content: None, tool_calls: vec![] },
+        ];
+        let body = body(&messages);
+        assert_eq!(
+            body["system"],
+            json!([{"type": "text", "text": "first"},
+                   {"type": "text", "text": "second", "cache_control": {"type": "ephemeral"}}])
+        );
+        assert_eq!(
+            body["messages"],
+            json!([
+                {"role": "user", "content": [{"type": "text", "text": "task"}]},
+                {"role": "assistant", "content": [
+                    {"type": "tool_use", "id": "t1", "name": "f", "input": {"arguments": "{not json"}}]},
+                {"role": "user", "content": [
+                    {"type": "tool_result", "tool_use_id": "t1", "content": "bad", "is_error": true},
+                    {"type": "text", "text": "also this"},
+                    {"type": "text", "text": "[system]\nlate note"}]}
+            ])
+        );
+        assert!(body.get("tools").is_none(), "no tools, no key: {body}");
+    }
+}
