@@ -70,7 +70,8 @@ async fn submit(d: &Deployment, items: &str) -> JobId {
     // Retried only while the orchestrator starts.
     let out = eventually(TIMEOUT, "the orchestrator to accept the job", || async {
         let (code, out, err) = run_cli(&args, &[]);
-        assert!(code == 0 || err.contains("no orchestrator is listening"), "submit failed: {out}{err}");
+        // Under --json the error is an object on stdout (docs/OPERATIONS.md, "Scripting with --json").
+        assert!(code == 0 || out.contains("no orchestrator is listening"), "submit failed: {out}{err}");
         (code == 0).then_some(out)
     })
     .await;

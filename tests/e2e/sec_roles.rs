@@ -84,9 +84,11 @@ async fn tenants_cannot_read_each_others_jobs_and_workers_cannot_decide_or_purge
     let (code, out, err) = run_cli(&["watch", &globex_job.to_string(), "--json", "--config", &cfg], &cli_env);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("\"completed\"") && out.contains("task_dispatched"), "{out}");
-    let (code, _, err) = run_cli(&["watch", &acme_job.to_string(), "--json", "--config", &cfg], &cli_env);
+    let (code, out, _) = run_cli(&["watch", &acme_job.to_string(), "--json", "--config", &cfg], &cli_env);
     assert_ne!(code, 0, "globex watched acme's job");
-    assert!(err.contains("no job"), "{err}");
+    // Under --json the error is an object on stdout: another tenant's job is not found.
+    let e: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert!(e["error"]["kind"] == "not_found" && out.contains("no job"), "{out}");
 
     // The worker credential cannot decide an approval, nor ask for another type.
     let worker = connect_as(&nats, "worker-finance").await;
