@@ -13,7 +13,8 @@
 //! - A type with an `output_schema`: a valid answer (in a code fence) reaches
 //!   the planner as a value (`r.value.margin`), a prose answer gets one
 //!   repair turn that says what is wrong, and prose twice fails the task with
-//!   a `validation` error.
+//!   a `validation` error; with `structured_outputs = true` every request
+//!   carries the schema as `response_format`.
 
 use std::sync::Arc;
 
@@ -113,7 +114,7 @@ async fn answers_must_match_the_output_schema_and_reach_the_planner_as_data() {
         let mut c = TestConfig::demo(nats, 3, 0);
         c.section(&format!(
             "[models.small]\nprovider = \"openai\"\nbase_url = \"{url}\"\nmodel = \"m\"\nmax_retries = 0\n\
-             [subagents.margins]\ndescription = \"Margins as JSON.\"\nmodel = \"small\"\n\
+             structured_outputs = true\n[subagents.margins]\ndescription = \"Margins as JSON.\"\nmodel = \"small\"\n\
              output_schema = {{ type = \"object\", required = [\"region\", \"margin\"], properties = {{ \
              region = {{ type = \"string\" }}, margin = {{ type = \"number\" }} }} }}\n"
         ));
@@ -145,6 +146,9 @@ content = "{% for r in last %}{% if r.ok %}{{ r.value.region }}={{ r.value.margi
     let repair = model.requests().into_iter().find(|b| task_and_step(b) == (String::from("repair: north, revenue 120, cost 75"), 1));
     let last = repair.expect("the repair request")["messages"].as_array().unwrap().last().cloned().unwrap();
     assert!(last["content"].as_str().unwrap().contains("does not match the required output schema"), "{last}");
+    // `structured_outputs = true`: every request carried the schema as `response_format`.
+    let formats: Vec<_> = model.requests().iter().map(|b| b["response_format"]["json_schema"]["schema"].clone()).collect();
+    assert!(formats.iter().all(|s| s["required"] == json!(["region", "margin"])), "{formats:?}");
 }
 
 /// `flotilla models check`: a model whose tool call comes back well-formed

@@ -232,6 +232,7 @@ impl Agent {
                 purpose: Purpose::Step,
                 compacted_turns: conv.compacted_turns,
                 deltas: Some(&ObserverDeltas(observer)),
+                output_schema: self.output.as_ref().map(|o| o.schema()),
             };
             let response = self.model.complete(request).await.map_err(|e| model_error(e, ctx))?;
             conv.steps += 1;

@@ -107,6 +107,8 @@ pub enum ModelSettings {
         temperature: Option<f32>,
         /// Ask for the answer as server-sent events (`stream = true`).
         stream: bool,
+        /// Send an `output_schema` as `response_format` (`structured_outputs = true`).
+        structured_outputs: bool,
     },
     /// Anthropic's Messages API (`{base_url}/v1/messages`).
     Anthropic {
@@ -234,6 +236,7 @@ impl Settings {
                     max_retries: m.max_retries.unwrap_or(3),
                     temperature: m.temperature,
                     stream: m.stream.unwrap_or(false),
+                    structured_outputs: m.structured_outputs.unwrap_or(false),
                 },
                 "anthropic" => ModelSettings::Anthropic {
                     base_url: m.base_url.unwrap_or_else(|| "https://api.anthropic.com".into()),

@@ -120,6 +120,9 @@ pub struct RawModel {
     pub temperature: Option<f32>,
     /// openai, anthropic: stream the answer as server-sent events.
     pub stream: Option<bool>,
+    /// openai: send a subagent type's `output_schema` as `response_format`
+    /// (`json_schema`), for endpoints that support it.
+    pub structured_outputs: Option<bool>,
     /// anthropic: the most tokens of one answer.
     pub max_tokens: Option<u32>,
     /// scripted: the script file.

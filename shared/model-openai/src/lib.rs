@@ -57,6 +57,8 @@ pub struct OpenAiModel {
     temperature: Option<f32>,
     /// Whether answers are streamed.
     stream: bool,
+    /// Whether an agent's output schema goes out as `response_format`.
+    structured_outputs: bool,
 }
 
 impl OpenAiModel {
@@ -66,8 +68,9 @@ impl OpenAiModel {
     /// now, so a missing key fails at startup rather than on the first call.
     /// Errors are `validation` and name the setting or variable to fix.
     pub fn new(name: &str, settings: &ModelSettings) -> Result<Self, ModelError> {
-        let ModelSettings::OpenAi { base_url, model, api_key_env, timeout, max_retries, temperature, stream } =
-            settings
+        let ModelSettings::OpenAi {
+            base_url, model, api_key_env, timeout, max_retries, temperature, stream, structured_outputs,
+        } = settings
         else {
             return Err(ModelError {
                 kind: ErrorKind::Bug,
@@ -85,7 +88,13 @@ impl OpenAiModel {
             timeout: *timeout,
             max_retries: *max_retries,
         })?;
-        Ok(Self { http, model: model.clone(), temperature: *temperature, stream: *stream })
+        Ok(Self {
+            http,
+            model: model.clone(),
+            temperature: *temperature,
+            stream: *stream,
+            structured_outputs: *structured_outputs,
+        })
     }
 
     fn no_choices(&self, error: Option<&Value>) -> ModelError {
@@ -167,6 +176,10 @@ impl ChatModel for OpenAiModel {
     async fn complete(&self, request: ModelRequest<'_>) -> Result<ModelResponse, ModelError> {
         let wire = WireRequest::new(&self.model, request, self.temperature);
         let wire = if self.stream { wire.streaming() } else { wire };
+        let wire = match request.output_schema.filter(|_| self.structured_outputs) {
+            Some(schema) => wire.constrained_to(schema),
+            None => wire,
+        };
         http::complete(self, &wire, request).await
     }
 }

@@ -21,6 +21,7 @@ fn settings(base_url: &str, api_key_env: Option<&str>, max_retries: u32) -> Mode
         max_retries,
         temperature: None,
         stream: false,
+        structured_outputs: false,
     }
 }
 
@@ -403,4 +404,28 @@ async fn a_stream_cut_short_still_yields_its_text_and_a_stream_error_is_reported
     let err = ask(&model(&streaming)).await.unwrap_err();
     assert_eq!(err.kind, ErrorKind::Validation, "{err}");
     assert!(err.message.contains("context length exceeded"), "{err}");
+}
+
+/// Issue 14 item 3: with `structured_outputs`, an agent's output schema goes
+/// out as `response_format` (`json_schema`); without it, nothing is added.
+#[tokio::test]
+async fn an_output_schema_is_sent_as_response_format_only_when_enabled() {
+    let schema = json!({"type": "object", "required": ["margin"], "properties": {"margin": {"type": "number"}}});
+    let messages = [ChatMessage::User { content: "margin?".into() }];
+    let request = ModelRequest { output_schema: Some(&schema), ..ModelRequest::new(&messages, &[]) };
+    let mut bodies = Vec::new();
+    for enabled in [true, false] {
+        let (base_url, server) = Server::start("/v1", vec![Canned::json(200, text_reply(r#"{"margin": 0.375}"#))]).await;
+        let mut settings = settings(&base_url, None, 0);
+        if let ModelSettings::OpenAi { structured_outputs, .. } = &mut settings {
+            *structured_outputs = enabled;
+        }
+        model(&settings).complete(request).await.unwrap();
+        bodies.push(server.seen().remove(0).body);
+    }
+    assert_eq!(
+        bodies[0]["response_format"],
+        json!({"type": "json_schema", "json_schema": {"name": "answer", "schema": schema}})
+    );
+    assert!(bodies[1].get("response_format").is_none(), "{}", bodies[1]);
 }

@@ -96,12 +96,16 @@ pub struct ModelRequest<'a> {
     pub compacted_turns: u32,
     /// Receives the answer's text as it arrives, when the model streams.
     pub deltas: Option<&'a dyn DeltaSink>,
+    /// The JSON Schema the final answer must match, when the agent has one
+    /// (shared/agent/src/agent/output_schema.rs): a provider that can
+    /// constrain its output to it may send it along.
+    pub output_schema: Option<&'a serde_json::Value>,
 }
 
 impl<'a> ModelRequest<'a> {
     /// A step of a run that has never been compacted.
     pub fn new(messages: &'a [ChatMessage], tools: &'a [ToolSpec]) -> Self {
-        Self { messages, tools, purpose: Purpose::Step, compacted_turns: 0, deltas: None }
+        Self { messages, tools, purpose: Purpose::Step, compacted_turns: 0, deltas: None, output_schema: None }
     }
 
     /// Hands `text` to the request's [`DeltaSink`], if it has one; empty

@@ -40,6 +40,8 @@ pub struct WireRequest<'a> {
     stream: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     stream_options: Option<StreamOptions>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    response_format: Option<serde_json::Value>,
 }
 
 /// `stream_options` of a streamed request: ask for the usage chunk.
@@ -58,7 +60,18 @@ impl<'a> WireRequest<'a> {
             temperature,
             stream: false,
             stream_options: None,
+            response_format: None,
         }
+    }
+
+    /// The body asking the endpoint to constrain the answer to `schema`
+    /// (`response_format` of type `json_schema`).
+    pub fn constrained_to(mut self, schema: &serde_json::Value) -> Self {
+        self.response_format = Some(serde_json::json!({
+            "type": "json_schema",
+            "json_schema": {"name": "answer", "schema": schema},
+        }));
+        self
     }
 
     /// The same body asking for server-sent events, with the token counts
