@@ -18,6 +18,7 @@ mod durability;
 mod failover;
 mod files;
 mod history;
+mod http_api;
 mod job_files;
 mod job_io;
 mod map_tasks;

@@ -1,19 +1,25 @@
 //! The orchestrator's HTTP endpoints, both off unless configured: Prometheus
-//! metrics (`[metrics] orchestrator`) and the web dashboard (`[dashboard]
-//! listen`). Both are observers: they read the bus and job records and never
-//! change a job.
+//! metrics (`[metrics] orchestrator`) and the web dashboard with its HTTP
+//! API (`[dashboard] listen`, docs/HTTP_API.md). The metrics endpoint only
+//! reads; the dashboard reads job records and changes jobs only through the
+//! job API on the bus, as any client does.
 //!
 //! The library builds the metrics route ([`Orchestrator::metrics_router`]) and
 //! hands out a read-only [`Orchestrator::jobs_reader`]; the dashboard's routes
-//! (src/cli/dashboard/), binding and serving sockets are the binary's
-//! business, so the library opens no port of its own.
+//! (src/cli/dashboard/), its client connection, binding and serving sockets
+//! are the binary's business, so the library opens no port of its own.
 
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use flotilla_bus::Bus;
 use flotilla_config::Settings;
 use flotilla_orchestrator::service::Orchestrator;
 use tokio_util::sync::CancellationToken;
 
 /// Binds and serves the configured endpoints until `shutdown` fires; fails
-/// when an address cannot be bound or the dashboard's access rules cannot be met.
+/// when an address cannot be bound (the error names the config key and the
+/// address) or the dashboard's access rules cannot be met.
 pub async fn start(
     settings: &Settings,
     orchestrator: &Orchestrator,
@@ -22,12 +28,47 @@ pub async fn start(
     if let Some(addr) = settings.metrics.orchestrator {
         let router = orchestrator.metrics_router();
         flotilla_telemetry::metrics::serve("orchestrator metrics", addr, router, shutdown.clone().cancelled_owned())
-            .await?;
+            .await
+            .map_err(|e| bind_error("[metrics] orchestrator", addr, e))?;
     }
     if let Some(addr) = settings.dashboard.listen {
-        let router = super::dashboard::router(addr, &settings.dashboard, orchestrator.jobs_reader())?;
-        let bound = flotilla_telemetry::metrics::serve("dashboard", addr, router, shutdown.cancelled_owned()).await?;
+        // The dashboard's writes are job API requests like the CLI's, on a
+        // connection of their own (named so in the server's connection list).
+        let bus = Bus::connect(&settings.nats, "flotilla-dashboard", Duration::from_secs(30)).await?;
+        let max_upload = settings.files.max_upload_bytes;
+        let router = super::dashboard::router(addr, &settings.dashboard, orchestrator.jobs_reader(), bus, max_upload)?;
+        let bound = flotilla_telemetry::metrics::serve("dashboard", addr, router, shutdown.cancelled_owned())
+            .await
+            .map_err(|e| bind_error("[dashboard] listen", addr, e))?;
         tracing::info!(url = %format!("http://{bound}/"), "dashboard");
     }
     Ok(())
+}
+
+/// A listener that could not be opened, naming the config key that asked for it.
+fn bind_error(key: &str, addr: SocketAddr, e: flotilla_telemetry::metrics::ListenError) -> anyhow::Error {
+    let cause = &e.source;
+    let hint = if cause.kind() == std::io::ErrorKind::AddrInUse {
+        "another process listens there: stop it or choose another port"
+    } else {
+        "choose another address"
+    };
+    anyhow::anyhow!("{key} = \"{addr}\": cannot listen on {addr}: {cause} ({hint} in the config)")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_port_in_use_names_the_config_key_and_the_address() {
+        let taken = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = taken.local_addr().unwrap();
+        let e = flotilla_telemetry::metrics::serve("dashboard", addr, axum::Router::new(), std::future::pending())
+            .await
+            .unwrap_err();
+        let text = bind_error("[dashboard] listen", addr, e).to_string();
+        assert!(text.starts_with(&format!("[dashboard] listen = \"{addr}\"")), "{text}");
+        assert!(text.contains("another process listens there"), "{text}");
+    }
 }

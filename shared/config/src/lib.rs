@@ -33,7 +33,7 @@ pub use interrupt::InterruptConfig;
 pub use jobs::JobsConfig;
 pub use mcp::{McpServerSettings, McpTransport, RawMcpServer, SessionMode};
 pub use nats_auth::{NatsAuthConfig, NatsTlsConfig};
-pub use operations::{DashboardConfig, MetricsConfig, WorkerConfig};
+pub use operations::{DashboardConfig, DashboardTenant, MetricsConfig, WorkerConfig};
 pub use price::Price;
 pub use raw::{
     DEFAULT_COMPACTION_PROMPT, DEFAULT_CONTEXT_TOKENS, LocalConfig, NatsConfig, PlannerConfig, SubagentConfig,

@@ -3,6 +3,7 @@
 //! Everything here is off or harmless by default: an endpoint is only opened
 //! when an address is configured (or given on the command line).
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
 use serde::{Deserialize, Serialize};
@@ -38,10 +39,12 @@ pub struct MetricsConfig {
     pub worker: Option<SocketAddr>,
 }
 
-/// `[dashboard]`: the orchestrator's web dashboard. Unset = off. It shows
-/// every tenant's jobs, so it answers only requests addressed to one of its
-/// own names (the Host check against DNS rebinding) and, with `token_env`,
-/// only requests carrying the token (docs/OPERATIONS.md, "Dashboard").
+/// `[dashboard]`: the orchestrator's web dashboard and HTTP API
+/// (docs/HTTP_API.md). Unset = off. It shows every tenant's jobs, so it
+/// answers only requests addressed to one of its own names (the Host check
+/// against DNS rebinding) and, with tokens configured, only requests carrying
+/// one: the admin token (`token_env`) or a tenant's (`tenants.<name>.token_env`)
+/// (docs/OPERATIONS.md, "Dashboard").
 #[derive(Clone, Debug, Default, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct DashboardConfig {
@@ -52,11 +55,24 @@ pub struct DashboardConfig {
     /// e.g. `["dash.example.com"]`: the name in the browser's address bar,
     /// without the port. Any other `Host` gets 421.
     pub allowed_hosts: Vec<String>,
-    /// Name of the environment variable holding the bearer token (read once
-    /// at start, at least 16 characters), e.g. `"FLOTILLA_DASHBOARD_TOKEN"`.
-    /// Unset = no token. Required when `listen` is not a loopback address.
+    /// Name of the environment variable holding the admin bearer token (read
+    /// once at start, at least 16 characters), e.g. `"FLOTILLA_DASHBOARD_TOKEN"`:
+    /// it sees every tenant and acts for any (`?tenant=`). Unset = no admin
+    /// token. A non-loopback `listen` address needs this or a tenant token.
     pub token_env: Option<String>,
+    /// Per-tenant API tokens, `[dashboard.tenants.<tenant>] token_env = "…"`:
+    /// a tenant's token sees and acts on that tenant's jobs only.
+    pub tenants: BTreeMap<String, DashboardTenant>,
     /// Serve a non-loopback `listen` address without a token, for a dashboard
     /// behind an authenticating reverse proxy that is the only way in.
     pub insecure_no_token: bool,
+}
+
+/// `[dashboard.tenants.<tenant>]`: the API token bound to one tenant.
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DashboardTenant {
+    /// Name of the environment variable holding this tenant's bearer token
+    /// (read once at start, at least 16 characters), e.g. `"ACME_TOKEN"`.
+    pub token_env: String,
 }

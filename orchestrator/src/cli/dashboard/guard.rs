@@ -1,5 +1,6 @@
-//! Who may read the dashboard: an axum middleware in front of every route,
-//! SSE and `/api/*` included (docs/OPERATIONS.md, "Dashboard").
+//! Who may use the dashboard and its HTTP API: an axum middleware in front
+//! of every route, SSE and `/api/*` included (docs/OPERATIONS.md,
+//! "Dashboard"; docs/HTTP_API.md).
 //!
 //! 1. The Host check. A page on `evil.example` whose name the attacker
 //!    re-points at 127.0.0.1 (DNS rebinding) is same-origin with the
@@ -7,14 +8,19 @@
 //!    tenant's jobs. Its requests still say `Host: evil.example`, so only the
 //!    dashboard's own names are answered: loopback names, the `listen`
 //!    address, and `[dashboard] allowed_hosts`. Anything else gets 421.
-//! 2. The bearer token (`[dashboard] token_env`), when set: `Authorization:
-//!    Bearer <token>`, or the cookie a browser gets by opening any page once
-//!    with `?token=<token>` (a browser cannot add a header to the page's
-//!    `fetch` and `EventSource` requests; the cookie is `HttpOnly` and
-//!    `SameSite=Strict`, and the `?token=` visit is redirected to the same
-//!    URL without it). Anything else gets 401. Comparisons run in constant
-//!    time over SHA-256 digests, so neither the token's content nor its
-//!    length leaks through timing.
+//! 2. The bearer token, when any is configured: the admin token
+//!    (`[dashboard] token_env`, every tenant) or a tenant's
+//!    (`[dashboard.tenants.<tenant>] token_env`, that tenant only), sent as
+//!    `Authorization: Bearer <token>`, or the cookie a browser gets by
+//!    opening any page once with `?token=<token>` (a browser cannot add a
+//!    header to the page's `fetch` and `EventSource` requests; the cookie is
+//!    `HttpOnly` and `SameSite=Strict`, and the `?token=` visit is
+//!    redirected to the same URL without it). Anything else gets 401.
+//!    Comparisons run in constant time over SHA-256 digests, so neither a
+//!    token's content nor its length leaks through timing. The token decides
+//!    the request's [`Principal`], which the handlers read.
+//! 3. CSRF, for requests that change something and come from a browser
+//!    (src/cli/dashboard/csrf.rs).
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -25,6 +31,9 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use flotilla_agent::digest::sha256_hex;
 use flotilla_config::DashboardConfig;
+use flotilla_protocol::ids::Tenant;
+
+use super::csrf::{self, Csrf, CsrfToken};
 
 /// Names every dashboard answers to.
 const LOOPBACK_NAMES: &[&str] = &["localhost", "127.0.0.1", "::1"];
@@ -32,42 +41,68 @@ const LOOPBACK_NAMES: &[&str] = &["localhost", "127.0.0.1", "::1"];
 const COOKIE: &str = "flotilla_dashboard";
 /// Shortest token accepted: shorter ones can be guessed online.
 const MIN_TOKEN_LEN: usize = 16;
+/// The CSRF session of requests when no token is configured.
+const ANONYMOUS_SESSION: &str = "anonymous";
+
+/// Who a request acts as, decided by its token (docs/HTTP_API.md, "Auth").
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Principal {
+    /// No token is configured (a loopback listener, or `insecure_no_token`):
+    /// reads see every tenant; writes act for the default tenant only.
+    Anonymous,
+    /// The admin token: sees every tenant, acts for any (`?tenant=`).
+    Admin,
+    /// A tenant's token: sees and acts on that tenant's jobs only.
+    Tenant(Tenant),
+}
 
 /// The dashboard's access rules, fixed at start.
 #[derive(Debug)]
 pub struct Guard {
     /// Accepted host names: lowercase, no port, no brackets, no trailing dot.
     hosts: Vec<String>,
-    /// SHA-256 of the token, when one is required.
-    token: Option<String>,
-    /// SHA-256 of the cookie value a valid `?token=` visit sets.
-    cookie: Option<String>,
+    /// SHA-256 of each token, with whom it stands for. Empty: no token.
+    tokens: Vec<(String, Principal)>,
+    /// SHA-256 of the cookie value a valid `?token=` visit sets, per token.
+    cookies: Vec<(String, Principal)>,
+    /// Issues and checks the forms' CSRF tokens.
+    csrf: Csrf,
 }
 
 impl Guard {
-    /// The rules for a dashboard on `listen`, reading the token from the
+    /// The rules for a dashboard on `listen`, reading the tokens from the
     /// environment now. Errors say which `[dashboard]` key to set.
     pub fn from_config(cfg: &DashboardConfig, listen: SocketAddr) -> anyhow::Result<Self> {
-        let token = match &cfg.token_env {
-            Some(var) => Some(read_token(var)?),
-            None if listen.ip().is_loopback() || cfg.insecure_no_token => None,
-            None => anyhow::bail!(
+        let mut tokens: Vec<(String, Principal)> = Vec::new();
+        if let Some(var) = &cfg.token_env {
+            tokens.push((read_token("[dashboard] token_env", var)?, Principal::Admin));
+        }
+        for (name, t) in &cfg.tenants {
+            let tenant = Tenant::new(name.as_str())
+                .map_err(|e| anyhow::anyhow!("[dashboard.tenants.{name}]: {name:?} is not a tenant name: {e}"))?;
+            let key = format!("[dashboard.tenants.{name}] token_env");
+            tokens.push((read_token(&key, &t.token_env)?, Principal::Tenant(tenant)));
+        }
+        for (i, (a, _)) in tokens.iter().enumerate() {
+            if tokens[..i].iter().any(|(b, _)| a == b) {
+                anyhow::bail!("two [dashboard] token_env variables hold the same token: give each its own");
+            }
+        }
+        if tokens.is_empty() && !listen.ip().is_loopback() && !cfg.insecure_no_token {
+            anyhow::bail!(
                 "[dashboard] listen = \"{listen}\" is not a loopback address and the dashboard shows every tenant's \
                  jobs: set [dashboard] token_env = \"FLOTILLA_DASHBOARD_TOKEN\" (and that environment variable), or \
                  insecure_no_token = true if an authenticating reverse proxy is the only way in"
-            ),
-        };
+            );
+        }
         let mut hosts: Vec<String> = LOOPBACK_NAMES.iter().map(|h| h.to_string()).collect();
         if !listen.ip().is_unspecified() {
             hosts.push(normalize(&listen.ip().to_string()));
         }
         hosts.extend(cfg.allowed_hosts.iter().map(|h| normalize(h)));
-        let cookie = token.as_deref().map(cookie_value);
-        Ok(Self {
-            hosts,
-            token: token.map(|t| sha256_hex(t.as_bytes())),
-            cookie: cookie.map(|c| sha256_hex(c.as_bytes())),
-        })
+        let cookies = tokens.iter().map(|(t, p)| (sha256_hex(cookie_value(t).as_bytes()), p.clone())).collect();
+        let tokens = tokens.into_iter().map(|(t, p)| (sha256_hex(t.as_bytes()), p)).collect();
+        Ok(Self { hosts, tokens, cookies, csrf: Csrf::new() })
     }
 
     fn host_allowed(&self, headers: &HeaderMap, req: &Request) -> bool {
@@ -80,10 +115,11 @@ impl Guard {
     }
 }
 
-fn read_token(var: &str) -> anyhow::Result<String> {
-    let token = std::env::var(var).map_err(|_| {
-        anyhow::anyhow!("[dashboard] token_env = \"{var}\" but the environment variable {var} is not set")
-    })?;
+/// The token in environment variable `var`, named by config key `key`.
+/// Returns the token itself: [`Guard::from_config`] keeps only digests.
+fn read_token(key: &str, var: &str) -> anyhow::Result<String> {
+    let token = std::env::var(var)
+        .map_err(|_| anyhow::anyhow!("{key} = \"{var}\" but the environment variable {var} is not set"))?;
     let token = token.trim().to_string();
     if token.len() < MIN_TOKEN_LEN {
         anyhow::bail!(
@@ -121,13 +157,19 @@ fn normalize(host: &str) -> String {
 }
 
 /// Equal digests, compared without an early exit.
-fn same_digest(a: &str, b: &str) -> bool {
+pub(super) fn same_digest(a: &str, b: &str) -> bool {
     a.len() == b.len() && std::hint::black_box(a.bytes().zip(b.bytes()).fold(0u8, |acc, (x, y)| acc | (x ^ y))) == 0
 }
 
-/// How a request proved (or failed to prove) it knows the token.
+/// How a request proved (or failed to prove) it knows a token.
 enum Credential {
-    Valid,
+    /// `session` is `None` for a bearer token (no browser sends one by
+    /// itself, so no CSRF check), else the CSRF session: the cookie, or
+    /// [`ANONYMOUS_SESSION`] when no token is configured.
+    Valid {
+        principal: Principal,
+        session: Option<String>,
+    },
     /// A valid `?token=`: set the cookie and redirect to `location`.
     ValidQuery {
         location: String,
@@ -138,19 +180,26 @@ enum Credential {
 }
 
 impl Guard {
+    /// Whom a token's digest stands for, comparing against every token.
+    fn find(list: &[(String, Principal)], digest: &str) -> Option<Principal> {
+        // No early exit: every configured digest is compared.
+        list.iter().fold(None, |found, (d, p)| if same_digest(d, digest) { Some(p.clone()) } else { found })
+    }
+
     fn credential(&self, req: &Request) -> Credential {
-        let (Some(token), Some(cookie)) = (&self.token, &self.cookie) else { return Credential::Valid };
+        if self.tokens.is_empty() {
+            return Credential::Valid { principal: Principal::Anonymous, session: Some(ANONYMOUS_SESSION.into()) };
+        }
         let headers = req.headers();
         if let Some(auth) = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()) {
             let given = auth.strip_prefix("Bearer ").unwrap_or_default().trim();
-            return if same_digest(&sha256_hex(given.as_bytes()), token) {
-                Credential::Valid
-            } else {
-                Credential::Wrong
+            return match Self::find(&self.tokens, &sha256_hex(given.as_bytes())) {
+                Some(principal) => Credential::Valid { principal, session: None },
+                None => Credential::Wrong,
             };
         }
         if let Some((given, rest)) = query_token(req) {
-            if req.method() != Method::GET || !same_digest(&sha256_hex(given.as_bytes()), token) {
+            if req.method() != Method::GET || Self::find(&self.tokens, &sha256_hex(given.as_bytes())).is_none() {
                 return Credential::Wrong;
             }
             // One leading slash: `//host` would redirect to another site.
@@ -159,8 +208,10 @@ impl Guard {
             return Credential::ValidQuery { location, cookie: cookie_value(&given) };
         }
         match cookie_from(headers) {
-            Some(c) if same_digest(&sha256_hex(c.as_bytes()), cookie) => Credential::Valid,
-            Some(_) => Credential::Wrong,
+            Some(c) => match Self::find(&self.cookies, &sha256_hex(c.as_bytes())) {
+                Some(principal) => Credential::Valid { principal, session: Some(c) },
+                None => Credential::Wrong,
+            },
             None => Credential::Missing,
         }
     }
@@ -188,7 +239,9 @@ fn cookie_from(headers: &HeaderMap) -> Option<String> {
     })
 }
 
-/// The middleware: Host check, then token check, then the route.
+/// The middleware: Host check, then token check, then (for a browser's
+/// writes) the CSRF check, then the route with the request's [`Principal`]
+/// and [`CsrfToken`] in its extensions.
 pub async fn check(State(guard): State<Arc<Guard>>, req: Request, next: Next) -> Response {
     if !guard.host_allowed(req.headers(), &req) {
         tracing::debug!(host = ?req.headers().get(header::HOST), "dashboard request for another host refused");
@@ -199,7 +252,20 @@ pub async fn check(State(guard): State<Arc<Guard>>, req: Request, next: Next) ->
         );
     }
     match guard.credential(&req) {
-        Credential::Valid => next.run(req).await,
+        Credential::Valid { principal, session } => {
+            let mut req = req;
+            if let Some(session) = &session {
+                if !is_safe(req.method()) && csrf::from_browser(req.headers()) {
+                    req = match guard.csrf.check(session, req).await {
+                        Ok(req) => req,
+                        Err(why) => return refuse(StatusCode::FORBIDDEN, why),
+                    };
+                }
+                req.extensions_mut().insert(CsrfToken(guard.csrf.token(session)));
+            }
+            req.extensions_mut().insert(principal);
+            next.run(req).await
+        }
         Credential::ValidQuery { location, cookie } => {
             let cookie = format!("{COOKIE}={cookie}; HttpOnly; SameSite=Strict; Path=/");
             let mut r = StatusCode::SEE_OTHER.into_response();
@@ -212,13 +278,18 @@ pub async fn check(State(guard): State<Arc<Guard>>, req: Request, next: Next) ->
         Credential::Missing | Credential::Wrong => {
             let mut r = refuse(
                 StatusCode::UNAUTHORIZED,
-                "this dashboard needs its token ([dashboard] token_env): send `Authorization: Bearer <token>`, or \
-                 open any page once in the browser with ?token=<token>\n",
+                "this dashboard needs a token ([dashboard] token_env or [dashboard.tenants.<tenant>] token_env): \
+                 send `Authorization: Bearer <token>`, or open any page once in the browser with ?token=<token>\n",
             );
             r.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer realm=\"flotilla\""));
             r
         }
     }
+}
+
+/// Methods that change nothing (the dashboard's GET routes only read).
+fn is_safe(m: &Method) -> bool {
+    matches!(*m, Method::GET | Method::HEAD | Method::OPTIONS)
 }
 
 fn refuse(status: StatusCode, text: &'static str) -> Response {
@@ -254,6 +325,46 @@ mod tests {
             DashboardConfig { token_env: Some("FLOTILLA_TEST_UNSET_DASHBOARD_TOKEN".into()), ..Default::default() };
         let e = Guard::from_config(&cfg, "127.0.0.1:1".parse().unwrap()).unwrap_err().to_string();
         assert!(e.contains("FLOTILLA_TEST_UNSET_DASHBOARD_TOKEN is not set"), "{e}");
+    }
+
+    fn with_tokens(vars: &[(&str, &str)]) {
+        for (k, v) in vars {
+            // SAFETY: test-only variables, each name used by one test.
+            unsafe { std::env::set_var(k, v) };
+        }
+    }
+
+    fn bearer(token: &str) -> Request {
+        Request::builder().header(header::AUTHORIZATION, format!("Bearer {token}")).body(Default::default()).unwrap()
+    }
+
+    #[test]
+    fn each_token_stands_for_its_principal_and_a_shared_token_is_refused() {
+        with_tokens(&[
+            ("FLOTILLA_TEST_GUARD_ADMIN", "admin-token-0123456789"),
+            ("FLOTILLA_TEST_GUARD_ACME", "acme-token-0123456789"),
+            ("FLOTILLA_TEST_GUARD_SAME", "admin-token-0123456789"),
+        ]);
+        let mut cfg =
+            DashboardConfig { token_env: Some("FLOTILLA_TEST_GUARD_ADMIN".into()), ..DashboardConfig::default() };
+        let tenant = |var: &str| flotilla_config::DashboardTenant { token_env: var.into() };
+        cfg.tenants.insert("acme".into(), tenant("FLOTILLA_TEST_GUARD_ACME"));
+        let g = Guard::from_config(&cfg, "0.0.0.0:1".parse().unwrap()).expect("tokens satisfy a public listener");
+        let who = |token: &str| match g.credential(&bearer(token)) {
+            Credential::Valid { principal, session: None } => Some(principal),
+            _ => None,
+        };
+        assert_eq!(who("admin-token-0123456789"), Some(Principal::Admin));
+        assert_eq!(who("acme-token-0123456789"), Some(Principal::Tenant(Tenant::new("acme").unwrap())));
+        assert_eq!(who("acme-token-0123456789x"), None);
+
+        cfg.tenants.insert("globex".into(), tenant("FLOTILLA_TEST_GUARD_SAME"));
+        let e = Guard::from_config(&cfg, "127.0.0.1:1".parse().unwrap()).unwrap_err().to_string();
+        assert!(e.contains("same token"), "{e}");
+        cfg.tenants.clear();
+        cfg.tenants.insert("no such tenant!".into(), tenant("FLOTILLA_TEST_GUARD_ACME"));
+        let e = Guard::from_config(&cfg, "127.0.0.1:1".parse().unwrap()).unwrap_err().to_string();
+        assert!(e.contains("[dashboard.tenants.no such tenant!]"), "{e}");
     }
 
     #[test]

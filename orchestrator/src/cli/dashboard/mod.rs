@@ -1,27 +1,38 @@
-//! The web dashboard (`[dashboard] listen`, off by default): a jobs list and,
-//! per job, its todos, a task timeline, spend and each task's report, kept
-//! live by Server-Sent Events read from the events stream. Pages are rendered
-//! on the server ([`view`]); the only script is a few lines that append
-//! events to a log and re-fetch the page fragment when something happens.
+//! The web dashboard and HTTP API (`[dashboard] listen`, off by default): a
+//! jobs list and, per job, its todos, a task timeline, spend and each task's
+//! report, kept live by Server-Sent Events read from the events stream; forms
+//! to submit, cancel and answer approvals; the JSON API of docs/HTTP_API.md.
+//! Pages are rendered on the server ([`view`]); the only script is a few
+//! lines that append events to a log and re-fetch the page fragment when
+//! something happens.
 //!
 //! | route | what |
 //! |---|---|
-//! | `GET /` | jobs of every tenant, newest first (`?status=running&tenant=t` filter; 200 a page, `?after=<job id>` the next, `?limit=N` up to 500) |
-//! | `GET /jobs/<id>` | one job, with one page of its tasks (`?after=<task id>&tasks=N`, default 100) |
+//! | `GET /` | jobs, newest first (`?status=running&tenant=t` filter; 200 a page, `?after=<job id>` the next, `?limit=N` up to 500), with a submit box |
+//! | `GET /jobs/<id>` | one job, with one page of its tasks (`?after=<task id>&tasks=N`, default 100), its pending approvals and a cancel button |
 //! | `GET /fragment/jobs`, `/fragment/jobs/<id>` | the same without the page around it |
-//! | `GET /events` | SSE of every job's job-level events, from now on |
-//! | `GET /jobs/<id>/events` | SSE of one job's job and progress events, from its first to its last |
-//! | `GET /api/jobs` (a `ListReply`: `jobs` and `next_after`, same query), `/api/jobs/<id>` (a `StatusReply`, same paging), `/api/workers` | JSON |
+//! | `GET /events` | SSE of every visible job's job-level events, from now on |
+//! | `GET /jobs/<id>/events` (also `/api/jobs/<id>/events`) | SSE of one job's job and progress events, from its first to its last |
+//! | `POST /actions/submit`, `/actions/jobs/<id>/cancel`, `/actions/approvals/<call id>` | the pages' forms ([`forms`]) |
+//! | `/api/*` | the JSON API ([`api`], docs/HTTP_API.md) |
 //!
 //! It shows every tenant, so [`guard`] sits in front of every route: it
-//! answers only its own host names (against DNS rebinding) and, with
-//! `[dashboard] token_env`, only requests carrying the token; a non-loopback
-//! `listen` address needs the token (docs/OPERATIONS.md, "Dashboard").
+//! answers only its own host names (against DNS rebinding), with tokens
+//! configured only requests carrying one (the admin token, or a tenant's,
+//! which [`access`] confines to its tenant), and refuses a browser's write
+//! without CSRF proof ([`csrf`]); a non-loopback `listen` address needs a
+//! token (docs/OPERATIONS.md, "Dashboard").
 //!
 //! It lives in the `flotilla` binary, not the orchestrator library (issue 11:
 //! HTTP serving belongs to the binaries); all it reads comes through the
-//! library's read-only [`JobsReader`], and src/cli/endpoints.rs binds it.
+//! library's read-only [`JobsReader`], all it changes goes through the job
+//! API on the bus ([`actions`]), and src/cli/endpoints.rs binds it.
 
+mod access;
+mod actions;
+mod api;
+mod csrf;
+mod forms;
 mod guard;
 mod view;
 
@@ -29,33 +40,55 @@ use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use axum::Json;
+use axum::Extension;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
+use flotilla_bus::Bus;
 use flotilla_config::DashboardConfig;
 use flotilla_orchestrator::events::{Event, Scope};
 use flotilla_orchestrator::reader::JobsReader;
-use flotilla_protocol::ids::{JobId, TaskId, Tenant};
+use flotilla_protocol::ids::{JobId, TaskId};
 use flotilla_protocol::{JobRecord, JobStatus, ListReply, ProgressKind, StatusReply};
 use futures::{Stream, StreamExt};
 use serde::Deserialize;
 
-/// What every handler reads: the dashboard observes and never changes a job.
+use csrf::CsrfToken;
+use guard::Principal;
+
+/// What every handler reads and writes through.
 #[derive(Clone)]
 struct Dash {
     /// Job records of every tenant, live workers, the events stream (SSE).
     reader: JobsReader,
+    /// A client connection for the job API requests of the writes
+    /// ([`actions`]): the same requests the CLI sends.
+    bus: Bus,
+    /// `[files] max_upload_bytes`: the most a submit's files may hold in all.
+    max_upload: u64,
 }
 
 /// The dashboard's routes behind its [`guard`], for serving on `addr` (the
-/// binary binds it: docs/OPERATIONS.md, "Dashboard"). Fails when `config`'s
-/// access rules cannot be met (a token required or named but not set).
-pub fn router(addr: SocketAddr, config: &DashboardConfig, reader: JobsReader) -> anyhow::Result<axum::Router> {
+/// binary binds it: docs/OPERATIONS.md, "Dashboard"). Writes go as job API
+/// requests over `bus`; a submit's files are limited to `max_upload` bytes.
+/// Fails when `config`'s access rules cannot be met (a token required or
+/// named but not set).
+pub fn router(
+    addr: SocketAddr,
+    config: &DashboardConfig,
+    reader: JobsReader,
+    bus: Bus,
+    max_upload: u64,
+) -> anyhow::Result<axum::Router> {
     let guard = Arc::new(guard::Guard::from_config(config, addr)?);
-    Ok(routes(Dash { reader }).layer(axum::middleware::from_fn_with_state(guard, guard::check)))
+    let state = Dash { reader, bus, max_upload };
+    // base64 makes a submit's files a third larger; room for the JSON around them.
+    let body_limit = usize::try_from(max_upload.saturating_mul(4) / 3).unwrap_or(usize::MAX).saturating_add(1 << 20);
+    Ok(routes(state)
+        .layer(axum::extract::DefaultBodyLimit::max(body_limit))
+        .layer(axum::middleware::from_fn_with_state(guard, guard::check)))
 }
 
 fn routes(state: Dash) -> axum::Router {
@@ -66,13 +99,13 @@ fn routes(state: Dash) -> axum::Router {
         .route("/fragment/jobs/{id}", get(job_fragment))
         .route("/events", get(all_events))
         .route("/jobs/{id}/events", get(job_events))
-        .route("/api/jobs", get(api_jobs))
-        .route("/api/jobs/{id}", get(api_job))
-        .route("/api/workers", get(api_workers))
+        .merge(api::routes())
+        .merge(forms::routes())
         .with_state(state)
 }
 
 /// An error page with a status code.
+#[derive(Debug)]
 struct Failure(StatusCode, String);
 
 impl IntoResponse for Failure {
@@ -118,30 +151,31 @@ impl PageQuery {
 }
 
 impl Dash {
-    async fn list(&self, q: &ListQuery) -> Result<ListReply, Failure> {
+    /// One page of the jobs `who` sees.
+    async fn list(&self, who: &Principal, q: &ListQuery) -> Result<ListReply, Failure> {
         let bad = |e: String| Failure(StatusCode::BAD_REQUEST, e);
         let status = match q.status.as_deref().filter(|s| !s.is_empty()) {
             Some(s) => Some(s.parse::<JobStatus>().map_err(bad)?),
             None => None,
         };
-        let tenant = match q.tenant.as_deref().filter(|s| !s.is_empty()) {
-            Some(t) => Some(Tenant::new(t).map_err(|e| bad(e.to_string()))?),
-            None => None,
-        };
+        let tenant = who.list_scope(api::parse_tenant(q.tenant.as_deref())?)?;
         let limit = q.limit.unwrap_or(DEFAULT_JOBS_PAGE).min(flotilla_protocol::MAX_LIST_PAGE);
         self.reader.list(tenant, status, q.after, limit).await.map_err(unavailable)
     }
 
+    /// Job `id`'s header, whatever its tenant (callers check who sees it).
     async fn job(&self, id: &str) -> Result<JobRecord, Failure> {
-        Ok(self.job_page(id, &PageQuery { tasks: Some(0), ..PageQuery::default() }).await?.job)
+        let id: JobId = id.parse().map_err(|_| Failure(StatusCode::BAD_REQUEST, format!("{id:?} is not a job id")))?;
+        let reply = self.reader.status(&id, None, 0).await.map_err(unavailable)?;
+        reply.map(|r| r.job).ok_or(Failure(StatusCode::NOT_FOUND, format!("no job {id}")))
     }
 
-    /// A job's header and one page of its tasks.
-    async fn job_page(&self, id: &str, q: &PageQuery) -> Result<StatusReply, Failure> {
+    /// A job's header and one page of its tasks, if `who` sees it.
+    async fn job_page(&self, who: &Principal, id: &str, q: &PageQuery) -> Result<StatusReply, Failure> {
         let id: JobId = id.parse().map_err(|_| Failure(StatusCode::BAD_REQUEST, format!("{id:?} is not a job id")))?;
         let limit = q.tasks.unwrap_or(flotilla_protocol::DEFAULT_TASKS_PAGE).min(flotilla_protocol::MAX_TASKS_PAGE);
         let reply = self.reader.status(&id, q.after, limit).await.map_err(unavailable)?;
-        reply.ok_or(Failure(StatusCode::NOT_FOUND, format!("no job {id}")))
+        reply.filter(|r| who.sees(&r.job.tenant)).ok_or(Failure(StatusCode::NOT_FOUND, format!("no job {id}")))
     }
 }
 
@@ -157,23 +191,44 @@ fn page(title: &str, fragment_url: &str, events_url: &str, body: String) -> Resu
     .map_err(template_failure)
 }
 
-async fn jobs_fragment(State(d): State<Dash>, Query(q): Query<ListQuery>) -> Result<Html<String>, Failure> {
-    let page = d.list(&q).await?;
+/// The CSRF token for the page's forms (none for bearer-token requests,
+/// which need none).
+fn csrf_of(token: Option<Extension<CsrfToken>>) -> String {
+    token.map(|Extension(CsrfToken(t))| t).unwrap_or_default()
+}
+
+async fn jobs_fragment(
+    State(d): State<Dash>,
+    Extension(who): Extension<Principal>,
+    csrf: Option<Extension<CsrfToken>>,
+    Query(q): Query<ListQuery>,
+) -> Result<Html<String>, Failure> {
+    let page = d.list(&who, &q).await?;
     let next = page.next_after.map(|a| {
         let status = q.status.as_deref().filter(|s| !s.is_empty()).map(|s| format!("status={s}&")).unwrap_or_default();
         let tenant = q.tenant.as_deref().filter(|s| !s.is_empty()).map(|t| format!("tenant={t}&")).unwrap_or_default();
         format!("/?{status}{tenant}after={a}")
     });
     let jobs = view::value(view::job_rows(&page.jobs));
-    view::render("jobs.html", minijinja::context! { jobs, next }).map(Html).map_err(template_failure)
+    let own_tenant = match &who {
+        Principal::Tenant(t) => Some(t.to_string()),
+        Principal::Admin | Principal::Anonymous => None,
+    };
+    let ctx = minijinja::context! { jobs, next, csrf => csrf_of(csrf), own_tenant };
+    view::render("jobs.html", ctx).map(Html).map_err(template_failure)
 }
 
-async fn jobs_page(State(d): State<Dash>, Query(q): Query<ListQuery>) -> Result<Html<String>, Failure> {
+async fn jobs_page(
+    State(d): State<Dash>,
+    who: Extension<Principal>,
+    csrf: Option<Extension<CsrfToken>>,
+    Query(q): Query<ListQuery>,
+) -> Result<Html<String>, Failure> {
     let mut params: Vec<String> = Vec::new();
     params.extend(q.status.as_deref().filter(|s| !s.is_empty()).map(|s| format!("status={s}")));
     params.extend(q.tenant.as_deref().filter(|s| !s.is_empty()).map(|t| format!("tenant={t}")));
     params.extend(q.after.map(|a| format!("after={a}")));
-    let Html(body) = jobs_fragment(State(d), Query(q)).await?;
+    let Html(body) = jobs_fragment(State(d), who, csrf, Query(q)).await?;
     let fragment =
         if params.is_empty() { "/fragment/jobs".to_string() } else { format!("/fragment/jobs?{}", params.join("&")) };
     page("jobs", &fragment, "/events", body)
@@ -181,40 +236,42 @@ async fn jobs_page(State(d): State<Dash>, Query(q): Query<ListQuery>) -> Result<
 
 async fn job_fragment(
     State(d): State<Dash>,
+    Extension(who): Extension<Principal>,
+    csrf: Option<Extension<CsrfToken>>,
     Path(id): Path<String>,
     Query(q): Query<PageQuery>,
 ) -> Result<Html<String>, Failure> {
-    let reply = d.job_page(&id, &q).await?;
+    let reply = d.job_page(&who, &id, &q).await?;
     let job = view::job_view(&reply.job, reply.next_after, flotilla_protocol::now());
-    view::render("job.html", minijinja::context! { job => view::value(job) }).map(Html).map_err(template_failure)
+    let can_act = !reply.job.status.is_terminal() && who.may_act(&reply.job.tenant).is_ok();
+    // Pending approvals come from the job API; without an answer the page
+    // still shows the job, with a note instead of the buttons.
+    let (approvals, approvals_error) = if can_act {
+        match d.approvals(&reply.job.tenant, Some(reply.job.id)).await {
+            Ok(a) => (view::approval_rows(&a.approvals, flotilla_protocol::now()), None),
+            Err(Failure(_, e)) => (Vec::new(), Some(e)),
+        }
+    } else {
+        (Vec::new(), None)
+    };
+    let ctx = minijinja::context! {
+        job => view::value(job), csrf => csrf_of(csrf), can_act,
+        approvals => view::value(approvals), approvals_error,
+    };
+    view::render("job.html", ctx).map(Html).map_err(template_failure)
 }
 
 async fn job_page(
     State(d): State<Dash>,
+    who: Extension<Principal>,
+    csrf: Option<Extension<CsrfToken>>,
     Path(id): Path<String>,
     Query(q): Query<PageQuery>,
 ) -> Result<Html<String>, Failure> {
     let suffix = q.suffix();
-    let Html(body) = job_fragment(State(d.clone()), Path(id.clone()), Query(q)).await?;
-    let id = d.job(&id).await?.id;
+    let id = d.job_page(&who, &id, &PageQuery { tasks: Some(0), ..PageQuery::default() }).await?.job.id;
+    let Html(body) = job_fragment(State(d), who, csrf, Path(id.to_string()), Query(q)).await?;
     page(&format!("job {id}"), &format!("/fragment/jobs/{id}{suffix}"), &format!("/jobs/{id}/events"), body)
-}
-
-async fn api_jobs(State(d): State<Dash>, Query(q): Query<ListQuery>) -> Result<Json<ListReply>, Failure> {
-    d.list(&q).await.map(Json)
-}
-
-async fn api_job(
-    State(d): State<Dash>,
-    Path(id): Path<String>,
-    Query(q): Query<PageQuery>,
-) -> Result<Json<StatusReply>, Failure> {
-    d.job_page(&id, &q).await.map(Json)
-}
-
-async fn api_workers(State(d): State<Dash>) -> Result<Response, Failure> {
-    let workers = d.reader.live_workers().await.map_err(unavailable)?;
-    Ok(Json(workers).into_response())
 }
 
 /// Turns followed bus events into SSE messages named `job` or `progress`
@@ -232,20 +289,34 @@ fn sse(events: impl Stream<Item = anyhow::Result<Event>> + Send + 'static) -> Re
     Sse::new(stream).keep_alive(KeepAlive::default()).into_response()
 }
 
-async fn all_events(State(d): State<Dash>) -> Result<Response, Failure> {
-    let events = d.reader.follow(Scope::All, false).await.map_err(unavailable)?;
+/// Every visible job's job-level events: a tenant's token follows its tenant only.
+async fn all_events(State(d): State<Dash>, Extension(who): Extension<Principal>) -> Result<Response, Failure> {
+    let scope = match who {
+        Principal::Tenant(t) => Scope::Tenant(t),
+        Principal::Admin | Principal::Anonymous => Scope::All,
+    };
+    let events = d.reader.follow(scope, false).await.map_err(unavailable)?;
     Ok(sse(events))
 }
 
-async fn job_events(State(d): State<Dash>, Path(id): Path<String>) -> Result<Response, Failure> {
-    let rec = d.job(&id).await?;
+/// One job's events, from its first to its terminal one (`/jobs/<id>/events`
+/// and `/api/jobs/<id>/events`).
+async fn job_events(
+    State(d): State<Dash>,
+    Extension(who): Extension<Principal>,
+    Path(id): Path<String>,
+) -> Result<Response, Failure> {
+    let rec = d.visible_job(&who, &id).await?;
     let events = d.reader.follow(Scope::Job(rec.tenant, rec.id), true).await.map_err(unavailable)?;
-    // The stream ends after the job's terminal event: nothing follows it.
-    let mut ended = false;
-    let events = events.take_while(move |e| {
-        let go = !ended;
-        ended |= matches!(e, Ok(Event::Job(j)) if j.kind.is_terminal());
-        futures::future::ready(go)
+    // The stream ends right after the job's terminal event: nothing follows
+    // it, so the response ends then instead of waiting for another event.
+    let events = futures::stream::unfold((Box::pin(events), false), |(mut events, ended)| async move {
+        if ended {
+            return None;
+        }
+        let item = events.next().await?;
+        let terminal = matches!(&item, Ok(Event::Job(j)) if j.kind.is_terminal());
+        Some((item, (events, terminal)))
     });
     Ok(sse(events))
 }

@@ -5,7 +5,7 @@
 use std::sync::LazyLock;
 
 use flotilla_protocol::ids::TaskId;
-use flotilla_protocol::{JobRecord, JobSummary, TodoStatus, Usage};
+use flotilla_protocol::{ApprovalRequest, JobRecord, JobSummary, TodoStatus, Usage};
 use minijinja::Environment;
 use serde::Serialize;
 use time::OffsetDateTime;
@@ -225,6 +225,68 @@ pub fn job_view(rec: &JobRecord, next_after: Option<TaskId>, now: OffsetDateTime
         task_counts: rec.task_counts.pairs().iter().filter(|(_, n)| *n > 0).map(|(s, n)| (s.as_str(), *n)).collect(),
         next_after: next_after.map(|t| t.to_string()),
     }
+}
+
+/// Text made safe to put in HTML built outside a template.
+pub fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// `text` as one URL path segment: unreserved characters kept, the rest
+/// percent-encoded (a model's call id may hold any character).
+fn path_segment(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
+            b => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// One pending approval on a job page, with the decisions it offers.
+#[derive(Serialize)]
+pub struct ApprovalRow {
+    call_id: String,
+    /// `call_id` percent-encoded for the form's URL path.
+    call_path: String,
+    task_id: String,
+    tool: String,
+    /// The requested arguments, pretty JSON (the edit box starts with them).
+    args: String,
+    approve: bool,
+    reject: bool,
+    edit: bool,
+    expires_in_s: i64,
+}
+
+/// Rows of a job's pending approvals at `now`.
+pub fn approval_rows(requests: &[ApprovalRequest], now: OffsetDateTime) -> Vec<ApprovalRow> {
+    use flotilla_protocol::DecisionKind;
+    requests
+        .iter()
+        .map(|r| ApprovalRow {
+            call_id: r.call_id.clone(),
+            call_path: path_segment(&r.call_id),
+            task_id: r.task_id.to_string(),
+            tool: r.tool.clone(),
+            args: serde_json::to_string_pretty(&r.args).unwrap_or_default(),
+            approve: r.decisions.contains(&DecisionKind::Approve),
+            reject: r.decisions.contains(&DecisionKind::Reject),
+            edit: r.decisions.contains(&DecisionKind::Edit),
+            expires_in_s: (r.expires_at - now).whole_seconds().max(0),
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -1,0 +1,161 @@
+//! The dashboard's writes: submit (with files), cancel, the approvals list
+//! and approval decisions. Each is a request on the job API of the tenant
+//! it acts for (`<prefix>.api.<tenant>.<op>`, docs/PROTOCOL.md), exactly as
+//! the CLI sends it (src/cli/submit.rs, files.rs, cancel.rs, approve.rs), so
+//! the orchestrator's own checks apply; the dashboard never writes a store.
+//! Both the JSON API (src/cli/dashboard/api.rs) and the HTML forms
+//! (src/cli/dashboard/forms.rs) call these.
+
+use std::time::Duration;
+
+use axum::http::StatusCode;
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use flotilla_agent::digest::sha256_hex;
+use flotilla_agent::files::FilePath;
+use flotilla_protocol::files_api::{FILE_PART_BYTES, FilesPutReply, FilesPutRequest, StagedFile, UploadId};
+use flotilla_protocol::ids::{JobId, TaskId, Tenant};
+use flotilla_protocol::{
+    ApiReply, ApprovalsReply, ApprovalsRequest, ApproveReply, ApproveRequest, CancelReply, CancelRequest, Decision,
+    ErrorKind, JobRecord, Message, SCHEMA_VERSION, SubmitReply, SubmitRequest,
+};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use super::guard::Principal;
+use super::{Dash, Failure};
+
+/// The CLI's budget for one API request (src/cli/client.rs).
+const TIMEOUT: Duration = Duration::from_secs(10);
+/// An upload part may take longer (src/cli/files.rs).
+const FILE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A file sent with a submit: its job path and its bytes.
+pub struct NewFile {
+    pub path: FilePath,
+    pub bytes: Vec<u8>,
+}
+
+/// The HTTP status of an API error reply's kind.
+pub fn status_of(kind: ErrorKind) -> StatusCode {
+    match kind {
+        ErrorKind::Validation => StatusCode::BAD_REQUEST,
+        ErrorKind::Business | ErrorKind::Cancelled => StatusCode::CONFLICT,
+        ErrorKind::Permission => StatusCode::FORBIDDEN,
+        ErrorKind::NotFound => StatusCode::NOT_FOUND,
+        ErrorKind::Limit => StatusCode::PAYLOAD_TOO_LARGE,
+        ErrorKind::Transient => StatusCode::SERVICE_UNAVAILABLE,
+        ErrorKind::Timeout => StatusCode::GATEWAY_TIMEOUT,
+        ErrorKind::Bug => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
+impl Dash {
+    /// One typed request on `tenant`'s job API; an error reply keeps its kind
+    /// as the HTTP status, a bus failure is 503.
+    async fn call<Req: Message, Rep: Serialize + DeserializeOwned>(
+        &self,
+        tenant: &Tenant,
+        op: &str,
+        req: &Req,
+        timeout: Duration,
+    ) -> Result<Rep, Failure> {
+        let reply: ApiReply<Rep> = self.bus.request(tenant, op, req, timeout).await.map_err(super::unavailable)?;
+        reply.into_result().map_err(|e| Failure(status_of(e.kind), e.message))
+    }
+
+    /// Job `id`'s header, if `who` sees it (404 otherwise, as for no job).
+    pub async fn visible_job(&self, who: &Principal, id: &str) -> Result<JobRecord, Failure> {
+        let rec = self.job(id).await?;
+        if !who.sees(&rec.tenant) {
+            return Err(Failure(StatusCode::NOT_FOUND, format!("no job {}", rec.id)));
+        }
+        Ok(rec)
+    }
+
+    /// Uploads `files` (at most `[files] max_upload_bytes` in all) in parts,
+    /// then submits the job for `tenant`; no job starts if an upload fails.
+    pub async fn submit(&self, tenant: &Tenant, input: String, files: Vec<NewFile>) -> Result<JobId, Failure> {
+        if input.trim().is_empty() {
+            return Err(Failure(StatusCode::BAD_REQUEST, "the job text is empty".into()));
+        }
+        let total: u64 = files.iter().map(|f| f.bytes.len() as u64).sum();
+        if total > self.max_upload {
+            let max = self.max_upload;
+            let msg = format!("the files come to {total} bytes, more than [files] max_upload_bytes ({max} bytes)");
+            return Err(Failure(StatusCode::PAYLOAD_TOO_LARGE, msg));
+        }
+        let mut staged = Vec::with_capacity(files.len());
+        for f in files {
+            let upload = UploadId::new_v4();
+            let parts = f.bytes.chunks(FILE_PART_BYTES);
+            let count = parts.len() as u32;
+            for (index, part) in parts.enumerate() {
+                let req =
+                    FilesPutRequest { v: SCHEMA_VERSION, upload, index: index as u32, data: STANDARD.encode(part) };
+                let _: FilesPutReply = self.call(tenant, "files_put", &req, FILE_TIMEOUT).await?;
+            }
+            let (size, sha256) = (f.bytes.len() as u64, sha256_hex(&f.bytes));
+            staged.push(StagedFile { upload, parts: count, path: f.path.to_string(), size, sha256 });
+        }
+        let req = SubmitRequest { v: SCHEMA_VERSION, input, files: staged };
+        let reply: SubmitReply = self.call(tenant, "submit", &req, TIMEOUT).await?;
+        Ok(reply.job_id)
+    }
+
+    /// Cancels job `id` for `who`, on the job's own tenant's API.
+    pub async fn cancel(&self, who: &Principal, id: &str, reason: Option<String>) -> Result<CancelReply, Failure> {
+        let rec = self.visible_job(who, id).await?;
+        who.may_act(&rec.tenant)?;
+        let req = CancelRequest { v: SCHEMA_VERSION, job_id: rec.id, reason };
+        self.call(&rec.tenant, "cancel", &req, TIMEOUT).await
+    }
+
+    /// `tenant`'s pending approval requests (of one job when `job` is given).
+    pub async fn approvals(&self, tenant: &Tenant, job: Option<JobId>) -> Result<ApprovalsReply, Failure> {
+        self.call(tenant, "approvals", &ApprovalsRequest { v: SCHEMA_VERSION, job_id: job }, TIMEOUT).await
+    }
+
+    /// Answers approval request `call_id` of `job` as `flotilla approve` does.
+    pub async fn decide(&self, who: &Principal, d: DecisionInput) -> Result<ApproveReply, Failure> {
+        let rec = self.visible_job(who, &d.job_id.to_string()).await?;
+        who.may_act(&rec.tenant)?;
+        if let Decision::Edit { args } = &d.decision
+            && !args.is_object()
+        {
+            return Err(Failure(StatusCode::BAD_REQUEST, "edit args must be a JSON object of tool arguments".into()));
+        }
+        let by = d.by.filter(|b| !b.trim().is_empty()).unwrap_or_else(|| who.actor());
+        let req = ApproveRequest {
+            v: SCHEMA_VERSION,
+            job_id: rec.id,
+            call_id: d.call_id,
+            task_id: d.task_id,
+            decision: d.decision,
+            by: Some(by),
+        };
+        self.call(&rec.tenant, "approve", &req, TIMEOUT).await
+    }
+}
+
+/// One approval decision, from the API's JSON or a form.
+pub struct DecisionInput {
+    pub job_id: JobId,
+    pub call_id: String,
+    pub task_id: Option<TaskId>,
+    pub decision: Decision,
+    pub by: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_kinds_map_to_distinct_http_statuses_for_the_common_cases() {
+        assert_eq!(status_of(ErrorKind::NotFound), StatusCode::NOT_FOUND);
+        assert_eq!(status_of(ErrorKind::Validation), StatusCode::BAD_REQUEST);
+        assert_eq!(status_of(ErrorKind::Permission), StatusCode::FORBIDDEN);
+        assert_eq!(status_of(ErrorKind::Business), StatusCode::CONFLICT);
+    }
+}
