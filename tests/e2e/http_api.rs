@@ -196,6 +196,29 @@ async fn submit_status_sse_and_cancel_over_http_with_tenant_bound_tokens() {
     })
     .await;
     assert_eq!(ended, "cancelled");
+
+    // In a browser, acme's token (once, as ?token=) becomes a cookie; the
+    // submit box then submits for acme, with the cookie session's CSRF token.
+    let mut browser = tokio::task::block_in_place(|| browser::Browser::start(&chromium()));
+    let submitted = tokio::task::block_in_place(|| {
+        browser.open(&format!("{base}/?token={ACME_TOKEN}"));
+        browser.until(
+            TIMEOUT,
+            "the jobs page without the token",
+            "location.search === '' && !!document.getElementById('submit-form')",
+        );
+        assert_eq!(
+            browser.eval("document.getElementById('submit-form').textContent.includes('as tenant acme')"),
+            Some(true.into())
+        );
+        let typed = "document.querySelector('#submit-form textarea').value = 'Compute the gross margin of region west: revenue 80, cost 20.'; \
+                     document.getElementById('submit-job').click(); true";
+        assert_eq!(browser.eval(typed), Some(Value::Bool(true)));
+        browser.until(TIMEOUT, "the new job's page", "/^\\/jobs\\/[0-9a-f-]{36}$/.test(location.pathname)");
+        browser.eval("location.pathname.split('/')[2]").and_then(|v| v.as_str().map(String::from)).expect("job id")
+    });
+    let (status, rec) = send(http.get(format!("{base}/api/jobs/{submitted}")).header(AUTHORIZATION, &acme)).await;
+    assert_eq!((status, rec["tenant"].as_str()), (StatusCode::OK, Some("acme")), "{rec}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

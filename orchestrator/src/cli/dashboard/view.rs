@@ -308,6 +308,31 @@ mod tests {
     }
 
     #[test]
+    fn a_running_job_page_carries_the_csrf_token_in_its_cancel_and_approval_forms() {
+        let rec = JobRecord::new(JobId::new(), Tenant::default(), "deploy".into());
+        let request: ApprovalRequest = serde_json::from_value(serde_json::json!({
+            "v": 1, "job_id": rec.id, "task_id": flotilla_protocol::ids::TaskId::new(), "tenant": "default",
+            "subagent_type": "ops", "worker_id": "w1", "call_id": "call/1 x", "tool": "deploy",
+            "args": {"env": "<prod>"}, "input_schema": {"type": "object"}, "decisions": ["approve", "reject"],
+            "requested_at": "1970-01-01T00:00:00Z", "expires_at": "1970-01-01T00:05:00Z",
+        }))
+        .unwrap();
+        let approvals = approval_rows(&[request], OffsetDateTime::UNIX_EPOCH);
+        let ctx = minijinja::context! {
+            job => value(job_view(&rec, None, rec.created_at)), csrf => "c5rf", can_act => true,
+            approvals => value(approvals),
+        };
+        let html = render("job.html", ctx).unwrap();
+        assert_eq!(html.matches(r#"name="csrf" value="c5rf""#).count(), 2, "cancel and approval forms: {html}");
+        assert!(html.contains(r#"action="/actions/approvals/call%2F1%20x""#), "{html}");
+        assert!(html.contains(r#"value="approve""#) && html.contains(r#"value="reject""#), "{html}");
+        assert!(!html.contains(r#"value="edit""#), "edit is not offered: {html}");
+        assert!(html.contains("&lt;prod&gt;") && !html.contains("<prod>"), "arguments are escaped: {html}");
+        let ctx = minijinja::context! { job => value(job_view(&rec, None, rec.created_at)), can_act => false };
+        assert!(!render("job.html", ctx).unwrap().contains("cancel-form"), "no buttons without the right to act");
+    }
+
+    #[test]
     fn untrusted_text_is_escaped() {
         let mut rec = JobRecord::new(JobId::new(), Tenant::default(), "<script>alert(1)</script>".into());
         rec.answer = Some("<img src=x onerror=alert(2)>".into());
