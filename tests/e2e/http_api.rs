@@ -422,3 +422,57 @@ async fn in_chromium_a_job_is_submitted_approved_and_another_cancelled_through_t
     assert_eq!(end["event"], "cancelled", "{end}");
     assert_eq!(d.status(other).await.status, JobStatus::Cancelled);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn approvals_are_listed_and_decided_over_the_json_api() {
+    let port = free_port();
+    let d = Deployment::start(1, |url| approvals_config(url, port)).await;
+    d.orchestrator_ready().await;
+    let mut log = EventLog::subscribe(&d.raw.client, "flotilla.job.>").await;
+    let base = format!("http://127.0.0.1:{port}");
+    let http = client();
+    let submit = || async {
+        let (status, created) = send(http.post(format!("{base}/api/jobs")).json(&json!({"input": "one margin"}))).await;
+        assert_eq!(status, StatusCode::CREATED, "{created}");
+        created["job_id"].as_str().unwrap().to_string()
+    };
+
+    // Edit: the call runs with the person's arguments.
+    let job = submit().await;
+    approval_of(&mut log, &job).await;
+    let (status, listed) = send(http.get(format!("{base}/api/approvals?job={job}"))).await;
+    assert_eq!(status, StatusCode::OK, "{listed}");
+    let pending = listed["approvals"].as_array().expect("approvals");
+    assert_eq!(pending.len(), 1, "{listed}");
+    assert_eq!(pending[0]["args"], json!({"revenue": 120, "cost": 75}));
+    let call = pending[0]["call_id"].as_str().unwrap().to_string();
+    let edit = json!({"job_id": job, "decision": "edit", "args": {"revenue": 200, "cost": 50}, "by": "ana"});
+    let (status, decided) = send(http.post(format!("{base}/api/approvals/{call}")).json(&edit)).await;
+    assert_eq!(status, StatusCode::OK, "{decided}");
+    let (status, again) = send(http.post(format!("{base}/api/approvals/{call}")).json(&edit)).await;
+    assert_eq!((status, again["error"]["kind"].as_str()), (StatusCode::CONFLICT, Some("business")), "{again}");
+    let end = log
+        .until(TIMEOUT, "the job's end", |s, v| {
+            s.ends_with(".event") && v["job_id"] == job.as_str() && v["event"] == "completed"
+        })
+        .await;
+    assert_eq!(end["answer"], "margin=0.75", "{end}");
+
+    // Reject with a reason: the model reads a permission error.
+    let job = submit().await;
+    approval_of(&mut log, &job).await;
+    let (_, listed) = send(http.get(format!("{base}/api/approvals?job={job}"))).await;
+    let call = listed["approvals"][0]["call_id"].as_str().unwrap().to_string();
+    let reject = json!({"job_id": job, "decision": "reject", "reason": "not during the freeze"});
+    let (status, decided) = send(http.post(format!("{base}/api/approvals/{call}")).json(&reject)).await;
+    assert_eq!(status, StatusCode::OK, "{decided}");
+    let end = log
+        .until(TIMEOUT, "the job's end", |s, v| {
+            s.ends_with(".event") && v["job_id"] == job.as_str() && v["event"] == "completed"
+        })
+        .await;
+    let answer = end["answer"].as_str().unwrap_or_default();
+    assert!(answer.starts_with("permission") && answer.contains("not during the freeze"), "{end}");
+    let (status, listed) = send(http.get(format!("{base}/api/approvals"))).await;
+    assert_eq!((status, listed["approvals"].clone()), (StatusCode::OK, json!([])), "nothing left pending");
+}
