@@ -283,3 +283,42 @@ async fn assert_subscription_denied(bus: &RawNats, subject: &str) {
     let e = bus.guarded(format!("subscribe to {subject}"), wait, |d| d.subject == subject).await.unwrap_err();
     assert!(format!("{e:#}").contains("permission denied"), "{e:#}");
 }
+
+/// The dashboard's writes (docs/HTTP_API.md) are job API requests made with
+/// the orchestrator's own credential: under the real roles a job submitted
+/// over HTTP is accepted and runs, with no permission violation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_http_api_submits_under_the_orchestrator_role() {
+    let nats = ConfiguredNats::start("nats", &deploy_dir().join("nats/nats-local.conf"), &[]).await;
+    let port = flotilla_tests::free_port();
+    let mut config = config(&nats.url());
+    config.section(&format!(
+        "[dashboard]\nlisten = \"127.0.0.1:{port}\"\n[dashboard.tenants.acme]\ntoken_env = \"E2E_ACME_TOKEN\"\n"
+    ));
+    let cfg = config.write().display().to_string();
+    let token = "e2e-acme-token-under-roles-0123456789";
+    let mut env = role_env("orchestrator");
+    env.push(("E2E_ACME_TOKEN".into(), token.into()));
+    let _orchestrator = Proc::spawn("orchestrator", "flotilla", &["orchestrator", "--config", &cfg], &refs(&env));
+    let worker_env = role_env("worker-finance");
+    let _worker = Proc::spawn("worker", "flotilla-worker", &["--config", &cfg, "--types", "finance"], &refs(&worker_env));
+
+    flotilla_config::tls::install_crypto_provider();
+    let http = reqwest::Client::builder().timeout(T).build().expect("http client");
+    let url = format!("http://127.0.0.1:{port}/api/jobs");
+    let created: serde_json::Value = flotilla_tests::eventually(Duration::from_secs(60), "an HTTP submit", || {
+        let req = http.post(&url).bearer_auth(token).json(&serde_json::json!({"input": JOB}));
+        async move {
+            let r = req.send().await.ok()?;
+            (r.status() == reqwest::StatusCode::CREATED).then_some(())?;
+            r.json().await.ok()
+        }
+    })
+    .await;
+    let job: JobId = serde_json::from_value(created["job_id"].clone()).expect("the new job's id");
+    let acme = connect_as(&nats, "client-acme").await;
+    let rec = finished(&acme, &Tenant::new("acme").unwrap(), job).await;
+    assert_eq!(rec.status, JobStatus::Completed, "{rec:?}");
+    let v = violations(&nats.log(), "orchestrator");
+    assert!(v.is_empty(), "the orchestrator role lacks what the HTTP API needs:\n{}", v.join("\n"));
+}
