@@ -77,11 +77,11 @@ enum Command {
     Audit(cli::audit::Args),
     /// Debug MCP servers without a model: list tools, call one, check health.
     Mcp(cli::mcp::Args),
+    /// Check a config: `flotilla config check [--connect]`.
+    Config(cli::config_check::Args),
     /// Check model endpoints: `flotilla models check [name]` sends each one
     /// tiny tool-calling request (docs/MODELS.md).
     Models(cli::models::Args),
-    /// Check a config: `flotilla config check [--connect]`.
-    Config(cli::config_check::Args),
     /// Print a shell completion script, e.g. `flotilla completions bash >
     /// ~/.local/share/bash-completion/completions/flotilla`.
     Completions {

@@ -55,9 +55,26 @@ struct TaskLine {
     steps: u32,
     last_tool: String,
     usage: Usage,
+    /// The end of what a streaming model is writing in the current step
+    /// (`model_delta` events, docs/MODELS.md "Streaming"), until the step ends.
+    writing: String,
 }
 
+/// Characters of a streaming model's text the task line shows.
+const WRITING_CHARS: usize = 48;
+
 impl TaskLine {
+    /// Keeps the last [`WRITING_CHARS`] of the step's text, on one line.
+    fn wrote(&mut self, text: &str) {
+        self.writing.push_str(text);
+        let flat: String = self.writing.split_whitespace().collect::<Vec<_>>().join(" ");
+        let skip = flat.chars().count().saturating_sub(WRITING_CHARS);
+        self.writing = flat.chars().skip(skip).collect();
+        if text.ends_with(char::is_whitespace) {
+            self.writing.push(' ');
+        }
+    }
+
     fn message(&self, id: &TaskId) -> String {
         let mut m = format!("[{}] {:<10}", short(id), self.ty);
         if !self.started {
@@ -69,6 +86,9 @@ impl TaskLine {
             m.push_str(&format!("  last {}", self.last_tool));
         }
         m.push_str(&format!("  {} tok", self.usage.total_tokens()));
+        if !self.writing.is_empty() {
+            m.push_str(&format!("  writing \"…{}\"", self.writing.trim_end()));
+        }
         m
     }
 }
@@ -244,7 +264,9 @@ impl LiveView {
                     ProgressKind::ModelCall { step, usage, .. } => {
                         line.steps = *step;
                         line.usage += *usage;
+                        line.writing.clear();
                     }
+                    ProgressKind::ModelDelta { text, .. } => line.wrote(text),
                     ProgressKind::ToolCall { tool, .. } => line.last_tool = tool.clone(),
                     ProgressKind::ApprovalRequested { .. } | ProgressKind::ApprovalResolved { .. } => {
                         approval_line(&multi, line, ev);
@@ -294,6 +316,7 @@ fn task_line<'a>(multi: &MultiProgress, job: &'a mut JobLines, id: &TaskId, ty: 
             steps: 0,
             last_tool: String::new(),
             usage: Usage::default(),
+            writing: String::new(),
         };
         line.bar.set_message(line.message(id));
         job.tasks.push(*id);
@@ -392,5 +415,38 @@ mod tests {
         // A task dispatched later goes under the approval line, not between it and its task.
         let lines = &view.jobs[&job];
         assert_eq!(lines.last(&lines.lines).message(), approval_text(&view, &job, &task));
+    }
+
+    fn message(view: &LiveView, job: &JobId, task: &TaskId) -> String {
+        view.jobs[job].lines[task].bar.message().to_string()
+    }
+
+    /// docs/MODELS.md "Streaming": a streaming model's text shows on its
+    /// task's line as it is written (its last characters, on one line) and
+    /// leaves when the step's model call ends.
+    #[test]
+    fn a_streaming_model_shows_what_it_writes_until_the_step_ends() {
+        let mut view =
+            LiveView { multi: MultiProgress::with_draw_target(ProgressDrawTarget::hidden()), ..LiveView::new() };
+        let (job, task) = (JobId::new(), TaskId::new());
+        view.apply(&progress(job, task, ProgressKind::Started));
+        let delta = |text: &str| ProgressKind::ModelDelta { step: 1, text: text.into(), skipped_chars: 0 };
+        view.apply(&progress(job, task, delta("The gross margin\nof north ")));
+        view.apply(&progress(job, task, delta("is 0.375.")));
+        assert!(
+            message(&view, &job, &task).ends_with("writing \"…The gross margin of north is 0.375.\""),
+            "{}",
+            message(&view, &job, &task)
+        );
+        let long = "x".repeat(100);
+        view.apply(&progress(job, task, delta(&long)));
+        assert!(
+            message(&view, &job, &task).ends_with(&format!("writing \"…{}\"", "x".repeat(WRITING_CHARS))),
+            "{}",
+            message(&view, &job, &task)
+        );
+        let call = ProgressKind::ModelCall { step: 1, usage: Usage::default(), latency_ms: 5 };
+        view.apply(&progress(job, task, call));
+        assert!(!message(&view, &job, &task).contains("writing"), "{}", message(&view, &job, &task));
     }
 }

@@ -100,7 +100,9 @@ const TOOL: &str = "ping";
 
 async fn ask(model: Arc<dyn ChatModel>) -> Result<ModelResponse, flotilla_agent::model::ModelError> {
     let messages = [
-        ChatMessage::System { content: "You check that tool calling works. Call the tool you are asked to call.".into() },
+        ChatMessage::System {
+            content: "You check that tool calling works. Call the tool you are asked to call.".into(),
+        },
         ChatMessage::User { content: format!("Call the `{TOOL}` tool with value 42. Do not answer with text.") },
     ];
     let tools = [ToolSpec {

@@ -60,7 +60,8 @@ pub fn tool_result(outcome: &TaskOutcome, report_tokens: usize) -> Option<Value>
     }
     if outcome.report_file.is_none() && flotilla_agent::tokens::count(&outcome.summary) <= report_tokens {
         return Some(
-            crate::reports::structured_answer(&outcome.summary).unwrap_or_else(|| Value::String(outcome.summary.clone())),
+            crate::reports::structured_answer(&outcome.summary)
+                .unwrap_or_else(|| Value::String(outcome.summary.clone())),
         );
     }
     Some(crate::reports::completed_view(outcome.task_id, &outcome.summary, outcome.report_file.as_ref(), report_tokens))
