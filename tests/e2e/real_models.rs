@@ -143,11 +143,15 @@ content = "{% for r in last %}{% if r.ok %}{{ r.value.region }}={{ r.value.margi
     assert!(lines[2].starts_with("validation: ") && lines[2].contains("after one repair turn"), "{answer}");
     let calls_of = |word: &str| model.requests().iter().filter(|b| task_and_step(b).0.starts_with(word)).count();
     assert_eq!((calls_of("valid:"), calls_of("repair:"), calls_of("prose:")), (1, 2, 2));
-    let repair = model.requests().into_iter().find(|b| task_and_step(b) == (String::from("repair: north, revenue 120, cost 75"), 1));
+    let repair = model
+        .requests()
+        .into_iter()
+        .find(|b| task_and_step(b) == (String::from("repair: north, revenue 120, cost 75"), 1));
     let last = repair.expect("the repair request")["messages"].as_array().unwrap().last().cloned().unwrap();
     assert!(last["content"].as_str().unwrap().contains("does not match the required output schema"), "{last}");
     // `structured_outputs = true`: every request carried the schema as `response_format`.
-    let formats: Vec<_> = model.requests().iter().map(|b| b["response_format"]["json_schema"]["schema"].clone()).collect();
+    let formats: Vec<_> =
+        model.requests().iter().map(|b| b["response_format"]["json_schema"]["schema"].clone()).collect();
     assert!(formats.iter().all(|s| s["required"] == json!(["region", "margin"])), "{formats:?}");
 }
 

@@ -301,7 +301,8 @@ async fn the_http_api_submits_under_the_orchestrator_role() {
     env.push(("E2E_ACME_TOKEN".into(), token.into()));
     let _orchestrator = Proc::spawn("orchestrator", "flotilla", &["orchestrator", "--config", &cfg], &refs(&env));
     let worker_env = role_env("worker-finance");
-    let _worker = Proc::spawn("worker", "flotilla-worker", &["--config", &cfg, "--types", "finance"], &refs(&worker_env));
+    let _worker =
+        Proc::spawn("worker", "flotilla-worker", &["--config", &cfg, "--types", "finance"], &refs(&worker_env));
 
     flotilla_config::tls::install_crypto_provider();
     let http = reqwest::Client::builder().timeout(T).build().expect("http client");

@@ -69,7 +69,14 @@ impl OpenAiModel {
     /// Errors are `validation` and name the setting or variable to fix.
     pub fn new(name: &str, settings: &ModelSettings) -> Result<Self, ModelError> {
         let ModelSettings::OpenAi {
-            base_url, model, api_key_env, timeout, max_retries, temperature, stream, structured_outputs,
+            base_url,
+            model,
+            api_key_env,
+            timeout,
+            max_retries,
+            temperature,
+            stream,
+            structured_outputs,
         } = settings
         else {
             return Err(ModelError {

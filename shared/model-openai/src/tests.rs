@@ -415,7 +415,8 @@ async fn an_output_schema_is_sent_as_response_format_only_when_enabled() {
     let request = ModelRequest { output_schema: Some(&schema), ..ModelRequest::new(&messages, &[]) };
     let mut bodies = Vec::new();
     for enabled in [true, false] {
-        let (base_url, server) = Server::start("/v1", vec![Canned::json(200, text_reply(r#"{"margin": 0.375}"#))]).await;
+        let (base_url, server) =
+            Server::start("/v1", vec![Canned::json(200, text_reply(r#"{"margin": 0.375}"#))]).await;
         let mut settings = settings(&base_url, None, 0);
         if let ModelSettings::OpenAi { structured_outputs, .. } = &mut settings {
             *structured_outputs = enabled;

@@ -61,9 +61,12 @@ impl OutputSchema {
             },
             Err(e) => format!("not JSON: {e}"),
         };
-        let repaired = messages.iter().any(|m| matches!(m, ChatMessage::User { content } if content.starts_with(REPAIR_HEADER)));
+        let repaired =
+            messages.iter().any(|m| matches!(m, ChatMessage::User { content } if content.starts_with(REPAIR_HEADER)));
         if repaired {
-            return Checked::Invalid(format!("the answer does not match the output schema after one repair turn: {problems}"));
+            return Checked::Invalid(format!(
+                "the answer does not match the output schema after one repair turn: {problems}"
+            ));
         }
         Checked::Repair(format!(
             "{REPAIR_HEADER}\nProblems: {problems}\nAnswer again with only a JSON value matching this schema, no other text:\n{}",
