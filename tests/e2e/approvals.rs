@@ -9,7 +9,9 @@ use serde_json::Value;
 
 use crate::common::{Deployment, TIMEOUT};
 
-const PLANNER: &str = r#"
+/// One finance task, then its report or why it failed (also used by
+/// tests/e2e/http_api.rs).
+pub(crate) const PLANNER: &str = r#"
 [[turns]]
 [[turns.calls]]
 tool = "task"
@@ -19,7 +21,8 @@ args = '{"subagent_type": "finance", "description": "margin: revenue 120, cost 7
 content = "{% set r = last[0] %}{% if r.ok %}{{ r.value }}{% else %}task failed: {{ r.error.message }}{% endif %}"
 "#;
 
-const SUBAGENT: &str = r#"
+/// One `calculate_margin` call, then the margin or the error.
+pub(crate) const SUBAGENT: &str = r#"
 [vars]
 nums = "captures(input, 'revenue (-?[0-9]+), cost (-?[0-9]+)')"
 

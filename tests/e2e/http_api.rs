@@ -301,27 +301,7 @@ async fn a_dashboard_port_in_use_stops_the_orchestrator_naming_the_key() {
 /// A finance subagent whose `calculate_margin` calls need a person's approval
 /// (the setup of tests/e2e/approvals.rs), with the dashboard on `port`.
 fn approvals_config(url: &str, port: u16) -> TestConfig {
-    const PLANNER: &str = r#"
-[[turns]]
-[[turns.calls]]
-tool = "task"
-args = '{"subagent_type": "finance", "description": "margin: revenue 120, cost 75"}'
-
-[[turns]]
-content = "{% set r = last[0] %}{% if r.ok %}{{ r.value }}{% else %}task failed: {{ r.error.message }}{% endif %}"
-"#;
-    const SUBAGENT: &str = r#"
-[vars]
-nums = "captures(input, 'revenue (-?[0-9]+), cost (-?[0-9]+)')"
-
-[[turns]]
-[[turns.calls]]
-tool = "calculate_margin"
-args = '{"revenue": {{ nums[0][1] }}, "cost": {{ nums[0][2] }}}'
-
-[[turns]]
-content = "{% set r = last[0] %}{% if r.ok %}margin={{ r.value.margin }}{% else %}{{ r.error.kind }}: {{ r.error.message }}{% endif %}"
-"#;
+    use crate::approvals::{PLANNER, SUBAGENT};
     let mut c = TestConfig::new(url);
     c.scripted_model("planner", PLANNER).scripted_model("finance", SUBAGENT);
     c.section(&format!(

@@ -26,6 +26,29 @@ use serde_json::json;
 
 use crate::common::{Deployment, TIMEOUT};
 
+/// A planner script: one turn of `calls` (TOML `[[turns.calls]]` tables),
+/// then one answer line per result: `ok <value>` or `<kind>: <message>`,
+/// or what `ok` renders instead.
+fn planner(calls: &str, ok: &str) -> String {
+    format!(
+        "[[turns]]\n{calls}\n[[turns]]\ncontent = \"{{% for r in last %}}{{% if r.ok %}}{ok}{{% else %}}\
+         {{{{ r.error.kind }}}}: {{{{ r.error.message }}}}{{% endif %}}\\n{{% endfor %}}\"\n"
+    )
+}
+
+/// Submits a job, awaits its end (it must complete) and returns its record.
+async fn completed_job(d: &Deployment) -> flotilla_protocol::JobRecord {
+    let mut log = EventLog::subscribe(&d.raw.client, "flotilla.job.>").await;
+    let job = d.submit("x").await;
+    assert_eq!(log.job_end(TIMEOUT).await["event"], "completed");
+    d.status(job).await
+}
+
+/// How many requests of tasks whose description starts with `word` `model` got.
+fn calls_of(model: &ChatEndpoint, word: &str) -> usize {
+    model.requests().iter().filter(|b| task_and_step(b).0.starts_with(word)).count()
+}
+
 /// A model that calls the margin tool on every turn, whatever it was told.
 async fn looping_model() -> ChatEndpoint {
     let answer: Answer = Arc::new(|body| {
@@ -49,29 +72,18 @@ async fn a_looping_model_is_stopped_early_and_a_stop_at_tool_answers_at_once() {
              [subagents.stopping]\ndescription = \"Stops at the tool.\"\nmodel = \"small\"\n{tools}\
              stop_at_tools = [\"finance_gross_margin\"]\n"
         ));
-        c.script(
-            "planner.toml",
-            r#"
-[[turns]]
-[[turns.calls]]
+        let calls = r#"[[turns.calls]]
 tool = "task"
 args = '{"subagent_type": "looping", "description": "loop: revenue 120, cost 75"}'
 [[turns.calls]]
 tool = "task"
-args = '{"subagent_type": "stopping", "description": "stop: revenue 120, cost 75"}'
-[[turns]]
-content = "{% for r in last %}{% if r.ok %}ok {{ r.value }}{% else %}{{ r.error.kind }}: {{ r.error.message }}{% endif %}\n{% endfor %}"
-"#,
-        );
+args = '{"subagent_type": "stopping", "description": "stop: revenue 120, cost 75"}'"#;
+        c.script("planner.toml", &planner(calls, "ok {{ r.value }}"));
         c
     })
     .await;
-    let mut log = EventLog::subscribe(&d.raw.client, "flotilla.job.>").await;
-    let job = d.submit("x").await;
-    assert_eq!(log.job_end(TIMEOUT).await["event"], "completed");
-    let rec = d.status(job).await;
+    let rec = completed_job(&d).await;
     let task = |ty: &str| rec.tasks.iter().find(|t| t.subagent_type.as_str() == ty).cloned().expect(ty);
-    let calls_of = |word: &str| model.requests().iter().filter(|b| task_and_step(b).0.starts_with(word)).count();
 
     let looping = task("looping");
     assert_eq!(looping.status, Some(TaskStatus::Failed), "{looping:?}");
@@ -81,12 +93,12 @@ content = "{% for r in last %}{% if r.ok %}ok {{ r.value }}{% else %}{{ r.error.
             .contains(r#"loop detected: the model called finance_gross_margin({"cost":75,"revenue":120}) 3 times"#),
         "{e:?}"
     );
-    assert_eq!(calls_of("loop:"), 3, "3 model calls of max_steps 10");
+    assert_eq!(calls_of(&model, "loop:"), 3, "3 model calls of max_steps 10");
     assert_eq!(looping.usage.tool_calls, 1, "the tool ran once");
 
     let stopping = task("stopping");
     assert_eq!(stopping.status, Some(TaskStatus::Completed), "{stopping:?}");
-    assert_eq!(calls_of("stop:"), 1, "one model call");
+    assert_eq!(calls_of(&model, "stop:"), 1, "one model call");
     let answer = rec.answer.expect("the planner's answer");
     assert!(answer.contains("ok 0.375"), "the tool's result is the task's answer: {answer}");
 }
@@ -118,31 +130,20 @@ async fn answers_must_match_the_output_schema_and_reach_the_planner_as_data() {
              output_schema = {{ type = \"object\", required = [\"region\", \"margin\"], properties = {{ \
              region = {{ type = \"string\" }}, margin = {{ type = \"number\" }} }} }}\n"
         ));
-        c.script(
-            "planner.toml",
-            r#"
-[[turns]]
-[[turns.calls]]
+        let calls = r#"[[turns.calls]]
 tool = "task"
 for_each = '["valid", "repair", "prose"]'
-args = '{"subagent_type": "margins", "description": "{{ item }}: north, revenue 120, cost 75"}'
-[[turns]]
-content = "{% for r in last %}{% if r.ok %}{{ r.value.region }}={{ r.value.margin }}{% else %}{{ r.error.kind }}: {{ r.error.message }}{% endif %}\n{% endfor %}"
-"#,
-        );
+args = '{"subagent_type": "margins", "description": "{{ item }}: north, revenue 120, cost 75"}'"#;
+        c.script("planner.toml", &planner(calls, "{{ r.value.region }}={{ r.value.margin }}"));
         c
     })
     .await;
-    let mut log = EventLog::subscribe(&d.raw.client, "flotilla.job.>").await;
-    let job = d.submit("x").await;
-    assert_eq!(log.job_end(TIMEOUT).await["event"], "completed");
-    let rec = d.status(job).await;
+    let rec = completed_job(&d).await;
     let answer = rec.answer.expect("the planner's answer");
     let lines: Vec<&str> = answer.lines().collect();
     assert_eq!(lines[..2], ["north=0.375", "north=0.375"], "valid at once and after the repair turn: {answer}");
     assert!(lines[2].starts_with("validation: ") && lines[2].contains("after one repair turn"), "{answer}");
-    let calls_of = |word: &str| model.requests().iter().filter(|b| task_and_step(b).0.starts_with(word)).count();
-    assert_eq!((calls_of("valid:"), calls_of("repair:"), calls_of("prose:")), (1, 2, 2));
+    assert_eq!((calls_of(&model, "valid:"), calls_of(&model, "repair:"), calls_of(&model, "prose:")), (1, 2, 2));
     let repair = model
         .requests()
         .into_iter()
