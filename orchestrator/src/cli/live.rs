@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use flotilla_orchestrator::events::Event;
 use flotilla_protocol::ids::{JobId, TaskId};
-use flotilla_protocol::{JobEventKind, ProgressKind, TaskStatus, Todo, TodoStatus, Usage};
+use flotilla_protocol::{JobEventKind, ProgressKind, TaskStatus, Todo, Usage};
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use super::render::{self, short};
@@ -190,11 +190,7 @@ impl LiveView {
             job.todos.push(bar);
         }
         for (bar, t) in job.todos.iter().zip(todos) {
-            let mark = match t.status {
-                TodoStatus::Pending => "[ ]",
-                TodoStatus::InProgress => "[~]",
-                TodoStatus::Completed => "[x]",
-            };
+            let mark = render::todo_mark(t.status);
             bar.set_message(format!("  {mark} {}", t.content));
         }
     }

@@ -22,6 +22,15 @@ pub fn time_ms(t: time::OffsetDateTime) -> String {
     format!("{}.{ms:03}Z", seconds.trim_end_matches('Z'))
 }
 
+/// The checkbox a todo shows: `[ ]` pending, `[~]` in progress, `[x]` done.
+pub fn todo_mark(status: TodoStatus) -> &'static str {
+    match status {
+        TodoStatus::Pending => "[ ]",
+        TodoStatus::InProgress => "[~]",
+        TodoStatus::Completed => "[x]",
+    }
+}
+
 /// First 8 characters of an id: enough to tell tasks apart on screen.
 pub fn short(id: impl std::fmt::Display) -> String {
     id.to_string().chars().rev().take(8).collect::<Vec<_>>().into_iter().rev().collect()
@@ -60,11 +69,7 @@ pub fn event(e: &Event) -> String {
                     let lines: Vec<String> = todos
                         .iter()
                         .map(|t| {
-                            let mark = match t.status {
-                                TodoStatus::Pending => "[ ]",
-                                TodoStatus::InProgress => "[~]",
-                                TodoStatus::Completed => "[x]",
-                            };
+                            let mark = todo_mark(t.status);
                             format!("             {mark} {}", one_line(&t.content, 90))
                         })
                         .collect();
@@ -172,11 +177,7 @@ pub fn record(r: &JobRecord) -> String {
     if !r.todos.is_empty() {
         out.push_str("todos\n");
         for t in &r.todos {
-            let mark = match t.status {
-                TodoStatus::Pending => "[ ]",
-                TodoStatus::InProgress => "[~]",
-                TodoStatus::Completed => "[x]",
-            };
+            let mark = todo_mark(t.status);
             out.push_str(&format!("  {mark} {}\n", one_line(&t.content, 100)));
         }
     }

@@ -5,10 +5,10 @@
 //! the todos, and one collapsed line per task, the latest
 //! [`FINISHED_LINES`] of them; `flotilla status` has the whole record.
 
-use flotilla_protocol::{JobRecord, TaskEntry, TaskState, TodoStatus};
+use flotilla_protocol::{JobRecord, TaskEntry, TaskState};
 
 use super::FINISHED_LINES;
-use crate::cli::render::{one_line, short, task_counts};
+use crate::cli::render::{one_line, short, task_counts, todo_mark};
 
 /// Header, todos and the latest task lines of the ended job `r` (the answer
 /// or error is printed after it, as after a live view).
@@ -23,11 +23,7 @@ pub fn finished(r: &JobRecord) -> String {
     }
     out.push('\n');
     for t in &r.todos {
-        let mark = match t.status {
-            TodoStatus::Pending => "[ ]",
-            TodoStatus::InProgress => "[~]",
-            TodoStatus::Completed => "[x]",
-        };
+        let mark = todo_mark(t.status);
         out.push_str(&format!("  {mark} {}\n", one_line(&t.content, 100)));
     }
     let shown = &r.tasks[r.tasks.len().saturating_sub(FINISHED_LINES)..];
@@ -71,7 +67,7 @@ fn task_line(t: &TaskEntry) -> String {
 mod tests {
     use super::*;
     use flotilla_protocol::ids::{JobId, TaskId, Tenant};
-    use flotilla_protocol::{ErrorInfo, ErrorKind, JobStatus, TaskStatus, Todo};
+    use flotilla_protocol::{ErrorInfo, ErrorKind, JobStatus, TaskStatus, Todo, TodoStatus};
 
     fn entry(status: Option<TaskStatus>, summary: &str) -> TaskEntry {
         let mut t: TaskEntry = serde_json::from_value(serde_json::json!({
