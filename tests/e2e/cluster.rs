@@ -70,6 +70,9 @@ async fn a_job_survives_losing_a_cluster_node() {
     let cfg = config(&all_urls);
     let mut slow = cfg;
     slow.script("finance.toml", &format!("latency_ms = 1500\n{}", crate::security::FINANCE));
+    // One task at a time per worker (the default is 4): one worker alone
+    // could otherwise take all three tasks at once.
+    slow.section_replace("tools = [\"calculate_margin\"]", "tools = [\"calculate_margin\"]\nconcurrency = 1");
     let path = slow.write().display().to_string();
     let mut orch_env = role_env("orchestrator");
     orch_env.push(("FLOTILLA_NATS__REPLICAS".into(), "3".into()));

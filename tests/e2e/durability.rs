@@ -126,7 +126,8 @@ async fn cancel_stops_the_planner_queued_tasks_and_running_subagents() {
     let mut log = EventLog::subscribe(&d.raw.client, "flotilla.job.>").await;
     let job = d.submit(&regions(8)).await;
     log.until_count(TIMEOUT, 4, "task starts", is_started).await;
-    let (code, out, err) = run_cli(&["--config", &d.config_arg(), "cancel", &job.to_string(), "--json"], &[]);
+    let cancel = ["--config", &d.config_arg(), "cancel", &job.to_string(), "--reason", "change freeze", "--json"];
+    let (code, out, err) = run_cli(&cancel, &[]);
     assert_eq!(code, 0, "{out}{err}");
     let reply: Value = serde_json::from_str(&out).unwrap();
     let end = log.job_end(Duration::from_secs(10)).await;
@@ -146,6 +147,17 @@ async fn cancel_stops_the_planner_queued_tasks_and_running_subagents() {
     assert_eq!(log.events("started").len(), 4, "no queued task started after the cancel");
     let rec = d.status(job).await;
     assert_eq!(rec.status, JobStatus::Cancelled);
+    // Every task entry ended, cancelled with the reason given: the 4 running
+    // (their workers' reports may come after the job ended) and the 4 purged.
+    assert_eq!(rec.tasks.len(), 8);
+    for t in &rec.tasks {
+        assert_eq!(t.status, Some(TaskStatus::Cancelled), "{t:?}");
+        let error = t.error.as_ref().map(|e| e.message.as_str()).unwrap_or_default();
+        assert!(error.contains("change freeze") || error.contains("cancel"), "{t:?}");
+    }
+    let purged = rec.tasks.iter().filter(|t| t.error.as_ref().is_some_and(|e| e.message.contains("change freeze")));
+    assert!(purged.count() >= 4, "the queued tasks carry the reason: {:?}", rec.tasks);
+    assert_eq!((rec.task_counts.running, rec.task_counts.pending, rec.task_counts.cancelled), (0, 0, 8));
     let (code, _, err) = run_cli(&["--config", &d.config_arg(), "cancel", &job.to_string()], &[]);
     assert_eq!(code, 2);
     assert!(err.contains("already cancelled"), "{err}");

@@ -15,7 +15,7 @@
 use bytes::Bytes;
 use flotilla_bus::{BusError, Cas, job_keys, retry};
 use flotilla_protocol::ids::{JobId, TaskId, Tenant};
-use flotilla_protocol::{self as protocol, JobRecord, StatusReply, TaskEntry};
+use flotilla_protocol::{self as protocol, ErrorInfo, JobRecord, StatusReply, TaskEntry, TaskStatus};
 use futures::{StreamExt, TryStreamExt};
 
 use super::{JobStore, WRITE_BUDGET};
@@ -206,6 +206,47 @@ impl JobStore {
         Ok(TaskPage { tasks, next_after })
     }
 }
+
+impl JobStore {
+    /// Ends every task of `job` still pending or running as `cancelled` with
+    /// `why` (the job was cancelled, failed or timed out): after its planner
+    /// stopped, no report of these is consolidated any more, so without this
+    /// they would show `running` forever in `status`, `watch` and the
+    /// dashboard (docs/RELIABILITY.md, "Never silence"). Only open entries
+    /// are written; the header's counters follow. Returns how many.
+    pub async fn settle_open_tasks(&self, job: &JobId, why: &ErrorInfo) -> Result<usize, BusError> {
+        let open = self.read(job, |r| r.task_counts.pending + r.task_counts.running).await?;
+        if open == 0 {
+            return Ok(0);
+        }
+        let mut settled = 0;
+        let mut after = None;
+        loop {
+            let page = self.tasks_page(job, after, SETTLE_PAGE).await?;
+            for t in page.tasks.iter().filter(|t| t.status.is_none()) {
+                let ended = self
+                    .update_task(job, &t.task_id, |e| {
+                        if e.status.is_some() {
+                            return false; // its report came in meanwhile
+                        }
+                        e.status = Some(TaskStatus::Cancelled);
+                        e.error = Some(why.clone());
+                        e.finished_at = Some(protocol::now());
+                        true
+                    })
+                    .await?;
+                settled += usize::from(ended.is_some());
+            }
+            match page.next_after {
+                Some(next) => after = Some(next),
+                None => return Ok(settled),
+            }
+        }
+    }
+}
+
+/// Task entries read at once while settling a job's open tasks.
+const SETTLE_PAGE: usize = 256;
 
 /// A page of inline tasks (records from before issue 12).
 fn page_of(mut tasks: Vec<TaskEntry>, after: Option<TaskId>, limit: usize) -> TaskPage {

@@ -218,8 +218,21 @@ impl Planner {
         self.jobs.release(&id);
     }
 
-    /// Announces the stored outcome and forgets the job.
+    /// Ends the job's open tasks (a cancelled or failed job), announces the
+    /// stored outcome and forgets the job.
     async fn finish(&self, id: JobId, status: JobStatus, kind: JobEventKind) {
+        let why = match &kind {
+            JobEventKind::Cancelled { reason } => format!("the job was cancelled: {reason}"),
+            JobEventKind::Failed { error } => format!("the job failed before this task reported: {}", error.message),
+            _ => String::new(),
+        };
+        if !why.is_empty() {
+            match self.jobs.settle_open_tasks(&id, &ErrorInfo::new(ErrorKind::Cancelled, why)).await {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(job_id = %id, tasks = n, "open tasks of the ended job marked cancelled"),
+                Err(e) => tracing::warn!(job_id = %id, error = %e, "open tasks of the ended job not marked cancelled"),
+            }
+        }
         tracing::info!(job_id = %id, status = status.as_str(), "job finished");
         self.jobs.emit(id, kind).await;
         self.jobs.release(&id);
