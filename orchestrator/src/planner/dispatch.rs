@@ -153,13 +153,16 @@ impl Dispatcher {
     }
 
     /// The spec of a tool that delegates one task (`task`, `start_task`):
-    /// `what` it does, then the subagent types; arguments `description` and
-    /// `subagent_type`.
-    pub fn delegating_spec(&self, name: &str, what: &str) -> ToolSpec {
+    /// `what` it does, then (`list_types`) the subagent types; arguments
+    /// `description` and `subagent_type`. The types are listed in one tool's
+    /// description only: every repeat is paid in every planner request.
+    pub fn delegating_spec(&self, name: &str, what: &str, list_types: bool) -> ToolSpec {
         let types: Vec<String> = self.types.iter().map(|(t, d)| format!("- {t}: {d}")).collect();
+        let description =
+            if list_types { format!("{what} Subagent types:\n{}", types.join("\n")) } else { what.to_string() };
         ToolSpec {
             name: name.into(),
-            description: format!("{what} Subagent types:\n{}", types.join("\n")),
+            description,
             input_schema: serde_json::json!({
                 "type": "object",
                 "properties": {

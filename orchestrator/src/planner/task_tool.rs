@@ -35,6 +35,7 @@ impl Tool for TaskTool {
             "task",
             "Delegate a self-contained task to an isolated subagent; returns its report. \
              The description must hold everything it needs.",
+            true,
         )
     }
 

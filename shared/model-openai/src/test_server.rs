@@ -70,6 +70,8 @@ pub struct Seen {
     pub headers: HeaderMap,
     /// The JSON body (`null` when it was not JSON).
     pub body: Value,
+    /// The body's bytes as they arrived.
+    pub raw: Bytes,
 }
 
 impl Seen {
@@ -110,6 +112,7 @@ async fn answer(State(server): State<Arc<Server>>, uri: axum::http::Uri, headers
             path: uri.path().to_owned(),
             headers,
             body: serde_json::from_slice(&body).unwrap_or(Value::Null),
+            raw: body,
         });
         server.answers[(seen.len() - 1).min(server.answers.len() - 1)].clone()
     };

@@ -430,3 +430,36 @@ async fn an_output_schema_is_sent_as_response_format_only_when_enabled() {
     );
     assert!(bodies[1].get("response_format").is_none(), "{}", bodies[1]);
 }
+
+/// Issue 14 item 7: the token counts budgets and the bench use
+/// (`count_request`, and the scripted model's usage, which reports it) are
+/// an o200k_base count of the exact body the provider sends: counted here
+/// independently, with the tokenizer called directly on the bytes the
+/// server received.
+#[tokio::test]
+async fn token_counts_are_an_o200k_count_of_the_exact_body_sent() {
+    let messages = [
+        ChatMessage::System { content: "You are the planner. Delegate with task(description, subagent_type).".into() },
+        ChatMessage::User { content: "north: revenue 120, cost 75; south: revenue 0, cost 30".into() },
+    ];
+    let tools = [ToolSpec {
+        name: "task".into(),
+        description: "Delegate a self-contained task to an isolated subagent; returns its report.".into(),
+        input_schema: json!({"type": "object", "properties": {"description": {"type": "string"}},
+                             "required": ["description"], "additionalProperties": false}),
+    }];
+    let (base_url, server) = Server::start("/v1", vec![Canned::json(200, text_reply("ok"))]).await;
+    let mut settings = settings(&base_url, None, 0);
+    if let ModelSettings::OpenAi { model, .. } = &mut settings {
+        model.clear(); // as `count_request` serialises it: the name is the deployment's, not the prompt's
+    }
+    model(&settings).complete(ModelRequest::new(&messages, &tools)).await.unwrap();
+    let sent = server.seen().remove(0).raw;
+    let independent = tiktoken_rs::o200k_base().unwrap().encode_ordinary(std::str::from_utf8(&sent).unwrap()).len();
+    assert_eq!(flotilla_agent::model::count_request(&messages, &tools), independent);
+
+    let scripted =
+        flotilla_agent::model::scripted::ScriptedModel::from_str("s", "[[turns]]\ncontent = \"ok\"\n").unwrap();
+    let usage = scripted.complete(ModelRequest::new(&messages, &tools)).await.unwrap().usage;
+    assert_eq!(usage.input_tokens as usize, independent, "the scripted model bills what the endpoint would");
+}

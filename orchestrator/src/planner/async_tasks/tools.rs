@@ -53,12 +53,13 @@ struct StartArgs {
 #[async_trait]
 impl Tool for StartTask {
     fn spec(&self) -> ToolSpec {
+        // The subagent types are listed once, in `task`'s description.
         self.0.dispatcher.delegating_spec(
             "start_task",
-            "Start a self-contained task on an isolated subagent and return its task id at once, without \
-             waiting; follow it with check_tasks / wait_tasks, steer it with message_task, stop it with \
-             cancel_task. If you end your turn while tasks run, you are woken with their results. The \
-             description must hold everything the subagent needs.",
+            "Like task (same subagent types), but returns the task id at once without waiting; follow it with \
+             check_tasks / wait_tasks, steer it with message_task, stop it with cancel_task. If you end your turn \
+             while tasks run, you are woken with their results.",
+            false,
         )
     }
 
@@ -127,16 +128,16 @@ impl Tool for WaitTasks {
         ToolSpec {
             name: "wait_tasks".into(),
             description: format!(
-                "Wait until any of the given asynchronous tasks ends (all of them with all=true), or timeout_s \
-                 seconds pass (at most {MAX_WAIT_S}). Without ids: the tasks still running and those whose \
-                 result you have not seen yet. Returns the ended ones with their results and the ids still running."
+                "Wait until one of the tasks ends (all=true: every one) or timeout_s seconds pass (at most \
+                 {MAX_WAIT_S}). Without ids: the tasks running or not yet seen. Returns the ended ones and the \
+                 ids still running."
             ),
             input_schema: json!({
                 "type": "object",
                 "properties": {
                     "ids": {"type": "array", "items": {"type": "string"}, "description": IDS_SCHEMA},
                     "timeout_s": {"type": "integer", "minimum": 1, "maximum": MAX_WAIT_S},
-                    "all": {"type": "boolean", "description": "wait for all of them (default: any)"}
+                    "all": {"type": "boolean"}
                 },
                 "required": ["timeout_s"],
                 "additionalProperties": false
