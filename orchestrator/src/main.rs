@@ -203,7 +203,7 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
                 Command::Approvals(a) => cli::approvals::run(&settings, tenant, a, json).await,
                 Command::Approve(a) => cli::approve::run(&settings, tenant, a, json).await,
                 Command::Audit(a) => cli::audit::run(&settings, tenant, a, json).await,
-                Command::Mcp(a) => cli::mcp::run(&settings, a, json).await,
+                Command::Mcp(a) => cli::mcp::run(&settings, tenant, a, json).await,
                 Command::Models(a) => cli::models::run(&settings, a, json).await,
                 Command::Demo(_)
                 | Command::Up(_)

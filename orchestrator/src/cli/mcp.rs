@@ -9,7 +9,9 @@
 //!   (content, isError, structuredContent); exit code 1 when isError, 2 when
 //!   the server could not be reached or refused the request;
 //! - `flotilla mcp health`: connect to every configured server and report
-//!   (`{"servers": [...]}`).
+//!   (`{"servers": [...]}`);
+//! - `flotilla mcp serve`: the other way round, Flotilla's job API as an MCP
+//!   server for MCP hosts (src/cli/mcp_serve/).
 //!
 //! `call` and `health` print JSON either way: indented for a person, one
 //! line under `--json` (docs/OPERATIONS.md, "Scripting with --json").
@@ -18,6 +20,7 @@ use super::out::{self, outln};
 use clap::{Args as ClapArgs, Subcommand};
 use flotilla_config::Settings;
 use flotilla_mcp::McpHub;
+use flotilla_protocol::ids::Tenant;
 use rmcp::model::RequestMetaObject;
 use serde_json::Value;
 
@@ -47,15 +50,21 @@ enum McpCommand {
     },
     /// Connect to every configured server; print its health as JSON.
     Health,
+    /// Serve this tenant's job API as an MCP server (stdio or Streamable HTTP at /mcp).
+    Serve(super::mcp_serve::ServeArgs),
 }
 
 /// Runs the subcommand; `json`: one JSON object on one line.
-pub async fn run(settings: &Settings, args: Args, json: bool) -> anyhow::Result<i32> {
+pub async fn run(settings: &Settings, tenant: &Tenant, args: Args, json: bool) -> anyhow::Result<i32> {
+    let args = match args.command {
+        McpCommand::Serve(serve) => return super::mcp_serve::run(settings, tenant, serve).await,
+        command => command,
+    };
     let hub = McpHub::new(&settings.mcp_servers);
     let print = |value: &Value| -> anyhow::Result<()> {
         if json { out::json(value) } else { Ok(outln!("{}", serde_json::to_string_pretty(value)?)?) }
     };
-    let code = match args.command {
+    let code = match args {
         McpCommand::Tools { server } => {
             let conn = hub.server(&server)?;
             conn.discover().await?;
@@ -89,6 +98,7 @@ pub async fn run(settings: &Settings, args: Args, json: bool) -> anyhow::Result<
             print(&serde_json::to_value(&result)?)?;
             if result.is_error == Some(true) { 1 } else { 0 }
         }
+        McpCommand::Serve(_) => unreachable!("served above"),
         McpCommand::Health => {
             let names = settings.mcp_servers.keys().cloned().collect();
             let results = hub.discover(&names).await;

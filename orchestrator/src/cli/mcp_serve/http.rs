@@ -1,0 +1,196 @@
+//! Streamable HTTP for `flotilla mcp serve`: rmcp's service at `/mcp` behind
+//! two checks (docs/MCP.md, "Use Flotilla from an MCP host"):
+//!
+//! 1. The bearer token, when `--token-env VAR` names one: every request must
+//!    send `Authorization: Bearer <token>` or gets 401 with
+//!    `WWW-Authenticate: Bearer`. Digests are compared in constant time, as
+//!    the dashboard does (src/cli/dashboard/guard.rs). Without a token the
+//!    server only starts on a loopback address, since whoever reaches it can
+//!    submit and cancel this tenant's jobs.
+//! 2. DNS rebinding: rmcp answers only requests whose `Host` is a loopback
+//!    name, the listen address or an `--allowed-host` (403 otherwise), and
+//!    whose `Origin`, when a browser sends one, names one of those hosts over
+//!    http or https (the same rule as the dashboard's Host check).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
+use axum::http::{StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use flotilla_agent::digest::sha256_hex;
+use flotilla_protocol::ids::Tenant;
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
+
+use super::{JobTools, ServeArgs};
+
+/// Names every server answers to.
+const LOOPBACK_NAMES: &[&str] = &["localhost", "127.0.0.1", "::1"];
+/// Shortest token accepted: shorter ones can be guessed online.
+const MIN_TOKEN_LEN: usize = 16;
+
+/// Who may call, fixed at start.
+#[derive(Clone, Debug)]
+pub struct Access {
+    /// SHA-256 of the token; `None`: no token (loopback only).
+    token_digest: Option<String>,
+    /// Host names (or `host:port`) accepted in `Host` and `Origin`.
+    hosts: Vec<String>,
+}
+
+impl Access {
+    /// Reads the token now; refuses a non-loopback address without one.
+    pub fn new(args: &ServeArgs) -> anyhow::Result<Self> {
+        let token_digest = match &args.token_env {
+            Some(var) => Some(sha256_hex(read_token(var)?.as_bytes())),
+            None => None,
+        };
+        if token_digest.is_none() && !args.listen.ip().is_loopback() {
+            anyhow::bail!(
+                "--listen {} is not a loopback address and anyone who reaches it could submit and cancel jobs: \
+                 pass --token-env VAR (and set VAR to a token of at least {MIN_TOKEN_LEN} characters)",
+                args.listen
+            );
+        }
+        let mut hosts: Vec<String> = LOOPBACK_NAMES.iter().map(|h| h.to_string()).collect();
+        if !args.listen.ip().is_unspecified() && !args.listen.ip().is_loopback() {
+            hosts.push(args.listen.ip().to_string());
+        }
+        hosts.extend(args.allowed_hosts.iter().map(|h| h.trim().trim_end_matches('.').to_lowercase()));
+        Ok(Self { token_digest, hosts })
+    }
+
+    /// Browser origins allowed: each accepted host, http or https, any port.
+    fn origins(&self) -> Vec<String> {
+        let bracket = |h: &str| if h.contains(':') && !h.starts_with('[') { format!("[{h}]") } else { h.to_string() };
+        let mut origins = Vec::new();
+        for h in &self.hosts {
+            // `host:port` entries name their port; bare names and IPv6 take any.
+            let with_port = h.parse::<std::net::Ipv6Addr>().is_err() && h.contains(':');
+            let authority = if with_port { h.clone() } else { format!("{}:*", bracket(h)) };
+            origins.push(format!("http://{authority}"));
+            origins.push(format!("https://{authority}"));
+        }
+        origins
+    }
+
+    /// Whether `req` carries the token (always, when none is configured).
+    fn admits(&self, req: &Request) -> bool {
+        let Some(expected) = &self.token_digest else { return true };
+        let sent = req
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
+            .map(|t| sha256_hex(t.trim().as_bytes()));
+        sent.is_some_and(|d| same_digest(&d, expected))
+    }
+}
+
+/// The token in environment variable `var`.
+fn read_token(var: &str) -> anyhow::Result<String> {
+    let token = std::env::var(var)
+        .map_err(|_| anyhow::anyhow!("--token-env {var}: environment variable {var} is not set (or not UTF-8)"))?;
+    let token = token.trim().to_string();
+    if token.len() < MIN_TOKEN_LEN {
+        anyhow::bail!(
+            "--token-env {var}: the token is shorter than {MIN_TOKEN_LEN} characters; use a longer random one"
+        );
+    }
+    Ok(token)
+}
+
+/// Equal digests, compared without an early exit.
+fn same_digest(a: &str, b: &str) -> bool {
+    a.len() == b.len() && a.bytes().zip(b.bytes()).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// 401 unless the request carries the token.
+async fn check(State(access): State<Arc<Access>>, req: Request, next: Next) -> Response {
+    if access.admits(&req) {
+        return next.run(req).await;
+    }
+    let body = "missing or wrong bearer token: send Authorization: Bearer <token> (flotilla mcp serve --token-env)";
+    (StatusCode::UNAUTHORIZED, [(header::WWW_AUTHENTICATE, "Bearer")], body).into_response()
+}
+
+/// Serves `/mcp` on `listen` until Ctrl-C or SIGTERM.
+pub async fn serve(tools: JobTools, listen: SocketAddr, access: Access, tenant: &Tenant) -> anyhow::Result<()> {
+    let stop = tokio_util::sync::CancellationToken::new();
+    let config = StreamableHttpServerConfig::default()
+        .with_allowed_hosts(access.hosts.clone())
+        .with_allowed_origins(access.origins())
+        .with_cancellation_token(stop.child_token());
+    let service =
+        StreamableHttpService::new(move || Ok(tools.clone()), Arc::new(LocalSessionManager::default()), config);
+    let authed = access.token_digest.is_some();
+    let app = axum::Router::new()
+        .route_service("/mcp", service)
+        .layer(axum::middleware::from_fn_with_state(Arc::new(access), check));
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen on {listen}: {e} (pick another with --listen)"))?;
+    let bound = listener.local_addr()?;
+    let auth = if authed { "bearer token required" } else { "no token (loopback only)" };
+    eprintln!("flotilla mcp serve: MCP on http://{bound}/mcp for tenant {tenant}, {auth}");
+    axum::serve(listener, app)
+        .with_graceful_shutdown(async move {
+            shutdown_signal().await;
+            stop.cancel();
+        })
+        .await?;
+    Ok(())
+}
+
+/// Completes on Ctrl-C or SIGTERM.
+async fn shutdown_signal() {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(t) => t,
+        Err(_) => return std::future::pending().await,
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(listen: &str, token_env: Option<&str>, hosts: &[&str]) -> ServeArgs {
+        ServeArgs {
+            stdio: false,
+            listen: listen.parse().unwrap(),
+            token_env: token_env.map(str::to_string),
+            allowed_hosts: hosts.iter().map(|h| h.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn off_loopback_needs_a_token_and_short_tokens_are_refused() {
+        let e = Access::new(&args("0.0.0.0:8765", None, &[])).unwrap_err().to_string();
+        assert!(e.contains("--token-env"), "{e}");
+        assert!(Access::new(&args("127.0.0.1:8765", None, &[])).is_ok());
+        let e = Access::new(&args("127.0.0.1:8765", Some("FLOTILLA_MCP_SERVE_UNSET_VAR"), &[])).unwrap_err();
+        assert!(e.to_string().contains("is not set"), "{e}");
+    }
+
+    #[test]
+    fn origins_name_each_host_on_any_port_and_keep_given_ports() {
+        let a = Access::new(&args("127.0.0.1:8765", None, &["MCP.example.com.", "box:9000"])).unwrap();
+        let o = a.origins();
+        for want in ["http://localhost:*", "https://127.0.0.1:*", "http://[::1]:*", "https://mcp.example.com:*"] {
+            assert!(o.contains(&want.to_string()), "{want} in {o:?}");
+        }
+        assert!(o.contains(&"http://box:9000".to_string()), "{o:?}");
+    }
+
+    #[test]
+    fn digests_compare_whole() {
+        assert!(same_digest("ab", "ab"));
+        assert!(!same_digest("ab", "ac") && !same_digest("ab", "abc"));
+    }
+}

@@ -1,0 +1,177 @@
+//! The four tools of `flotilla mcp serve` (docs/MCP.md, "Use Flotilla from an
+//! MCP host"): each one is a job API request over the bus through
+//! [`ApiClient`], like every other CLI command, so an MCP host sees exactly
+//! what `flotilla submit|status|cancel|jobs` would show for the same tenant.
+//! Every tool declares an output schema and returns structured content; a
+//! refusal by the job API is a tool error (`isError: true`) carrying its
+//! message, so the host's model can read why and correct itself.
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use flotilla_agent::digest::sha256_hex;
+use flotilla_agent::files::FilePath;
+use flotilla_protocol::files_api::{FILE_PART_BYTES, FilesPutReply, FilesPutRequest, StagedFile, UploadId};
+use flotilla_protocol::{ApiReply, JobStatus, SCHEMA_VERSION, SubmitReply, SubmitRequest};
+use rmcp::handler::server::router::tool::ToolRouter;
+use rmcp::handler::server::wrapper::{Json, Parameters};
+use rmcp::{ServerHandler, tool, tool_handler, tool_router};
+
+use super::schema::{
+    CancelJobParams, CancelJobResult, InputFile, JobStatusParams, JobStatusResult, ListJobsParams, ListJobsResult,
+    SubmitJobParams, SubmitJobResult,
+};
+use crate::cli::client::{ApiClient, api_result};
+use crate::cli::jobref::JobRef;
+
+/// Jobs listed when `list_jobs` is given no limit.
+const DEFAULT_LIST: usize = 20;
+/// The most `list_jobs` returns in one call.
+const MAX_LIST: usize = 200;
+/// How long one job API request may take (the CLI's budget, src/cli/files.rs).
+const TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// The server: one tenant's job API as MCP tools.
+#[derive(Clone)]
+pub struct JobTools {
+    api: ApiClient,
+    /// `[files] max_upload_bytes`: the most `submit_job` files may hold in all.
+    max_upload: u64,
+    tool_router: ToolRouter<Self>,
+}
+
+#[tool_router(router = tool_router)]
+impl JobTools {
+    /// Tools acting through `api`; uploads capped at `max_upload` bytes.
+    pub fn new(api: ApiClient, max_upload: u64) -> Self {
+        Self { api, max_upload, tool_router: Self::tool_router() }
+    }
+
+    /// Starts a job and returns its id at once; the job runs on the fleet.
+    #[tool(
+        name = "submit_job",
+        description = "Submit a job to the Flotilla fleet: plain-language `input`, optionally with text `files` \
+                       ({path, content}; a relative path goes under /inputs/). Returns the job id at once; poll \
+                       job_status for progress and the answer."
+    )]
+    async fn submit_job(&self, Parameters(p): Parameters<SubmitJobParams>) -> Result<Json<SubmitJobResult>, String> {
+        let staged = self.upload(&p.files).await.map_err(|e| format!("{e:#}"))?;
+        let paths = staged.iter().map(|s| s.path.clone()).collect();
+        let req = SubmitRequest { v: SCHEMA_VERSION, input: p.input, files: staged };
+        let reply: ApiReply<SubmitReply> =
+            self.api.bus().request(self.api.tenant(), "submit", &req, TIMEOUT).await.map_err(|e| format!("{e:#}"))?;
+        let job = api_result(reply, "submit refused").map_err(|e| format!("{e:#}"))?;
+        Ok(Json(SubmitJobResult { job_id: job.job_id.to_string(), status: "submitted".into(), files: paths }))
+    }
+
+    /// A job's state: status, todos, task counts and, once done, the answer.
+    #[tool(
+        name = "job_status",
+        description = "A job's status (submitted, running, completed, failed, cancelled), the planner's todo list, \
+                       task counts, and the answer once completed (or the error once failed). `job_id` may be a \
+                       unique prefix of at least 4 characters."
+    )]
+    async fn job_status(&self, Parameters(p): Parameters<JobStatusParams>) -> Result<Json<JobStatusResult>, String> {
+        let id = self.resolve(&p.job_id).await?;
+        let job = self.api.status(id).await.map_err(|e| format!("{e:#}"))?;
+        Ok(Json(JobStatusResult::from(job)))
+    }
+
+    /// Cancels a job; its running tasks are stopped.
+    #[tool(
+        name = "cancel_job",
+        description = "Cancel a job: queued tasks are removed and running ones stopped. `job_id` may be a unique \
+                       prefix; `reason` is recorded on the job."
+    )]
+    async fn cancel_job(&self, Parameters(p): Parameters<CancelJobParams>) -> Result<Json<CancelJobResult>, String> {
+        let id = self.resolve(&p.job_id).await?;
+        let reply = self.api.cancel(id, p.reason).await.map_err(|e| format!("{e:#}"))?;
+        Ok(Json(CancelJobResult { job_id: reply.job_id.to_string(), purged_tasks: reply.purged_tasks }))
+    }
+
+    /// This tenant's jobs, newest first.
+    #[tool(
+        name = "list_jobs",
+        description = "This tenant's jobs, newest first, optionally only those with one `status`; at most `limit` \
+                       (default 20, at most 200)."
+    )]
+    async fn list_jobs(&self, Parameters(p): Parameters<ListJobsParams>) -> Result<Json<ListJobsResult>, String> {
+        let limit = p.limit.unwrap_or(DEFAULT_LIST).clamp(1, MAX_LIST);
+        let status: Option<JobStatus> = p.status.map(Into::into);
+        let reply = self.api.list(status, limit).await.map_err(|e| format!("{e:#}"))?;
+        Ok(Json(ListJobsResult::from(reply)))
+    }
+}
+
+impl JobTools {
+    /// A job id or unique prefix, as `flotilla status` takes it (src/cli/jobref.rs).
+    async fn resolve(&self, raw: &str) -> Result<flotilla_protocol::ids::JobId, String> {
+        let job: JobRef = raw.parse()?;
+        self.api.resolve(&job).await.map_err(|e| format!("{e:#}"))
+    }
+
+    /// Sends each file's parts with `files_put`, as `flotilla submit --file`
+    /// does for local files (src/cli/files.rs): every path is checked and the
+    /// total capped before anything is sent.
+    async fn upload(&self, files: &[InputFile]) -> anyhow::Result<Vec<StagedFile>> {
+        let mut checked = Vec::with_capacity(files.len());
+        let mut total = 0u64;
+        for f in files {
+            checked.push(job_path(&f.path)?);
+            total += f.content.len() as u64;
+            if total > self.max_upload {
+                anyhow::bail!(
+                    "the files come to more than [files] max_upload_bytes ({} bytes) at {}; send fewer or smaller files",
+                    self.max_upload,
+                    f.path
+                );
+            }
+        }
+        let mut staged = Vec::with_capacity(files.len());
+        for (f, path) in files.iter().zip(checked) {
+            let (upload, bytes) = (UploadId::new_v4(), f.content.as_bytes());
+            let parts = bytes.chunks(FILE_PART_BYTES);
+            let count = parts.len() as u32;
+            for (index, part) in parts.enumerate() {
+                let req =
+                    FilesPutRequest { v: SCHEMA_VERSION, upload, index: index as u32, data: STANDARD.encode(part) };
+                let reply: ApiReply<FilesPutReply> =
+                    self.api.bus().request(self.api.tenant(), "files_put", &req, TIMEOUT).await?;
+                api_result(reply, "file upload refused").map_err(|e| e.context(format!("uploading {path}")))?;
+            }
+            let (size, sha256) = (bytes.len() as u64, sha256_hex(bytes));
+            staged.push(StagedFile { upload, parts: count, path: path.to_string(), size, sha256 });
+        }
+        Ok(staged)
+    }
+}
+
+/// A job path from a tool argument: absolute as given, relative under `/inputs/`.
+fn job_path(raw: &str) -> anyhow::Result<FilePath> {
+    let full = if raw.starts_with('/') { raw.to_string() } else { format!("/inputs/{raw}") };
+    let path = FilePath::parse(&full).map_err(|e| anyhow::anyhow!("invalid file path {raw:?}: {e}"))?;
+    if path.is_root() {
+        anyhow::bail!("file path {raw:?} names the root directory, not a file");
+    }
+    Ok(path)
+}
+
+#[tool_handler(
+    router = self.tool_router,
+    name = "flotilla",
+    instructions = "Flotilla runs long jobs on a fleet of agents. submit_job returns a job id at once; poll \
+                    job_status until the status is completed, failed or cancelled."
+)]
+impl ServerHandler for JobTools {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn relative_paths_go_under_inputs_and_the_root_is_refused() {
+        assert_eq!(job_path("notes.txt").unwrap().as_str(), "/inputs/notes.txt");
+        assert_eq!(job_path("/data/a.csv").unwrap().as_str(), "/data/a.csv");
+        assert!(job_path("/").unwrap_err().to_string().contains("root"));
+        assert!(job_path("../../etc/passwd").is_err());
+    }
+}

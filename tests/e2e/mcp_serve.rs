@@ -1,0 +1,132 @@
+//! Issue 15 item 3: `flotilla mcp serve`, Flotilla's job API as an MCP server
+//! (docs/MCP.md, "Use Flotilla from an MCP host"), against a real
+//! nats-server, orchestrator and worker (the scripted model stands in for a
+//! paid API). The host is the official Python SDK's client
+//! (tests/fixtures/mcp_serve_client.py, `pip install "mcp<2"` from
+//! `scripts/install-deps --test`), over Streamable HTTP with the bearer
+//! token and over stdio.
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+use flotilla_tests::proc::run_cli;
+use flotilla_tests::{Proc, TestConfig, bin, eventually, free_port};
+use serde_json::{Value, json};
+
+use crate::common::{Deployment, TIMEOUT};
+
+const JOB: &str = "Compute the gross margin of region north: revenue 120, cost 75.";
+const TOKEN: &str = "e2e-mcp-serve-token-0123456789";
+const TOOLS: [&str; 4] = ["cancel_job", "job_status", "list_jobs", "submit_job"];
+
+fn python() -> PathBuf {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.flotilla/test-deps/venv/bin/python");
+    assert!(p.exists(), "{} is missing: run `scripts/install-deps --test` (installs mcp<2)", p.display());
+    p
+}
+
+/// Runs the Python MCP client with `args`; returns its JSON report.
+async fn client(args: Vec<String>, env: Vec<(&'static str, String)>) -> Value {
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/mcp_serve_client.py");
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new(python()).arg(script).args(args).envs(env).stdin(Stdio::null()).output().expect("run python")
+    })
+    .await
+    .unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "client failed: {stderr}\n{stdout}");
+    serde_json::from_str(stdout.trim().lines().last().unwrap_or_default())
+        .unwrap_or_else(|e| panic!("client printed no JSON ({e}): {stdout}\n{stderr}"))
+}
+
+/// The tools a client listed: names sorted, each with an object output schema.
+fn check_tools(report: &Value) {
+    let tools = report["tools"].as_array().expect("tools");
+    let mut names: Vec<&str> = tools.iter().map(|t| t["name"].as_str().unwrap()).collect();
+    names.sort_unstable();
+    assert_eq!(names, TOOLS, "{report}");
+    for t in tools {
+        assert_eq!(t["output_schema"]["type"], "object", "{} declares an output schema: {t}", t["name"]);
+    }
+    let submit = tools.iter().find(|t| t["name"] == "submit_job").unwrap();
+    assert_eq!(submit["input_schema"]["required"], json!(["input"]), "{submit}");
+}
+
+/// A raw `initialize` POST, to see what the HTTP layer answers.
+async fn initialize(url: &str, headers: &[(&str, &str)]) -> reqwest::Response {
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "e2e", "version": "1"}}});
+    let mut req = reqwest::Client::new()
+        .post(url)
+        .header("Accept", "application/json, text/event-stream")
+        .header("Content-Type", "application/json");
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    req.body(body.to_string()).send().await.expect("POST /mcp")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_mcp_host_submits_the_demo_job_and_reads_the_answer_over_http_and_lists_tools_over_stdio() {
+    let d = Deployment::start(1, |url| TestConfig::demo(url, 1, 0)).await;
+    d.orchestrator_ready().await;
+    let cfg = d.config_arg();
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let serve_args = ["--config", &cfg, "mcp", "serve", "--listen", &listen, "--token-env", "E2E_MCP_TOKEN"];
+    let server = Proc::spawn("mcp-serve", "flotilla", &serve_args, &[("E2E_MCP_TOKEN", TOKEN)]);
+    eventually(TIMEOUT, "mcp serve to listen", || async { server.log().contains("MCP on http://").then_some(()) })
+        .await;
+    let url = format!("http://{listen}/mcp");
+
+    // Auth and DNS rebinding, at the HTTP layer.
+    flotilla_config::tls::install_crypto_provider();
+    let none = initialize(&url, &[]).await;
+    assert_eq!(none.status(), 401);
+    assert_eq!(none.headers()["www-authenticate"], "Bearer");
+    let bearer = format!("Bearer {TOKEN}");
+    let wrong = initialize(&url, &[("Authorization", "Bearer not-the-token-at-all-000")]).await;
+    assert_eq!(wrong.status(), 401);
+    let rebound = initialize(&url, &[("Authorization", &bearer), ("Host", &format!("evil.example:{port}"))]).await;
+    assert_eq!(rebound.status(), 403, "a rebound Host is refused");
+    let origin = initialize(&url, &[("Authorization", &bearer), ("Origin", "http://evil.example")]).await;
+    assert_eq!(origin.status(), 403, "a foreign Origin is refused");
+    assert_eq!(initialize(&url, &[("Authorization", &bearer)]).await.status(), 200);
+
+    // The Python SDK over Streamable HTTP: tools, the demo job to its answer.
+    let started = Instant::now();
+    let report = client(vec!["http".into(), url.clone(), JOB.into()], vec![("MCP_TOKEN", TOKEN.into())]).await;
+    let http_time = started.elapsed();
+    check_tools(&report);
+    let job = &report["job"];
+    let id = job["submitted"]["job_id"].as_str().expect("a job id").to_string();
+    assert_eq!(job["submitted"]["files"], json!(["/inputs/notes.txt"]), "{job}");
+    let last = &job["final"];
+    assert_eq!((last["status"].as_str(), last["job_id"].as_str()), (Some("completed"), Some(id.as_str())), "{job}");
+    assert!(last["answer"].as_str().unwrap_or_default().contains("0.375"), "{job}");
+    assert!(last["task_counts"]["completed"].as_u64() >= Some(1), "{job}");
+    assert_eq!(job["unknown"]["is_error"], true, "{job}");
+    assert!(job["unknown"]["text"].as_str().unwrap().contains("no job"), "the job API's message: {job}");
+    assert!(job["listed"]["jobs"].as_array().unwrap().iter().any(|j| j["job_id"] == id.as_str()), "{job}");
+    // The same job through the bus: the tool reported what the job API holds.
+    let rec = d.status(id.parse().unwrap()).await;
+    assert_eq!(rec.answer.as_deref(), last["answer"].as_str());
+    assert_eq!(rec.input, JOB);
+    eprintln!(
+        "figures: python client over HTTP, initialize to answer: {http_time:?}, {} job_status polls",
+        job["polls"]
+    );
+
+    // Over stdio the same client lists the same tools.
+    let flotilla = bin("flotilla").display().to_string();
+    let stdio =
+        vec!["stdio".into(), flotilla, "--config".into(), cfg.clone(), "mcp".into(), "serve".into(), "--stdio".into()];
+    check_tools(&client(stdio, vec![]).await);
+    drop(server);
+
+    // Off loopback without a token, it refuses to start and says what to pass.
+    let (code, _, err) = run_cli(&["--config", &cfg, "mcp", "serve", "--listen", "0.0.0.0:0"], &[]);
+    assert_ne!(code, 0);
+    assert!(err.contains("--token-env"), "{err}");
+}
