@@ -114,8 +114,8 @@ async fn an_mcp_host_submits_the_demo_job_and_reads_the_answer_over_http_and_lis
     assert_eq!(rec.answer.as_deref(), last["answer"].as_str());
     assert_eq!(rec.input, JOB);
     eprintln!(
-        "figures: python client over HTTP, initialize to answer: {http_time:?}, {} job_status polls",
-        job["polls"]
+        "figures: python client over HTTP, initialize to answer: {http_time:?}, {} job_status polls; unknown id: {}",
+        job["polls"], job["unknown"]["text"]
     );
 
     // Over stdio the same client lists the same tools.
