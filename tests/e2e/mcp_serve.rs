@@ -108,7 +108,13 @@ async fn an_mcp_host_submits_the_demo_job_and_reads_the_answer_over_http_and_lis
     assert!(last["task_counts"]["completed"].as_u64() >= Some(1), "{job}");
     assert_eq!(job["unknown"]["is_error"], true, "{job}");
     assert!(job["unknown"]["text"].as_str().unwrap().contains("no job"), "the job API's message: {job}");
+    assert_eq!(job["cancel_ended"]["is_error"], true, "{job}");
+    let refused = job["cancel_ended"]["text"].as_str().unwrap();
+    assert!(refused.contains("already completed; nothing to cancel"), "the job API's message: {refused}");
     assert!(job["listed"]["jobs"].as_array().unwrap().iter().any(|j| j["job_id"] == id.as_str()), "{job}");
+    // The uploaded file is in the job's files, byte for byte.
+    let (code, out, err) = run_cli(&["--config", &cfg, "files", "get", &id, "/inputs/notes.txt"], &[]);
+    assert_eq!((code, out.as_str()), (0, "north: revenue 120, cost 75\n"), "files get: {err}");
     // The same job through the bus: the tool reported what the job API holds.
     let rec = d.status(id.parse().unwrap()).await;
     assert_eq!(rec.answer.as_deref(), last["answer"].as_str());

@@ -168,6 +168,25 @@ mod tests {
     use super::*;
 
     #[test]
+    fn every_tool_declares_an_object_output_schema_and_its_required_inputs() {
+        let tools = JobTools::tool_router().list_all();
+        let mut names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
+        names.sort_unstable();
+        assert_eq!(names, ["cancel_job", "job_status", "list_jobs", "submit_job"]);
+        for t in &tools {
+            let out = t.output_schema.as_ref().unwrap_or_else(|| panic!("{} has no output schema", t.name));
+            assert_eq!(out.get("type"), Some(&serde_json::json!("object")), "{}", t.name);
+        }
+        let required = |name: &str| {
+            let t = tools.iter().find(|t| t.name == name).unwrap();
+            t.input_schema.get("required").cloned().unwrap_or_default()
+        };
+        assert_eq!(required("submit_job"), serde_json::json!(["input"]));
+        assert_eq!(required("cancel_job"), serde_json::json!(["job_id"]));
+        assert_eq!(required("list_jobs"), serde_json::Value::Null, "status and limit are optional");
+    }
+
+    #[test]
     fn relative_paths_go_under_inputs_and_the_root_is_refused() {
         assert_eq!(job_path("notes.txt").unwrap().as_str(), "/inputs/notes.txt");
         assert_eq!(job_path("/data/a.csv").unwrap().as_str(), "/data/a.csv");
