@@ -108,6 +108,10 @@ async fn an_mcp_host_submits_the_demo_job_and_reads_the_answer_over_http_and_lis
     assert!(last["task_counts"]["completed"].as_u64() >= Some(1), "{job}");
     assert_eq!(job["unknown"]["is_error"], true, "{job}");
     assert!(job["unknown"]["text"].as_str().unwrap().contains("no job"), "the job API's message: {job}");
+    assert_eq!(job["templates"], json!(["flotilla://jobs/{job_id}/files/{+path}"]), "{job}");
+    assert_eq!(job["resource"][0]["text"], "north: revenue 120, cost 75\n", "the file as a resource: {job}");
+    let missing = job["missing_resource"].as_str().unwrap();
+    assert!(missing.contains("missing.txt") && missing != "read", "a missing file is an error: {missing}");
     assert_eq!(job["cancel_ended"]["is_error"], true, "{job}");
     let refused = job["cancel_ended"]["text"].as_str().unwrap();
     assert!(refused.contains("already completed; nothing to cancel"), "the job API's message: {refused}");
@@ -120,8 +124,8 @@ async fn an_mcp_host_submits_the_demo_job_and_reads_the_answer_over_http_and_lis
     assert_eq!(rec.answer.as_deref(), last["answer"].as_str());
     assert_eq!(rec.input, JOB);
     eprintln!(
-        "figures: python client over HTTP, initialize to answer: {http_time:?}, {} job_status polls; unknown id: {}",
-        job["polls"], job["unknown"]["text"]
+        "figures: python client over HTTP, initialize to answer: {http_time:?}, {} job_status polls; unknown id: {}; missing file: {}",
+        job["polls"], job["unknown"]["text"], job["missing_resource"]
     );
 
     // Over stdio the same client lists the same tools.

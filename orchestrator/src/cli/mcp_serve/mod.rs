@@ -9,6 +9,7 @@
 //! its bearer token and DNS-rebinding checks).
 
 mod http;
+mod resources;
 mod schema;
 mod tools;
 

@@ -14,7 +14,12 @@ use flotilla_protocol::files_api::{FILE_PART_BYTES, FilesPutReply, FilesPutReque
 use flotilla_protocol::{ApiReply, JobStatus, SCHEMA_VERSION, SubmitReply, SubmitRequest};
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::{Json, Parameters};
-use rmcp::{ServerHandler, tool, tool_handler, tool_router};
+use rmcp::model::{
+    Implementation, ListResourceTemplatesResult, PaginatedRequestParams, ReadResourceRequestParams,
+    ReadResourceResponse, ServerCapabilities, ServerConfig,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData, RoleServer, ServerHandler, tool, tool_handler, tool_router};
 
 use super::schema::{
     CancelJobParams, CancelJobResult, InputFile, JobStatusParams, JobStatusResult, ListJobsParams, ListJobsResult,
@@ -155,13 +160,34 @@ fn job_path(raw: &str) -> anyhow::Result<FilePath> {
     Ok(path)
 }
 
-#[tool_handler(
-    router = self.tool_router,
-    name = "flotilla",
-    instructions = "Flotilla runs long jobs on a fleet of agents. submit_job returns a job id at once; poll \
-                    job_status until the status is completed, failed or cancelled."
-)]
-impl ServerHandler for JobTools {}
+#[tool_handler(router = self.tool_router)]
+impl ServerHandler for JobTools {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().enable_resources().build())
+            .with_server_info(Implementation::new("flotilla", env!("CARGO_PKG_VERSION")))
+            .with_instructions(
+                "Flotilla runs long jobs on a fleet of agents. submit_job returns a job id at once; poll job_status \
+                 until done is true. A job's files are resources: flotilla://jobs/<id>/files/<path>."
+                    .to_string(),
+            )
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, ErrorData> {
+        Ok(ListResourceTemplatesResult::with_all_items(vec![super::resources::template()]))
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        Ok(super::resources::read(&self.api, &request.uri).await?.into())
+    }
+}
 
 #[cfg(test)]
 mod tests {
