@@ -74,7 +74,18 @@ async fn an_mcp_host_submits_the_demo_job_and_reads_the_answer_over_http_and_lis
     let cfg = d.config_arg();
     let port = free_port();
     let listen = format!("127.0.0.1:{port}");
-    let serve_args = ["--config", &cfg, "mcp", "serve", "--listen", &listen, "--token-env", "E2E_MCP_TOKEN"];
+    let serve_args = [
+        "--config",
+        &cfg,
+        "mcp",
+        "serve",
+        "--listen",
+        &listen,
+        "--token-env",
+        "E2E_MCP_TOKEN",
+        "--allowed-host",
+        "flotilla.test",
+    ];
     let server = Proc::spawn("mcp-serve", "flotilla", &serve_args, &[("E2E_MCP_TOKEN", TOKEN)]);
     eventually(TIMEOUT, "mcp serve to listen", || async { server.log().contains("MCP on http://").then_some(()) })
         .await;
@@ -93,6 +104,8 @@ async fn an_mcp_host_submits_the_demo_job_and_reads_the_answer_over_http_and_lis
     let origin = initialize(&url, &[("Authorization", &bearer), ("Origin", "http://evil.example")]).await;
     assert_eq!(origin.status(), 403, "a foreign Origin is refused");
     assert_eq!(initialize(&url, &[("Authorization", &bearer)]).await.status(), 200);
+    let named = [("Authorization", bearer.as_str()), ("Host", "flotilla.test"), ("Origin", "https://flotilla.test")];
+    assert_eq!(initialize(&url, &named).await.status(), 200, "an --allowed-host is answered");
 
     // The Python SDK over Streamable HTTP: tools, the demo job to its answer.
     let started = Instant::now();
