@@ -69,7 +69,8 @@ async fn initialize(url: &str, headers: &[(&str, &str)]) -> reqwest::Response {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_mcp_host_submits_the_demo_job_and_reads_the_answer_over_http_and_lists_tools_over_stdio() {
-    let d = Deployment::start(1, |url| TestConfig::demo(url, 1, 0)).await;
+    // Each model call takes 300 ms, so a job runs long enough to be waited for.
+    let d = Deployment::start(1, |url| TestConfig::demo(url, 1, 300)).await;
     d.orchestrator_ready().await;
     let cfg = d.config_arg();
     let port = free_port();
@@ -129,6 +130,14 @@ async fn an_mcp_host_submits_the_demo_job_and_reads_the_answer_over_http_and_lis
     let refused = job["cancel_ended"]["text"].as_str().unwrap();
     assert!(refused.contains("already completed; nothing to cancel"), "the job API's message: {refused}");
     assert!(job["listed"]["jobs"].as_array().unwrap().iter().any(|j| j["job_id"] == id.as_str()), "{job}");
+    // Waiting in one call: progress notifications, one per job event, the last the end.
+    let waited = &job["waited"];
+    let (final_, notes) = (&waited["final"], waited["progress"].as_array().unwrap());
+    assert_eq!((final_["status"].as_str(), final_["done"].as_bool()), (Some("completed"), Some(true)), "{waited}");
+    assert!(final_["answer"].as_str().unwrap_or_default().contains("0.375"), "{waited}");
+    assert!(final_["events_waited"].as_u64() >= Some(2), "the call waited through the job's events: {waited}");
+    assert_eq!(notes.len() as u64, final_["events_waited"].as_u64().unwrap(), "one notification per event: {waited}");
+    assert!(notes.last().unwrap()["message"].as_str().unwrap().contains("completed"), "{waited}");
     // The uploaded file is in the job's files, byte for byte.
     let (code, out, err) = run_cli(&["--config", &cfg, "files", "get", &id, "/inputs/notes.txt"], &[]);
     assert_eq!((code, out.as_str()), (0, "north: revenue 120, cost 75\n"), "files get: {err}");
@@ -137,8 +146,13 @@ async fn an_mcp_host_submits_the_demo_job_and_reads_the_answer_over_http_and_lis
     assert_eq!(rec.answer.as_deref(), last["answer"].as_str());
     assert_eq!(rec.input, JOB);
     eprintln!(
-        "figures: python client over HTTP, initialize to answer: {http_time:?}, {} job_status polls; unknown id: {}; missing file: {}",
-        job["polls"], job["unknown"]["text"], job["missing_resource"]
+        "figures: python client run over HTTP (connect, two jobs, probes): {http_time:?}, {} job_status polls; unknown id: {}; missing file: {}; \
+         waited {} s through {} events",
+        job["polls"],
+        job["unknown"]["text"],
+        job["missing_resource"],
+        job["waited"]["seconds"],
+        notes.len()
     );
 
     // Over stdio the same client lists the same tools.

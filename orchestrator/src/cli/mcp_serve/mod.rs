@@ -12,6 +12,7 @@ mod http;
 mod resources;
 mod schema;
 mod tools;
+mod wait;
 
 use std::net::SocketAddr;
 

@@ -42,11 +42,16 @@ pub struct SubmitJobResult {
     pub files: Vec<String>,
 }
 
-/// `job_status` and `cancel_job` name a job.
+/// `job_status` arguments.
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct JobStatusParams {
     /// A job id, or a unique prefix of one (at least 4 characters).
     pub job_id: String,
+    /// Wait up to this many seconds (at most 60) for the job to end before
+    /// answering, with a progress notification per job event when the
+    /// request carries a progressToken. 0 or absent: answer at once.
+    #[serde(default)]
+    pub wait_seconds: Option<u64>,
 }
 
 /// `job_status` result.
@@ -58,6 +63,8 @@ pub struct JobStatusResult {
     pub status: String,
     /// Whether the job has ended (completed, failed or cancelled).
     pub done: bool,
+    /// Job events seen while this call waited (`wait_seconds`); 0 otherwise.
+    pub events_waited: u64,
     /// The job text as submitted.
     pub input: String,
     /// The planner's todo list.
@@ -198,6 +205,7 @@ impl From<JobRecord> for JobStatusResult {
             job_id: j.id.to_string(),
             status: j.status.as_str().to_string(),
             done: j.status.is_terminal(),
+            events_waited: 0,
             input: j.input,
             todos: j.todos.iter().map(|t| TodoItem { content: t.content.clone(), status: name(&t.status) }).collect(),
             tasks_total: j.tasks_total,

@@ -6,6 +6,8 @@
 //! refusal by the job API is a tool error (`isError: true`) carrying its
 //! message, so the host's model can read why and correct itself.
 
+use std::time::Duration;
+
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use flotilla_agent::digest::sha256_hex;
@@ -14,12 +16,13 @@ use flotilla_protocol::files_api::{FILE_PART_BYTES, FilesPutReply, FilesPutReque
 use flotilla_protocol::{ApiReply, JobStatus, SCHEMA_VERSION, SubmitReply, SubmitRequest};
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::{Json, Parameters};
+use rmcp::model::RequestMetaObject;
 use rmcp::model::{
     Implementation, ListResourceTemplatesResult, PaginatedRequestParams, ReadResourceRequestParams,
     ReadResourceResponse, ServerCapabilities, ServerConfig,
 };
 use rmcp::service::RequestContext;
-use rmcp::{ErrorData, RoleServer, ServerHandler, tool, tool_handler, tool_router};
+use rmcp::{ErrorData, Peer, RoleServer, ServerHandler, tool, tool_handler, tool_router};
 
 use super::schema::{
     CancelJobParams, CancelJobResult, InputFile, JobStatusParams, JobStatusResult, ListJobsParams, ListJobsResult,
@@ -33,7 +36,7 @@ const DEFAULT_LIST: usize = 20;
 /// The most `list_jobs` returns in one call.
 const MAX_LIST: usize = 200;
 /// How long one job API request may take (the CLI's budget, src/cli/files.rs).
-const TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+const TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The server: one tenant's job API as MCP tools.
 #[derive(Clone)]
@@ -73,12 +76,25 @@ impl JobTools {
         name = "job_status",
         description = "A job's status (submitted, running, completed, failed, cancelled), the planner's todo list, \
                        task counts, and the answer once completed (or the error once failed). `job_id` may be a \
-                       unique prefix of at least 4 characters."
+                       unique prefix of at least 4 characters. With `wait_seconds` (at most 60) the call first \
+                       waits for the job to end, sending progress notifications for its events."
     )]
-    async fn job_status(&self, Parameters(p): Parameters<JobStatusParams>) -> Result<Json<JobStatusResult>, String> {
+    async fn job_status(
+        &self,
+        meta: RequestMetaObject,
+        peer: Peer<RoleServer>,
+        Parameters(p): Parameters<JobStatusParams>,
+    ) -> Result<Json<JobStatusResult>, String> {
         let id = self.resolve(&p.job_id).await?;
+        let mut waited = 0;
+        if let Some(secs) = p.wait_seconds.filter(|s| *s > 0) {
+            let progress = meta.get_progress_token().map(|token| (token, peer));
+            waited = super::wait::until_done(&self.api, id, Duration::from_secs(secs), progress)
+                .await
+                .map_err(|e| format!("{e:#}"))?;
+        }
         let job = self.api.status(id).await.map_err(|e| format!("{e:#}"))?;
-        Ok(Json(JobStatusResult::from(job)))
+        Ok(Json(JobStatusResult { events_waited: waited, ..JobStatusResult::from(job) }))
     }
 
     /// Cancels a job; its running tasks are stopped.
