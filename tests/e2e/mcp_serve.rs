@@ -119,6 +119,7 @@ async fn an_mcp_host_submits_the_demo_job_and_reads_the_answer_over_http_and_lis
     let last = &job["final"];
     assert_eq!((last["status"].as_str(), last["job_id"].as_str()), (Some("completed"), Some(id.as_str())), "{job}");
     assert!(last["answer"].as_str().unwrap_or_default().contains("0.375"), "{job}");
+    assert_eq!((job["submitted"]["v"].as_u64(), last["v"].as_u64()), (Some(1), Some(1)), "results are versioned");
     assert!(last["task_counts"]["completed"].as_u64() >= Some(1), "{job}");
     assert_eq!(job["unknown"]["is_error"], true, "{job}");
     assert!(job["unknown"]["text"].as_str().unwrap().contains("no job"), "the job API's message: {job}");

@@ -12,6 +12,9 @@ use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
+/// The version every tool result carries as `v`.
+pub const RESULT_VERSION: u32 = 1;
+
 /// `submit_job` arguments.
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct SubmitJobParams {
@@ -34,6 +37,9 @@ pub struct InputFile {
 /// `submit_job` result.
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct SubmitJobResult {
+    /// Version of this result's shape (`RESULT_VERSION`); fields may be added
+    /// within a version, so readers ignore unknown ones.
+    pub v: u32,
     /// The new job's id: pass it to job_status and cancel_job.
     pub job_id: String,
     /// Always `submitted`: the job runs on after this call returns.
@@ -57,6 +63,9 @@ pub struct JobStatusParams {
 /// `job_status` result.
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct JobStatusResult {
+    /// Version of this result's shape (`RESULT_VERSION`); fields may be added
+    /// within a version, so readers ignore unknown ones.
+    pub v: u32,
     /// The job's whole id.
     pub job_id: String,
     /// submitted, running, completed, failed or cancelled.
@@ -116,6 +125,9 @@ pub struct CancelJobParams {
 /// `cancel_job` result.
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct CancelJobResult {
+    /// Version of this result's shape (`RESULT_VERSION`); fields may be added
+    /// within a version, so readers ignore unknown ones.
+    pub v: u32,
     /// The job's whole id.
     pub job_id: String,
     /// Task messages removed from the work queue.
@@ -159,6 +171,9 @@ pub struct ListJobsParams {
 /// `list_jobs` result.
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct ListJobsResult {
+    /// Version of this result's shape (`RESULT_VERSION`); fields may be added
+    /// within a version, so readers ignore unknown ones.
+    pub v: u32,
     /// Newest first.
     pub jobs: Vec<JobLine>,
     /// Whether more jobs match than were returned.
@@ -202,6 +217,7 @@ impl From<TaskCounts> for TaskCountsOut {
 impl From<JobRecord> for JobStatusResult {
     fn from(j: JobRecord) -> Self {
         Self {
+            v: RESULT_VERSION,
             job_id: j.id.to_string(),
             status: j.status.as_str().to_string(),
             done: j.status.is_terminal(),
@@ -232,6 +248,6 @@ impl From<ListReply> for ListJobsResult {
                 created_at: rfc3339(j.created_at),
             })
             .collect();
-        Self { jobs, more: r.next_after.is_some() }
+        Self { v: RESULT_VERSION, jobs, more: r.next_after.is_some() }
     }
 }

@@ -26,7 +26,7 @@ use rmcp::{ErrorData, Peer, RoleServer, ServerHandler, tool, tool_handler, tool_
 
 use super::schema::{
     CancelJobParams, CancelJobResult, InputFile, JobStatusParams, JobStatusResult, ListJobsParams, ListJobsResult,
-    SubmitJobParams, SubmitJobResult,
+    RESULT_VERSION, SubmitJobParams, SubmitJobResult,
 };
 use crate::cli::client::{ApiClient, api_result};
 use crate::cli::jobref::JobRef;
@@ -68,7 +68,12 @@ impl JobTools {
         let reply: ApiReply<SubmitReply> =
             self.api.bus().request(self.api.tenant(), "submit", &req, TIMEOUT).await.map_err(|e| format!("{e:#}"))?;
         let job = api_result(reply, "submit refused").map_err(|e| format!("{e:#}"))?;
-        Ok(Json(SubmitJobResult { job_id: job.job_id.to_string(), status: "submitted".into(), files: paths }))
+        Ok(Json(SubmitJobResult {
+            v: RESULT_VERSION,
+            job_id: job.job_id.to_string(),
+            status: "submitted".into(),
+            files: paths,
+        }))
     }
 
     /// A job's state: status, todos, task counts and, once done, the answer.
@@ -106,7 +111,11 @@ impl JobTools {
     async fn cancel_job(&self, Parameters(p): Parameters<CancelJobParams>) -> Result<Json<CancelJobResult>, String> {
         let id = self.resolve(&p.job_id).await?;
         let reply = self.api.cancel(id, p.reason).await.map_err(|e| format!("{e:#}"))?;
-        Ok(Json(CancelJobResult { job_id: reply.job_id.to_string(), purged_tasks: reply.purged_tasks }))
+        Ok(Json(CancelJobResult {
+            v: RESULT_VERSION,
+            job_id: reply.job_id.to_string(),
+            purged_tasks: reply.purged_tasks,
+        }))
     }
 
     /// This tenant's jobs, newest first.
