@@ -168,3 +168,61 @@ async fn an_mcp_host_submits_the_demo_job_and_reads_the_answer_over_http_and_lis
     assert_ne!(code, 0);
     assert!(err.contains("--token-env"), "{err}");
 }
+
+/// The official conformance suite's server scenarios for the handshake, ping
+/// and DNS-rebinding protection (issue 15) against `flotilla mcp serve` on
+/// loopback without a token, graded check by check from its `checks.json`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_conformance_suite_server_scenarios_pass_against_mcp_serve() {
+    let suite = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../.flotilla/test-deps/npm/node_modules/@modelcontextprotocol/conformance/dist/index.js");
+    assert!(suite.is_file(), "{} is missing: run `scripts/install-deps --test`", suite.display());
+    let d = Deployment::start(0, |url| TestConfig::demo(url, 1, 0)).await;
+    let (cfg, port) = (d.config_arg(), free_port());
+    let listen = format!("127.0.0.1:{port}");
+    let server = Proc::spawn("mcp-serve", "flotilla", &["--config", &cfg, "mcp", "serve", "--listen", &listen], &[]);
+    eventually(TIMEOUT, "mcp serve to listen", || async { server.log().contains("MCP on http://").then_some(()) })
+        .await;
+    let out = flotilla_tests::TempDir::new("conformance-server");
+    for scenario in ["server-initialize", "ping", "dns-rebinding-protection", "tools-list"] {
+        let dir = out.path().join(scenario);
+        let run = tokio::process::Command::new("node")
+            .arg(&suite)
+            .args(["server", "--url", &format!("http://localhost:{port}/mcp"), "--scenario", scenario, "-o"])
+            .arg(&dir)
+            .kill_on_drop(true)
+            .output();
+        let output = tokio::time::timeout(std::time::Duration::from_secs(90), run)
+            .await
+            .unwrap_or_else(|_| panic!("scenario {scenario} did not finish in 90 s"))
+            .expect("node runs");
+        let log = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+        let checks =
+            checks_of(&dir).unwrap_or_else(|| panic!("{scenario}: no checks.json under {}\n{log}", dir.display()));
+        let graded: Vec<&Value> = checks.iter().filter(|c| c["status"] != "INFO" && c["status"] != "SKIPPED").collect();
+        assert!(!graded.is_empty(), "{scenario}: no graded checks\n{log}");
+        eprintln!(
+            "figures: conformance {scenario}: {} graded checks passed ({} checks in all)",
+            graded.len(),
+            checks.len()
+        );
+        for c in graded {
+            assert_eq!(c["status"], "SUCCESS", "{scenario}: check {} {}: {}", c["id"], c["status"], c["errorMessage"]);
+        }
+    }
+}
+
+/// The `checks.json` the suite wrote somewhere under `dir`.
+fn checks_of(dir: &std::path::Path) -> Option<Vec<Value>> {
+    for entry in std::fs::read_dir(dir).ok()?.flatten() {
+        let p = entry.path();
+        if p.is_dir() {
+            if let Some(c) = checks_of(&p) {
+                return Some(c);
+            }
+        } else if p.file_name().is_some_and(|n| n == "checks.json") {
+            return serde_json::from_slice(&std::fs::read(&p).ok()?).ok();
+        }
+    }
+    None
+}
