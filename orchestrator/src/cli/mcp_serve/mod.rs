@@ -4,9 +4,11 @@
 //! a client of the job API over the bus like every other CLI command, acting
 //! for `--tenant`; it holds no state of its own, so any number can run.
 //!
-//! Two transports: stdio (`--stdio`, for a host that starts the command) and
-//! Streamable HTTP at `/mcp` on `--listen` (src/cli/mcp_serve/http.rs, with
-//! its bearer token and DNS-rebinding checks).
+//! One concept a file: the tools (`tools.rs`) and their schemas
+//! (`schema.rs`), waiting with progress (`wait.rs`), job files as resources
+//! (`resources.rs`), and the HTTP transport (`http.rs`, with its bearer token
+//! and DNS-rebinding checks); stdio (`--stdio`, for a host that starts the
+//! command) is rmcp's own.
 
 mod http;
 mod resources;

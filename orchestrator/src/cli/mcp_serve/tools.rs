@@ -4,7 +4,8 @@
 //! what `flotilla submit|status|cancel|jobs` would show for the same tenant.
 //! Every tool declares an output schema and returns structured content; a
 //! refusal by the job API is a tool error (`isError: true`) carrying its
-//! message, so the host's model can read why and correct itself.
+//! message, so the host's model can read why and correct itself. The
+//! handler also serves job files as resources (src/cli/mcp_serve/resources.rs).
 
 use std::time::Duration;
 
@@ -16,10 +17,9 @@ use flotilla_protocol::files_api::{FILE_PART_BYTES, FilesPutReply, FilesPutReque
 use flotilla_protocol::{ApiReply, JobStatus, SCHEMA_VERSION, SubmitReply, SubmitRequest};
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::{Json, Parameters};
-use rmcp::model::RequestMetaObject;
 use rmcp::model::{
     Implementation, ListResourceTemplatesResult, PaginatedRequestParams, ReadResourceRequestParams,
-    ReadResourceResponse, ServerCapabilities, ServerConfig,
+    ReadResourceResponse, RequestMetaObject, ServerCapabilities, ServerConfig,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, Peer, RoleServer, ServerHandler, tool, tool_handler, tool_router};
