@@ -18,6 +18,8 @@ use crate::common::{Deployment, TIMEOUT};
 
 const JOB: &str = "Compute the gross margin of region north: revenue 120, cost 75.";
 const TOKEN: &str = "e2e-mcp-serve-token-0123456789";
+/// Acts for tenant `acme` (`--tenant-token acme=VAR`).
+const ACME_TOKEN: &str = "e2e-mcp-serve-acme-token-98765";
 const TOOLS: [&str; 4] = ["cancel_job", "job_status", "list_jobs", "submit_job"];
 
 fn python() -> PathBuf {
@@ -86,8 +88,11 @@ async fn an_mcp_host_submits_the_demo_job_and_reads_the_answer_over_http_and_lis
         "E2E_MCP_TOKEN",
         "--allowed-host",
         "flotilla.test",
+        "--tenant-token",
+        "acme=E2E_MCP_ACME_TOKEN",
     ];
-    let server = Proc::spawn("mcp-serve", "flotilla", &serve_args, &[("E2E_MCP_TOKEN", TOKEN)]);
+    let env = [("E2E_MCP_TOKEN", TOKEN), ("E2E_MCP_ACME_TOKEN", ACME_TOKEN)];
+    let server = Proc::spawn("mcp-serve", "flotilla", &serve_args, &env);
     eventually(TIMEOUT, "mcp serve to listen", || async { server.log().contains("MCP on http://").then_some(()) })
         .await;
     let url = format!("http://{listen}/mcp");
@@ -155,6 +160,15 @@ async fn an_mcp_host_submits_the_demo_job_and_reads_the_answer_over_http_and_lis
         job["waited"]["seconds"],
         notes.len()
     );
+
+    // The acme token acts for acme: it sees none of the default tenant's jobs.
+    let acme = client(vec!["peek".into(), url.clone(), id.clone()], vec![("MCP_TOKEN", ACME_TOKEN.into())]).await;
+    assert_eq!(acme["peek"]["listed"]["jobs"], json!([]), "acme lists only its own jobs: {acme}");
+    let status = &acme["peek"]["status"];
+    assert_eq!(status["is_error"], true, "{acme}");
+    assert!(status["text"].as_str().unwrap().contains("not_found"), "another tenant's job is not found: {acme}");
+    let own = client(vec!["peek".into(), url.clone(), id.clone()], vec![("MCP_TOKEN", TOKEN.into())]).await;
+    assert_eq!(own["peek"]["status"]["result"]["status"], "completed", "the default token sees it: {own}");
 
     // Over stdio the same client lists the same tools.
     let flotilla = bin("flotilla").display().to_string();

@@ -31,23 +31,44 @@ const LOOPBACK_NAMES: &[&str] = &["localhost", "127.0.0.1", "::1"];
 /// Shortest token accepted: shorter ones can be guessed online.
 const MIN_TOKEN_LEN: usize = 16;
 
+/// The tenant a request's token stands for, put in the request's extensions
+/// for the tools to act as (src/cli/mcp_serve/tools.rs `JobTools::api`).
+#[derive(Clone, Debug)]
+pub struct Caller(pub Tenant);
+
 /// Who may call, fixed at start.
 #[derive(Clone, Debug)]
 pub struct Access {
-    /// SHA-256 of the token; `None`: no token (loopback only).
-    token_digest: Option<String>,
+    /// SHA-256 of each token, with the tenant it acts for. Empty: no token
+    /// (loopback only), every request acts for `--tenant`.
+    tokens: Vec<(String, Tenant)>,
     /// Host names (or `host:port`) accepted in `Host` and `Origin`.
     hosts: Vec<String>,
 }
 
 impl Access {
-    /// Reads the token now; refuses a non-loopback address without one.
-    pub fn new(args: &ServeArgs) -> anyhow::Result<Self> {
-        let token_digest = match &args.token_env {
-            Some(var) => Some(sha256_hex(read_token(var)?.as_bytes())),
-            None => None,
-        };
-        if token_digest.is_none() && !args.listen.ip().is_loopback() {
+    /// Reads the tokens now (`--token-env` for `tenant`, each
+    /// `--tenant-token TENANT=VAR` for its tenant); refuses a non-loopback
+    /// address without any, and one token standing for two tenants.
+    pub fn new(args: &ServeArgs, tenant: &Tenant) -> anyhow::Result<Self> {
+        let mut tokens: Vec<(String, Tenant)> = Vec::new();
+        if let Some(var) = &args.token_env {
+            tokens.push((sha256_hex(read_token(var)?.as_bytes()), tenant.clone()));
+        }
+        for spec in &args.tenant_tokens {
+            let (name, var) = spec.split_once('=').ok_or_else(|| {
+                anyhow::anyhow!("--tenant-token {spec:?}: write TENANT=VAR, e.g. acme=ACME_MCP_TOKEN")
+            })?;
+            let t = Tenant::new(name)
+                .map_err(|e| anyhow::anyhow!("--tenant-token {spec:?}: {name:?} is not a tenant name: {e}"))?;
+            tokens.push((sha256_hex(read_token(var)?.as_bytes()), t));
+        }
+        for (i, (a, _)) in tokens.iter().enumerate() {
+            if tokens[..i].iter().any(|(b, _)| a == b) {
+                anyhow::bail!("two token variables hold the same token: give each tenant its own");
+            }
+        }
+        if tokens.is_empty() && !args.listen.ip().is_loopback() {
             anyhow::bail!(
                 "--listen {} is not a loopback address and anyone who reaches it could submit and cancel jobs: \
                  pass --token-env VAR (and set VAR to a token of at least {MIN_TOKEN_LEN} characters)",
@@ -59,7 +80,7 @@ impl Access {
             hosts.push(args.listen.ip().to_string());
         }
         hosts.extend(args.allowed_hosts.iter().map(|h| h.trim().trim_end_matches('.').to_lowercase()));
-        Ok(Self { token_digest, hosts })
+        Ok(Self { tokens, hosts })
     }
 
     /// Browser origins allowed: each accepted host, http or https, any port.
@@ -76,16 +97,28 @@ impl Access {
         origins
     }
 
-    /// Whether `req` carries the token (always, when none is configured).
-    fn admits(&self, req: &Request) -> bool {
-        let Some(expected) = &self.token_digest else { return true };
+    /// Whom `req` acts for: `Some(None)` when no token is configured (the
+    /// server's `--tenant`), `Some(Some(tenant))` for a known token, `None`
+    /// for a missing or unknown one.
+    fn caller(&self, req: &Request) -> Option<Option<Tenant>> {
+        if self.tokens.is_empty() {
+            return Some(None);
+        }
         let sent = req
             .headers()
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
             .map(|t| sha256_hex(t.trim().as_bytes()));
-        sent.is_some_and(|d| same_digest(&d, expected))
+        let sent = sent?;
+        // Every digest is compared, so timing does not tell which matched.
+        let mut found = None;
+        for (digest, tenant) in &self.tokens {
+            if same_digest(&sent, digest) {
+                found = Some(tenant.clone());
+            }
+        }
+        found.map(Some)
     }
 }
 
@@ -107,9 +140,12 @@ fn same_digest(a: &str, b: &str) -> bool {
     a.len() == b.len() && a.bytes().zip(b.bytes()).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-/// 401 unless the request carries the token.
-async fn check(State(access): State<Arc<Access>>, req: Request, next: Next) -> Response {
-    if access.admits(&req) {
+/// 401 unless the request carries a token; marks it with its [`Caller`].
+async fn check(State(access): State<Arc<Access>>, mut req: Request, next: Next) -> Response {
+    if let Some(caller) = access.caller(&req) {
+        if let Some(tenant) = caller {
+            req.extensions_mut().insert(Caller(tenant));
+        }
         return next.run(req).await;
     }
     let body = "missing or wrong bearer token: send Authorization: Bearer <token> (flotilla mcp serve --token-env)";
@@ -125,7 +161,7 @@ pub async fn serve(tools: JobTools, listen: SocketAddr, access: Access, tenant: 
         .with_cancellation_token(stop.child_token());
     let service =
         StreamableHttpService::new(move || Ok(tools.clone()), Arc::new(LocalSessionManager::default()), config);
-    let authed = access.token_digest.is_some();
+    let authed = !access.tokens.is_empty();
     let app = axum::Router::new()
         .route_service("/mcp", service)
         .layer(axum::middleware::from_fn_with_state(Arc::new(access), check));
@@ -134,7 +170,7 @@ pub async fn serve(tools: JobTools, listen: SocketAddr, access: Access, tenant: 
         .map_err(|e| anyhow::anyhow!("cannot listen on {listen}: {e} (pick another with --listen)"))?;
     let bound = listener.local_addr()?;
     let auth = if authed { "bearer token required" } else { "no token (loopback only)" };
-    eprintln!("flotilla mcp serve: MCP on http://{bound}/mcp for tenant {tenant}, {auth}");
+    eprintln!("flotilla mcp serve: MCP on http://{bound}/mcp, default tenant {tenant}, {auth}");
     axum::serve(listener, app)
         .with_graceful_shutdown(async move {
             shutdown_signal().await;
@@ -165,27 +201,47 @@ mod tests {
             stdio: false,
             listen: listen.parse().unwrap(),
             token_env: token_env.map(str::to_string),
+            tenant_tokens: vec![],
             allowed_hosts: hosts.iter().map(|h| h.to_string()).collect(),
         }
     }
 
+    fn default_tenant() -> Tenant {
+        Tenant::default()
+    }
+
+    fn access(args: &ServeArgs) -> anyhow::Result<Access> {
+        Access::new(args, &default_tenant())
+    }
+
     #[test]
     fn off_loopback_needs_a_token_and_short_tokens_are_refused() {
-        let e = Access::new(&args("0.0.0.0:8765", None, &[])).unwrap_err().to_string();
+        let e = access(&args("0.0.0.0:8765", None, &[])).unwrap_err().to_string();
         assert!(e.contains("--token-env"), "{e}");
-        assert!(Access::new(&args("127.0.0.1:8765", None, &[])).is_ok());
-        let e = Access::new(&args("127.0.0.1:8765", Some("FLOTILLA_MCP_SERVE_UNSET_VAR"), &[])).unwrap_err();
+        assert!(access(&args("127.0.0.1:8765", None, &[])).is_ok());
+        let e = access(&args("127.0.0.1:8765", Some("FLOTILLA_MCP_SERVE_UNSET_VAR"), &[])).unwrap_err();
         assert!(e.to_string().contains("is not set"), "{e}");
     }
 
     #[test]
     fn origins_name_each_host_on_any_port_and_keep_given_ports() {
-        let a = Access::new(&args("127.0.0.1:8765", None, &["MCP.example.com.", "box:9000"])).unwrap();
+        let a = access(&args("127.0.0.1:8765", None, &["MCP.example.com.", "box:9000"])).unwrap();
         let o = a.origins();
         for want in ["http://localhost:*", "https://127.0.0.1:*", "http://[::1]:*", "https://mcp.example.com:*"] {
             assert!(o.contains(&want.to_string()), "{want} in {o:?}");
         }
         assert!(o.contains(&"http://box:9000".to_string()), "{o:?}");
+    }
+
+    #[test]
+    fn tenant_tokens_need_a_tenant_and_a_variable() {
+        let mut a = args("127.0.0.1:8765", None, &[]);
+        a.tenant_tokens = vec!["acme".into()];
+        let e = Access::new(&a, &default_tenant()).unwrap_err().to_string();
+        assert!(e.contains("TENANT=VAR"), "{e}");
+        a.tenant_tokens = vec!["not a tenant!=X".into()];
+        let e = Access::new(&a, &default_tenant()).unwrap_err().to_string();
+        assert!(e.contains("is not a tenant name"), "{e}");
     }
 
     #[test]

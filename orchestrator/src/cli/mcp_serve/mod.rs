@@ -29,15 +29,20 @@ pub use tools::JobTools;
 #[derive(ClapArgs, Debug)]
 pub struct ServeArgs {
     /// Speak MCP on stdin/stdout (for a host that starts this command).
-    #[arg(long, conflicts_with_all = ["listen", "token_env", "allowed_hosts"])]
+    #[arg(long, conflicts_with_all = ["listen", "token_env", "tenant_tokens", "allowed_hosts"])]
     pub stdio: bool,
     /// Streamable HTTP address; the endpoint is `/mcp`.
     #[arg(long, default_value = "127.0.0.1:8765")]
     pub listen: SocketAddr,
     /// Environment variable holding the bearer token HTTP clients must send
-    /// (`Authorization: Bearer <token>`); required off loopback.
+    /// (`Authorization: Bearer <token>`), acting for `--tenant`; a token
+    /// is required off loopback.
     #[arg(long, value_name = "VAR")]
     pub token_env: Option<String>,
+    /// A token that acts for another tenant: `TENANT=VAR`, VAR holding the
+    /// token; repeatable. The token decides the tenant, not the request.
+    #[arg(long = "tenant-token", value_name = "TENANT=VAR")]
+    pub tenant_tokens: Vec<String>,
     /// A host name (or `host:port`) the HTTP server also answers to, besides
     /// loopback names and the listen address; repeatable.
     #[arg(long = "allowed-host", value_name = "HOST")]
@@ -47,7 +52,7 @@ pub struct ServeArgs {
 /// Runs until the transport closes (stdio) or Ctrl-C / SIGTERM (HTTP).
 pub async fn run(settings: &Settings, tenant: &Tenant, args: ServeArgs) -> anyhow::Result<i32> {
     // Checked before connecting, so a refused setup says why at once.
-    let guard = if args.stdio { None } else { Some(http::Access::new(&args)?) };
+    let guard = if args.stdio { None } else { Some(http::Access::new(&args, tenant)?) };
     let api = super::connect(settings, tenant).await?;
     let tools = JobTools::new(api, settings.files.max_upload_bytes);
     match guard {

@@ -19,11 +19,12 @@ use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::{Json, Parameters};
 use rmcp::model::{
     Implementation, ListResourceTemplatesResult, PaginatedRequestParams, ReadResourceRequestParams,
-    ReadResourceResponse, RequestMetaObject, ServerCapabilities, ServerConfig,
+    ReadResourceResponse, ServerCapabilities, ServerConfig,
 };
 use rmcp::service::RequestContext;
-use rmcp::{ErrorData, Peer, RoleServer, ServerHandler, tool, tool_handler, tool_router};
+use rmcp::{ErrorData, RoleServer, ServerHandler, tool, tool_handler, tool_router};
 
+use super::http::Caller;
 use super::schema::{
     CancelJobParams, CancelJobResult, InputFile, JobStatusParams, JobStatusResult, ListJobsParams, ListJobsResult,
     RESULT_VERSION, SubmitJobParams, SubmitJobResult,
@@ -61,12 +62,17 @@ impl JobTools {
                        ({path, content}; a relative path goes under /inputs/). Returns the job id at once; poll \
                        job_status for progress and the answer."
     )]
-    async fn submit_job(&self, Parameters(p): Parameters<SubmitJobParams>) -> Result<Json<SubmitJobResult>, String> {
-        let staged = self.upload(&p.files).await.map_err(|e| format!("{e:#}"))?;
+    async fn submit_job(
+        &self,
+        ctx: RequestContext<RoleServer>,
+        Parameters(p): Parameters<SubmitJobParams>,
+    ) -> Result<Json<SubmitJobResult>, String> {
+        let api = self.api(&ctx);
+        let staged = upload(&api, &p.files, self.max_upload).await.map_err(|e| format!("{e:#}"))?;
         let paths = staged.iter().map(|s| s.path.clone()).collect();
         let req = SubmitRequest { v: SCHEMA_VERSION, input: p.input, files: staged };
         let reply: ApiReply<SubmitReply> =
-            self.api.bus().request(self.api.tenant(), "submit", &req, TIMEOUT).await.map_err(|e| format!("{e:#}"))?;
+            api.bus().request(api.tenant(), "submit", &req, TIMEOUT).await.map_err(|e| format!("{e:#}"))?;
         let job = api_result(reply, "submit refused").map_err(|e| format!("{e:#}"))?;
         Ok(Json(SubmitJobResult {
             v: RESULT_VERSION,
@@ -86,19 +92,19 @@ impl JobTools {
     )]
     async fn job_status(
         &self,
-        meta: RequestMetaObject,
-        peer: Peer<RoleServer>,
+        ctx: RequestContext<RoleServer>,
         Parameters(p): Parameters<JobStatusParams>,
     ) -> Result<Json<JobStatusResult>, String> {
-        let id = self.resolve(&p.job_id).await?;
+        let api = self.api(&ctx);
+        let id = resolve(&api, &p.job_id).await?;
         let mut waited = 0;
         if let Some(secs) = p.wait_seconds.filter(|s| *s > 0) {
-            let progress = meta.get_progress_token().map(|token| (token, peer));
-            waited = super::wait::until_done(&self.api, id, Duration::from_secs(secs), progress)
+            let progress = ctx.meta.get_progress_token().map(|token| (token, ctx.peer.clone()));
+            waited = super::wait::until_done(&api, id, Duration::from_secs(secs), progress)
                 .await
                 .map_err(|e| format!("{e:#}"))?;
         }
-        let job = self.api.status(id).await.map_err(|e| format!("{e:#}"))?;
+        let job = api.status(id).await.map_err(|e| format!("{e:#}"))?;
         Ok(Json(JobStatusResult { events_waited: waited, ..JobStatusResult::from(job) }))
     }
 
@@ -108,9 +114,14 @@ impl JobTools {
         description = "Cancel a job: queued tasks are removed and running ones stopped. `job_id` may be a unique \
                        prefix; `reason` is recorded on the job."
     )]
-    async fn cancel_job(&self, Parameters(p): Parameters<CancelJobParams>) -> Result<Json<CancelJobResult>, String> {
-        let id = self.resolve(&p.job_id).await?;
-        let reply = self.api.cancel(id, p.reason).await.map_err(|e| format!("{e:#}"))?;
+    async fn cancel_job(
+        &self,
+        ctx: RequestContext<RoleServer>,
+        Parameters(p): Parameters<CancelJobParams>,
+    ) -> Result<Json<CancelJobResult>, String> {
+        let api = self.api(&ctx);
+        let id = resolve(&api, &p.job_id).await?;
+        let reply = api.cancel(id, p.reason).await.map_err(|e| format!("{e:#}"))?;
         Ok(Json(CancelJobResult {
             v: RESULT_VERSION,
             job_id: reply.job_id.to_string(),
@@ -124,55 +135,70 @@ impl JobTools {
         description = "This tenant's jobs, newest first, optionally only those with one `status`; at most `limit` \
                        (default 20, at most 200)."
     )]
-    async fn list_jobs(&self, Parameters(p): Parameters<ListJobsParams>) -> Result<Json<ListJobsResult>, String> {
+    async fn list_jobs(
+        &self,
+        ctx: RequestContext<RoleServer>,
+        Parameters(p): Parameters<ListJobsParams>,
+    ) -> Result<Json<ListJobsResult>, String> {
         let limit = p.limit.unwrap_or(DEFAULT_LIST).clamp(1, MAX_LIST);
         let status: Option<JobStatus> = p.status.map(Into::into);
-        let reply = self.api.list(status, limit).await.map_err(|e| format!("{e:#}"))?;
+        let reply = self.api(&ctx).list(status, limit).await.map_err(|e| format!("{e:#}"))?;
         Ok(Json(ListJobsResult::from(reply)))
     }
 }
 
 impl JobTools {
-    /// A job id or unique prefix, as `flotilla status` takes it (src/cli/jobref.rs).
-    async fn resolve(&self, raw: &str) -> Result<flotilla_protocol::ids::JobId, String> {
-        let job: JobRef = raw.parse()?;
-        self.api.resolve(&job).await.map_err(|e| format!("{e:#}"))
+    /// The job API as the request's caller: the tenant its bearer token
+    /// stands for over HTTP (src/cli/mcp_serve/http.rs [`Caller`]), else the
+    /// server's `--tenant`.
+    fn api(&self, ctx: &RequestContext<RoleServer>) -> ApiClient {
+        let caller = ctx.extensions.get::<axum::http::request::Parts>().and_then(|p| p.extensions.get::<Caller>());
+        match caller {
+            Some(Caller(tenant)) if tenant != self.api.tenant() => {
+                ApiClient::new(self.api.bus().clone(), tenant.clone())
+            }
+            _ => self.api.clone(),
+        }
     }
+}
 
-    /// Sends each file's parts with `files_put`, as `flotilla submit --file`
-    /// does for local files (src/cli/files.rs): every path is checked and the
-    /// total capped before anything is sent.
-    async fn upload(&self, files: &[InputFile]) -> anyhow::Result<Vec<StagedFile>> {
-        let mut checked = Vec::with_capacity(files.len());
-        let mut total = 0u64;
-        for f in files {
-            checked.push(job_path(&f.path)?);
-            total += f.content.len() as u64;
-            if total > self.max_upload {
-                anyhow::bail!(
-                    "the files come to more than [files] max_upload_bytes ({} bytes) at {}; send fewer or smaller files",
-                    self.max_upload,
-                    f.path
-                );
-            }
+/// A job id or unique prefix, as `flotilla status` takes it (src/cli/jobref.rs).
+async fn resolve(api: &ApiClient, raw: &str) -> Result<flotilla_protocol::ids::JobId, String> {
+    let job: JobRef = raw.parse()?;
+    api.resolve(&job).await.map_err(|e| format!("{e:#}"))
+}
+
+/// Sends each file's parts with `files_put`, as `flotilla submit --file`
+/// does for local files (src/cli/files.rs): every path is checked and the
+/// total capped at `max_upload` bytes before anything is sent.
+async fn upload(api: &ApiClient, files: &[InputFile], max_upload: u64) -> anyhow::Result<Vec<StagedFile>> {
+    let mut checked = Vec::with_capacity(files.len());
+    let mut total = 0u64;
+    for f in files {
+        checked.push(job_path(&f.path)?);
+        total += f.content.len() as u64;
+        if total > max_upload {
+            anyhow::bail!(
+                "the files come to more than [files] max_upload_bytes ({} bytes) at {}; send fewer or smaller files",
+                max_upload,
+                f.path
+            );
         }
-        let mut staged = Vec::with_capacity(files.len());
-        for (f, path) in files.iter().zip(checked) {
-            let (upload, bytes) = (UploadId::new_v4(), f.content.as_bytes());
-            let parts = bytes.chunks(FILE_PART_BYTES);
-            let count = parts.len() as u32;
-            for (index, part) in parts.enumerate() {
-                let req =
-                    FilesPutRequest { v: SCHEMA_VERSION, upload, index: index as u32, data: STANDARD.encode(part) };
-                let reply: ApiReply<FilesPutReply> =
-                    self.api.bus().request(self.api.tenant(), "files_put", &req, TIMEOUT).await?;
-                api_result(reply, "file upload refused").map_err(|e| e.context(format!("uploading {path}")))?;
-            }
-            let (size, sha256) = (bytes.len() as u64, sha256_hex(bytes));
-            staged.push(StagedFile { upload, parts: count, path: path.to_string(), size, sha256 });
-        }
-        Ok(staged)
     }
+    let mut staged = Vec::with_capacity(files.len());
+    for (f, path) in files.iter().zip(checked) {
+        let (upload, bytes) = (UploadId::new_v4(), f.content.as_bytes());
+        let parts = bytes.chunks(FILE_PART_BYTES);
+        let count = parts.len() as u32;
+        for (index, part) in parts.enumerate() {
+            let req = FilesPutRequest { v: SCHEMA_VERSION, upload, index: index as u32, data: STANDARD.encode(part) };
+            let reply: ApiReply<FilesPutReply> = api.bus().request(api.tenant(), "files_put", &req, TIMEOUT).await?;
+            api_result(reply, "file upload refused").map_err(|e| e.context(format!("uploading {path}")))?;
+        }
+        let (size, sha256) = (bytes.len() as u64, sha256_hex(bytes));
+        staged.push(StagedFile { upload, parts: count, path: path.to_string(), size, sha256 });
+    }
+    Ok(staged)
 }
 
 /// A job path from a tool argument: absolute as given, relative under `/inputs/`.
@@ -208,9 +234,9 @@ impl ServerHandler for JobTools {
     async fn read_resource(
         &self,
         request: ReadResourceRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
-        Ok(super::resources::read(&self.api, &request.uri).await?.into())
+        Ok(super::resources::read(&self.api(&context), &request.uri).await?.into())
     }
 }
 
