@@ -208,4 +208,18 @@ async fn errors_are_one_line_each_cause_once_in_both_binaries() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("no orchestrator is listening"), "{err}");
     assert_eq!(err.matches("no responders").count(), 1, "{err}");
+
+    // A worker whose metrics port is taken names the flag that asked for it, once.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("a port to take");
+    let addr = taken.local_addr().unwrap().to_string();
+    let out = std::process::Command::new(bin("flotilla-worker"))
+        .args(["--config", &quiet.write().display().to_string(), "--metrics-addr", &addr])
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("run flotilla-worker");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    let line = err.lines().find(|l| l.starts_with("error: ")).unwrap_or_default();
+    assert!(line.starts_with(&format!("error: --metrics-addr = \"{addr}\": cannot listen on {addr}")), "{err}");
+    assert!(line.contains("another process listens there") && line.matches("in use").count() == 1, "{err}");
 }

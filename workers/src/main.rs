@@ -135,8 +135,10 @@ async fn run(args: Args) -> anyhow::Result<i32> {
     let metrics_url = match args.metrics_addr.or(settings.metrics.worker) {
         Some(addr) => {
             let router = flotilla_telemetry::metrics::router(metrics.registry.clone(), || async {});
-            let bound =
-                flotilla_telemetry::metrics::serve("worker metrics", addr, router, std::future::pending()).await?;
+            let key = if args.metrics_addr.is_some() { "--metrics-addr" } else { "[metrics] worker" };
+            let bound = flotilla_telemetry::metrics::serve("worker metrics", addr, router, std::future::pending())
+                .await
+                .map_err(|e| anyhow::anyhow!(e.naming(key)))?;
             let host = if bound.ip().is_unspecified() { heartbeat::host_name() } else { bound.ip().to_string() };
             Some(format!("http://{host}:{}/metrics", bound.port()))
         }

@@ -57,10 +57,17 @@ fn table(records: &[AuditRecord]) -> String {
             flotilla_protocol::AuditAction::ToolCall => "tool_call",
             flotilla_protocol::AuditAction::Approval => "approval",
         };
-        let outcome = match r.error_kind {
+        let mut outcome = match r.error_kind {
             Some(kind) => format!("{} ({kind})", r.outcome.as_str()),
             None => r.outcome.as_str().to_string(),
         };
+        // An approval's decision and reviewer (docs/APPROVALS.md, "Audit").
+        if let Some(decision) = &r.decision {
+            outcome.push_str(&format!(": {decision}"));
+            if let Some(by) = &r.by {
+                outcome.push_str(&format!(" by {by}"));
+            }
+        }
         t.add_row([
             render::time_ms(r.at),
             action.to_string(),
@@ -105,5 +112,19 @@ mod tests {
             assert_eq!(row.find("4bf92f35"), Some(trace), "{text}");
             assert!(row.contains("abababababab  4bf9"), "12 characters of the digest: {text}");
         }
+    }
+
+    #[test]
+    fn an_approval_shows_its_decision_and_reviewer() {
+        let mut approved = record("w1", "deploy", None);
+        approved.action = flotilla_protocol::AuditAction::Approval;
+        approved.decision = Some("approve".into());
+        approved.by = Some("ana".into());
+        let mut expired = approved.clone();
+        expired.decision = Some("expired".into());
+        expired.by = None;
+        let text = table(&[approved, expired]);
+        assert!(text.lines().nth(1).unwrap().contains("ok: approve by ana"), "{text}");
+        assert!(text.lines().nth(2).unwrap().contains("ok: expired "), "{text}");
     }
 }

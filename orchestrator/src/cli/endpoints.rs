@@ -9,7 +9,6 @@
 //! (src/cli/dashboard/), its client connection, binding and serving sockets
 //! are the binary's business, so the library opens no port of its own.
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use flotilla_bus::Bus;
@@ -29,7 +28,7 @@ pub async fn start(
         let router = orchestrator.metrics_router();
         flotilla_telemetry::metrics::serve("orchestrator metrics", addr, router, shutdown.clone().cancelled_owned())
             .await
-            .map_err(|e| bind_error("[metrics] orchestrator", addr, e))?;
+            .map_err(|e| bind_error("[metrics] orchestrator", e))?;
     }
     if let Some(addr) = settings.dashboard.listen {
         // The dashboard's writes are job API requests like the CLI's, on a
@@ -39,21 +38,15 @@ pub async fn start(
         let router = super::dashboard::router(addr, &settings.dashboard, orchestrator.jobs_reader(), bus, max_upload)?;
         let bound = flotilla_telemetry::metrics::serve("dashboard", addr, router, shutdown.cancelled_owned())
             .await
-            .map_err(|e| bind_error("[dashboard] listen", addr, e))?;
+            .map_err(|e| bind_error("[dashboard] listen", e))?;
         tracing::info!(url = %format!("http://{bound}/"), "dashboard");
     }
     Ok(())
 }
 
 /// A listener that could not be opened, naming the config key that asked for it.
-fn bind_error(key: &str, addr: SocketAddr, e: flotilla_telemetry::metrics::ListenError) -> anyhow::Error {
-    let cause = &e.source;
-    let hint = if cause.kind() == std::io::ErrorKind::AddrInUse {
-        "another process listens there: stop it or choose another port"
-    } else {
-        "choose another address"
-    };
-    anyhow::anyhow!("{key} = \"{addr}\": cannot listen on {addr}: {cause} ({hint} in the config)")
+fn bind_error(key: &str, e: flotilla_telemetry::metrics::ListenError) -> anyhow::Error {
+    anyhow::anyhow!(e.naming(key))
 }
 
 #[cfg(test)]
@@ -67,7 +60,7 @@ mod tests {
         let e = flotilla_telemetry::metrics::serve("dashboard", addr, axum::Router::new(), std::future::pending())
             .await
             .unwrap_err();
-        let text = bind_error("[dashboard] listen", addr, e).to_string();
+        let text = bind_error("[dashboard] listen", e).to_string();
         assert!(text.starts_with(&format!("[dashboard] listen = \"{addr}\"")), "{text}");
         assert!(text.contains("another process listens there"), "{text}");
     }

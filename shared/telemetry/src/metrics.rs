@@ -22,6 +22,20 @@ pub struct ListenError {
     pub source: std::io::Error,
 }
 
+impl ListenError {
+    /// The error as an operator needs it: the config `key` (or flag) that
+    /// asked for the address, the address, the cause and what to change.
+    pub fn naming(&self, key: &str) -> String {
+        let (addr, cause) = (self.addr, &self.source);
+        let hint = if cause.kind() == std::io::ErrorKind::AddrInUse {
+            "another process listens there: stop it or choose another port"
+        } else {
+            "choose another address"
+        };
+        format!("{key} = \"{addr}\": cannot listen on {addr}: {cause} ({hint} in the config)")
+    }
+}
+
 /// Binds `addr` and serves `router` until `shutdown` completes; returns the
 /// bound address (useful with port 0) once listening.
 pub async fn serve(
