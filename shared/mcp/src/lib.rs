@@ -8,6 +8,8 @@
 //!   drained to tracing), requests with timeouts and `_meta`.
 //! - [`manager`]: one server: shared persistent session with reconnect-once,
 //!   per-call sessions, discovered tools, health.
+//! - [`elicitation`]: a server's `elicitation/create` forwarded to an
+//!   approval, and SEP-1034 schema defaults.
 //! - [`content`]: `CallToolResult` -> tool result + `structuredContent` artifact.
 //! - [`tool`]: an MCP tool as a [`flotilla_agent::tool::Tool`].
 //! - [`app_context`]: resources and prompts a subagent type loads into its
@@ -25,6 +27,7 @@
 pub mod app_context;
 pub use flotilla_config::mcp as config;
 pub mod content;
+pub mod elicitation;
 pub mod error;
 pub mod hub;
 pub mod manager;
