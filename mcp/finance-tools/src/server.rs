@@ -4,9 +4,11 @@
 //! rule's text, which the calling model can read and
 //! recover from.
 //!
-//! `sleep_ms` and `environment` are test aids, off unless the server is started
-//! with `--test-tools`: they let tests hit a client timeout and check that a
-//! stdio child sees only the environment its config declares.
+//! `sleep_ms`, `environment` and `confirm_transfer` are test aids, off unless
+//! the server is started with `--test-tools`: they let tests hit a client
+//! timeout, check that a stdio child sees only the environment its config
+//! declares, and run an elicitation round trip (docs/APPROVALS.md,
+//! "Elicitation").
 
 use std::time::Duration;
 
@@ -17,7 +19,7 @@ use rmcp::model::{
     ListPromptsResult, ListResourcesResult, PaginatedRequestParams, PromptMessage, ReadResourceRequestParams,
     ReadResourceResponse, ReadResourceResult, ResourceContents, Role, ServerCapabilities, ServerConfig,
 };
-use rmcp::service::RequestContext;
+use rmcp::service::{Peer, RequestContext};
 use rmcp::{RoleServer, ServerHandler, tool, tool_handler, tool_router};
 use serde::Deserialize;
 use serde_json::json;
@@ -47,6 +49,15 @@ pub struct SleepArgs {
     pub ms: u64,
 }
 
+/// Arguments of the `confirm_transfer` test aid.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct TransferArgs {
+    /// Amount to transfer.
+    pub amount: i64,
+    /// Recipient.
+    pub to: String,
+}
+
 /// The finance MCP server.
 #[derive(Clone)]
 pub struct FinanceTools {
@@ -54,10 +65,10 @@ pub struct FinanceTools {
 }
 
 /// Tools that exist only with `--test-tools`.
-pub const TEST_TOOLS: &[&str] = &["sleep_ms", "environment"];
+pub const TEST_TOOLS: &[&str] = &["sleep_ms", "environment", "confirm_transfer"];
 
 impl FinanceTools {
-    /// The server; `test_tools` adds `sleep_ms` and `environment`.
+    /// The server; `test_tools` adds the [`TEST_TOOLS`].
     pub fn new(test_tools: bool) -> Self {
         let mut tool_router = Self::tool_router();
         if !test_tools {
@@ -127,6 +138,37 @@ impl FinanceTools {
         let mut r = CallToolResult::success(vec![ContentBlock::text(json!(names).to_string())]);
         r.structured_content = Some(serde_json::Value::Object(vars));
         r
+    }
+
+    /// Test aid: asks the client (elicitation) to confirm, then reports the
+    /// client's answer as given: action and content.
+    #[tool(description = "Test aid: ask a person to confirm a transfer, then report their answer.")]
+    async fn confirm_transfer(
+        &self,
+        peer: Peer<RoleServer>,
+        Parameters(TransferArgs { amount, to }): Parameters<TransferArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let params = serde_json::from_value(json!({
+            "mode": "form",
+            "message": format!("Transfer {amount} to {to}?"),
+            "requestedSchema": {
+                "type": "object",
+                "properties": {
+                    "approve": {"type": "boolean", "description": "Whether to transfer"},
+                    "note": {"type": "string", "default": "none"}
+                },
+                "required": ["approve"]
+            }
+        }))
+        .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+        let answer = peer
+            .create_elicitation(params)
+            .await
+            .map_err(|e| ErrorData::internal_error(format!("elicitation failed: {e}"), None))?;
+        let got = json!({"action": answer.action, "content": answer.content});
+        let mut r = CallToolResult::success(vec![ContentBlock::text(got.to_string())]);
+        r.structured_content = Some(got);
+        Ok(r)
     }
 }
 
