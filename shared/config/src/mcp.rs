@@ -58,6 +58,37 @@ pub struct RawMcpServer {
     /// Refuse to start the process when the server cannot be reached at start
     /// (default false: its tools are left out and discovery retries).
     pub required: bool,
+    /// http: OAuth 2.1 authorization (`[mcp_servers.<name>.oauth]`, docs/MCP.md "OAuth").
+    pub oauth: Option<RawMcpOAuth>,
+}
+
+/// `[mcp_servers.<name>.oauth]` before validation.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct RawMcpOAuth {
+    /// `client_credentials` (default: the worker authenticates as itself) or
+    /// `authorization_code` (a person signs in once with `flotilla mcp login`).
+    pub grant: Option<String>,
+    /// A client registered with the authorization server beforehand; without
+    /// it the client registers through its metadata document or dynamically.
+    pub client_id: Option<String>,
+    /// Name of the environment variable holding the client secret.
+    pub client_secret_env: Option<String>,
+    /// Name of the environment variable holding a PEM private key: the client
+    /// authenticates with a signed JWT (`private_key_jwt`) instead of a secret.
+    pub private_key_env: Option<String>,
+    /// The JWT's algorithm: RS256 (default), RS384, RS512, ES256 or ES384.
+    pub signing_alg: Option<String>,
+    /// Scopes to ask for; empty lets the server's challenge and metadata choose.
+    pub scopes: Vec<String>,
+    /// HTTPS URL of this client's Client ID Metadata Document, used when the
+    /// authorization server supports them and no `client_id` is set.
+    pub client_metadata_url: Option<String>,
+    /// `client_name` sent in dynamic client registration (default "flotilla").
+    pub client_name: Option<String>,
+    /// authorization_code: where the authorization server sends the browser
+    /// back (default `http://127.0.0.1:8976/callback`, `flotilla mcp login`'s listener).
+    pub redirect_uri: Option<String>,
 }
 
 /// How to reach a server.
@@ -86,7 +117,154 @@ pub enum McpTransport {
         bearer_token_env: Option<String>,
         /// Plain http allowed beyond loopback.
         allow_insecure_http: bool,
+        /// OAuth 2.1 authorization, when the server requires it.
+        oauth: Option<McpOAuth>,
     },
+}
+
+/// Which OAuth grant obtains the tokens.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OAuthGrant {
+    /// The client's own credentials, no person involved (workers).
+    ClientCredentials,
+    /// A person authorizes in a browser once; workers then use the refresh token.
+    AuthorizationCode,
+}
+
+/// How the client proves its identity at the token endpoint.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum OAuthClientAuth {
+    /// A public client (PKCE only).
+    None,
+    /// A client secret from this environment variable, sent as HTTP Basic or
+    /// in the form body, as the authorization server's metadata advertises.
+    Secret {
+        /// The variable's name.
+        env: String,
+    },
+    /// A JWT signed with the PEM key in this environment variable (RFC 7523).
+    PrivateKeyJwt {
+        /// The variable's name.
+        env: String,
+        /// RS256, RS384, RS512, ES256 or ES384.
+        alg: String,
+    },
+}
+
+/// A validated `[mcp_servers.<name>.oauth]`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct McpOAuth {
+    /// The grant.
+    pub grant: OAuthGrant,
+    /// A pre-registered client id.
+    pub client_id: Option<String>,
+    /// Token endpoint authentication.
+    pub client_auth: OAuthClientAuth,
+    /// Requested scopes (empty: chosen from the challenge and metadata).
+    pub scopes: Vec<String>,
+    /// Client ID Metadata Document URL.
+    pub client_metadata_url: Option<String>,
+    /// Name for dynamic registration.
+    pub client_name: String,
+    /// authorization_code redirect URI.
+    pub redirect_uri: String,
+}
+
+/// `flotilla mcp login`'s loopback callback, the default redirect URI.
+pub const DEFAULT_REDIRECT_URI: &str = "http://127.0.0.1:8976/callback";
+
+/// Signing algorithms rmcp's `private_key_jwt` supports.
+const SIGNING_ALGS: [&str; 5] = ["RS256", "RS384", "RS512", "ES256", "ES384"];
+
+fn validate_oauth(name: &str, raw: RawMcpOAuth) -> Result<McpOAuth, McpConfigProblem> {
+    let problem = |k: &str, m: String| McpConfigProblem { key: format!("mcp_servers.{name}.oauth.{k}"), message: m };
+    let grant = match raw.grant.as_deref() {
+        None | Some("client_credentials") => OAuthGrant::ClientCredentials,
+        Some("authorization_code") => OAuthGrant::AuthorizationCode,
+        Some(other) => {
+            return Err(problem(
+                "grant",
+                format!("unknown grant {other:?}: use \"client_credentials\" or \"authorization_code\""),
+            ));
+        }
+    };
+    for (k, v) in [("client_secret_env", &raw.client_secret_env), ("private_key_env", &raw.private_key_env)] {
+        if let Some(v) = v
+            && !is_env_name(v)
+        {
+            return Err(problem(k, "must name an environment variable (never the secret itself)".into()));
+        }
+    }
+    let client_auth = match (raw.client_secret_env, raw.private_key_env) {
+        (Some(_), Some(_)) => {
+            return Err(problem("private_key_env", "set client_secret_env or private_key_env, not both".into()));
+        }
+        (Some(env), None) => OAuthClientAuth::Secret { env },
+        (None, Some(env)) => {
+            let alg = raw.signing_alg.unwrap_or_else(|| "RS256".into());
+            if !SIGNING_ALGS.contains(&alg.as_str()) {
+                return Err(problem(
+                    "signing_alg",
+                    format!("unsupported {alg:?}: use one of {}", SIGNING_ALGS.join(", ")),
+                ));
+            }
+            OAuthClientAuth::PrivateKeyJwt { env, alg }
+        }
+        (None, None) => {
+            if raw.signing_alg.is_some() {
+                return Err(problem("signing_alg", "only used with private_key_env".into()));
+            }
+            OAuthClientAuth::None
+        }
+    };
+    if grant == OAuthGrant::ClientCredentials {
+        if raw.client_id.is_none() {
+            return Err(problem("client_id", "required for grant \"client_credentials\"".into()));
+        }
+        if client_auth == OAuthClientAuth::None {
+            return Err(problem(
+                "client_secret_env",
+                "grant \"client_credentials\" needs client_secret_env or private_key_env".into(),
+            ));
+        }
+    }
+    if matches!(client_auth, OAuthClientAuth::Secret { .. } | OAuthClientAuth::PrivateKeyJwt { .. })
+        && raw.client_id.is_none()
+    {
+        return Err(problem("client_id", "a client secret or key belongs to a pre-registered client_id".into()));
+    }
+    if let Some(u) = &raw.client_metadata_url {
+        let ok = url::Url::parse(u).is_ok_and(|p| p.scheme() == "https" && p.path() != "/");
+        if !ok {
+            return Err(problem("client_metadata_url", "must be an https URL with a path".into()));
+        }
+    }
+    let redirect_uri = raw.redirect_uri.unwrap_or_else(|| DEFAULT_REDIRECT_URI.into());
+    if url::Url::parse(&redirect_uri).is_err() {
+        return Err(problem("redirect_uri", "must be an absolute URL".into()));
+    }
+    if raw.scopes.iter().any(|s| s.is_empty() || s.contains(char::is_whitespace)) {
+        return Err(problem("scopes", "each scope is one non-empty word".into()));
+    }
+    Ok(McpOAuth {
+        grant,
+        client_id: raw.client_id,
+        client_auth,
+        scopes: raw.scopes,
+        client_metadata_url: raw.client_metadata_url,
+        client_name: raw.client_name.unwrap_or_else(|| "flotilla".into()),
+        redirect_uri,
+    })
+}
+
+impl McpOAuth {
+    /// The environment variables this section reads, for start-up checks.
+    pub fn env_vars(&self) -> Vec<&str> {
+        match &self.client_auth {
+            OAuthClientAuth::None => vec![],
+            OAuthClientAuth::Secret { env } | OAuthClientAuth::PrivateKeyJwt { env, .. } => vec![env.as_str()],
+        }
+    }
 }
 
 /// Session lifetime.
@@ -164,6 +342,12 @@ pub fn validate(name: &str, raw: RawMcpServer, base: &Path) -> Result<McpServerS
             if raw.url.is_some() || !raw.headers_from_env.is_empty() || raw.bearer_token_env.is_some() {
                 return Err(problem("url", "url and headers belong to transport \"http\", not \"stdio\"".into()));
             }
+            if raw.oauth.is_some() {
+                return Err(problem(
+                    "oauth",
+                    "OAuth applies to transport \"http\"; a stdio server gets its secrets through env".into(),
+                ));
+            }
             let command = raw.command.filter(|c| !c.trim().is_empty());
             let command = command.ok_or_else(|| problem("command", "required for transport \"stdio\"".into()))?;
             let command = if command.contains('/') { base.join(&command) } else { PathBuf::from(command) };
@@ -202,11 +386,16 @@ pub fn validate(name: &str, raw: RawMcpServer, base: &Path) -> Result<McpServerS
             {
                 return Err(problem("bearer_token_env", format!("{v:?} is not an environment variable name")));
             }
+            if raw.oauth.is_some() && raw.bearer_token_env.is_some() {
+                return Err(problem("oauth", "set bearer_token_env (a static token) or oauth, not both".into()));
+            }
+            let oauth = raw.oauth.map(|o| validate_oauth(name, o)).transpose()?;
             McpTransport::Http {
                 url,
                 headers_from_env: raw.headers_from_env,
                 bearer_token_env: raw.bearer_token_env,
                 allow_insecure_http: raw.allow_insecure_http,
+                oauth,
             }
         }
         "sse" => {
@@ -333,6 +522,56 @@ mod tests {
             assert_eq!(p.key, key, "{raw:?}: {}", p.message);
         }
         assert_eq!(validate("a.b", stdio(), Path::new(".")).unwrap_err().key, "mcp_servers.a.b");
+    }
+
+    fn oauth(o: RawMcpOAuth) -> RawMcpServer {
+        RawMcpServer { url: Some("https://mcp.example.com/mcp".into()), oauth: Some(o), ..Default::default() }
+    }
+
+    #[test]
+    fn oauth_infers_client_authentication_and_names_bad_keys() {
+        let secret = RawMcpOAuth {
+            client_id: Some("fleet".into()),
+            client_secret_env: Some("FLEET_SECRET".into()),
+            ..Default::default()
+        };
+        let s = validate("remote", oauth(secret.clone()), Path::new(".")).unwrap();
+        let McpTransport::Http { oauth: Some(o), .. } = &s.transport else { panic!("{s:?}") };
+        assert_eq!(o.grant, OAuthGrant::ClientCredentials);
+        assert_eq!(o.client_auth, OAuthClientAuth::Secret { env: "FLEET_SECRET".into() });
+        assert_eq!((o.redirect_uri.as_str(), o.env_vars()), (DEFAULT_REDIRECT_URI, vec!["FLEET_SECRET"]));
+        let jwt = RawMcpOAuth { client_secret_env: None, private_key_env: Some("KEY".into()), ..secret.clone() };
+        let s = validate("remote", oauth(jwt.clone()), Path::new(".")).unwrap();
+        let McpTransport::Http { oauth: Some(o), .. } = &s.transport else { panic!("{s:?}") };
+        assert_eq!(o.client_auth, OAuthClientAuth::PrivateKeyJwt { env: "KEY".into(), alg: "RS256".into() });
+        let public = RawMcpOAuth { grant: Some("authorization_code".into()), ..Default::default() };
+        assert!(validate("remote", oauth(public.clone()), Path::new(".")).is_ok());
+
+        let cases = [
+            (oauth(RawMcpOAuth { grant: Some("password".into()), ..secret.clone() }), "grant"),
+            (oauth(RawMcpOAuth { client_id: None, ..secret.clone() }), "client_id"),
+            (oauth(RawMcpOAuth { client_secret_env: None, ..secret.clone() }), "client_secret_env"),
+            (
+                oauth(RawMcpOAuth { client_secret_env: Some("s3cr3t value!".into()), ..secret.clone() }),
+                "client_secret_env",
+            ),
+            (oauth(RawMcpOAuth { private_key_env: Some("KEY".into()), ..secret.clone() }), "private_key_env"),
+            (oauth(RawMcpOAuth { signing_alg: Some("HS256".into()), ..jwt }), "signing_alg"),
+            (
+                oauth(RawMcpOAuth { client_metadata_url: Some("http://x.example/c.json".into()), ..public.clone() }),
+                "client_metadata_url",
+            ),
+            (oauth(RawMcpOAuth { scopes: vec!["a b".into()], ..public }), "scopes"),
+        ];
+        for (raw, k) in cases {
+            let p = validate("x", raw.clone(), Path::new(".")).unwrap_err();
+            assert_eq!(p.key, format!("mcp_servers.x.oauth.{k}"), "{raw:?}: {}", p.message);
+            assert!(!p.message.contains("s3cr3t"), "{}", p.message);
+        }
+        let on_stdio = RawMcpServer { oauth: Some(secret.clone()), ..stdio() };
+        assert_eq!(validate("x", on_stdio, Path::new(".")).unwrap_err().key, "mcp_servers.x.oauth");
+        let both = RawMcpServer { bearer_token_env: Some("T".into()), ..oauth(secret) };
+        assert_eq!(validate("x", both, Path::new(".")).unwrap_err().key, "mcp_servers.x.oauth");
     }
 
     #[test]
