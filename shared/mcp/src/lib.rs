@@ -4,6 +4,7 @@
 //!   session mode, name prefix) and its validation.
 //! - [`import`]: the Claude Desktop / Cursor `mcpServers` JSON (`--mcp-config`).
 //! - [`url_policy`]: which HTTP endpoints are allowed, and URL redaction.
+//! - [`oauth`]: OAuth 2.1 for Streamable HTTP servers (rmcp's auth).
 //! - [`session`]: opening one session (minimal child environment, stderr
 //!   drained to tracing), requests with timeouts and `_meta`.
 //! - [`manager`]: one server: shared persistent session with reconnect-once,
@@ -31,6 +32,7 @@ pub mod elicitation;
 pub mod error;
 pub mod hub;
 pub mod manager;
+pub mod oauth;
 pub mod session;
 pub mod tool;
 pub mod url_policy;
