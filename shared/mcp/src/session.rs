@@ -23,7 +23,7 @@ use tokio::io::AsyncBufReadExt;
 
 use super::config::{McpServerSettings, McpTransport};
 use super::error::McpError;
-use super::url_policy;
+use super::{oauth, url_policy};
 
 /// Most same-origin redirects followed for one request (as rmcp's default client).
 const MAX_REDIRECTS: usize = 10;
@@ -36,6 +36,8 @@ pub struct Session {
     service: RunningService<RoleClient, ClientConfig>,
     /// The stdio child's pid, for health reports and operators.
     pub pid: Option<u32>,
+    /// OAuth state of an HTTP server with `[oauth]`.
+    auth: Option<oauth::SessionAuth>,
 }
 
 /// What Flotilla offers in `initialize`. It speaks the session-based
@@ -107,9 +109,9 @@ impl Session {
                     .serve(proc)
                     .await
                     .map_err(|e| connect_err(format!("initialize failed: {e} (see the server's stderr in the log)")))?;
-                Ok(Session { service, pid })
+                Ok(Session { service, pid, auth: None })
             }
-            McpTransport::Http { url, headers_from_env, bearer_token_env, allow_insecure_http } => {
+            McpTransport::Http { url, headers_from_env, bearer_token_env, allow_insecure_http, oauth } => {
                 let config_err = |m: String| McpError::Config { server: server.clone(), message: m };
                 let parsed = url_policy::check(url, *allow_insecure_http).map_err(|e| config_err(e.to_string()))?;
                 let pinned = match url_policy::resolve_and_pin(&parsed, resolver).await {
@@ -121,12 +123,28 @@ impl Session {
                 let config = http_config(settings, url, headers_from_env, bearer_token_env.as_deref())?;
                 let client = http_client(pinned.as_ref())
                     .map_err(|e| config_err(format!("cannot build the HTTP client: {e}")))?;
-                let transport = StreamableHttpClientTransport::with_client(client, config);
-                let service = client_info()
-                    .serve(transport)
-                    .await
-                    .map_err(|e| connect_err(redacted(settings, format!("initialize failed: {e}"))))?;
-                Ok(Session { service, pid: None })
+                let init_err = |e: rmcp::service::ClientInitializeError| {
+                    connect_err(redacted(settings, format!("initialize failed: {e}")))
+                };
+                let Some(oauth) = oauth else {
+                    let transport = StreamableHttpClientTransport::with_client(client, config);
+                    let service = client_info().serve(transport).await.map_err(init_err)?;
+                    return Ok(Session { service, pid: None, auth: None });
+                };
+                // Reactive discovery (docs/MCP.md "OAuth"): the first
+                // `initialize` goes without a token; a 401 says where to get one.
+                let auth = oauth::SessionAuth::new(settings, oauth, url, client).await?;
+                let transport = || StreamableHttpClientTransport::with_client(auth.client.clone(), config.clone());
+                let service = match client_info().serve(transport()).await {
+                    Ok(service) => service,
+                    Err(e) => match e.auth_challenge() {
+                        Some(challenge) if auth.recover(settings, challenge).await? => {
+                            client_info().serve(transport()).await.map_err(init_err)?
+                        }
+                        _ => return Err(init_err(e)),
+                    },
+                };
+                Ok(Session { service, pid: None, auth: Some(auth) })
             }
         }
     }
@@ -148,6 +166,7 @@ impl Session {
         timeout: Duration,
     ) -> Result<Vec<rmcp::model::Tool>, McpError> {
         match tokio::time::timeout(timeout, self.service.peer().list_all_tools()).await {
+            Ok(Err(e)) if self.reauthorized(settings, &e).await? => Box::pin(self.list_tools(settings, timeout)).await,
             Ok(r) => r.map_err(|e| classify(settings, e)),
             Err(_) => Err(McpError::Timeout { server: settings.name.clone(), what: "tools/list".into(), timeout }),
         }
@@ -162,6 +181,7 @@ impl Session {
         meta: RequestMetaObject,
         timeout: Duration,
     ) -> Result<CallToolResult, McpError> {
+        let retry = (arguments.clone(), meta.clone());
         let params = CallToolRequestParams::new(tool.to_string()).with_arguments(arguments);
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
         let options = PeerRequestOptions::with_timeout(timeout).with_meta(meta);
@@ -177,7 +197,20 @@ impl Session {
             Err(ServiceError::Timeout { .. }) => {
                 Err(McpError::Timeout { server: settings.name.clone(), what: format!("tools/call {tool}"), timeout })
             }
+            Err(e) if self.reauthorized(settings, &e).await? => {
+                let (arguments, meta) = retry;
+                Box::pin(self.call_tool(settings, tool, arguments, meta, timeout)).await
+            }
             Err(e) => Err(classify(settings, e)),
+        }
+    }
+
+    /// Whether `e` was a 401/403 that OAuth has now answered (new token or
+    /// more scope), so the request is worth one more try.
+    async fn reauthorized(&self, settings: &McpServerSettings, e: &ServiceError) -> Result<bool, McpError> {
+        match (&self.auth, e.auth_challenge()) {
+            (Some(auth), Some(challenge)) => auth.recover(settings, challenge).await,
+            _ => Ok(false),
         }
     }
 
