@@ -95,7 +95,9 @@ pub async fn decide(bus: &Bus, tenant: &Tenant, payload: &[u8]) -> ApiReply<Appr
     };
     if let Err(e) = check_decision(&record, &req.decision, protocol::now()) {
         let kind = match e {
-            DecisionError::InvalidEdit { .. } | DecisionError::NotAllowed { .. } => ErrorKind::Validation,
+            DecisionError::InvalidEdit { .. }
+            | DecisionError::InvalidContent { .. }
+            | DecisionError::NotAllowed { .. } => ErrorKind::Validation,
             _ => ErrorKind::Business,
         };
         return ApiReply::error(kind, e.to_string());

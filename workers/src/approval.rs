@@ -22,13 +22,16 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use flotilla_agent::retry::Backoff;
-use flotilla_agent::tool::{ApprovalGate, ApprovalVerdict, ToolContext, ToolError, ToolSet};
+use flotilla_agent::tool::{
+    ApprovalGate, ApprovalVerdict, ElicitationAnswer, ElicitationAsk, ElicitationVerdict, ToolContext, ToolError,
+    ToolSet,
+};
 use flotilla_bus::{ApprovalStore, Bus, BusError, Versioned, Write};
 use flotilla_config::SubagentConfig;
 use flotilla_protocol::ids::{TaskId, Tenant};
 use flotilla_protocol::{
-    self as protocol, ApprovalRecord, ApprovalRequest, ApprovalState, Decision, DecisionKind, DecisionRecord,
-    ErrorKind, ProgressKind,
+    self as protocol, ApprovalKind, ApprovalRecord, ApprovalRequest, ApprovalState, Decision, DecisionKind,
+    DecisionRecord, ErrorKind, ProgressKind,
 };
 use futures::StreamExt;
 use serde_json::Value;
@@ -91,7 +94,8 @@ impl BusApprovalGate {
         Self { bus, policy, progress, tenant }
     }
 
-    fn new_record(&self, task: TaskId, ctx: &ToolContext, tool: &str, args: &Value, round: u32) -> ApprovalRecord {
+    fn new_record(&self, task: TaskId, call: &Call<'_>, round: u32) -> ApprovalRecord {
+        let Call { ctx, tool, args, ask } = *call;
         let now = protocol::now();
         ApprovalRecord {
             v: protocol::SCHEMA_VERSION,
@@ -106,7 +110,14 @@ impl BusApprovalGate {
                 tool: tool.to_string(),
                 args: args.clone(),
                 input_schema: self.policy.schemas.get(tool).cloned().unwrap_or(Value::Null),
-                decisions: self.policy.decisions(tool),
+                decisions: match ask {
+                    Some(_) => DecisionKind::ELICITATION.to_vec(),
+                    None => self.policy.decisions(tool),
+                },
+                kind: if ask.is_some() { ApprovalKind::Elicitation } else { ApprovalKind::ToolCall },
+                server: ask.map(|a| a.server.clone()),
+                message: ask.map(|a| a.message.clone()),
+                requested_schema: ask.map(|a| a.requested_schema.clone()),
                 requested_at: now,
                 expires_at: now + self.policy.timeout,
             },
@@ -118,15 +129,8 @@ impl BusApprovalGate {
     /// Finds where the call stands: a pending request of this call to wait
     /// on, a stored outcome, or a new round (a new call, other arguments, or
     /// the same call again after its approval was used).
-    async fn open(
-        &self,
-        store: &ApprovalStore,
-        key: &str,
-        task: TaskId,
-        ctx: &ToolContext,
-        tool: &str,
-        args: &Value,
-    ) -> Result<Opened, BusError> {
+    async fn open(&self, store: &ApprovalStore, key: &str, task: TaskId, call: &Call<'_>) -> Result<Opened, BusError> {
+        let Call { ctx, tool, args, .. } = *call;
         loop {
             let current = store.get(key).await?;
             if let Some(v) = current.as_ref().filter(|v| same_call(&v.record, args)) {
@@ -155,7 +159,7 @@ impl BusApprovalGate {
                 tracing::warn!(tool, call_id = %ctx.call_id, "call id reused with other arguments: asking again");
             }
             let round = current.as_ref().map_or(1, |v| v.record.round + 1);
-            let rec = self.new_record(task, ctx, tool, args, round);
+            let rec = self.new_record(task, call, round);
             let written = match current {
                 Some(old) => store.update(key, &rec, old.revision).await?,
                 None => store.create(key, &rec).await?,
@@ -325,6 +329,16 @@ where
     }
 }
 
+/// What is asked: a call (`ask` absent), or a server's question during it.
+#[derive(Clone, Copy)]
+struct Call<'a> {
+    /// The call; for a question, with the question's own call id.
+    ctx: &'a ToolContext,
+    tool: &'a str,
+    args: &'a Value,
+    ask: Option<&'a ElicitationAsk>,
+}
+
 /// Where a gated call stands after reading its request.
 enum Opened {
     /// Wait for the decision of this round.
@@ -354,6 +368,10 @@ fn outcome(request: &ApprovalRequest, decision: &Decision) -> Result<Value, Tool
                 None => format!("a reviewer rejected this call to {}", r.tool),
             },
         )),
+        // Elicitation answers (only allowed on elicitation requests, above).
+        Decision::Accept { content } => Ok(content.clone()),
+        Decision::Decline => Err(ToolError::new(ErrorKind::Permission, "declined")),
+        Decision::Cancel => Err(ToolError::new(ErrorKind::Cancelled, "cancelled")),
     }
 }
 
@@ -368,6 +386,33 @@ impl ApprovalGate for BusApprovalGate {
     }
 
     async fn review(&self, ctx: &ToolContext, tool: &str, args: &Value) -> ApprovalVerdict {
+        self.ask(Call { ctx, tool, args, ask: None }).await
+    }
+
+    /// The question is stored under the call id `<call id>-elicit` (its own
+    /// key, so the call's own approval and the question never share a
+    /// round), with the decisions `accept`, `decline` and `cancel`. Nobody
+    /// answering in time declines; the job's cancel cancels.
+    async fn elicit(&self, ctx: &ToolContext, tool: &str, args: &Value, ask: &ElicitationAsk) -> ElicitationVerdict {
+        let mut asking = ctx.clone();
+        asking.call_id = format!("{}-elicit", ctx.call_id);
+        let verdict = self.ask(Call { ctx: &asking, tool, args, ask: Some(ask) }).await;
+        let Some(decision) = verdict.decision else {
+            return ElicitationVerdict::declined("decline");
+        };
+        let answer = match (decision.as_str(), verdict.result) {
+            ("accept", Ok(content)) => ElicitationAnswer::Accept(content),
+            ("cancel" | "cancelled", _) => ElicitationAnswer::Cancel,
+            _ => ElicitationAnswer::Decline,
+        };
+        ElicitationVerdict { answer, decision, by: verdict.by }
+    }
+}
+
+impl BusApprovalGate {
+    /// Asks `call`'s question and waits for its answer.
+    async fn ask(&self, call: Call<'_>) -> ApprovalVerdict {
+        let Call { ctx, tool, .. } = call;
         let failed = |e: ToolError| ApprovalVerdict { result: Err(e), decision: None, by: None };
         let Some(task) = ctx.task_id else {
             return failed(ToolError::new(ErrorKind::Bug, "approval requested outside a task"));
@@ -384,7 +429,7 @@ impl ApprovalGate for BusApprovalGate {
         };
         // The decision is audited by the tool set that asked, once
         // (`audit_decision` in shared/agent/src/tool/pipeline/approve.rs), not here.
-        let verdict = match self.open(&store, &key, task, ctx, tool, args).await {
+        let verdict = match self.open(&store, &key, task, &call).await {
             Ok(Opened::Wait(rec)) => self.wait(&store, &key, *rec).await,
             Ok(Opened::Done(verdict)) => Ok(verdict),
             Err(e) => Err(e),
@@ -455,6 +500,10 @@ mod tests {
                 args: serde_json::json!({}),
                 input_schema: Value::Null,
                 decisions: DEFAULT_DECISIONS.to_vec(),
+                kind: ApprovalKind::ToolCall,
+                server: None,
+                message: None,
+                requested_schema: None,
                 requested_at: now,
                 expires_at: now + Duration::from_secs(60),
             },

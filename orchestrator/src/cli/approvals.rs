@@ -1,11 +1,12 @@
-//! `flotilla approvals`: tool calls waiting for a person, oldest first.
+//! `flotilla approvals`: tool calls (and MCP servers' questions) waiting for
+//! a person, oldest first.
 
 use std::time::Duration;
 
 use clap::Args as ClapArgs;
 use flotilla_config::Settings;
 use flotilla_protocol::ids::Tenant;
-use flotilla_protocol::{ApiReply, ApprovalRequest, ApprovalsReply, ApprovalsRequest, SCHEMA_VERSION};
+use flotilla_protocol::{ApiReply, ApprovalKind, ApprovalRequest, ApprovalsReply, ApprovalsRequest, SCHEMA_VERSION};
 
 use super::client::api_result;
 use super::jobref::JobRef;
@@ -56,10 +57,22 @@ fn table(approvals: &[ApprovalRequest], now: time::OffsetDateTime) -> String {
             r.tool.clone(),
             decisions.join(","),
             format!("{}s", (r.expires_at - now).whole_seconds().max(0)),
-            render::one_line(&r.args.to_string(), 60),
+            render::one_line(&shown(r), 60),
         ]);
     }
     table::render(t, "")
+}
+
+/// What the ARGS column shows: the call's arguments, or for an MCP
+/// server's question (elicitation) the server and its message (`--json` has
+/// the requested schema).
+fn shown(r: &ApprovalRequest) -> String {
+    match (r.kind, &r.message) {
+        (ApprovalKind::Elicitation, Some(message)) => {
+            format!("{} asks: {message}", r.server.as_deref().unwrap_or("server"))
+        }
+        _ => r.args.to_string(),
+    }
 }
 
 #[cfg(test)]

@@ -1,5 +1,7 @@
-//! `flotilla approve <job> <call_id> --approve | --reject [--reason R] | --edit '<json>'`:
-//! answers one approval request through the job API.
+//! `flotilla approve <job> <call_id> --approve | --reject [--reason R] | --edit '<json>'`,
+//! and for an MCP server's question (elicitation) `--content '<json>' |
+//! --decline | --cancel`: answers one approval request through the job API
+//! (docs/APPROVALS.md).
 
 use std::time::Duration;
 
@@ -15,7 +17,7 @@ use super::out::{self, outln};
 
 /// Answer an approval request.
 #[derive(ClapArgs, Debug)]
-#[command(group(ArgGroup::new("decision").required(true).args(["approve", "reject", "edit"])))]
+#[command(group(ArgGroup::new("decision").required(true).args(["approve", "reject", "edit", "content", "decline", "cancel"])))]
 pub struct Args {
     /// The job: its id or a unique prefix of it (at least 4 characters).
     pub job: JobRef,
@@ -36,6 +38,17 @@ pub struct Args {
     /// Run the call with these arguments instead (a JSON object).
     #[arg(long, value_name = "JSON")]
     pub edit: Option<String>,
+    /// Elicitation: answer the MCP server with this content (a JSON object
+    /// that fits the requested schema; fields left out get the schema's
+    /// defaults).
+    #[arg(long, value_name = "JSON")]
+    pub content: Option<String>,
+    /// Elicitation: decline to answer (the server reads `decline`).
+    #[arg(long)]
+    pub decline: bool,
+    /// Elicitation: dismiss the question (the server reads `cancel`).
+    #[arg(long)]
+    pub cancel: bool,
     /// Your name for the audit trail (default: $USER).
     #[arg(long)]
     pub by: Option<String>,
@@ -47,6 +60,19 @@ pub async fn run(settings: &Settings, tenant: &Tenant, args: Args, json: bool) -
         Decision::Approve
     } else if args.reject {
         Decision::Reject { reason: args.reason.clone() }
+    } else if args.decline {
+        Decision::Decline
+    } else if args.cancel {
+        Decision::Cancel
+    } else if let Some(text) = &args.content {
+        let parsed: serde_json::Value =
+            serde_json::from_str(text).map_err(|e| anyhow::anyhow!("--content is not valid JSON: {e}"))?;
+        if !parsed.is_object() {
+            anyhow::bail!(
+                "--content must be a JSON object that fits the requested schema, e.g. '{{\"approve\": true}}'"
+            );
+        }
+        Decision::Accept { content: parsed }
     } else {
         let text = args.edit.as_deref().unwrap_or_default();
         let parsed: serde_json::Value =

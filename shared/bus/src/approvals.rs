@@ -245,6 +245,14 @@ pub enum DecisionError {
         /// What is wrong.
         problems: String,
     },
+    /// Elicitation content does not fit the requested schema.
+    #[error("the content does not fit the schema {server} asked for: {problems}")]
+    InvalidContent {
+        /// The MCP server that asked.
+        server: String,
+        /// What is wrong.
+        problems: String,
+    },
 }
 
 /// Checks that `decision` may be recorded on `record` at `now`: still pending,
@@ -280,6 +288,21 @@ pub fn check_decision(
             tool: r.tool.clone(),
             allowed: allowed.join(", "),
         });
+    }
+    if let Decision::Accept { content } = decision {
+        let server = r.server.clone().unwrap_or_else(|| r.tool.clone());
+        let invalid = |problems: String| DecisionError::InvalidContent { server: server.clone(), problems };
+        if !content.is_object() {
+            return Err(invalid("the content must be a JSON object".into()));
+        }
+        let schema = r.requested_schema.as_ref().unwrap_or(&serde_json::Value::Null);
+        if !schema.is_null() {
+            let validator = jsonschema::validator_for(schema).map_err(|e| invalid(e.to_string()))?;
+            let problems = flotilla_agent::tool::schema_problems(&validator, content);
+            if !problems.is_empty() {
+                return Err(invalid(problems.join("; ")));
+            }
+        }
     }
     if let Decision::Edit { args } = decision {
         let invalid = |problems: String| DecisionError::InvalidEdit { tool: r.tool.clone(), problems };
@@ -347,6 +370,10 @@ mod tests {
                 input_schema: json!({"type": "object", "properties": {"env": {"enum": ["staging", "prod"]}},
                                      "required": ["env"], "additionalProperties": false}),
                 decisions,
+                kind: Default::default(),
+                server: None,
+                message: None,
+                requested_schema: None,
                 requested_at: now,
                 expires_at: now + Duration::from_secs(60),
             },

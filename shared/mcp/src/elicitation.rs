@@ -6,8 +6,167 @@
 //! (content, decline or cancel) goes back to the server. SEP-1034 lets a
 //! schema give defaults; [`apply_defaults`] fills the fields a person left
 //! out so the server receives them, as the spec asks of clients.
+//!
+//! [`FlotillaClient`] is the `ClientHandler` of every session: it advertises
+//! form-mode elicitation and hands each request to the [`Responder`] of the
+//! tool call it belongs to. Over Streamable HTTP rmcp marks a server request
+//! with the POST whose SSE stream carried it (`InboundStreamOrigin`, the
+//! outbound `tools/call` id), which identifies the call exactly. Over stdio
+//! nothing relates them; the session's one call in flight is meant, and with
+//! several the request is declined (logged): answering for the wrong call
+//! would show a person the wrong context.
 
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use rmcp::model::{ClientConfig, ElicitRequestParams, ElicitResult, ElicitationAction, ErrorData, RequestId};
+use rmcp::service::{InboundStreamOrigin, RequestContext};
+use rmcp::{ClientHandler, RoleClient};
 use serde_json::Value;
+
+/// What a server asked for in form mode.
+#[derive(Clone, Debug)]
+pub struct Elicitation {
+    /// The server's name in the config.
+    pub server: String,
+    /// What the server says it needs.
+    pub message: String,
+    /// The JSON Schema of the content it wants (an object of primitives).
+    pub requested_schema: Value,
+}
+
+/// Answers the elicitations of one tool call (the worker asks a person
+/// through approvals). Content of an `accept` gets its defaults applied by
+/// the handler before it goes back.
+#[async_trait]
+pub trait Responder: Send + Sync {
+    /// The person's answer.
+    async fn respond(&self, elicitation: Elicitation) -> ElicitResult;
+}
+
+/// One tool call in flight on a session.
+struct InFlight {
+    token: u64,
+    /// The `tools/call` request id, once sent.
+    id: Option<RequestId>,
+    /// Where its elicitations go; none: declined.
+    responder: Option<Arc<dyn Responder>>,
+}
+
+/// The tool calls in flight on one session, shared by the session and its
+/// handler.
+#[derive(Clone, Default)]
+pub(crate) struct Calls {
+    inner: Arc<Mutex<(u64, Vec<InFlight>)>>,
+}
+
+/// Keeps a call registered until dropped.
+pub(crate) struct Registered {
+    calls: Calls,
+    token: u64,
+}
+
+impl Calls {
+    fn lock(&self) -> std::sync::MutexGuard<'_, (u64, Vec<InFlight>)> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Registers a call before its request is sent (a server may ask at once).
+    pub(crate) fn register(&self, responder: Option<Arc<dyn Responder>>) -> Registered {
+        let mut g = self.lock();
+        g.0 += 1;
+        let token = g.0;
+        g.1.push(InFlight { token, id: None, responder });
+        Registered { calls: self.clone(), token }
+    }
+
+    /// The responder for a request that arrived on `origin`'s stream.
+    fn responder(&self, origin: Option<&InboundStreamOrigin>) -> Result<Option<Arc<dyn Responder>>, String> {
+        let g = self.lock();
+        if let Some(InboundStreamOrigin::OutboundRequest(id)) = origin
+            && let Some(call) = g.1.iter().find(|c| c.id.as_ref() == Some(id))
+        {
+            return Ok(call.responder.clone());
+        }
+        match g.1.as_slice() {
+            [one] => Ok(one.responder.clone()),
+            [] => Err("no tool call is in flight on this session".into()),
+            many => Err(format!("{} tool calls are in flight on this session and the request names none", many.len())),
+        }
+    }
+}
+
+impl Registered {
+    /// Records the id the call's request was sent under.
+    pub(crate) fn sent_as(&self, id: RequestId) {
+        if let Some(c) = self.calls.lock().1.iter_mut().find(|c| c.token == self.token) {
+            c.id = Some(id);
+        }
+    }
+}
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        self.calls.lock().1.retain(|c| c.token != self.token);
+    }
+}
+
+/// The `ClientHandler` of Flotilla's sessions (see the module docs).
+pub struct FlotillaClient {
+    server: String,
+    info: ClientConfig,
+    calls: Calls,
+}
+
+impl FlotillaClient {
+    pub(crate) fn new(server: String, info: ClientConfig, calls: Calls) -> Self {
+        Self { server, info, calls }
+    }
+}
+
+impl ClientHandler for FlotillaClient {
+    fn get_info(&self) -> ClientConfig {
+        self.info.clone()
+    }
+
+    async fn create_elicitation(
+        &self,
+        request: ElicitRequestParams,
+        context: RequestContext<RoleClient>,
+    ) -> Result<ElicitResult, ErrorData> {
+        let server = &self.server;
+        let ElicitRequestParams::FormElicitationParams { message, requested_schema, .. } = request else {
+            tracing::warn!(server = %server, "URL-mode elicitation is not supported (not advertised); declined");
+            return Ok(ElicitResult::new(ElicitationAction::Decline));
+        };
+        let responder = match self.calls.responder(context.extensions.get::<InboundStreamOrigin>()) {
+            Ok(Some(r)) => r,
+            Ok(None) => {
+                tracing::info!(server = %server, "elicitation declined: the call in flight takes no answers");
+                return Ok(ElicitResult::new(ElicitationAction::Decline));
+            }
+            Err(why) => {
+                tracing::warn!(server = %server, "elicitation declined: {why}");
+                return Ok(ElicitResult::new(ElicitationAction::Decline));
+            }
+        };
+        let requested_schema = serde_json::to_value(&requested_schema)
+            .map_err(|e| ErrorData::invalid_params(format!("unusable requested schema: {e}"), None))?;
+        let asked = Elicitation { server: server.clone(), message, requested_schema: requested_schema.clone() };
+        let mut answer = tokio::select! {
+            answer = responder.respond(asked) => answer,
+            // The server gave up on its request (notifications/cancelled).
+            _ = context.ct.cancelled() => ElicitResult::new(ElicitationAction::Cancel),
+        };
+        if answer.action == ElicitationAction::Accept {
+            let given = answer.content.take().unwrap_or_else(|| Value::Object(Default::default()));
+            answer.content = Some(apply_defaults(&requested_schema, &given));
+        } else {
+            answer.content = None;
+        }
+        Ok(answer)
+    }
+}
 
 /// Content with SEP-1034 defaults applied: every top-level property of
 /// `schema` (`{"type":"object","properties":{..}}`) that has a `default`

@@ -14,6 +14,7 @@ use rmcp::model::{CallToolResult, JsonObject, RequestMetaObject};
 use serde::{Deserialize, Serialize};
 
 use super::config::{McpServerSettings, SessionMode};
+use super::elicitation::Responder;
 use super::error::McpError;
 use super::session::Session;
 
@@ -192,17 +193,30 @@ impl ServerConn {
         s.status == Some(false) && s.next_retry.is_none_or(|t| Instant::now() >= t)
     }
 
-    /// Calls `tool` (its name on the server) with the request `_meta`.
+    /// Calls `tool` (its name on the server) with the request `_meta`;
+    /// elicitations during the call are declined.
     pub async fn call(
         &self,
         tool: &str,
         arguments: JsonObject,
         meta: RequestMetaObject,
     ) -> Result<CallToolResult, McpError> {
+        self.call_with(tool, arguments, meta, None).await
+    }
+
+    /// [`ServerConn::call`] with elicitations during the call going to
+    /// `responder` (declined without one).
+    pub async fn call_with(
+        &self,
+        tool: &str,
+        arguments: JsonObject,
+        meta: RequestMetaObject,
+        responder: Option<Arc<dyn Responder>>,
+    ) -> Result<CallToolResult, McpError> {
         let timeout = self.settings.call_timeout;
         self.on_session(tool, |s| {
-            let (arguments, meta) = (arguments.clone(), meta.clone());
-            async move { s.call_tool(&self.settings, tool, arguments, meta, timeout).await }
+            let (arguments, meta, responder) = (arguments.clone(), meta.clone(), responder.clone());
+            async move { s.call_tool(&self.settings, tool, arguments, meta, timeout, responder).await }
         })
         .await
     }

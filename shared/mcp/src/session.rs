@@ -9,12 +9,14 @@
 //! never mixes logs with the protocol on stdout.
 
 use std::process::Stdio;
+use std::sync::Arc;
 use std::time::Duration;
 
 use rmcp::RoleClient;
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, ClientRequest,
-    Implementation, JsonObject, ProtocolVersion, RequestMetaObject, ServerResult,
+    ElicitationCapability, FormElicitationCapability, Implementation, JsonObject, ProtocolVersion, RequestMetaObject,
+    ServerResult,
 };
 use rmcp::service::{PeerRequestOptions, RunningService, ServiceError, ServiceExt};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
@@ -22,6 +24,7 @@ use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use tokio::io::AsyncBufReadExt;
 
 use super::config::{McpServerSettings, McpTransport};
+use super::elicitation::{Calls, FlotillaClient, Responder};
 use super::error::McpError;
 use super::{oauth, url_policy};
 
@@ -33,7 +36,9 @@ const STDERR_LINE_MAX: usize = 2000;
 
 /// One open session.
 pub struct Session {
-    service: RunningService<RoleClient, ClientConfig>,
+    service: RunningService<RoleClient, FlotillaClient>,
+    /// Tool calls in flight, for the elicitations servers send during them.
+    calls: Calls,
     /// The stdio child's pid, for health reports and operators.
     pub pid: Option<u32>,
     /// OAuth state of an HTTP server with `[oauth]`.
@@ -42,10 +47,24 @@ pub struct Session {
 
 /// What Flotilla offers in `initialize`. It speaks the session-based
 /// protocol (an `initialize` handshake), so it offers the newest version that
-/// still has one; servers negotiate down from there as usual.
+/// still has one; servers negotiate down from there as usual. It offers
+/// form-mode elicitation: a person answers through approvals
+/// (docs/APPROVALS.md, "Elicitation"), and the orchestrator validates the
+/// content against the requested schema.
 fn client_info() -> ClientConfig {
-    ClientConfig::new(ClientCapabilities::default(), Implementation::new("flotilla", env!("CARGO_PKG_VERSION")))
+    let mut form = FormElicitationCapability::new();
+    form.schema_validation = Some(true);
+    let mut elicitation = ElicitationCapability::new();
+    elicitation.form = Some(form);
+    let mut capabilities = ClientCapabilities::default();
+    capabilities.elicitation = Some(elicitation);
+    ClientConfig::new(capabilities, Implementation::new("flotilla", env!("CARGO_PKG_VERSION")))
         .with_protocol_version(ProtocolVersion::LATEST_WITH_INITIALIZE)
+}
+
+/// The handler a session with `settings`' server runs with.
+fn handler(settings: &McpServerSettings, calls: &Calls) -> FlotillaClient {
+    FlotillaClient::new(settings.name.clone(), client_info(), calls.clone())
 }
 
 /// What an error says about `settings`' server, with URL paths redacted.
@@ -105,11 +124,12 @@ impl Session {
                 if let Some(stderr) = stderr {
                     tokio::spawn(drain_stderr(server.clone(), stderr));
                 }
-                let service = client_info()
+                let calls = Calls::default();
+                let service = handler(settings, &calls)
                     .serve(proc)
                     .await
                     .map_err(|e| connect_err(format!("initialize failed: {e} (see the server's stderr in the log)")))?;
-                Ok(Session { service, pid, auth: None })
+                Ok(Session { service, calls, pid, auth: None })
             }
             McpTransport::Http { url, headers_from_env, bearer_token_env, allow_insecure_http, oauth } => {
                 let config_err = |m: String| McpError::Config { server: server.clone(), message: m };
@@ -123,28 +143,29 @@ impl Session {
                 let config = http_config(settings, url, headers_from_env, bearer_token_env.as_deref())?;
                 let client = http_client(pinned.as_ref())
                     .map_err(|e| config_err(format!("cannot build the HTTP client: {e}")))?;
+                let calls = Calls::default();
                 let init_err = |e: rmcp::service::ClientInitializeError| {
                     connect_err(redacted(settings, format!("initialize failed: {e}")))
                 };
                 let Some(oauth) = oauth else {
                     let transport = StreamableHttpClientTransport::with_client(client, config);
-                    let service = client_info().serve(transport).await.map_err(init_err)?;
-                    return Ok(Session { service, pid: None, auth: None });
+                    let service = handler(settings, &calls).serve(transport).await.map_err(init_err)?;
+                    return Ok(Session { service, calls, pid: None, auth: None });
                 };
                 // Reactive discovery (docs/MCP.md "OAuth"): the first
                 // `initialize` goes without a token; a 401 says where to get one.
                 let auth = oauth::SessionAuth::new(settings, oauth, url, client).await?;
                 let transport = || StreamableHttpClientTransport::with_client(auth.client.clone(), config.clone());
-                let service = match client_info().serve(transport()).await {
+                let service = match handler(settings, &calls).serve(transport()).await {
                     Ok(service) => service,
                     Err(e) => match e.auth_challenge() {
                         Some(challenge) if auth.recover(settings, challenge).await? => {
-                            client_info().serve(transport()).await.map_err(init_err)?
+                            handler(settings, &calls).serve(transport()).await.map_err(init_err)?
                         }
                         _ => return Err(init_err(e)),
                     },
                 };
-                Ok(Session { service, pid: None, auth: Some(auth) })
+                Ok(Session { service, calls, pid: None, auth: Some(auth) })
             }
         }
     }
@@ -172,7 +193,8 @@ impl Session {
         }
     }
 
-    /// One `tools/call` with a timeout and request `_meta`.
+    /// One `tools/call` with a timeout and request `_meta`; elicitations the
+    /// server sends during it go to `responder` (declined without one).
     pub async fn call_tool(
         &self,
         settings: &McpServerSettings,
@@ -180,13 +202,16 @@ impl Session {
         arguments: JsonObject,
         meta: RequestMetaObject,
         timeout: Duration,
+        responder: Option<Arc<dyn Responder>>,
     ) -> Result<CallToolResult, McpError> {
-        let retry = (arguments.clone(), meta.clone());
+        let retry = (arguments.clone(), meta.clone(), responder.clone());
         let params = CallToolRequestParams::new(tool.to_string()).with_arguments(arguments);
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
         let options = PeerRequestOptions::with_timeout(timeout).with_meta(meta);
+        let registered = self.calls.register(responder);
         let handle =
             self.service.peer().send_request_with_option(request, options).await.map_err(|e| classify(settings, e))?;
+        registered.sent_as(handle.id.clone());
         match handle.await_response().await {
             Ok(ServerResult::CallToolResult(r)) => Ok(r),
             Ok(other) => Err(McpError::Rpc {
@@ -198,8 +223,8 @@ impl Session {
                 Err(McpError::Timeout { server: settings.name.clone(), what: format!("tools/call {tool}"), timeout })
             }
             Err(e) if self.reauthorized(settings, &e).await? => {
-                let (arguments, meta) = retry;
-                Box::pin(self.call_tool(settings, tool, arguments, meta, timeout)).await
+                let (arguments, meta, responder) = retry;
+                Box::pin(self.call_tool(settings, tool, arguments, meta, timeout, responder)).await
             }
             Err(e) => Err(classify(settings, e)),
         }

@@ -1,7 +1,9 @@
 //! An MCP tool as a Flotilla [`Tool`]: the server's name, description and
 //! input schema reach the model unchanged (only the name gets the optional
 //! `<server>_` prefix); calls go through the server's [`ServerConn`] with the
-//! call's idempotency key and traceparent in `_meta`.
+//! call's idempotency key and traceparent in `_meta`. A server's
+//! elicitation during the call goes to the call's approval gate
+//! (docs/APPROVALS.md, "Elicitation").
 
 use std::sync::Arc;
 
@@ -10,8 +12,10 @@ use rmcp::model::{JsonObject, RequestMetaObject};
 use serde_json::Value;
 
 use super::content;
+use super::elicitation::{Elicitation, Responder};
 use super::manager::{IDEMPOTENCY_META_KEY, ServerConn};
-use flotilla_agent::tool::{Tool, ToolContext, ToolError, ToolSpec};
+use flotilla_agent::tool::{ElicitationAnswer, ElicitationAsk, Tool, ToolContext, ToolError, ToolSpec};
+use rmcp::model::{ElicitResult, ElicitationAction};
 
 /// One discovered MCP tool.
 pub struct McpTool {
@@ -60,9 +64,44 @@ impl Tool for McpTool {
         if let Some(tp) = &ctx.traceparent {
             meta.0.0.insert("traceparent".into(), Value::String(tp.clone()));
         }
-        match self.conn.call(&self.remote_name, arguments, meta).await {
+        let responder: Arc<dyn Responder> = Arc::new(CallResponder {
+            ctx: ctx.clone(),
+            tool: self.spec.name.clone(),
+            args: Value::Object(arguments.clone()),
+        });
+        match self.conn.call_with(&self.remote_name, arguments, meta, Some(responder)).await {
             Ok(result) => content::to_outcome(result),
             Err(e) => (Err(ToolError::new(e.kind(), e.to_string())), None),
+        }
+    }
+}
+
+/// Answers the elicitations of one call through the call's approval gate; a
+/// cancelled task or job cancels the question.
+struct CallResponder {
+    ctx: ToolContext,
+    /// The final tool name and the call's arguments, shown to the person.
+    tool: String,
+    args: Value,
+}
+
+#[async_trait]
+impl Responder for CallResponder {
+    async fn respond(&self, e: Elicitation) -> ElicitResult {
+        let ctx = &self.ctx;
+        let Some(gate) = &ctx.approvals else {
+            tracing::warn!(tool = %self.tool, call_id = %ctx.call_id, server = %e.server, "no approval gate; elicitation declined");
+            return ElicitResult::new(ElicitationAction::Decline);
+        };
+        let ask = ElicitationAsk { server: e.server, message: e.message, requested_schema: e.requested_schema };
+        let answer = tokio::select! {
+            v = gate.elicit(ctx, &self.tool, &self.args, &ask) => v.answer,
+            _ = ctx.cancel.cancelled() => ElicitationAnswer::Cancel,
+        };
+        match answer {
+            ElicitationAnswer::Accept(content) => ElicitResult::new(ElicitationAction::Accept).with_content(content),
+            ElicitationAnswer::Decline => ElicitResult::new(ElicitationAction::Decline),
+            ElicitationAnswer::Cancel => ElicitResult::new(ElicitationAction::Cancel),
         }
     }
 }

@@ -30,11 +30,21 @@ pub enum DecisionKind {
     Reject,
     /// Run it with other arguments (validated against the tool's schema).
     Edit,
+    /// Elicitation: answer the server with content (validated against the
+    /// requested schema).
+    Accept,
+    /// Elicitation: the protocol's `decline`.
+    Decline,
+    /// Elicitation: the protocol's `cancel`.
+    Cancel,
 }
 
 impl DecisionKind {
     /// Every decision, the default of an `interrupt_on` entry.
     pub const ALL: [DecisionKind; 3] = [DecisionKind::Approve, DecisionKind::Reject, DecisionKind::Edit];
+
+    /// The decisions of an elicitation request.
+    pub const ELICITATION: [DecisionKind; 3] = [DecisionKind::Accept, DecisionKind::Decline, DecisionKind::Cancel];
 
     /// The wire name.
     pub fn as_str(self) -> &'static str {
@@ -42,6 +52,9 @@ impl DecisionKind {
             DecisionKind::Approve => "approve",
             DecisionKind::Reject => "reject",
             DecisionKind::Edit => "edit",
+            DecisionKind::Accept => "accept",
+            DecisionKind::Decline => "decline",
+            DecisionKind::Cancel => "cancel",
         }
     }
 }
@@ -69,6 +82,16 @@ pub enum Decision {
         /// The replacement arguments object.
         args: Value,
     },
+    /// Elicitation: answer with this content (before the schema's defaults
+    /// are applied by the worker).
+    Accept {
+        /// The content object.
+        content: Value,
+    },
+    /// Elicitation: decline.
+    Decline,
+    /// Elicitation: cancel.
+    Cancel,
 }
 
 impl Decision {
@@ -78,7 +101,28 @@ impl Decision {
             Decision::Approve => DecisionKind::Approve,
             Decision::Reject { .. } => DecisionKind::Reject,
             Decision::Edit { .. } => DecisionKind::Edit,
+            Decision::Accept { .. } => DecisionKind::Accept,
+            Decision::Decline => DecisionKind::Decline,
+            Decision::Cancel => DecisionKind::Cancel,
         }
+    }
+}
+
+/// What a request asks a person.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ApprovalKind {
+    /// May this tool call run (`interrupt_on`, permission rules)?
+    #[default]
+    ToolCall,
+    /// An MCP server's `elicitation/create` during the call: what content to
+    /// answer it with (docs/APPROVALS.md, "Elicitation").
+    Elicitation,
+}
+
+impl ApprovalKind {
+    fn is_tool_call(&self) -> bool {
+        *self == ApprovalKind::ToolCall
     }
 }
 
@@ -109,6 +153,18 @@ pub struct ApprovalRequest {
     pub input_schema: Value,
     /// What the reviewer may answer.
     pub decisions: Vec<DecisionKind>,
+    /// What is asked; absent (older records) means a tool call.
+    #[serde(default, skip_serializing_if = "ApprovalKind::is_tool_call")]
+    pub kind: ApprovalKind,
+    /// Elicitation: the MCP server that asks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<String>,
+    /// Elicitation: the server's message to the person.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// Elicitation: the JSON Schema the content must fit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requested_schema: Option<Value>,
     /// When the worker first asked.
     #[serde(with = "time::serde::rfc3339")]
     pub requested_at: OffsetDateTime,
@@ -283,6 +339,9 @@ mod tests {
         let d: Decision = serde_json::from_value(json!({"decision": "edit", "args": {"x": 1}})).unwrap();
         assert_eq!(d.kind(), DecisionKind::Edit);
         assert_eq!(serde_json::to_value(Decision::Approve).unwrap(), json!({"decision": "approve"}));
+        let d: Decision = serde_json::from_value(json!({"decision": "accept", "content": {"ok": true}})).unwrap();
+        assert_eq!(d, Decision::Accept { content: json!({"ok": true}) });
+        assert_eq!(serde_json::to_value(Decision::Cancel).unwrap(), json!({"decision": "cancel"}));
         let err = serde_json::from_value::<Decision>(json!({"decision": "maybe"})).unwrap_err();
         assert!(err.to_string().contains("unknown variant"), "{err}");
         let state = ApprovalState::Decided { decision: Decision::Approve, by: None, decided_at: crate::now() };

@@ -43,8 +43,8 @@ mod usage;
 
 pub use api::*;
 pub use approval::{
-    ApprovalRecord, ApprovalRequest, ApprovalState, ApprovalsReply, ApprovalsRequest, ApproveReply, ApproveRequest,
-    Decision, DecisionKind, DecisionRecord,
+    ApprovalKind, ApprovalRecord, ApprovalRequest, ApprovalState, ApprovalsReply, ApprovalsRequest, ApproveReply,
+    ApproveRequest, Decision, DecisionKind, DecisionRecord,
 };
 pub use audit::{AuditAction, AuditOutcome, AuditRecord};
 pub use error::{ErrorInfo, ErrorKind};

@@ -134,6 +134,49 @@ pub struct ApprovalVerdict {
     pub by: Option<String>,
 }
 
+/// A question an MCP server asks a person in the middle of a tool call
+/// (`elicitation/create`, docs/APPROVALS.md, "Elicitation").
+#[derive(Clone, Debug)]
+pub struct ElicitationAsk {
+    /// The server's name in the config.
+    pub server: String,
+    /// What the server says it needs.
+    pub message: String,
+    /// The JSON Schema the content must fit.
+    pub requested_schema: Value,
+}
+
+/// A person's answer to an [`ElicitationAsk`], with the decision as
+/// recorded (`accept`, `decline`, `cancel`, `expired`, `cancelled`) and the
+/// reviewer when the gate knows them.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ElicitationVerdict {
+    /// What goes back to the server.
+    pub answer: ElicitationAnswer,
+    /// The decision as recorded.
+    pub decision: String,
+    /// Who decided, as they named themselves.
+    pub by: Option<String>,
+}
+
+/// What goes back to the server: the protocol's three actions.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ElicitationAnswer {
+    /// The content (valid against the requested schema).
+    Accept(Value),
+    /// The person said no (or nobody answered in time).
+    Decline,
+    /// The question was dismissed (its job or task was cancelled).
+    Cancel,
+}
+
+impl ElicitationVerdict {
+    /// A decline nobody decided (no gate, no store).
+    pub fn declined(decision: &str) -> Self {
+        Self { answer: ElicitationAnswer::Decline, decision: decision.into(), by: None }
+    }
+}
+
 /// Asks a person before a tool call runs (human in the loop,
 /// docs/APPROVALS.md). Implemented over the bus by the worker; enforced in
 /// code, never by prompt text.
@@ -148,6 +191,14 @@ pub trait ApprovalGate: Send + Sync {
     /// bus gate) overrides it; the default knows only the result.
     async fn review(&self, ctx: &ToolContext, tool: &str, args: &Value) -> ApprovalVerdict {
         ApprovalVerdict { result: self.approve(ctx, tool, args).await, decision: None, by: None }
+    }
+
+    /// Asks a person to answer `ask`, which the server behind `tool` sent
+    /// during the call `ctx` with `args`. Default: declined, for gates that
+    /// cannot ask (docs/APPROVALS.md, "Elicitation").
+    async fn elicit(&self, ctx: &ToolContext, tool: &str, _args: &Value, ask: &ElicitationAsk) -> ElicitationVerdict {
+        tracing::warn!(tool, call_id = %ctx.call_id, server = %ask.server, "this approval gate cannot ask a person; elicitation declined");
+        ElicitationVerdict::declined("decline")
     }
 }
 

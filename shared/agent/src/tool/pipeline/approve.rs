@@ -24,7 +24,9 @@ use super::timeout::Waits;
 use super::validate::validate;
 use super::{Call, Layer, Next, Reply};
 use crate::audit::{Approval, Auditor};
-use crate::tool::{ApprovalGate, ApprovalVerdict, ToolContext, ToolError};
+use crate::tool::{
+    ApprovalGate, ApprovalVerdict, ElicitationAnswer, ElicitationAsk, ElicitationVerdict, ToolContext, ToolError,
+};
 use flotilla_protocol::ErrorKind;
 
 /// Waits for a person on gated calls and hands the tool a gate that audits.
@@ -113,6 +115,44 @@ impl ApprovalGate for Asked {
         audit_decision(self.auditor.as_ref(), ctx, tool, args, &verdict, asked.elapsed()).await;
         verdict.result
     }
+
+    /// A server's question during the call: always a new question for a
+    /// person (an approval of the call answers nothing the server asks), with
+    /// the tool timeout's clock stopped while they answer.
+    async fn elicit(&self, ctx: &ToolContext, tool: &str, args: &Value, ask: &ElicitationAsk) -> ElicitationVerdict {
+        let Some(gate) = &self.gate else {
+            tracing::warn!(tool, call_id = %ctx.call_id, server = %ask.server, "no approval gate; elicitation declined");
+            return ElicitationVerdict::declined("decline");
+        };
+        let asked = Instant::now();
+        let verdict = {
+            let _resume = self.waits.start();
+            gate.elicit(ctx, tool, args, ask).await
+        };
+        audit_elicitation(self.auditor.as_ref(), ctx, tool, &verdict, asked.elapsed()).await;
+        verdict
+    }
+}
+
+/// The one audit record of an elicitation's answer: `approved` for an
+/// accept, `rejected` otherwise, with the decision taken. The record holds
+/// the SHA-256 of the content (`args_sha256`), never the content: a person's
+/// answer may be sensitive (docs/APPROVALS.md, "Elicitation").
+async fn audit_elicitation(
+    auditor: Option<&Auditor>,
+    ctx: &ToolContext,
+    tool: &str,
+    verdict: &ElicitationVerdict,
+    waited: Duration,
+) {
+    use flotilla_protocol::AuditOutcome;
+    let Some(auditor) = auditor else { return };
+    let (outcome, content) = match &verdict.answer {
+        ElicitationAnswer::Accept(content) => (AuditOutcome::Approved, content),
+        ElicitationAnswer::Decline | ElicitationAnswer::Cancel => (AuditOutcome::Rejected, &Value::Null),
+    };
+    let approval = Approval { outcome, decision: &verdict.decision, by: verdict.by.as_deref(), waited };
+    auditor.approval(ctx.call_site(), tool, content, approval).await;
 }
 
 /// The one audit record of an approval decision: `approved`, `edited` (with
