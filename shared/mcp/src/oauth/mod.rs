@@ -21,6 +21,7 @@
 //! and are never formatted into errors: [`auth_error`] keeps rmcp's message,
 //! which names endpoints and OAuth error codes, not credentials.
 
+mod legacy;
 mod runtime;
 
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -66,11 +67,14 @@ pub(crate) async fn authorize(
             return Ok(());
         }
     }
-    let resolution = manager
-        .resolve_metadata_from_challenge(challenge)
-        .await
-        .map_err(|e| auth_error(settings, "OAuth discovery failed", e))?;
-    manager.set_metadata(resolution.metadata);
+    let metadata = match manager.resolve_metadata_from_challenge(challenge).await {
+        Ok(resolution) => resolution.metadata,
+        Err(e @ AuthError::AuthorizationServerMismatch { .. }) => legacy::root_metadata(&client.http_client, url)
+            .await
+            .ok_or_else(|| auth_error(settings, "OAuth discovery failed", e))?,
+        Err(e) => return Err(auth_error(settings, "OAuth discovery failed", e)),
+    };
+    manager.set_metadata(metadata);
     let manager = match oauth.grant {
         OAuthGrant::ClientCredentials => {
             let scopes =
