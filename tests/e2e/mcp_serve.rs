@@ -266,6 +266,7 @@ struct RawHost {
 
 impl RawHost {
     async fn open(url: &str, capabilities: Value) -> Self {
+        flotilla_config::tls::install_crypto_provider();
         let mut host = Self {
             http: reqwest::Client::new(),
             url: url.to_string(),

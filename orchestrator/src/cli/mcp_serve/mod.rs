@@ -13,6 +13,7 @@
 mod http;
 mod resources;
 mod schema;
+mod tasks;
 mod tools;
 mod wait;
 

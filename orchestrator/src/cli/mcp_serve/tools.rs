@@ -16,9 +16,11 @@ use flotilla_agent::files::FilePath;
 use flotilla_protocol::files_api::{FILE_PART_BYTES, FilesPutReply, FilesPutRequest, StagedFile, UploadId};
 use flotilla_protocol::{ApiReply, JobStatus, SCHEMA_VERSION, SubmitReply, SubmitRequest};
 use rmcp::handler::server::router::tool::ToolRouter;
+use rmcp::handler::server::tool::ToolCallContext;
 use rmcp::handler::server::wrapper::{Json, Parameters};
 use rmcp::model::{
-    Implementation, ListResourceTemplatesResult, PaginatedRequestParams, ReadResourceRequestParams,
+    CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, ContentBlock, GetTaskParams,
+    GetTaskResult, Implementation, ListResourceTemplatesResult, PaginatedRequestParams, ReadResourceRequestParams,
     ReadResourceResponse, ServerCapabilities, ServerConfig,
 };
 use rmcp::service::RequestContext;
@@ -67,19 +69,7 @@ impl JobTools {
         ctx: RequestContext<RoleServer>,
         Parameters(p): Parameters<SubmitJobParams>,
     ) -> Result<Json<SubmitJobResult>, String> {
-        let api = self.api(&ctx);
-        let staged = upload(&api, &p.files, self.max_upload).await.map_err(|e| format!("{e:#}"))?;
-        let paths = staged.iter().map(|s| s.path.clone()).collect();
-        let req = SubmitRequest { v: SCHEMA_VERSION, input: p.input, files: staged };
-        let reply: ApiReply<SubmitReply> =
-            api.bus().request(api.tenant(), "submit", &req, TIMEOUT).await.map_err(|e| format!("{e:#}"))?;
-        let job = api_result(reply, "submit refused").map_err(|e| format!("{e:#}"))?;
-        Ok(Json(SubmitJobResult {
-            v: RESULT_VERSION,
-            job_id: job.job_id.to_string(),
-            status: "submitted".into(),
-            files: paths,
-        }))
+        submit(&self.api(&ctx), p, self.max_upload).await.map(Json)
     }
 
     /// A job's state: status, todos, task counts and, once done, the answer.
@@ -162,6 +152,18 @@ impl JobTools {
     }
 }
 
+/// Uploads `p.files` and submits the job (src/cli/files.rs does the same for
+/// `flotilla submit`).
+async fn submit(api: &ApiClient, p: SubmitJobParams, max_upload: u64) -> Result<SubmitJobResult, String> {
+    let staged = upload(api, &p.files, max_upload).await.map_err(|e| format!("{e:#}"))?;
+    let paths = staged.iter().map(|s| s.path.clone()).collect();
+    let req = SubmitRequest { v: SCHEMA_VERSION, input: p.input, files: staged };
+    let reply: ApiReply<SubmitReply> =
+        api.bus().request(api.tenant(), "submit", &req, TIMEOUT).await.map_err(|e| format!("{e:#}"))?;
+    let job = api_result(reply, "submit refused").map_err(|e| format!("{e:#}"))?;
+    Ok(SubmitJobResult { v: RESULT_VERSION, job_id: job.job_id.to_string(), status: "submitted".into(), files: paths })
+}
+
 /// A job id or unique prefix, as `flotilla status` takes it (src/cli/jobref.rs).
 async fn resolve(api: &ApiClient, raw: &str) -> Result<flotilla_protocol::ids::JobId, String> {
     let job: JobRef = raw.parse()?;
@@ -214,13 +216,59 @@ fn job_path(raw: &str) -> anyhow::Result<FilePath> {
 #[tool_handler(router = self.tool_router)]
 impl ServerHandler for JobTools {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().enable_resources().build())
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().enable_resources().enable_tasks().build())
             .with_server_info(Implementation::new("flotilla", env!("CARGO_PKG_VERSION")))
             .with_instructions(
                 "Flotilla runs long jobs on a fleet of agents. submit_job returns a job id at once; poll job_status \
                  until done is true. A job's files are resources: flotilla://jobs/<id>/files/<path>."
                     .to_string(),
             )
+    }
+
+    /// `submit_job` for a host that declared the tasks extension answers
+    /// with a task handle (src/cli/mcp_serve/tasks.rs); every other call is
+    /// the tool router's.
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        if request.name != "submit_job" || !super::tasks::requested(&context) {
+            return self.tool_router.call(ToolCallContext::new(self, request, context)).await;
+        }
+        let args = serde_json::Value::Object(request.arguments.unwrap_or_default());
+        let p: SubmitJobParams = serde_json::from_value(args)
+            .map_err(|e| ErrorData::invalid_params(format!("submit_job arguments: {e}"), None))?;
+        let api = self.api(&context);
+        let submitted = match submit(&api, p, self.max_upload).await {
+            Ok(s) => s,
+            Err(e) => return Ok(CallToolResult::error(vec![ContentBlock::text(e)]).into()),
+        };
+        let job = super::tasks::job(&api, &submitted.job_id).await?;
+        Ok(super::tasks::created(&job).into())
+    }
+
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, ErrorData> {
+        let job = super::tasks::job(&self.api(&context), &request.task_id).await?;
+        Ok(GetTaskResult::new(super::tasks::detailed(job)))
+    }
+
+    /// Cancels the job; a job that has already ended is refused with the job
+    /// API's message.
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let api = self.api(&context);
+        let job = super::tasks::job(&api, &request.task_id).await?;
+        let reason = Some("cancelled by the MCP host (tasks/cancel)".to_string());
+        api.cancel(job.id, reason).await.map_err(|e| ErrorData::invalid_params(format!("{e:#}"), None))?;
+        Ok(())
     }
 
     async fn list_resource_templates(
