@@ -25,6 +25,7 @@ mod map_tasks;
 mod mcp;
 mod mcp_conformance;
 mod mcp_context;
+mod mcp_elicitation;
 mod mcp_serve;
 mod model_providers;
 mod operations;
