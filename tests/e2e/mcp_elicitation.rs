@@ -7,7 +7,7 @@
 
 use flotilla_protocol::ids::Tenant;
 use flotilla_protocol::{AuditAction, AuditRecord, JobStatus};
-use flotilla_tests::{EventLog, Proc, TestConfig, bin, eventually, free_port};
+use flotilla_tests::{EventLog, NatsServer, Proc, TestConfig, bin, eventually, free_port};
 use serde_json::{Value, json};
 
 use crate::approvals::{cli, listed, request};
@@ -173,4 +173,28 @@ async fn nobody_answering_in_time_declines() {
         .iter()
         .any(|(s, v)| s.contains(".progress.") && v["event"] == "approval_resolved" && v["outcome"] == "expired");
     assert!(expired, "an approval_resolved event with outcome expired");
+}
+
+/// `accept`, `decline` and `cancel` answer servers' questions; a tool call
+/// gated with them would run with content nobody checked, so the worker
+/// refuses such a config at start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn elicitation_decisions_are_refused_for_tool_calls() {
+    let nats = NatsServer::start().await;
+    let mut c = config(&nats.url(), &stdio(), 60);
+    c.section("[subagents.payments.interrupt_on.confirm_transfer]\ndecisions = [\"approve\", \"accept\"]\n");
+    let path = c.write();
+    let mut w =
+        Proc::spawn("worker", "flotilla-worker", &["--config", path.to_str().unwrap(), "--types", "payments"], &[]);
+    eventually(TIMEOUT, "the worker to refuse its config", || {
+        let done = !w.running();
+        async move { done.then_some(()) }
+    })
+    .await;
+    let log = w.log();
+    assert!(
+        log.contains("subagents.payments.interrupt_on.confirm_transfer.decisions")
+            && log.contains("accept answers an MCP server's question"),
+        "{log}"
+    );
 }

@@ -60,7 +60,13 @@ impl ApprovalPolicy {
     /// A key naming no tool of the type is an error: a typo must not switch
     /// approval off silently.
     pub fn apply(ty: &str, config: &SubagentConfig, tools: &mut ToolSet) -> anyhow::Result<Self> {
-        for name in config.interrupt_on.keys() {
+        for (name, rule) in &config.interrupt_on {
+            if let Some(d) = rule.decisions.iter().find(|d| DecisionKind::ELICITATION.contains(d)) {
+                anyhow::bail!(
+                    "invalid config key `subagents.{ty}.interrupt_on.{name}.decisions`: {d} answers an MCP server's \
+                     question, not a tool call (use approve, reject, edit)"
+                );
+            }
             tools.require_approval(name).map_err(|e| {
                 anyhow::anyhow!(
                     "invalid config key `subagents.{ty}.interrupt_on.{name}`: {e} (use the final tool name)"

@@ -224,6 +224,44 @@ mod tests {
         assert_eq!(filled, json!({"note": "none", "count": 3, "level": "low"}));
     }
 
+    struct Named(&'static str);
+
+    #[async_trait]
+    impl Responder for Named {
+        async fn respond(&self, _: Elicitation) -> ElicitResult {
+            ElicitResult::new(ElicitationAction::Accept).with_content(json!({"from": self.0}))
+        }
+    }
+
+    async fn who(calls: &Calls, origin: Option<&InboundStreamOrigin>) -> Result<Value, String> {
+        let r = calls.responder(origin)?.expect("a responder");
+        let asked = Elicitation { server: "s".into(), message: "m".into(), requested_schema: json!({}) };
+        Ok(r.respond(asked).await.content.unwrap()["from"].clone())
+    }
+
+    /// The stream a request arrived on picks its call among several; without
+    /// it only a lone call may be meant, and a finished call is forgotten.
+    #[tokio::test]
+    async fn a_request_goes_to_the_call_whose_stream_carried_it() {
+        let calls = Calls::default();
+        let a = calls.register(Some(Arc::new(Named("a"))));
+        a.sent_as(RequestId::Number(1));
+        assert_eq!(who(&calls, None).await.unwrap(), "a", "the lone call in flight");
+        let b = calls.register(Some(Arc::new(Named("b"))));
+        b.sent_as(RequestId::Number(2));
+        let on = |n| InboundStreamOrigin::OutboundRequest(RequestId::Number(n));
+        assert_eq!(who(&calls, Some(&on(2))).await.unwrap(), "b");
+        assert_eq!(who(&calls, Some(&on(1))).await.unwrap(), "a");
+        let e = who(&calls, None).await.unwrap_err();
+        assert!(e.contains("2 tool calls are in flight"), "{e}");
+        let e = who(&calls, Some(&InboundStreamOrigin::Unassociated)).await.unwrap_err();
+        assert!(e.contains("2 tool calls"), "{e}");
+        drop(b);
+        assert_eq!(who(&calls, None).await.unwrap(), "a");
+        drop(a);
+        assert!(who(&calls, None).await.unwrap_err().contains("no tool call"));
+    }
+
     #[test]
     fn non_object_content_or_schema_is_returned_unchanged() {
         assert_eq!(apply_defaults(&schema(), &json!("yes")), json!("yes"));
