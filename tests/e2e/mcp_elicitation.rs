@@ -175,6 +175,29 @@ async fn nobody_answering_in_time_declines() {
     assert!(expired, "an approval_resolved event with outcome expired");
 }
 
+/// A cancelled job cancels its question: it leaves the listing, answering
+/// it is refused, and the server is answered `cancel`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_job_cancels_the_question() {
+    let d = Deployment::start(1, |url| config(url, &stdio(), 60)).await;
+    let mut log = EventLog::subscribe(&d.raw.client, "flotilla.job.>").await;
+    let job = d.submit("pay acme").await.to_string();
+    let call = request(&mut log).await["call_id"].as_str().unwrap().to_string();
+    let (code, out, err) = cli(&d, &["cancel", &job, "--reason", "fraud check"]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(listed(&d, "default").await.is_empty(), "a cancelled job's question is still listed");
+    let (code, _, err) = cli(&d, &["approve", &job, &call, "--content", r#"{"approve": true}"#]).await;
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("was cancelled with its job (fraud check)"), "{err}");
+    assert_eq!(log.job_end(TIMEOUT).await["event"], "cancelled");
+    let worker = &d.workers[0];
+    eventually(TIMEOUT, "the worker to answer the server cancel", || {
+        let answered = worker.log().contains("elicitation cancelled with its task");
+        async move { answered.then_some(()) }
+    })
+    .await;
+}
+
 /// `accept`, `decline` and `cancel` answer servers' questions; a tool call
 /// gated with them would run with content nobody checked, so the worker
 /// refuses such a config at start.

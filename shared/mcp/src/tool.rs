@@ -96,7 +96,10 @@ impl Responder for CallResponder {
         let ask = ElicitationAsk { server: e.server, message: e.message, requested_schema: e.requested_schema };
         let answer = tokio::select! {
             v = gate.elicit(ctx, &self.tool, &self.args, &ask) => v.answer,
-            _ = ctx.cancel.cancelled() => ElicitationAnswer::Cancel,
+            _ = ctx.cancel.cancelled() => {
+                tracing::info!(tool = %self.tool, call_id = %ctx.call_id, "elicitation cancelled with its task");
+                ElicitationAnswer::Cancel
+            }
         };
         match answer {
             ElicitationAnswer::Accept(content) => ElicitResult::new(ElicitationAction::Accept).with_content(content),
