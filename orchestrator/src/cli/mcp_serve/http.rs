@@ -4,9 +4,10 @@
 //! 1. The bearer token, when `--token-env VAR` names one: every request must
 //!    send `Authorization: Bearer <token>` or gets 401 with
 //!    `WWW-Authenticate: Bearer`. Digests are compared in constant time, as
-//!    the dashboard does (src/cli/dashboard/guard.rs). Without a token the
-//!    server only starts on a loopback address, since whoever reaches it can
-//!    submit and cancel this tenant's jobs.
+//!    the dashboard does (src/cli/dashboard/guard.rs). With `--oauth-issuer`
+//!    the AS's access tokens are checked instead (src/cli/mcp_serve/oauth.rs).
+//!    Without either the server only starts on a loopback address, since
+//!    whoever reaches it can submit and cancel this tenant's jobs.
 //! 2. DNS rebinding: rmcp answers only requests whose `Host` is a loopback
 //!    name, the listen address or an `--allowed-host` (403 otherwise), and
 //!    whose `Origin`, when a browser sends one, names one of those hosts over
@@ -24,6 +25,7 @@ use flotilla_protocol::ids::Tenant;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 
+use super::oauth::ResourceServer;
 use super::{JobTools, ServeArgs};
 
 /// Names every server answers to.
@@ -68,10 +70,10 @@ impl Access {
                 anyhow::bail!("two token variables hold the same token: give each tenant its own");
             }
         }
-        if tokens.is_empty() && !args.listen.ip().is_loopback() {
+        if tokens.is_empty() && args.oauth_issuer.is_none() && !args.listen.ip().is_loopback() {
             anyhow::bail!(
                 "--listen {} is not a loopback address and anyone who reaches it could submit and cancel jobs: \
-                 pass --token-env VAR (and set VAR to a token of at least {MIN_TOKEN_LEN} characters)",
+                 pass --token-env VAR (and set VAR to a token of at least {MIN_TOKEN_LEN} characters) or --oauth-issuer URL",
                 args.listen
             );
         }
@@ -153,7 +155,13 @@ async fn check(State(access): State<Arc<Access>>, mut req: Request, next: Next) 
 }
 
 /// Serves `/mcp` on `listen` until Ctrl-C or SIGTERM.
-pub async fn serve(tools: JobTools, listen: SocketAddr, access: Access, tenant: &Tenant) -> anyhow::Result<()> {
+pub async fn serve(
+    tools: JobTools,
+    listen: SocketAddr,
+    access: Access,
+    oauth: Option<ResourceServer>,
+    tenant: &Tenant,
+) -> anyhow::Result<()> {
     let stop = tokio_util::sync::CancellationToken::new();
     let config = StreamableHttpServerConfig::default()
         .with_allowed_hosts(access.hosts.clone())
@@ -161,15 +169,26 @@ pub async fn serve(tools: JobTools, listen: SocketAddr, access: Access, tenant: 
         .with_cancellation_token(stop.child_token());
     let service =
         StreamableHttpService::new(move || Ok(tools.clone()), Arc::new(LocalSessionManager::default()), config);
-    let authed = !access.tokens.is_empty();
-    let app = axum::Router::new()
-        .route_service("/mcp", service)
-        .layer(axum::middleware::from_fn_with_state(Arc::new(access), check));
+    let mcp = axum::Router::new().route_service("/mcp", service);
+    let (app, auth) = match oauth {
+        Some(rs) => {
+            let (doc, paths) = (axum::Json(rs.metadata()), rs.metadata_paths());
+            let mut app = mcp.layer(axum::middleware::from_fn_with_state(Arc::new(rs), super::oauth::check));
+            for path in paths {
+                let doc = doc.clone();
+                app = app.route(&path, axum::routing::get(move || async move { doc }));
+            }
+            (app, "OAuth access tokens required")
+        }
+        None => {
+            let auth = if access.tokens.is_empty() { "no token (loopback only)" } else { "bearer token required" };
+            (mcp.layer(axum::middleware::from_fn_with_state(Arc::new(access), check)), auth)
+        }
+    };
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {listen}: {e} (pick another with --listen)"))?;
     let bound = listener.local_addr()?;
-    let auth = if authed { "bearer token required" } else { "no token (loopback only)" };
     eprintln!("flotilla mcp serve: MCP on http://{bound}/mcp, default tenant {tenant}, {auth}");
     axum::serve(listener, app)
         .with_graceful_shutdown(async move {
@@ -203,6 +222,14 @@ mod tests {
             token_env: token_env.map(str::to_string),
             tenant_tokens: vec![],
             allowed_hosts: hosts.iter().map(|h| h.to_string()).collect(),
+            oauth_issuer: None,
+            oauth_resource: None,
+            oauth_introspection_url: None,
+            oauth_client_id_env: String::new(),
+            oauth_client_secret_env: String::new(),
+            oauth_scopes: vec![],
+            oauth_tenant_claim: String::new(),
+            oauth_tenants: vec![],
         }
     }
 

@@ -6,11 +6,13 @@
 //!
 //! One concept a file: the tools (`tools.rs`) and their schemas
 //! (`schema.rs`), waiting with progress (`wait.rs`), job files as resources
-//! (`resources.rs`), and the HTTP transport (`http.rs`, with its bearer token
-//! and DNS-rebinding checks); stdio (`--stdio`, for a host that starts the
+//! (`resources.rs`), the tasks extension for `submit_job` (`tasks.rs`), and
+//! the HTTP transport (`http.rs`, with its bearer token and DNS-rebinding
+//! checks, or OAuth resource-server mode in `oauth.rs`); stdio (`--stdio`, for a host that starts the
 //! command) is rmcp's own.
 
 mod http;
+mod oauth;
 mod resources;
 mod schema;
 mod tasks;
@@ -30,7 +32,7 @@ pub use tools::JobTools;
 #[derive(ClapArgs, Debug)]
 pub struct ServeArgs {
     /// Speak MCP on stdin/stdout (for a host that starts this command).
-    #[arg(long, conflicts_with_all = ["listen", "token_env", "tenant_tokens", "allowed_hosts"])]
+    #[arg(long, conflicts_with_all = ["listen", "token_env", "tenant_tokens", "allowed_hosts", "oauth_issuer"])]
     pub stdio: bool,
     /// Streamable HTTP address; the endpoint is `/mcp`.
     #[arg(long, default_value = "127.0.0.1:8765")]
@@ -48,12 +50,43 @@ pub struct ServeArgs {
     /// loopback names and the listen address; repeatable.
     #[arg(long = "allowed-host", value_name = "HOST")]
     pub allowed_hosts: Vec<String>,
+    /// OAuth resource-server mode: the authorization server's issuer URL.
+    /// HTTP clients then send its access tokens, checked by introspection
+    /// (RFC 7662) for this resource, the scopes and the tenant claim.
+    #[arg(long, value_name = "URL", requires = "oauth_resource", conflicts_with_all = ["token_env", "tenant_tokens"])]
+    pub oauth_issuer: Option<String>,
+    /// This server's resource identifier (RFC 8707, 9728): the URL hosts use
+    /// for the endpoint, e.g. https://mcp.example.com/mcp. Tokens must be
+    /// issued for it (`aud`).
+    #[arg(long, value_name = "URL", requires = "oauth_issuer")]
+    pub oauth_resource: Option<String>,
+    /// The AS's token introspection endpoint; default: the
+    /// `introspection_endpoint` of its metadata (RFC 8414).
+    #[arg(long, value_name = "URL", requires = "oauth_issuer")]
+    pub oauth_introspection_url: Option<String>,
+    /// Environment variable holding this server's client id at the AS (for introspection).
+    #[arg(long, value_name = "VAR", default_value = "FLOTILLA_MCP_OAUTH_CLIENT_ID")]
+    pub oauth_client_id_env: String,
+    /// Environment variable holding this server's client secret at the AS.
+    #[arg(long, value_name = "VAR", default_value = "FLOTILLA_MCP_OAUTH_CLIENT_SECRET")]
+    pub oauth_client_secret_env: String,
+    /// A scope every token must carry (403 insufficient_scope otherwise); repeatable.
+    #[arg(long = "oauth-scope", value_name = "SCOPE", requires = "oauth_issuer")]
+    pub oauth_scopes: Vec<String>,
+    /// The token claim naming the tenant a token acts for; a token without
+    /// it is refused.
+    #[arg(long, value_name = "CLAIM", default_value = "flotilla_tenant")]
+    pub oauth_tenant_claim: String,
+    /// A tenant tokens may act for besides `--tenant`; repeatable.
+    #[arg(long = "oauth-tenant", value_name = "TENANT", requires = "oauth_issuer")]
+    pub oauth_tenants: Vec<String>,
 }
 
 /// Runs until the transport closes (stdio) or Ctrl-C / SIGTERM (HTTP).
 pub async fn run(settings: &Settings, tenant: &Tenant, args: ServeArgs) -> anyhow::Result<i32> {
     // Checked before connecting, so a refused setup says why at once.
     let guard = if args.stdio { None } else { Some(http::Access::new(&args, tenant)?) };
+    let oauth = oauth::ResourceServer::new(&args, tenant).await?;
     let api = super::connect(settings, tenant).await?;
     let tools = JobTools::new(api, settings.files.max_upload_bytes);
     match guard {
@@ -64,7 +97,7 @@ pub async fn run(settings: &Settings, tenant: &Tenant, args: ServeArgs) -> anyho
                 .map_err(|e| anyhow::anyhow!("MCP over stdio: the host's initialize failed: {e}"))?;
             service.waiting().await.map_err(|e| anyhow::anyhow!("MCP over stdio ended abnormally: {e}"))?;
         }
-        Some(access) => http::serve(tools, args.listen, access, tenant).await?,
+        Some(access) => http::serve(tools, args.listen, access, oauth, tenant).await?,
     }
     Ok(0)
 }

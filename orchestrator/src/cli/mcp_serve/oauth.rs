@@ -1,0 +1,340 @@
+//! OAuth resource-server mode for `flotilla mcp serve --listen` (docs/MCP.md,
+//! "HTTP security"): instead of static bearer tokens, hosts bring access
+//! tokens from the organisation's authorization server (AS), so people and
+//! agents are authorized, scoped and revoked there.
+//!
+//! - Discovery (RFC 9728): `/.well-known/oauth-protected-resource` and its
+//!   `/mcp` path variant name this resource, its AS and its scopes; a request
+//!   without a usable token gets 401 with `WWW-Authenticate: Bearer
+//!   resource_metadata="..."` pointing there, as MCP hosts expect.
+//! - Validation by introspection at the AS (RFC 7662), with this server's
+//!   own client credentials from the environment: opaque and JWT tokens alike,
+//!   and a revoked token stops working at once. No token is cached.
+//! - The token must be active, unexpired, from `--oauth-issuer` when it names
+//!   one, and issued for this resource (`aud`, RFC 8707): a token minted for
+//!   another server is refused. Missing `--oauth-scope`s get 403
+//!   `insufficient_scope` naming them.
+//! - The tenant comes from the token (`--oauth-tenant-claim`), and only
+//!   tenants this server may act for (`--tenant` and each `--oauth-tenant`)
+//!   are accepted; a token naming none is refused rather than defaulted, so
+//!   a token minted for some other use of the AS never acts for a tenant.
+
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
+use axum::http::{StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use flotilla_protocol::ids::Tenant;
+use serde_json::{Map, Value, json};
+
+use super::ServeArgs;
+use super::http::Caller;
+
+/// Where RFC 9728 puts protected-resource metadata.
+const WELL_KNOWN: &str = "/.well-known/oauth-protected-resource";
+/// How long one introspection may take before the request is refused (503).
+const INTROSPECTION_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The resource server's settings, fixed at start.
+pub struct ResourceServer {
+    issuer: String,
+    /// This server's resource identifier: the URL hosts use for `/mcp`.
+    resource: String,
+    introspection: String,
+    client_id: String,
+    client_secret: String,
+    scopes: Vec<String>,
+    tenant_claim: String,
+    tenants: Vec<Tenant>,
+    http: reqwest::Client,
+}
+
+/// Why a request is refused, and how to say so.
+#[derive(Debug, PartialEq)]
+enum Refusal {
+    /// 401: no token, or one that is not valid here (`error="invalid_token"`).
+    Unauthorized { sent: bool, why: String },
+    /// 403 `insufficient_scope`: the token lacks a required scope.
+    Scope,
+    /// 403: a valid token that may not act for any tenant here.
+    Forbidden(String),
+    /// 503: the AS could not be asked.
+    Unavailable(String),
+}
+
+impl ResourceServer {
+    /// Reads the settings and client credentials; finds the introspection
+    /// endpoint in the AS's metadata (RFC 8414) when not given. `None`
+    /// without `--oauth-issuer`.
+    pub async fn new(args: &ServeArgs, tenant: &Tenant) -> anyhow::Result<Option<Self>> {
+        let Some(issuer) = args.oauth_issuer.as_deref().map(|i| i.trim_end_matches('/').to_string()) else {
+            return Ok(None);
+        };
+        let resource = args
+            .oauth_resource
+            .clone()
+            .ok_or_else(|| anyhow::anyhow!("--oauth-issuer needs --oauth-resource URL: the URL hosts use for /mcp"))?;
+        let parsed = reqwest::Url::parse(&resource)
+            .map_err(|e| anyhow::anyhow!("--oauth-resource {resource:?} is not a URL: {e}"))?;
+        if parsed.fragment().is_some() || !matches!(parsed.scheme(), "https" | "http") {
+            anyhow::bail!("--oauth-resource {resource:?}: give an http(s) URL without a fragment (RFC 8707)");
+        }
+        let env = |flag: &str, var: &str| {
+            std::env::var(var).map(|v| v.trim().to_string()).map_err(|_| {
+                anyhow::anyhow!("{flag} {var}: environment variable {var} is not set (this server's client at the AS)")
+            })
+        };
+        let client_id = env("--oauth-client-id-env", &args.oauth_client_id_env)?;
+        let client_secret = env("--oauth-client-secret-env", &args.oauth_client_secret_env)?;
+        let mut tenants = vec![tenant.clone()];
+        for t in &args.oauth_tenants {
+            tenants
+                .push(Tenant::new(t).map_err(|e| anyhow::anyhow!("--oauth-tenant {t:?} is not a tenant name: {e}"))?);
+        }
+        let http = reqwest::Client::builder().timeout(INTROSPECTION_TIMEOUT).build()?;
+        let introspection = match &args.oauth_introspection_url {
+            Some(url) => url.clone(),
+            None => discover(&http, &issuer).await?,
+        };
+        Ok(Some(Self {
+            issuer,
+            resource,
+            introspection,
+            client_id,
+            client_secret,
+            scopes: args.oauth_scopes.clone(),
+            tenant_claim: args.oauth_tenant_claim.clone(),
+            tenants,
+            http,
+        }))
+    }
+
+    /// The RFC 9728 document.
+    pub fn metadata(&self) -> Value {
+        let mut doc = json!({
+            "resource": self.resource,
+            "authorization_servers": [self.issuer],
+            "bearer_methods_supported": ["header"],
+            "resource_name": "Flotilla job API (flotilla mcp serve)",
+        });
+        if !self.scopes.is_empty() {
+            doc["scopes_supported"] = json!(self.scopes);
+        }
+        doc
+    }
+
+    /// The paths the metadata is served at: the root document and the
+    /// variant for the resource's path (`/.well-known/oauth-protected-resource/mcp`).
+    pub fn metadata_paths(&self) -> Vec<String> {
+        let path = reqwest::Url::parse(&self.resource).ok().map(|u| u.path().trim_end_matches('/').to_string());
+        let mut paths = vec![WELL_KNOWN.to_string()];
+        if let Some(p) = path.filter(|p| !p.is_empty()) {
+            paths.push(format!("{WELL_KNOWN}{p}"));
+        }
+        paths
+    }
+
+    /// The metadata URL announced in challenges: the resource's own variant.
+    fn metadata_url(&self) -> String {
+        match reqwest::Url::parse(&self.resource) {
+            Ok(u) => format!("{}{}", u.origin().ascii_serialization(), self.metadata_paths().last().unwrap()),
+            Err(_) => WELL_KNOWN.to_string(),
+        }
+    }
+
+    /// The tenant `token` acts for, after asking the AS about it.
+    async fn authorize(&self, token: &str) -> Result<Tenant, Refusal> {
+        let mut form = reqwest::Url::parse("http://form.invalid/").expect("a constant URL");
+        form.query_pairs_mut().append_pair("token", token).append_pair("token_type_hint", "access_token");
+        let reply = self
+            .http
+            .post(&self.introspection)
+            .basic_auth(&self.client_id, Some(&self.client_secret))
+            .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+            .header(header::ACCEPT, "application/json")
+            .body(form.query().unwrap_or_default().to_string())
+            .send()
+            .await
+            .map_err(|e| Refusal::Unavailable(format!("token introspection at {} failed: {e}", self.introspection)))?;
+        let status = reply.status();
+        if !status.is_success() {
+            return Err(Refusal::Unavailable(format!(
+                "token introspection at {} answered HTTP {status}: check this server's client credentials",
+                self.introspection
+            )));
+        }
+        let claims: Map<String, Value> = reply
+            .json()
+            .await
+            .map_err(|e| Refusal::Unavailable(format!("token introspection answered no JSON object: {e}")))?;
+        let now = time::OffsetDateTime::now_utc().unix_timestamp();
+        self.decide(&claims, now)
+    }
+
+    /// The checks on an introspection answer, at unix time `now`.
+    fn decide(&self, claims: &Map<String, Value>, now: i64) -> Result<Tenant, Refusal> {
+        let invalid = |why: &str| Refusal::Unauthorized { sent: true, why: why.to_string() };
+        if claims.get("active") != Some(&Value::Bool(true)) {
+            return Err(invalid("the token is not active (unknown, expired or revoked)"));
+        }
+        if claims.get("exp").and_then(Value::as_i64).is_some_and(|exp| exp <= now) {
+            return Err(invalid("the token has expired"));
+        }
+        if let Some(iss) = claims.get("iss").and_then(Value::as_str)
+            && iss.trim_end_matches('/') != self.issuer
+        {
+            return Err(invalid("the token is from another issuer"));
+        }
+        let audiences: Vec<&str> = match claims.get("aud") {
+            Some(Value::String(a)) => vec![a.as_str()],
+            Some(Value::Array(a)) => a.iter().filter_map(Value::as_str).collect(),
+            _ => vec![],
+        };
+        if !audiences.iter().any(|a| a.trim_end_matches('/') == self.resource.trim_end_matches('/')) {
+            return Err(invalid("the token was not issued for this resource (aud)"));
+        }
+        let granted: Vec<&str> = claims.get("scope").and_then(Value::as_str).unwrap_or("").split_whitespace().collect();
+        if self.scopes.iter().any(|s| !granted.contains(&s.as_str())) {
+            return Err(Refusal::Scope);
+        }
+        let claim = &self.tenant_claim;
+        let named = claims.get(claim).and_then(Value::as_str).ok_or_else(|| {
+            Refusal::Forbidden(format!("the token has no {claim} claim naming the tenant to act for"))
+        })?;
+        self.tenants
+            .iter()
+            .find(|t| t.as_str() == named)
+            .cloned()
+            .ok_or_else(|| Refusal::Forbidden(format!("this server does not act for tenant {named:?}")))
+    }
+
+    /// The response for `refusal`.
+    fn refuse(&self, refusal: Refusal) -> Response {
+        let meta = self.metadata_url();
+        let scope = self.scopes.join(" ");
+        let with_scope = if scope.is_empty() { String::new() } else { format!(", scope=\"{scope}\"") };
+        match refusal {
+            Refusal::Unauthorized { sent: false, why } => {
+                let challenge = format!("Bearer resource_metadata=\"{meta}\"{with_scope}");
+                (StatusCode::UNAUTHORIZED, [(header::WWW_AUTHENTICATE, challenge)], why).into_response()
+            }
+            Refusal::Unauthorized { sent: true, why } => {
+                let challenge = format!(
+                    "Bearer error=\"invalid_token\", error_description=\"{why}\", resource_metadata=\"{meta}\"{with_scope}"
+                );
+                (StatusCode::UNAUTHORIZED, [(header::WWW_AUTHENTICATE, challenge)], why).into_response()
+            }
+            Refusal::Scope => {
+                let challenge =
+                    format!("Bearer error=\"insufficient_scope\", resource_metadata=\"{meta}\"{with_scope}");
+                let body = format!("the token lacks a required scope: {scope}");
+                (StatusCode::FORBIDDEN, [(header::WWW_AUTHENTICATE, challenge)], body).into_response()
+            }
+            Refusal::Forbidden(why) => (StatusCode::FORBIDDEN, why).into_response(),
+            Refusal::Unavailable(why) => {
+                tracing::warn!("{why}");
+                (StatusCode::SERVICE_UNAVAILABLE, why).into_response()
+            }
+        }
+    }
+}
+
+/// The AS's introspection endpoint from its RFC 8414 metadata.
+async fn discover(http: &reqwest::Client, issuer: &str) -> anyhow::Result<String> {
+    let url = format!("{issuer}/.well-known/oauth-authorization-server");
+    let doc: Value = async { http.get(&url).send().await?.error_for_status()?.json().await }
+        .await
+        .map_err(|e: reqwest::Error| anyhow::anyhow!("reading the authorization server's metadata at {url}: {e}"))?;
+    doc.get("introspection_endpoint")
+        .and_then(Value::as_str)
+        .map(str::to_string)
+        .ok_or_else(|| anyhow::anyhow!("{url} names no introspection_endpoint: pass --oauth-introspection-url"))
+}
+
+/// Middleware: the request's bearer token must pass [`ResourceServer::decide`];
+/// marks the request with the tenant it acts for.
+pub async fn check(State(rs): State<Arc<ResourceServer>>, mut req: Request, next: Next) -> Response {
+    let token = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
+        .map(|t| t.trim().to_string());
+    let Some(token) = token.filter(|t| !t.is_empty()) else {
+        let why = "an OAuth access token is required: see the resource_metadata in WWW-Authenticate".to_string();
+        return rs.refuse(Refusal::Unauthorized { sent: false, why });
+    };
+    match rs.authorize(&token).await {
+        Ok(tenant) => {
+            req.extensions_mut().insert(Caller(tenant));
+            next.run(req).await
+        }
+        Err(refusal) => rs.refuse(refusal),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rs(scopes: &[&str]) -> ResourceServer {
+        flotilla_config::tls::install_crypto_provider();
+        ResourceServer {
+            issuer: "https://as.example".into(),
+            resource: "https://mcp.example/mcp".into(),
+            introspection: "https://as.example/introspect".into(),
+            client_id: "rs".into(),
+            client_secret: "secret".into(),
+            scopes: scopes.iter().map(|s| s.to_string()).collect(),
+            tenant_claim: "flotilla_tenant".into(),
+            tenants: vec![Tenant::default(), Tenant::new("acme").unwrap()],
+            http: reqwest::Client::new(),
+        }
+    }
+
+    fn claims(v: Value) -> Map<String, Value> {
+        v.as_object().unwrap().clone()
+    }
+
+    #[test]
+    fn a_token_acts_for_its_claimed_tenant_only_when_active_for_this_resource_and_scoped() {
+        let r = rs(&["jobs"]);
+        let ok = json!({"active": true, "iss": "https://as.example/", "aud": ["x", "https://mcp.example/mcp"],
+                        "exp": 200, "scope": "jobs other", "flotilla_tenant": "acme"});
+        assert_eq!(r.decide(&claims(ok.clone()), 100).unwrap().as_str(), "acme");
+        let with = |k: &str, v: Value| {
+            let mut c = claims(ok.clone());
+            c.insert(k.into(), v);
+            r.decide(&c, 100).unwrap_err()
+        };
+        assert!(matches!(with("active", json!(false)), Refusal::Unauthorized { sent: true, .. }));
+        assert!(matches!(with("exp", json!(50)), Refusal::Unauthorized { why, .. } if why.contains("expired")));
+        assert!(
+            matches!(with("aud", json!("https://other.example/mcp")), Refusal::Unauthorized { why, .. } if why.contains("aud"))
+        );
+        assert!(
+            matches!(with("iss", json!("https://evil.example")), Refusal::Unauthorized { why, .. } if why.contains("issuer"))
+        );
+        assert_eq!(with("scope", json!("other")), Refusal::Scope);
+        assert!(matches!(with("flotilla_tenant", json!("globex")), Refusal::Forbidden(why) if why.contains("globex")));
+        let mut none = claims(ok);
+        none.remove("flotilla_tenant");
+        assert!(
+            matches!(r.decide(&none, 100).unwrap_err(), Refusal::Forbidden(why) if why.contains("flotilla_tenant"))
+        );
+    }
+
+    #[test]
+    fn metadata_is_served_at_the_root_and_the_resource_path_and_announced_there() {
+        let r = rs(&["jobs"]);
+        assert_eq!(r.metadata_paths(), [WELL_KNOWN.to_string(), format!("{WELL_KNOWN}/mcp")]);
+        assert_eq!(r.metadata_url(), "https://mcp.example/.well-known/oauth-protected-resource/mcp");
+        let doc = r.metadata();
+        assert_eq!(
+            (doc["resource"].as_str(), doc["authorization_servers"][0].as_str()),
+            (Some("https://mcp.example/mcp"), Some("https://as.example"))
+        );
+        assert_eq!(doc["scopes_supported"], json!(["jobs"]));
+    }
+}
