@@ -101,7 +101,12 @@ pub fn event(e: &Event) -> String {
                     Some(k) => format!("tool {tool} {k} error ({duration_ms} ms)"),
                 },
                 ProgressKind::ApprovalRequested { tool, call_id, decisions, .. } => {
-                    let d: Vec<_> = decisions.iter().map(|d| d.as_str()).collect();
+                    // An elicitation's accept is given as its content (docs/APPROVALS.md).
+                    let flag = |d: &flotilla_protocol::DecisionKind| match d {
+                        flotilla_protocol::DecisionKind::Accept => "content '<json>'",
+                        other => other.as_str(),
+                    };
+                    let d: Vec<_> = decisions.iter().map(flag).collect();
                     format!(
                         "approval needed: {tool} ({call_id}); answer with `flotilla approve {} {call_id} --{}`",
                         p.job_id,

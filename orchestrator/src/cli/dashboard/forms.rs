@@ -1,5 +1,5 @@
 //! The dashboard pages' HTML forms: submit on the jobs page, cancel and
-//! approve/reject/edit on a job page. They post urlencoded forms to
+//! approve/reject/edit (accept/decline/cancel for an MCP server's question) on a job page. They post urlencoded forms to
 //! `/actions/*`, which the guard has already checked for CSRF
 //! (src/cli/dashboard/csrf.rs: same origin and the page's `csrf` field), do
 //! what the JSON API does (src/cli/dashboard/actions.rs) and redirect back
@@ -98,6 +98,9 @@ struct DecideForm {
     /// The edited arguments (JSON object), for `edit`.
     #[serde(default)]
     args: Option<String>,
+    /// The answer to an MCP server's question (JSON object), for `accept`.
+    #[serde(default)]
+    content: Option<String>,
 }
 
 async fn decide(
@@ -116,7 +119,16 @@ async fn decide(
                 serde_json::from_str(&text).map_err(|e| bad(format!("the edited arguments are not JSON: {e}")))?;
             Decision::Edit { args }
         }
-        other => return Err(bad(format!("unknown decision {other:?}: approve, reject or edit"))),
+        "accept" => {
+            let text = f.content.unwrap_or_default();
+            let content = serde_json::from_str(&text).map_err(|e| bad(format!("the answer is not JSON: {e}")))?;
+            Decision::Accept { content }
+        }
+        "decline" => Decision::Decline,
+        "cancel" => Decision::Cancel,
+        other => {
+            return Err(bad(format!("unknown decision {other:?}: approve, reject, edit, accept, decline or cancel")));
+        }
     };
     let input = DecisionInput { job_id: f.job_id, call_id, task_id: f.task_id, decision, by: None };
     d.decide(&who, input).await?;

@@ -267,6 +267,13 @@ pub struct ApprovalRow {
     approve: bool,
     reject: bool,
     edit: bool,
+    /// An MCP server's question (elicitation): `<server> asks: <message>`.
+    question: Option<String>,
+    /// Its requested schema, pretty JSON.
+    schema: Option<String>,
+    accept: bool,
+    decline: bool,
+    cancel: bool,
     expires_in_s: i64,
 }
 
@@ -284,6 +291,11 @@ pub fn approval_rows(requests: &[ApprovalRequest], now: OffsetDateTime) -> Vec<A
             approve: r.decisions.contains(&DecisionKind::Approve),
             reject: r.decisions.contains(&DecisionKind::Reject),
             edit: r.decisions.contains(&DecisionKind::Edit),
+            question: r.message.as_ref().map(|m| format!("{} asks: {m}", r.server.as_deref().unwrap_or("server"))),
+            schema: r.requested_schema.as_ref().map(|s| serde_json::to_string_pretty(s).unwrap_or_default()),
+            accept: r.decisions.contains(&DecisionKind::Accept),
+            decline: r.decisions.contains(&DecisionKind::Decline),
+            cancel: r.decisions.contains(&DecisionKind::Cancel),
             expires_in_s: (r.expires_at - now).whole_seconds().max(0),
         })
         .collect()
@@ -330,6 +342,35 @@ mod tests {
         assert!(html.contains("&lt;prod&gt;") && !html.contains("<prod>"), "arguments are escaped: {html}");
         let ctx = minijinja::context! { job => value(job_view(&rec, None, rec.created_at)), can_act => false };
         assert!(!render("job.html", ctx).unwrap().contains("cancel-form"), "no buttons without the right to act");
+    }
+
+    /// An MCP server's question shows its message and schema, a box for the
+    /// answer and the protocol's three actions; nothing of a tool call's.
+    #[test]
+    fn an_elicitation_shows_the_question_the_schema_and_its_three_answers() {
+        let rec = JobRecord::new(JobId::new(), Tenant::default(), "pay".into());
+        let request: ApprovalRequest = serde_json::from_value(serde_json::json!({
+            "v": 1, "job_id": rec.id, "task_id": flotilla_protocol::ids::TaskId::new(), "tenant": "default",
+            "subagent_type": "payments", "worker_id": "w1", "call_id": "call_0_0-elicit", "tool": "confirm_transfer",
+            "args": {"amount": 50}, "input_schema": {"type": "object"}, "decisions": ["accept", "decline", "cancel"],
+            "kind": "elicitation", "server": "finance", "message": "Transfer <50>?",
+            "requested_schema": {"type": "object", "properties": {"approve": {"type": "boolean"}}},
+            "requested_at": "1970-01-01T00:00:00Z", "expires_at": "1970-01-01T00:05:00Z",
+        }))
+        .unwrap();
+        let ctx = minijinja::context! {
+            job => value(job_view(&rec, None, rec.created_at)), csrf => "c5rf", can_act => true,
+            approvals => value(approval_rows(&[request], OffsetDateTime::UNIX_EPOCH)),
+        };
+        let html = render("job.html", ctx).unwrap();
+        assert!(html.contains("finance asks: Transfer &lt;50&gt;?"), "{html}");
+        assert!(html.contains("&quot;approve&quot;") && html.contains(r#"name="content""#), "{html}");
+        for d in ["accept", "decline", "cancel"] {
+            assert!(html.contains(&format!(r#"value="{d}""#)), "{d}: {html}");
+        }
+        for d in ["approve", "reject", "edit"] {
+            assert!(!html.contains(&format!(r#"value="{d}""#)), "{d} offered: {html}");
+        }
     }
 
     #[test]
