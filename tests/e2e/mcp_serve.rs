@@ -259,6 +259,8 @@ struct RawHost {
     http: reqwest::Client,
     url: String,
     session: String,
+    /// The bearer token sent with every request, if any.
+    token: Option<String>,
     next: std::sync::atomic::AtomicU64,
     /// The server's `initialize` result.
     init: Value,
@@ -266,11 +268,16 @@ struct RawHost {
 
 impl RawHost {
     async fn open(url: &str, capabilities: Value) -> Self {
+        Self::open_with(url, capabilities, None).await
+    }
+
+    async fn open_with(url: &str, capabilities: Value, token: Option<&str>) -> Self {
         flotilla_config::tls::install_crypto_provider();
         let mut host = Self {
             http: reqwest::Client::new(),
             url: url.to_string(),
             session: String::new(),
+            token: token.map(str::to_string),
             next: 1.into(),
             init: Value::Null,
         };
@@ -298,6 +305,9 @@ impl RawHost {
             .post(&self.url)
             .header("Accept", "application/json, text/event-stream")
             .header("Content-Type", "application/json");
+        if let Some(token) = &self.token {
+            req = req.bearer_auth(token);
+        }
         if !self.session.is_empty() {
             req = req.header("Mcp-Session-Id", &self.session).header("MCP-Protocol-Version", "2025-11-25");
         }
@@ -400,4 +410,143 @@ async fn submit_job_as_a_task_survives_a_restart_of_mcp_serve_completes_with_the
     assert_eq!(sc["status"], "submitted", "{r}");
     let refused = plain.rpc("tasks/get", json!({"taskId": sc["job_id"]})).await;
     assert_eq!(refused["error"]["code"], -32021, "{refused}");
+}
+
+/// An access token from the test AS (tests/fixtures/oauth_as.py) for
+/// `client`, issued for `resource`.
+async fn access_token(issuer: &str, client: &str, resource: &str) -> String {
+    let mut form = reqwest::Url::parse("http://form.invalid/").unwrap();
+    form.query_pairs_mut().append_pair("grant_type", "client_credentials").append_pair("resource", resource);
+    let reply: Value = reqwest::Client::new()
+        .post(format!("{issuer}/token"))
+        .basic_auth(client, Some(format!("{client}-secret")))
+        .header("Content-Type", "application/x-www-form-urlencoded")
+        .body(form.query().unwrap().to_string())
+        .send()
+        .await
+        .expect("POST /token")
+        .json()
+        .await
+        .expect("a token response");
+    reply["access_token"].as_str().unwrap_or_else(|| panic!("no token for {client}: {reply}")).to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oauth_resource_server_mode_acts_for_the_tenant_of_an_introspected_token_issued_for_it_and_refuses_others() {
+    flotilla_config::tls::install_crypto_provider();
+    let d = Deployment::start(0, |url| TestConfig::demo(url, 1, 0)).await;
+    d.orchestrator_ready().await;
+    let (cfg, as_port, port) = (d.config_arg(), free_port(), free_port());
+    let (issuer, listen) = (format!("http://127.0.0.1:{as_port}"), format!("127.0.0.1:{port}"));
+    let resource = format!("http://{listen}/mcp");
+    let client = |scope: &str, claims: Value| json!({"scope": scope, "claims": claims});
+    let mut clients = json!({
+        "acme-host": client("flotilla:jobs", json!({"flotilla_tenant": "acme"})),
+        "default-host": client("flotilla:jobs", json!({"flotilla_tenant": "default"})),
+        "reader": client("other:read", json!({"flotilla_tenant": "acme"})),
+        "globex-host": client("flotilla:jobs", json!({"flotilla_tenant": "globex"})),
+        "no-tenant": client("flotilla:jobs", json!({})),
+        "stale-host": {"scope": "flotilla:jobs", "ttl": -5, "claims": {"flotilla_tenant": "acme"}},
+    });
+    for (id, c) in clients.as_object_mut().unwrap() {
+        c["secret"] = json!(format!("{id}-secret"));
+    }
+    const RS_SECRET: &str = "e2e-introspection-secret-42";
+    let conf = json!({"clients": clients, "introspector": {"id": "flotilla-mcp", "secret": RS_SECRET}});
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/oauth_as.py");
+    let mut authz = tokio::process::Command::new(python())
+        .arg(&script)
+        .arg(as_port.to_string())
+        .env("FIXTURE_AS", conf.to_string())
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("python runs");
+    let mut lines = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(authz.stdout.take().unwrap()));
+    assert_eq!(lines.next_line().await.unwrap().as_deref(), Some("READY"));
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+
+    // The introspection endpoint is found in the AS's metadata.
+    let args = [
+        "--config",
+        &cfg,
+        "mcp",
+        "serve",
+        "--listen",
+        &listen,
+        "--oauth-issuer",
+        &issuer,
+        "--oauth-resource",
+        &resource,
+        "--oauth-scope",
+        "flotilla:jobs",
+        "--oauth-tenant",
+        "acme",
+    ];
+    let env = [("FLOTILLA_MCP_OAUTH_CLIENT_ID", "flotilla-mcp"), ("FLOTILLA_MCP_OAUTH_CLIENT_SECRET", RS_SECRET)];
+    let server = Proc::spawn("mcp-serve", "flotilla", &args, &env);
+    eventually(TIMEOUT, "mcp serve to listen", || async { server.log().contains("MCP on http://").then_some(()) })
+        .await;
+
+    // No token: 401 pointing at the RFC 9728 metadata, which names the AS.
+    let none = initialize(&resource, &[]).await;
+    assert_eq!(none.status(), 401);
+    let challenge = none.headers()["www-authenticate"].to_str().unwrap().to_string();
+    let meta_url = format!("http://{listen}/.well-known/oauth-protected-resource/mcp");
+    assert!(challenge.contains(&format!("resource_metadata=\"{meta_url}\"")), "{challenge}");
+    for url in [meta_url.clone(), format!("http://{listen}/.well-known/oauth-protected-resource")] {
+        let doc: Value = reqwest::get(&url).await.unwrap().json().await.unwrap();
+        assert_eq!(doc["resource"], resource.as_str(), "{url}: {doc}");
+        assert_eq!(
+            (&doc["authorization_servers"], &doc["scopes_supported"]),
+            (&json!([issuer]), &json!(["flotilla:jobs"]))
+        );
+    }
+
+    // A valid token acts for the tenant its claim names.
+    let acme = access_token(&issuer, "acme-host", &resource).await;
+    let host = RawHost::open_with(&resource, json!({}), Some(&acme)).await;
+    let tools = host.rpc("tools/list", json!({})).await;
+    let mut names: Vec<&str> =
+        tools["result"]["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
+    names.sort_unstable();
+    assert_eq!(names, TOOLS, "{tools}");
+    let submitted = host.rpc("tools/call", json!({"name": "submit_job", "arguments": {"input": JOB}})).await;
+    let id = submitted["result"]["structuredContent"]["job_id"].as_str().expect("a job id").to_string();
+    let listed = host.rpc("tools/call", json!({"name": "list_jobs", "arguments": {}})).await;
+    assert_eq!(listed["result"]["structuredContent"]["jobs"][0]["job_id"], id.as_str(), "acme sees its job: {listed}");
+    let default = access_token(&issuer, "default-host", &resource).await;
+    let other = RawHost::open_with(&resource, json!({}), Some(&default)).await;
+    let status = other.rpc("tools/call", json!({"name": "job_status", "arguments": {"job_id": id}})).await;
+    assert_eq!(status["result"]["isError"], true, "the default tenant does not see acme's job: {status}");
+    assert!(d.status_opt(id.parse().unwrap()).await.is_none(), "the job is not the default tenant's");
+
+    // Refused: a token for another resource, an expired one, one without the
+    // scope, one for a tenant this server does not act for, one naming none.
+    let bearer = |t: &str| format!("Bearer {t}");
+    let elsewhere = access_token(&issuer, "acme-host", "http://other.example/mcp").await;
+    let stale = access_token(&issuer, "stale-host", &resource).await;
+    for (what, token) in [("another resource", &elsewhere), ("expired", &stale)] {
+        let r = initialize(&resource, &[("Authorization", &bearer(token))]).await;
+        assert_eq!(r.status(), 401, "{what}");
+        let c = r.headers()["www-authenticate"].to_str().unwrap();
+        assert!(c.contains("error=\"invalid_token\"") && c.contains(&meta_url), "{what}: {c}");
+    }
+    let reader = access_token(&issuer, "reader", &resource).await;
+    let r = initialize(&resource, &[("Authorization", &bearer(&reader))]).await;
+    assert_eq!(r.status(), 403);
+    let c = r.headers()["www-authenticate"].to_str().unwrap();
+    assert!(c.contains("error=\"insufficient_scope\"") && c.contains("scope=\"flotilla:jobs\""), "{c}");
+    for (client, why) in
+        [("globex-host", "does not act for tenant \"globex\""), ("no-tenant", "no flotilla_tenant claim")]
+    {
+        let t = access_token(&issuer, client, &resource).await;
+        let r = initialize(&resource, &[("Authorization", &bearer(&t))]).await;
+        assert_eq!(r.status(), 403, "{client}");
+        let body = r.text().await.unwrap();
+        assert!(body.contains(why), "{client}: {body}");
+    }
+    let log = server.log();
+    assert!(![&acme, &default, &reader, &stale].iter().any(|t| log.contains(t.as_str())), "no token in the log");
+    assert!(!log.contains(RS_SECRET), "no client secret in the log");
 }
