@@ -12,7 +12,7 @@
 //! src/cli/mcp_serve/tools.rs `JobTools::api`).
 
 use flotilla_protocol::ids::JobId;
-use flotilla_protocol::{JobRecord, JobStatus};
+use flotilla_protocol::{ErrorInfo, ErrorKind, JobRecord, JobStatus};
 use rmcp::ErrorData;
 use rmcp::RoleServer;
 use rmcp::model::{CallToolResult, CreateTaskResult, DetailedTask, JsonObject, Task, TaskPayload, TaskStatus};
@@ -43,7 +43,21 @@ pub fn created(job: &JobRecord) -> CreateTaskResult {
 pub async fn job(api: &ApiClient, task_id: &str) -> Result<JobRecord, ErrorData> {
     let unknown = |why: String| ErrorData::invalid_params(format!("unknown task {task_id:?}: {why}"), None);
     let id: JobId = task_id.parse().map_err(|e| unknown(format!("not a job id ({e})")))?;
-    api.status(id).await.map_err(|e| unknown(format!("{e:#}")))
+    api.status(id).await.map_err(|e| match e.downcast_ref::<ErrorInfo>() {
+        Some(info) if info.kind == ErrorKind::NotFound => unknown(format!("{e:#}")),
+        _ => error(e),
+    })
+}
+
+/// A job API failure as an MCP error: the API's refusal (e.g. cancelling an
+/// ended job) is the caller's to fix (invalid params, with its message); the
+/// bus failing is the server's (internal error).
+pub fn error(e: anyhow::Error) -> ErrorData {
+    if e.downcast_ref::<ErrorInfo>().is_some() {
+        ErrorData::invalid_params(format!("{e:#}"), None)
+    } else {
+        ErrorData::internal_error(format!("{e:#}"), None)
+    }
 }
 
 /// `tasks/get`: the job's state as a task. A completed job carries the

@@ -267,7 +267,7 @@ impl ServerHandler for JobTools {
         let api = self.api(&context);
         let job = super::tasks::job(&api, &request.task_id).await?;
         let reason = Some("cancelled by the MCP host (tasks/cancel)".to_string());
-        api.cancel(job.id, reason).await.map_err(|e| ErrorData::invalid_params(format!("{e:#}"), None))?;
+        api.cancel(job.id, reason).await.map_err(super::tasks::error)?;
         Ok(())
     }
 
