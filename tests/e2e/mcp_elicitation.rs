@@ -96,6 +96,10 @@ async fn a_person_answers_the_servers_question_with_validated_content_and_defaul
     assert_eq!(open.len(), 1, "{open:?}");
     assert_eq!(open[0]["message"], "Transfer 50 to acme?");
     assert!(listed(&d, "acme").await.is_empty(), "another tenant sees nothing");
+    let acme = ["--tenant", "acme", "approve", &job, &call, "--content", r#"{"approve": false}"#];
+    let (code, _, err) = cli(&d, &acme).await;
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("no approval request"), "another tenant cannot answer: {err}");
     let (code, table, _) = cli(&d, &["approvals"]).await;
     assert_eq!(code, 0);
     assert!(table.contains("finance asks: Transfer 50 to acme?"), "{table}");
