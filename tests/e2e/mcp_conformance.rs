@@ -26,11 +26,6 @@ const SCENARIOS_0_1_16: usize = 26;
 /// table, asserted by that feature's own tests.
 const ELICITATION: &str = "elicitation-sep1034-client-defaults";
 
-/// SEP-990 enterprise-managed authorization (token exchange at an identity
-/// provider, then a JWT bearer grant) has no `[oauth]` grant in Flotilla yet:
-/// shown in the table, not required (docs/MCP.md "OAuth").
-const NOT_SUPPORTED: [&str; 1] = ["auth/cross-app-access-complete-flow"];
-
 fn deps() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.flotilla/test-deps/npm/node_modules")
 }
@@ -151,7 +146,7 @@ async fn the_official_conformance_suite_passes_its_client_scenarios() {
 
     let mut failures = Vec::new();
     for (scenario, checks) in &results {
-        if scenario == ELICITATION || NOT_SUPPORTED.contains(&scenario.as_str()) {
+        if scenario == ELICITATION {
             continue;
         }
         match checks {

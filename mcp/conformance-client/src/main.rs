@@ -24,7 +24,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, bail};
 use flotilla_mcp::McpHub;
-use flotilla_mcp::config::{self, RawMcpOAuth, RawMcpServer};
+use flotilla_mcp::config::{self, RawMcpOAuth, RawMcpOAuthIdp, RawMcpServer};
 use flotilla_mcp::oauth::{self, Authorizer};
 use rmcp::model::{JsonObject, RequestMetaObject};
 use serde_json::{Value, json};
@@ -34,6 +34,7 @@ const SERVER: &str = "conformance";
 /// Variables the context's secrets are put in (read back by flotilla_mcp::oauth).
 const SECRET_ENV: &str = "CONFORMANCE_CLIENT_SECRET";
 const KEY_ENV: &str = "CONFORMANCE_PRIVATE_KEY";
+const ID_TOKEN_ENV: &str = "CONFORMANCE_ID_TOKEN";
 
 /// The Client ID Metadata Document the suite's CIMD scenario expects.
 const CLIENT_METADATA_URL: &str = "https://conformance-test.local/client-metadata.json";
@@ -48,7 +49,7 @@ fn main() -> anyhow::Result<()> {
     eprintln!("scenario {scenario:?} against {url}");
     let oauth = scenario.starts_with("auth/").then(|| oauth_section(&scenario, &context));
     // Still one thread: no other thread can read the environment meanwhile.
-    for (var, key) in [(SECRET_ENV, "client_secret"), (KEY_ENV, "private_key_pem")] {
+    for (var, key) in [(SECRET_ENV, "client_secret"), (KEY_ENV, "private_key_pem"), (ID_TOKEN_ENV, "idp_id_token")] {
         if let Some(v) = context[key].as_str() {
             unsafe { std::env::set_var(var, v) };
         }
@@ -62,13 +63,27 @@ fn oauth_section(scenario: &str, context: &Value) -> RawMcpOAuth {
     let secret = context["client_secret"].is_string().then(|| SECRET_ENV.to_string());
     let key = context["private_key_pem"].is_string().then(|| KEY_ENV.to_string());
     let client_credentials = scenario.starts_with("auth/client-credentials");
+    // Cross-app access (SEP-990): the context carries the identity provider and the user's ID token.
+    let idp = context["idp_token_endpoint"].as_str().map(|endpoint| RawMcpOAuthIdp {
+        issuer: context["idp_issuer"].as_str().map(str::to_string),
+        token_endpoint: Some(endpoint.to_string()),
+        client_id: context["idp_client_id"].as_str().map(str::to_string),
+        client_secret_env: None,
+        id_token_env: Some(ID_TOKEN_ENV.into()),
+    });
+    let grant = match (&idp, client_credentials) {
+        (Some(_), _) => "enterprise_managed",
+        (None, true) => "client_credentials",
+        (None, false) => "authorization_code",
+    };
     RawMcpOAuth {
-        grant: Some(if client_credentials { "client_credentials" } else { "authorization_code" }.into()),
+        grant: Some(grant.into()),
+        idp,
         client_id,
         client_secret_env: secret,
         private_key_env: key,
         signing_alg: context["signing_algorithm"].as_str().map(str::to_string),
-        client_metadata_url: (!client_credentials).then(|| CLIENT_METADATA_URL.to_string()),
+        client_metadata_url: (grant == "authorization_code").then(|| CLIENT_METADATA_URL.to_string()),
         client_name: Some("flotilla-conformance-client".into()),
         redirect_uri: Some("http://localhost:3000/callback".into()),
         ..Default::default()

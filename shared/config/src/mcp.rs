@@ -66,8 +66,10 @@ pub struct RawMcpServer {
 #[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct RawMcpOAuth {
-    /// `client_credentials` (default: the worker authenticates as itself) or
-    /// `authorization_code` (a person signs in once with `flotilla mcp login`).
+    /// `client_credentials` (default: the worker authenticates as itself),
+    /// `authorization_code` (a person signs in once with `flotilla mcp login`)
+    /// or `enterprise_managed` (an enterprise identity provider's ID token
+    /// exchanged for access, SEP-990; needs `[idp]`).
     pub grant: Option<String>,
     /// A client registered with the authorization server beforehand; without
     /// it the client registers through its metadata document or dynamically.
@@ -89,6 +91,25 @@ pub struct RawMcpOAuth {
     /// authorization_code: where the authorization server sends the browser
     /// back (default `http://127.0.0.1:8976/callback`, `flotilla mcp login`'s listener).
     pub redirect_uri: Option<String>,
+    /// enterprise_managed: the identity provider (`[mcp_servers.<name>.oauth.idp]`).
+    pub idp: Option<RawMcpOAuthIdp>,
+}
+
+/// `[mcp_servers.<name>.oauth.idp]`: the enterprise identity provider that
+/// exchanges an ID token for an identity assertion grant (ID-JAG, SEP-990).
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct RawMcpOAuthIdp {
+    /// The identity provider's issuer URL.
+    pub issuer: Option<String>,
+    /// Its token endpoint (token exchange, RFC 8693).
+    pub token_endpoint: Option<String>,
+    /// This client's id at the identity provider.
+    pub client_id: Option<String>,
+    /// Name of the environment variable with this client's secret there (optional).
+    pub client_secret_env: Option<String>,
+    /// Name of the environment variable holding the user's ID token.
+    pub id_token_env: Option<String>,
 }
 
 /// How to reach a server.
@@ -129,6 +150,24 @@ pub enum OAuthGrant {
     ClientCredentials,
     /// A person authorizes in a browser once; workers then use the refresh token.
     AuthorizationCode,
+    /// An enterprise ID token exchanged at the identity provider, then at the
+    /// server's authorization server (SEP-990); no browser.
+    EnterpriseManaged,
+}
+
+/// A validated `[mcp_servers.<name>.oauth.idp]`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct McpOAuthIdp {
+    /// Issuer URL.
+    pub issuer: String,
+    /// Token endpoint.
+    pub token_endpoint: String,
+    /// Client id there.
+    pub client_id: String,
+    /// Variable with the client secret there, if any.
+    pub client_secret_env: Option<String>,
+    /// Variable with the ID token.
+    pub id_token_env: String,
 }
 
 /// How the client proves its identity at the token endpoint.
@@ -168,6 +207,8 @@ pub struct McpOAuth {
     pub client_name: String,
     /// authorization_code redirect URI.
     pub redirect_uri: String,
+    /// enterprise_managed: the identity provider.
+    pub idp: Option<McpOAuthIdp>,
 }
 
 /// `flotilla mcp login`'s loopback callback, the default redirect URI.
@@ -181,12 +222,23 @@ fn validate_oauth(name: &str, raw: RawMcpOAuth) -> Result<McpOAuth, McpConfigPro
     let grant = match raw.grant.as_deref() {
         None | Some("client_credentials") => OAuthGrant::ClientCredentials,
         Some("authorization_code") => OAuthGrant::AuthorizationCode,
+        Some("enterprise_managed") => OAuthGrant::EnterpriseManaged,
         Some(other) => {
             return Err(problem(
                 "grant",
-                format!("unknown grant {other:?}: use \"client_credentials\" or \"authorization_code\""),
+                format!(
+                    "unknown grant {other:?}: use \"client_credentials\", \"authorization_code\" or \"enterprise_managed\""
+                ),
             ));
         }
+    };
+    let idp = match (grant, raw.idp) {
+        (OAuthGrant::EnterpriseManaged, Some(idp)) => Some(validate_idp(name, idp)?),
+        (OAuthGrant::EnterpriseManaged, None) => {
+            return Err(problem("idp", "required for grant \"enterprise_managed\"".into()));
+        }
+        (_, Some(_)) => return Err(problem("idp", "only used with grant \"enterprise_managed\"".into())),
+        (_, None) => None,
     };
     for (k, v) in [("client_secret_env", &raw.client_secret_env), ("private_key_env", &raw.private_key_env)] {
         if let Some(v) = v
@@ -217,6 +269,14 @@ fn validate_oauth(name: &str, raw: RawMcpOAuth) -> Result<McpOAuth, McpConfigPro
             OAuthClientAuth::None
         }
     };
+    if grant == OAuthGrant::EnterpriseManaged {
+        if raw.client_id.is_none() {
+            return Err(problem("client_id", "required for grant \"enterprise_managed\"".into()));
+        }
+        if matches!(client_auth, OAuthClientAuth::PrivateKeyJwt { .. }) {
+            return Err(problem("private_key_env", "grant \"enterprise_managed\" takes client_secret_env".into()));
+        }
+    }
     if grant == OAuthGrant::ClientCredentials {
         if raw.client_id.is_none() {
             return Err(problem("client_id", "required for grant \"client_credentials\"".into()));
@@ -254,16 +314,48 @@ fn validate_oauth(name: &str, raw: RawMcpOAuth) -> Result<McpOAuth, McpConfigPro
         client_metadata_url: raw.client_metadata_url,
         client_name: raw.client_name.unwrap_or_else(|| "flotilla".into()),
         redirect_uri,
+        idp,
+    })
+}
+
+fn validate_idp(name: &str, raw: RawMcpOAuthIdp) -> Result<McpOAuthIdp, McpConfigProblem> {
+    let problem =
+        |k: &str, m: &str| McpConfigProblem { key: format!("mcp_servers.{name}.oauth.idp.{k}"), message: m.into() };
+    let url = |k: &str, v: Option<String>| {
+        let v = v.ok_or_else(|| problem(k, "required"))?;
+        match url::Url::parse(&v) {
+            Ok(u) if u.scheme() == "https" || u.host_str().is_some_and(|h| h == "localhost" || h == "127.0.0.1") => {
+                Ok(v)
+            }
+            _ => Err(problem(k, "must be an https URL (http only to localhost)")),
+        }
+    };
+    let env = |k: &str, v: Option<String>| match v {
+        Some(v) if is_env_name(&v) => Ok(Some(v)),
+        Some(_) => Err(problem(k, "must name an environment variable (never the secret itself)")),
+        None => Ok(None),
+    };
+    Ok(McpOAuthIdp {
+        issuer: url("issuer", raw.issuer)?,
+        token_endpoint: url("token_endpoint", raw.token_endpoint)?,
+        client_id: raw.client_id.filter(|c| !c.is_empty()).ok_or_else(|| problem("client_id", "required"))?,
+        client_secret_env: env("client_secret_env", raw.client_secret_env)?,
+        id_token_env: env("id_token_env", raw.id_token_env)?.ok_or_else(|| problem("id_token_env", "required"))?,
     })
 }
 
 impl McpOAuth {
     /// The environment variables this section reads, for start-up checks.
     pub fn env_vars(&self) -> Vec<&str> {
-        match &self.client_auth {
+        let mut vars = match &self.client_auth {
             OAuthClientAuth::None => vec![],
             OAuthClientAuth::Secret { env } | OAuthClientAuth::PrivateKeyJwt { env, .. } => vec![env.as_str()],
+        };
+        if let Some(idp) = &self.idp {
+            vars.extend(idp.client_secret_env.as_deref());
+            vars.push(&idp.id_token_env);
         }
+        vars
     }
 }
 
@@ -567,6 +659,32 @@ mod tests {
             let p = validate("x", raw.clone(), Path::new(".")).unwrap_err();
             assert_eq!(p.key, format!("mcp_servers.x.oauth.{k}"), "{raw:?}: {}", p.message);
             assert!(!p.message.contains("s3cr3t"), "{}", p.message);
+        }
+        let idp = RawMcpOAuthIdp {
+            issuer: Some("https://idp.example".into()),
+            token_endpoint: Some("https://idp.example/token".into()),
+            client_id: Some("fleet-at-idp".into()),
+            client_secret_env: None,
+            id_token_env: Some("FLEET_ID_TOKEN".into()),
+        };
+        let ema = RawMcpOAuth { grant: Some("enterprise_managed".into()), idp: Some(idp.clone()), ..secret.clone() };
+        let s = validate("x", oauth(ema.clone()), Path::new(".")).unwrap();
+        let McpTransport::Http { oauth: Some(o), .. } = &s.transport else { panic!("{s:?}") };
+        assert_eq!(o.env_vars(), ["FLEET_SECRET", "FLEET_ID_TOKEN"]);
+        for (raw, key) in [
+            (RawMcpOAuth { idp: None, ..ema.clone() }, "oauth.idp"),
+            (RawMcpOAuth { idp: Some(idp.clone()), ..secret.clone() }, "oauth.idp"),
+            (
+                RawMcpOAuth { idp: Some(RawMcpOAuthIdp { id_token_env: None, ..idp.clone() }), ..ema.clone() },
+                "oauth.idp.id_token_env",
+            ),
+            (
+                RawMcpOAuth { idp: Some(RawMcpOAuthIdp { issuer: Some("http://idp.example".into()), ..idp }), ..ema },
+                "oauth.idp.issuer",
+            ),
+        ] {
+            let p = validate("x", oauth(raw), Path::new(".")).unwrap_err();
+            assert_eq!(p.key, format!("mcp_servers.x.{key}"), "{}", p.message);
         }
         let on_stdio = RawMcpServer { oauth: Some(secret.clone()), ..stdio() };
         assert_eq!(validate("x", on_stdio, Path::new(".")).unwrap_err().key, "mcp_servers.x.oauth");

@@ -11,6 +11,9 @@
 //! - `client_credentials`: the worker exchanges its own secret or signed JWT
 //!   for a token (RFC 8707 `resource` = the server's URL); on 403
 //!   `insufficient_scope` it asks again with the union of scopes.
+//! - `enterprise_managed` (SEP-990): the user's ID token from the enterprise
+//!   identity provider is exchanged there, then at the server's authorization
+//!   server ([`enterprise`]).
 //! - `authorization_code`: someone must open a browser, which a worker never
 //!   waits for. A process either has an [`Authorizer`] (the conformance
 //!   client, a future `flotilla mcp login`) or a [`CredentialStores`] entry
@@ -21,6 +24,7 @@
 //! and are never formatted into errors: [`auth_error`] keeps rmcp's message,
 //! which names endpoints and OAuth error codes, not credentials.
 
+mod enterprise;
 mod legacy;
 mod runtime;
 
@@ -74,7 +78,7 @@ pub(crate) async fn authorize(
             .ok_or_else(|| auth_error(settings, "OAuth discovery failed", e))?,
         Err(e) => return Err(auth_error(settings, "OAuth discovery failed", e)),
     };
-    manager.set_metadata(metadata);
+    manager.set_metadata(metadata.clone());
     let manager = match oauth.grant {
         OAuthGrant::ClientCredentials => {
             let scopes =
@@ -82,6 +86,7 @@ pub(crate) async fn authorize(
             client_credentials(settings, oauth, url, manager, scopes).await?
         }
         OAuthGrant::AuthorizationCode => authorization_code(settings, oauth, manager).await?,
+        OAuthGrant::EnterpriseManaged => enterprise::authorize(settings, oauth, url, &metadata, manager).await?,
     };
     *client.auth_manager.lock().await = manager;
     Ok(())
@@ -109,6 +114,16 @@ pub(crate) async fn step_up(
                 .exchange_code_for_token_with_issuer(&callback.code, &callback.csrf_token, callback.issuer.as_deref())
                 .await
                 .map_err(|e| auth_error(settings, "scope step-up: token exchange failed", e))?;
+        }
+        OAuthGrant::EnterpriseManaged => {
+            // The identity provider decides the scopes of the ID-JAG; asking
+            // again with the same ID token cannot add any.
+            return Err(McpError::Connect {
+                server: settings.name.clone(),
+                message: format!(
+                    "the server needs scope {required:?}, which enterprise-managed authorization did not grant"
+                ),
+            });
         }
         OAuthGrant::ClientCredentials => {
             // Counts the attempt against rmcp's bound; the URL it builds is unused.
