@@ -439,13 +439,13 @@ async fn oauth_resource_server_mode_acts_for_the_tenant_of_an_introspected_token
     let (cfg, as_port, port) = (d.config_arg(), free_port(), free_port());
     let (issuer, listen) = (format!("http://127.0.0.1:{as_port}"), format!("127.0.0.1:{port}"));
     let resource = format!("http://{listen}/mcp");
-    let client = |scope: &str, claims: Value| json!({"scope": scope, "claims": claims});
+    let registered = |scope: &str, claims: Value| json!({"scope": scope, "claims": claims});
     let mut clients = json!({
-        "acme-host": client("flotilla:jobs", json!({"flotilla_tenant": "acme"})),
-        "default-host": client("flotilla:jobs", json!({"flotilla_tenant": "default"})),
-        "reader": client("other:read", json!({"flotilla_tenant": "acme"})),
-        "globex-host": client("flotilla:jobs", json!({"flotilla_tenant": "globex"})),
-        "no-tenant": client("flotilla:jobs", json!({})),
+        "acme-host": registered("flotilla:jobs", json!({"flotilla_tenant": "acme"})),
+        "default-host": registered("flotilla:jobs", json!({"flotilla_tenant": "default"})),
+        "reader": registered("other:read", json!({"flotilla_tenant": "acme"})),
+        "globex-host": registered("flotilla:jobs", json!({"flotilla_tenant": "globex"})),
+        "no-tenant": registered("flotilla:jobs", json!({})),
         "stale-host": {"scope": "flotilla:jobs", "ttl": -5, "claims": {"flotilla_tenant": "acme"}},
     });
     for (id, c) in clients.as_object_mut().unwrap() {
@@ -546,6 +546,12 @@ async fn oauth_resource_server_mode_acts_for_the_tenant_of_an_introspected_token
         let body = r.text().await.unwrap();
         assert!(body.contains(why), "{client}: {body}");
     }
+    // The Python SDK's OAuth client finds all of it from the 401 alone.
+    let sdk = vec!["oauth".into(), resource.clone(), issuer.clone(), "acme-host".into()];
+    let found = client(sdk, vec![("MCP_CLIENT_SECRET", "acme-host-secret".into())]).await;
+    check_tools(&found);
+    assert_eq!(found["listed"]["jobs"][0]["job_id"], id.as_str(), "the SDK's token acts for acme: {found}");
+
     let log = server.log();
     assert!(![&acme, &default, &reader, &stale].iter().any(|t| log.contains(t.as_str())), "no token in the log");
     assert!(!log.contains(RS_SECRET), "no client secret in the log");
