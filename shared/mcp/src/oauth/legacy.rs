@@ -34,3 +34,49 @@ pub(super) async fn root_metadata(http: &reqwest::Client, url: &str) -> Option<A
         endpoints.into_iter().chain([metadata.registration_endpoint.as_ref()]).flatten().all(|e| same_origin(e));
     all_same.then_some(metadata)
 }
+
+#[cfg(test)]
+mod tests {
+    use axum::Json;
+    use axum::routing::get;
+    use serde_json::{Value, json};
+
+    /// A real HTTP server with the legacy root metadata, optionally PRM, and
+    /// endpoints on `endpoints_at` (its own origin when `None`).
+    async fn server(with_prm: bool, endpoints_at: Option<&str>) -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let origin = format!("http://{}", listener.local_addr().unwrap());
+        let at = endpoints_at.unwrap_or(&origin).to_string();
+        let metadata = json!({
+            "issuer": format!("{origin}/oauth"),
+            "authorization_endpoint": format!("{at}/oauth/authorize"),
+            "token_endpoint": format!("{at}/oauth/token"),
+        });
+        let mut app = axum::Router::new().route(
+            "/.well-known/oauth-authorization-server",
+            get(move || {
+                let m = metadata.clone();
+                async move { Json::<Value>(m) }
+            }),
+        );
+        if with_prm {
+            let prm = json!({"resource": format!("{origin}/mcp"), "authorization_servers": ["https://as.example"]});
+            app = app.route("/.well-known/oauth-protected-resource", get(move || async move { Json(prm.clone()) }));
+        }
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        format!("{origin}/mcp")
+    }
+
+    #[tokio::test]
+    async fn root_metadata_only_without_prm_and_with_same_origin_endpoints() {
+        flotilla_config::tls::install_crypto_provider();
+        let http = reqwest::Client::new();
+        let legacy = server(false, None).await;
+        let m = super::root_metadata(&http, &legacy).await.expect("legacy layout accepted");
+        assert!(m.token_endpoint.starts_with(legacy.trim_end_matches("/mcp")), "{m:?}");
+        // PRM exists: it, not the root document, says who the authorization server is.
+        assert!(super::root_metadata(&http, &server(true, None).await).await.is_none());
+        // An endpoint on another origin: never sent the client's credentials.
+        assert!(super::root_metadata(&http, &server(false, Some("http://127.0.0.2:9")).await).await.is_none());
+    }
+}

@@ -263,7 +263,10 @@ async fn run_authorizer(settings: &McpServerSettings, auth_url: &str) -> Result<
 
 /// The secret in environment variable `env`, or an error naming the variable.
 fn secret(settings: &McpServerSettings, env: &str) -> Result<String, McpError> {
-    std::env::var(env).map_err(|_| config_error(settings, &format!("environment variable {env} is not set")))
+    std::env::var(env).map_err(|_| {
+        let key = format!("mcp_servers.{}.oauth", settings.name);
+        config_error(settings, &format!("environment variable {env} (named in `{key}`) is not set"))
+    })
 }
 
 fn signing_alg(alg: &str) -> JwtSigningAlgorithm {
