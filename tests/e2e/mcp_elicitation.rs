@@ -35,7 +35,8 @@ content = "{% set r = last[0] %}{% if r.ok %}server got {{ r.value }}{% else %}{
 "#;
 
 /// The payments subagent using finance-tools at `server` (a TOML table body:
-/// `command`/`args` or `url`).
+/// `command`/`args` or `url`). `call_timeout` is far below the time a person
+/// takes: its clock stops while a question waits.
 fn config(url: &str, server: &str, approval_timeout: u64) -> TestConfig {
     let mut c = TestConfig::new(url);
     c.scripted_model("planner", PLANNER).scripted_model("payments", SUBAGENT);
@@ -46,7 +47,7 @@ task_timeout = 120
 [mcp_servers.finance]
 {server}
 prefix = false
-call_timeout = 100
+call_timeout = 2
 [subagents.payments]
 description = "Moves money."
 model = "payments"
@@ -166,7 +167,8 @@ async fn decline_over_streamable_http_reaches_the_server() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nobody_answering_in_time_declines() {
-    let d = Deployment::start(1, |url| config(url, &stdio(), 2)).await;
+    // 3 s unanswered, above the server's 2 s call_timeout.
+    let d = Deployment::start(1, |url| config(url, &stdio(), 3)).await;
     let mut log = EventLog::subscribe(&d.raw.client, "flotilla.job.>").await;
     d.submit("pay acme").await;
     let req = request(&mut log).await;

@@ -15,14 +15,20 @@
 //! nothing relates them; the session's one call in flight is meant, and with
 //! several the request is declined (logged): answering for the wrong call
 //! would show a person the wrong context.
+//!
+//! A person may take minutes; the call's `call_timeout` clock stops while
+//! one of its questions waits for them ([`Registered::timed_out`]), as the
+//! tool timeout's does (shared/agent/src/tool/pipeline/timeout.rs).
 
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use rmcp::model::{ClientConfig, ElicitRequestParams, ElicitResult, ElicitationAction, ErrorData, RequestId};
 use rmcp::service::{InboundStreamOrigin, RequestContext};
 use rmcp::{ClientHandler, RoleClient};
 use serde_json::Value;
+use tokio::sync::watch;
 
 /// What a server asked for in form mode.
 #[derive(Clone, Debug)]
@@ -51,6 +57,30 @@ struct InFlight {
     id: Option<RequestId>,
     /// Where its elicitations go; none: declined.
     responder: Option<Arc<dyn Responder>>,
+    /// How many of its questions wait for a person now.
+    answering: Arc<watch::Sender<usize>>,
+}
+
+/// The call a question belongs to.
+struct Target {
+    responder: Option<Arc<dyn Responder>>,
+    answering: Arc<watch::Sender<usize>>,
+}
+
+/// Counts one question as waiting for a person until dropped.
+struct Answering(Arc<watch::Sender<usize>>);
+
+impl Answering {
+    fn start(count: Arc<watch::Sender<usize>>) -> Self {
+        count.send_modify(|n| *n += 1);
+        Self(count)
+    }
+}
+
+impl Drop for Answering {
+    fn drop(&mut self) {
+        self.0.send_modify(|n| *n -= 1);
+    }
 }
 
 /// The tool calls in flight on one session, shared by the session and its
@@ -64,6 +94,7 @@ pub(crate) struct Calls {
 pub(crate) struct Registered {
     calls: Calls,
     token: u64,
+    answering: watch::Receiver<usize>,
 }
 
 impl Calls {
@@ -76,20 +107,22 @@ impl Calls {
         let mut g = self.lock();
         g.0 += 1;
         let token = g.0;
-        g.1.push(InFlight { token, id: None, responder });
-        Registered { calls: self.clone(), token }
+        let (answering, watching) = watch::channel(0);
+        g.1.push(InFlight { token, id: None, responder, answering: Arc::new(answering) });
+        Registered { calls: self.clone(), token, answering: watching }
     }
 
     /// The responder for a request that arrived on `origin`'s stream.
-    fn responder(&self, origin: Option<&InboundStreamOrigin>) -> Result<Option<Arc<dyn Responder>>, String> {
+    fn target(&self, origin: Option<&InboundStreamOrigin>) -> Result<Target, String> {
         let g = self.lock();
+        let target = |c: &InFlight| Target { responder: c.responder.clone(), answering: c.answering.clone() };
         if let Some(InboundStreamOrigin::OutboundRequest(id)) = origin
             && let Some(call) = g.1.iter().find(|c| c.id.as_ref() == Some(id))
         {
-            return Ok(call.responder.clone());
+            return Ok(target(call));
         }
         match g.1.as_slice() {
-            [one] => Ok(one.responder.clone()),
+            [one] => Ok(target(one)),
             [] => Err("no tool call is in flight on this session".into()),
             many => Err(format!("{} tool calls are in flight on this session and the request names none", many.len())),
         }
@@ -102,6 +135,33 @@ impl Registered {
         if let Some(c) = self.calls.lock().1.iter_mut().find(|c| c.token == self.token) {
             c.id = Some(id);
         }
+    }
+
+    /// Resolves once `timeout` has run out, not counting the time a
+    /// question of this call waited for a person.
+    pub(crate) async fn timed_out(&self, timeout: Duration) {
+        let mut answering = self.answering.clone();
+        let mut left = timeout;
+        loop {
+            if *answering.borrow_and_update() > 0 {
+                if answering.wait_for(|n| *n == 0).await.is_err() {
+                    break;
+                }
+                continue;
+            }
+            let started = tokio::time::Instant::now();
+            tokio::select! {
+                _ = tokio::time::sleep(left) => return,
+                changed = answering.changed() => {
+                    left = left.saturating_sub(started.elapsed());
+                    if changed.is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+        // The call was forgotten (cannot happen while `self` lives): plain clock.
+        tokio::time::sleep(left).await;
     }
 }
 
@@ -139,9 +199,9 @@ impl ClientHandler for FlotillaClient {
             tracing::warn!(server = %server, "URL-mode elicitation is not supported (not advertised); declined");
             return Ok(ElicitResult::new(ElicitationAction::Decline));
         };
-        let responder = match self.calls.responder(context.extensions.get::<InboundStreamOrigin>()) {
-            Ok(Some(r)) => r,
-            Ok(None) => {
+        let (responder, answering) = match self.calls.target(context.extensions.get::<InboundStreamOrigin>()) {
+            Ok(Target { responder: Some(r), answering }) => (r, answering),
+            Ok(Target { responder: None, .. }) => {
                 tracing::info!(server = %server, "elicitation declined: the call in flight takes no answers");
                 return Ok(ElicitResult::new(ElicitationAction::Decline));
             }
@@ -153,11 +213,13 @@ impl ClientHandler for FlotillaClient {
         let requested_schema = serde_json::to_value(&requested_schema)
             .map_err(|e| ErrorData::invalid_params(format!("unusable requested schema: {e}"), None))?;
         let asked = Elicitation { server: server.clone(), message, requested_schema: requested_schema.clone() };
+        let waiting = Answering::start(answering);
         let mut answer = tokio::select! {
             answer = responder.respond(asked) => answer,
             // The server gave up on its request (notifications/cancelled).
             _ = context.ct.cancelled() => ElicitResult::new(ElicitationAction::Cancel),
         };
+        drop(waiting);
         if answer.action == ElicitationAction::Accept {
             let given = answer.content.take().unwrap_or_else(|| Value::Object(Default::default()));
             answer.content = Some(apply_defaults(&requested_schema, &given));
@@ -234,7 +296,7 @@ mod tests {
     }
 
     async fn who(calls: &Calls, origin: Option<&InboundStreamOrigin>) -> Result<Value, String> {
-        let r = calls.responder(origin)?.expect("a responder");
+        let r = calls.target(origin)?.responder.expect("a responder");
         let asked = Elicitation { server: "s".into(), message: "m".into(), requested_schema: json!({}) };
         Ok(r.respond(asked).await.content.unwrap()["from"].clone())
     }
@@ -260,6 +322,29 @@ mod tests {
         assert_eq!(who(&calls, None).await.unwrap(), "a");
         drop(a);
         assert!(who(&calls, None).await.unwrap_err().contains("no tool call"));
+    }
+
+    /// The call's clock stops while a person answers one of its questions
+    /// and runs again afterwards (paused tokio time: no real waiting).
+    #[tokio::test(start_paused = true)]
+    async fn the_call_timeout_does_not_count_a_persons_answer() {
+        let calls = Calls::default();
+        let call = calls.register(None);
+        let start = tokio::time::Instant::now();
+        let target = calls.target(None).unwrap();
+        let person = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            let waiting = Answering::start(target.answering);
+            tokio::time::sleep(Duration::from_secs(100)).await;
+            drop(waiting);
+        });
+        call.timed_out(Duration::from_secs(3)).await;
+        assert_eq!(start.elapsed().as_secs(), 103, "1 s before the question, 100 s answering, 2 s after");
+        person.await.unwrap();
+        let idle = calls.register(None);
+        let start = tokio::time::Instant::now();
+        idle.timed_out(Duration::from_secs(3)).await;
+        assert_eq!(start.elapsed().as_secs(), 3);
     }
 
     #[test]

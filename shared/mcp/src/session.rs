@@ -14,9 +14,9 @@ use std::time::Duration;
 
 use rmcp::RoleClient;
 use rmcp::model::{
-    CallToolRequest, CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, ClientRequest,
-    ElicitationCapability, FormElicitationCapability, Implementation, JsonObject, ProtocolVersion, RequestMetaObject,
-    ServerResult,
+    CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotificationParam, ClientCapabilities,
+    ClientConfig, ClientRequest, ElicitationCapability, FormElicitationCapability, Implementation, JsonObject,
+    ProtocolVersion, RequestMetaObject, ServerResult,
 };
 use rmcp::service::{PeerRequestOptions, RunningService, ServiceError, ServiceExt};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
@@ -207,12 +207,24 @@ impl Session {
         let retry = (arguments.clone(), meta.clone(), responder.clone());
         let params = CallToolRequestParams::new(tool.to_string()).with_arguments(arguments);
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
-        let options = PeerRequestOptions::with_timeout(timeout).with_meta(meta);
+        // Our clock, not rmcp's: it stops while a person answers a question
+        // of this call (shared/mcp/src/elicitation.rs).
+        let options = PeerRequestOptions::no_options().with_meta(meta);
         let registered = self.calls.register(responder);
         let handle =
             self.service.peer().send_request_with_option(request, options).await.map_err(|e| classify(settings, e))?;
-        registered.sent_as(handle.id.clone());
-        match handle.await_response().await {
+        let id = handle.id.clone();
+        registered.sent_as(id.clone());
+        let reply = tokio::select! {
+            reply = handle.await_response() => reply,
+            _ = registered.timed_out(timeout) => {
+                // As rmcp does on its own timeouts: tell the server to stop.
+                let cancel = CancelledNotificationParam::new(Some(id), Some("request timeout".into()));
+                let _ = self.service.peer().notify_cancelled(cancel).await;
+                Err(ServiceError::Timeout { timeout })
+            }
+        };
+        match reply {
             Ok(ServerResult::CallToolResult(r)) => Ok(r),
             Ok(other) => Err(McpError::Rpc {
                 server: settings.name.clone(),
