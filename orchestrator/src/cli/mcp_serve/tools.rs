@@ -62,7 +62,8 @@ impl JobTools {
         name = "submit_job",
         description = "Submit a job to the Flotilla fleet: plain-language `input`, optionally with text `files` \
                        ({path, content}; a relative path goes under /inputs/). Returns the job id at once; poll \
-                       job_status for progress and the answer."
+                       job_status for progress and the answer. A host declaring the tasks extension gets a \
+                       task (id = job id) to poll with tasks/get."
     )]
     async fn submit_job(
         &self,
@@ -219,8 +220,8 @@ impl ServerHandler for JobTools {
         ServerConfig::new(ServerCapabilities::builder().enable_tools().enable_resources().enable_tasks().build())
             .with_server_info(Implementation::new("flotilla", env!("CARGO_PKG_VERSION")))
             .with_instructions(
-                "Flotilla runs long jobs on a fleet of agents. submit_job returns a job id at once; poll job_status \
-                 until done is true. A job's files are resources: flotilla://jobs/<id>/files/<path>."
+                "Flotilla runs long jobs on a fleet of agents. submit_job returns a job id at once (or a task, \
+                 with the tasks extension); poll job_status until done is true. A job's files are resources: flotilla://jobs/<id>/files/<path>."
                     .to_string(),
             )
     }
