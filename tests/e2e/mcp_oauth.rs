@@ -7,7 +7,8 @@
 //! server's URL (RFC 8707) with its secret from an environment variable, and
 //! computes the demo's margin through the protected tool. A second server
 //! entry with a wrong secret fails its task with an error naming the server,
-//! and the secret appears in no answer or log.
+//! and the secret appears in no answer or log; a third, `authorization_code`
+//! with no stored credentials, fails at once naming `flotilla mcp login`.
 
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -31,6 +32,9 @@ args = '{"subagent_type": "finance", "description": "north: revenue 120, cost 75
 [[turns.calls]]
 tool = "task"
 args = '{"subagent_type": "denied", "description": "north: revenue 120, cost 75"}'
+[[turns.calls]]
+tool = "task"
+args = '{"subagent_type": "interactive", "description": "north: revenue 120, cost 75"}'
 
 [[turns]]
 content = '''{% for r in last %}=== {{ loop.index }} {% if r.ok %}OK {{ r.value }}{% else %}FAILED {{ r.error.kind }}: {{ r.error.message }}{% endif %}
@@ -93,6 +97,11 @@ init_timeout = 10
 [mcp_servers.denied.oauth]
 client_id = "flotilla-workers"
 client_secret_env = "DENIED_MCP_SECRET"
+[mcp_servers.interactive]
+url = "{url}"
+init_timeout = 10
+[mcp_servers.interactive.oauth]
+grant = "authorization_code"
 [subagents.finance]
 description = "Computes gross margins."
 model = "finance"
@@ -102,6 +111,11 @@ description = "Reads the rules from a server it holds a wrong secret for."
 model = "echo"
 system_prompt = "static"
 mcp_resources = ["denied/finance://rules/gross-margin"]
+[subagents.interactive]
+description = "Reads the rules from a server that needs a person to sign in."
+model = "echo"
+system_prompt = "static"
+mcp_resources = ["interactive/finance://rules/gross-margin"]
 "#
         ));
         c
@@ -123,7 +137,7 @@ mcp_resources = ["denied/finance://rules/gross-margin"]
     assert_eq!(rec.status, JobStatus::Completed, "{rec:?}");
     let answer = rec.answer.clone().unwrap_or_default();
     let parts: Vec<&str> = answer.split("=== ").skip(1).collect();
-    assert_eq!(parts.len(), 2, "{answer}");
+    assert_eq!(parts.len(), 3, "{answer}");
 
     // The protected tool answered with the demo's figure.
     assert!(parts[0].starts_with("1 OK 0.375"), "{answer}");
@@ -135,6 +149,18 @@ mcp_resources = ["denied/finance://rules/gross-margin"]
             "from server `denied`: MCP server `denied` is unavailable: OAuth client credentials grant failed"
         ) && denied.contains("invalid_client"),
         "{denied}"
+    );
+
+    // authorization_code without stored credentials: a worker never waits
+    // for a browser; the error says what a person has to run.
+    let interactive = parts[2];
+    assert!(
+        interactive.starts_with("3 FAILED ")
+            && interactive.contains(
+                "MCP server `interactive` is unavailable: OAuth authorization_code needs a person to sign in once: \
+                 run `flotilla mcp login interactive`"
+            ),
+        "{interactive}"
     );
 
     // What the authorization server saw: a token for the server's URL
