@@ -516,10 +516,14 @@ async fn oauth_resource_server_mode_acts_for_the_tenant_of_an_introspected_token
     let listed = host.rpc("tools/call", json!({"name": "list_jobs", "arguments": {}})).await;
     assert_eq!(listed["result"]["structuredContent"]["jobs"][0]["job_id"], id.as_str(), "acme sees its job: {listed}");
     let default = access_token(&issuer, "default-host", &resource).await;
-    let other = RawHost::open_with(&resource, json!({}), Some(&default)).await;
+    let other = RawHost::open_with(&resource, tasks_extension(), Some(&default)).await;
     let status = other.rpc("tools/call", json!({"name": "job_status", "arguments": {"job_id": id}})).await;
     assert_eq!(status["result"]["isError"], true, "the default tenant does not see acme's job: {status}");
     assert!(d.status_opt(id.parse().unwrap()).await.is_none(), "the job is not the default tenant's");
+    let task = other.rpc("tasks/get", json!({"taskId": id})).await;
+    assert_eq!(task["error"]["code"], -32602, "nor is its task: {task}");
+    let mine = host.rpc("tools/call", json!({"name": "job_status", "arguments": {"job_id": id}})).await;
+    assert_eq!(mine["result"]["structuredContent"]["job_id"], id.as_str(), "acme sees it: {mine}");
 
     // Refused: a token for another resource, an expired one, one without the
     // scope, one for a tenant this server does not act for, one naming none.
