@@ -142,7 +142,7 @@ async fn finance_over_stdio_success_is_error_and_artifact() {
 
     // One session served every call.
     let h = &hub.health()[0];
-    assert_eq!((h.status, h.sessions_opened, h.tools), (HealthStatus::Up, 1, 5), "{h:?}");
+    assert_eq!((h.status, h.sessions_opened, h.tools), (HealthStatus::Up, 1, 6), "{h:?}");
     hub.shutdown().await;
 }
 
