@@ -240,16 +240,29 @@ impl ResourceServer {
     }
 }
 
-/// The AS's introspection endpoint from its RFC 8414 metadata.
+/// The AS's introspection endpoint from its RFC 8414 metadata, whose
+/// `issuer` must be the one configured (RFC 8414 section 3.3).
 async fn discover(http: &reqwest::Client, issuer: &str) -> anyhow::Result<String> {
-    let url = format!("{issuer}/.well-known/oauth-authorization-server");
+    let url = metadata_url(issuer)?;
     let doc: Value = async { http.get(&url).send().await?.error_for_status()?.json().await }
         .await
         .map_err(|e: reqwest::Error| anyhow::anyhow!("reading the authorization server's metadata at {url}: {e}"))?;
+    let named = doc.get("issuer").and_then(Value::as_str).unwrap_or_default();
+    if named.trim_end_matches('/') != issuer {
+        anyhow::bail!("{url} names issuer {named:?}, not --oauth-issuer {issuer:?}");
+    }
     doc.get("introspection_endpoint")
         .and_then(Value::as_str)
         .map(str::to_string)
         .ok_or_else(|| anyhow::anyhow!("{url} names no introspection_endpoint: pass --oauth-introspection-url"))
+}
+
+/// Where RFC 8414 puts an issuer's metadata: the well-known path goes
+/// between the host and the issuer's own path.
+fn metadata_url(issuer: &str) -> anyhow::Result<String> {
+    let u = reqwest::Url::parse(issuer).map_err(|e| anyhow::anyhow!("--oauth-issuer {issuer:?} is not a URL: {e}"))?;
+    let path = u.path().trim_end_matches('/');
+    Ok(format!("{}/.well-known/oauth-authorization-server{path}", u.origin().ascii_serialization()))
 }
 
 /// Middleware: the request's bearer token must pass [`ResourceServer::decide`];
@@ -323,6 +336,14 @@ mod tests {
         assert!(
             matches!(r.decide(&none, 100).unwrap_err(), Refusal::Forbidden(why) if why.contains("flotilla_tenant"))
         );
+    }
+
+    #[test]
+    fn the_issuers_metadata_url_puts_the_well_known_path_before_the_issuers_path() {
+        let url = |i: &str| metadata_url(i).unwrap();
+        assert_eq!(url("https://as.example"), "https://as.example/.well-known/oauth-authorization-server");
+        assert_eq!(url("https://as.example/t/1"), "https://as.example/.well-known/oauth-authorization-server/t/1");
+        assert!(metadata_url("not a url").is_err());
     }
 
     #[test]
