@@ -226,6 +226,35 @@ pub fn record(r: &JobRecord) -> String {
 mod tests {
     use super::*;
 
+    /// An MCP server's question names the flags that answer it: its accept is
+    /// given as `--content` (docs/APPROVALS.md, "Elicitation").
+    #[test]
+    fn an_elicitation_request_names_content_decline_and_cancel() {
+        use flotilla_protocol::{DecisionKind, ProgressEvent, ProgressKind, SCHEMA_VERSION};
+        let job = flotilla_protocol::ids::JobId::new();
+        let e = Event::Progress(ProgressEvent {
+            v: SCHEMA_VERSION,
+            job_id: job,
+            task_id: flotilla_protocol::ids::TaskId::new(),
+            subagent_type: flotilla_protocol::ids::SubagentType::new("payments").unwrap(),
+            worker_id: "w1".into(),
+            attempt: 1,
+            at: flotilla_protocol::now(),
+            kind: ProgressKind::ApprovalRequested {
+                call_id: "call_0_0-elicit".into(),
+                tool: "confirm_transfer".into(),
+                args_sha256: "ab".repeat(32),
+                decisions: DecisionKind::ELICITATION.to_vec(),
+                expires_at: flotilla_protocol::now(),
+            },
+        });
+        let line = event(&e);
+        let want = format!(
+            "approval needed: confirm_transfer (call_0_0-elicit); answer with `flotilla approve {job} call_0_0-elicit --content '<json>' | --decline | --cancel`"
+        );
+        assert!(line.ends_with(&want), "{line}");
+    }
+
     #[test]
     fn times_are_rfc3339_in_utc() {
         let t = time::OffsetDateTime::from_unix_timestamp_nanos(1_772_586_000_123_456_789).unwrap();
