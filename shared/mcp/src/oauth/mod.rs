@@ -28,7 +28,8 @@ mod enterprise;
 mod legacy;
 mod runtime;
 
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use rmcp::transport::AuthClient;
 use rmcp::transport::auth::{
@@ -292,9 +293,11 @@ fn auth_error(settings: &McpServerSettings, what: &str, e: AuthError) -> McpErro
     }
 }
 
-/// Most re-authorizations one session attempts (401 after a token, or 403
-/// step-ups) before it reports the server's refusal.
+/// Most re-authorizations (401 after a token, or 403 step-ups) one session
+/// attempts within [`REAUTHORIZATION_WINDOW`] before it reports the server's
+/// refusal: enough for expiries over a long session, never a loop.
 const MAX_REAUTHORIZATIONS: u32 = 3;
+const REAUTHORIZATION_WINDOW: Duration = Duration::from_secs(60);
 
 /// A session's OAuth state: the client its transport sends through (whose
 /// manager this swaps when a new token is needed) and what to ask for.
@@ -302,7 +305,8 @@ pub(crate) struct SessionAuth {
     pub(crate) client: OAuthHttpClient,
     oauth: McpOAuth,
     url: String,
-    reauthorizations: AtomicU32,
+    /// Re-authorizations in the current window and when it started.
+    reauthorizations: Mutex<(u32, Instant)>,
 }
 
 impl SessionAuth {
@@ -318,15 +322,23 @@ impl SessionAuth {
             client: AuthClient::new(http, manager),
             oauth: oauth.clone(),
             url: url.to_string(),
-            reauthorizations: AtomicU32::new(0),
+            reauthorizations: Mutex::new((0, Instant::now())),
         })
     }
 
     /// Answers a 401 or 403 `challenge`: authorizes (or steps up) and says
     /// whether the request is worth sending again.
     pub(crate) async fn recover(&self, settings: &McpServerSettings, challenge: &str) -> Result<bool, McpError> {
-        if self.reauthorizations.fetch_add(1, Ordering::Relaxed) >= MAX_REAUTHORIZATIONS {
-            return Ok(false);
+        {
+            let mut guard = self.reauthorizations.lock().unwrap_or_else(|p| p.into_inner());
+            let (count, since) = &mut *guard;
+            if since.elapsed() > REAUTHORIZATION_WINDOW {
+                (*count, *since) = (0, Instant::now());
+            }
+            if *count >= MAX_REAUTHORIZATIONS {
+                return Ok(false);
+            }
+            *count += 1;
         }
         if is_insufficient_scope(challenge) {
             step_up(settings, &self.oauth, &self.url, &self.client, challenge).await?;
