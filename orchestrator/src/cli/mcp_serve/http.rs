@@ -82,6 +82,12 @@ impl Access {
             hosts.push(args.listen.ip().to_string());
         }
         hosts.extend(args.allowed_hosts.iter().map(|h| h.trim().trim_end_matches('.').to_lowercase()));
+        // Hosts reach an OAuth resource at the URL its tokens name.
+        if let Some(host) =
+            args.oauth_resource.as_deref().and_then(|r| reqwest::Url::parse(r).ok()?.host_str().map(str::to_lowercase))
+        {
+            hosts.push(host.trim_start_matches('[').trim_end_matches(']').to_string());
+        }
         Ok(Self { tokens, hosts })
     }
 
@@ -258,6 +264,15 @@ mod tests {
             assert!(o.contains(&want.to_string()), "{want} in {o:?}");
         }
         assert!(o.contains(&"http://box:9000".to_string()), "{o:?}");
+    }
+
+    #[test]
+    fn oauth_mode_may_listen_off_loopback_and_answers_to_the_resources_host() {
+        let mut a = args("0.0.0.0:8765", None, &[]);
+        a.oauth_issuer = Some("https://as.example".into());
+        a.oauth_resource = Some("https://MCP.example.com/mcp".into());
+        let hosts = access(&a).unwrap().hosts;
+        assert!(hosts.contains(&"mcp.example.com".to_string()), "{hosts:?}");
     }
 
     #[test]
