@@ -375,7 +375,11 @@ fn outcome(request: &ApprovalRequest, decision: &Decision) -> Result<Value, Tool
             },
         )),
         // Elicitation answers (only allowed on elicitation requests, above).
-        Decision::Accept { content } => Ok(content.clone()),
+        // Checked by the orchestrator too; the worker is the one that answers.
+        Decision::Accept { content } => match flotilla_bus::check_content(r, content) {
+            Ok(()) => Ok(content.clone()),
+            Err(e) => Err(ToolError::validation(e.to_string())),
+        },
         Decision::Decline => Err(ToolError::new(ErrorKind::Permission, "declined")),
         Decision::Cancel => Err(ToolError::new(ErrorKind::Cancelled, "cancelled")),
     }

@@ -21,7 +21,9 @@ use futures::{Stream, StreamExt, TryStreamExt};
 
 use crate::{Bus, BusError};
 use flotilla_protocol::ids::{JobId, SubagentType, TaskId};
-use flotilla_protocol::{self as protocol, ApprovalRecord, ApprovalState, Decision, DecisionKind, DecisionRecord};
+use flotilla_protocol::{
+    self as protocol, ApprovalRecord, ApprovalRequest, ApprovalState, Decision, DecisionKind, DecisionRecord,
+};
 
 /// How long an approval record is kept.
 pub const APPROVAL_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
@@ -290,19 +292,7 @@ pub fn check_decision(
         });
     }
     if let Decision::Accept { content } = decision {
-        let server = r.server.clone().unwrap_or_else(|| r.tool.clone());
-        let invalid = |problems: String| DecisionError::InvalidContent { server: server.clone(), problems };
-        if !content.is_object() {
-            return Err(invalid("the content must be a JSON object".into()));
-        }
-        let schema = r.requested_schema.as_ref().unwrap_or(&serde_json::Value::Null);
-        if !schema.is_null() {
-            let validator = jsonschema::validator_for(schema).map_err(|e| invalid(e.to_string()))?;
-            let problems = flotilla_agent::tool::schema_problems(&validator, content);
-            if !problems.is_empty() {
-                return Err(invalid(problems.join("; ")));
-            }
-        }
+        check_content(r, content)?;
     }
     if let Decision::Edit { args } = decision {
         let invalid = |problems: String| DecisionError::InvalidEdit { tool: r.tool.clone(), problems };
@@ -315,6 +305,25 @@ pub fn check_decision(
             if !problems.is_empty() {
                 return Err(invalid(problems.join("; ")));
             }
+        }
+    }
+    Ok(())
+}
+
+/// Checks that `content` answers `request`'s question (elicitation): a JSON
+/// object that fits the requested schema. The orchestrator checks before it
+/// records an answer; the worker again before the server gets it.
+pub fn check_content(request: &ApprovalRequest, content: &serde_json::Value) -> Result<(), DecisionError> {
+    let server = request.server.clone().unwrap_or_else(|| request.tool.clone());
+    let invalid = |problems: String| DecisionError::InvalidContent { server: server.clone(), problems };
+    if !content.is_object() {
+        return Err(invalid("the content must be a JSON object".into()));
+    }
+    if let Some(schema) = request.requested_schema.as_ref().filter(|s| !s.is_null()) {
+        let validator = jsonschema::validator_for(schema).map_err(|e| invalid(e.to_string()))?;
+        let problems = flotilla_agent::tool::schema_problems(&validator, content);
+        if !problems.is_empty() {
+            return Err(invalid(problems.join("; ")));
         }
     }
     Ok(())
@@ -352,7 +361,7 @@ mod tests {
 
     #[test]
     fn decisions_are_checked_against_state_deadline_policy_and_schema() {
-        use flotilla_protocol::{ApprovalRequest, SCHEMA_VERSION};
+        use flotilla_protocol::SCHEMA_VERSION;
         use serde_json::json;
         let now = protocol::now();
         let rec = |decisions: Vec<DecisionKind>| ApprovalRecord {
@@ -396,5 +405,26 @@ mod tests {
         done.state = ApprovalState::Decided { decision: Decision::Approve, by: Some("ana".into()), decided_at: now };
         let e = check_decision(&done, &Decision::Reject { reason: None }, now).unwrap_err();
         assert_eq!(e.to_string(), "call c1 was already answered (approve by ana)");
+
+        // An elicitation's content must fit the requested schema; a tool
+        // call's decisions are not answers to it.
+        let mut asked = rec(DecisionKind::ELICITATION.to_vec());
+        asked.request.server = Some("finance".into());
+        asked.request.requested_schema = Some(json!({"type": "object",
+            "properties": {"approve": {"type": "boolean"}, "note": {"type": "string", "default": "none"}},
+            "required": ["approve"]}));
+        check_decision(&asked, &Decision::Accept { content: json!({"approve": true}) }, now).unwrap();
+        check_decision(&asked, &Decision::Decline, now).unwrap();
+        let e = check_decision(&asked, &Decision::Accept { content: json!({"approve": "yes"}) }, now).unwrap_err();
+        assert!(matches!(e, DecisionError::InvalidContent { .. }), "{e}");
+        assert!(e.to_string().starts_with("the content does not fit the schema finance asked for: "), "{e}");
+        let e = check_decision(&asked, &Decision::Accept { content: json!({}) }, now).unwrap_err();
+        assert!(e.to_string().contains("approve"), "a missing required field: {e}");
+        let e = check_decision(&asked, &Decision::Accept { content: json!([true]) }, now).unwrap_err();
+        assert!(e.to_string().contains("JSON object"), "{e}");
+        let e = check_decision(&asked, &Decision::Approve, now).unwrap_err();
+        assert_eq!(e.to_string(), "approve is not allowed for deploy (allowed: accept, decline, cancel)");
+        let e = check_decision(&all, &Decision::Accept { content: json!({}) }, now).unwrap_err();
+        assert!(matches!(e, DecisionError::NotAllowed { .. }), "{e}");
     }
 }

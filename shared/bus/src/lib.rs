@@ -55,7 +55,9 @@ mod tasks;
 mod workers;
 
 pub use api::ApiRequests;
-pub use approvals::{APPROVAL_RETENTION, ApprovalStore, DecisionError, Versioned, Write, check_decision};
+pub use approvals::{
+    APPROVAL_RETENTION, ApprovalStore, DecisionError, Versioned, Write, check_content, check_decision,
+};
 pub use cancellations::{Cancellations, Cancelled};
 pub use checkpoints::Checkpoints;
 pub use events::{EventStream, RawEvent};
