@@ -138,8 +138,9 @@ pub enum McpTransport {
         bearer_token_env: Option<String>,
         /// Plain http allowed beyond loopback.
         allow_insecure_http: bool,
-        /// OAuth 2.1 authorization, when the server requires it.
-        oauth: Option<McpOAuth>,
+        /// OAuth 2.1 authorization, when the server requires it (boxed: most
+        /// servers have none).
+        oauth: Option<Box<McpOAuth>>,
     },
 }
 
@@ -481,7 +482,7 @@ pub fn validate(name: &str, raw: RawMcpServer, base: &Path) -> Result<McpServerS
             if raw.oauth.is_some() && raw.bearer_token_env.is_some() {
                 return Err(problem("oauth", "set bearer_token_env (a static token) or oauth, not both".into()));
             }
-            let oauth = raw.oauth.map(|o| validate_oauth(name, o)).transpose()?;
+            let oauth = raw.oauth.map(|o| validate_oauth(name, o).map(Box::new)).transpose()?;
             McpTransport::Http {
                 url,
                 headers_from_env: raw.headers_from_env,
