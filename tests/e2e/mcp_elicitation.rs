@@ -5,6 +5,15 @@
 //! answers with the `flotilla` CLI and reads, in the task's report, what the
 //! server received.
 
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use flotilla_agent::tool::{
+    ApprovalGate, ElicitationAnswer, ElicitationAsk, ElicitationVerdict, ToolContext, ToolError, ToolSet,
+};
+use flotilla_mcp::McpHub;
+use flotilla_mcp::config::{self, RawMcpServer};
 use flotilla_protocol::ids::Tenant;
 use flotilla_protocol::{AuditAction, AuditRecord, JobStatus};
 use flotilla_tests::{EventLog, NatsServer, Proc, TestConfig, bin, eventually, free_port};
@@ -226,4 +235,69 @@ async fn elicitation_decisions_are_refused_for_tool_calls() {
             && log.contains("accept answers an MCP server's question"),
         "{log}"
     );
+}
+
+/// Answers each question with the asking call's id, once both calls' questions
+/// are pending, so the two calls are in flight on one session together.
+struct ByCall(tokio::sync::Barrier);
+
+#[async_trait::async_trait]
+impl ApprovalGate for ByCall {
+    async fn approve(&self, _: &ToolContext, _: &str, args: &Value) -> Result<Value, ToolError> {
+        Ok(args.clone())
+    }
+
+    async fn elicit(&self, ctx: &ToolContext, _: &str, _: &Value, _: &ElicitationAsk) -> ElicitationVerdict {
+        if tokio::time::timeout(TIMEOUT, self.0.wait()).await.is_err() {
+            return ElicitationVerdict::declined("expired");
+        }
+        let content = json!({"approve": true, "note": ctx.call_id});
+        ElicitationVerdict { answer: ElicitationAnswer::Accept(content), decision: "accept".into(), by: None }
+    }
+}
+
+/// Two concurrent calls on one Streamable HTTP session: each question goes
+/// to the call whose POST stream carried it, not to "the" call in flight.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_calls_over_http_each_get_their_own_answer() {
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let _srv = Proc::spawn("finance-http", "finance-tools", &["--http", &addr, "--test-tools"], &[]);
+    eventually(TIMEOUT, "finance-tools to listen", || {
+        let addr = addr.clone();
+        async move { tokio::net::TcpStream::connect(addr).await.ok().map(|_| ()) }
+    })
+    .await;
+    let raw = RawMcpServer { url: Some(format!("http://{addr}/mcp")), ..Default::default() };
+    let settings = config::validate("finance", raw, Path::new(".")).unwrap_or_else(|p| panic!("{}", p.message));
+    let hub = McpHub::new(&[("finance".to_string(), settings)].into_iter().collect());
+    hub.discover(&["finance".to_string()].into()).await[0].1.as_ref().expect("discovery");
+    let mut set = ToolSet::new(Duration::from_secs(30));
+    for t in hub.tools_for("finance", Some("confirm_transfer")).unwrap() {
+        set.add(t, "mcp:finance/confirm_transfer").unwrap();
+    }
+    let gate: Arc<dyn ApprovalGate> = Arc::new(ByCall(tokio::sync::Barrier::new(2)));
+    let ctx = |call: &str| ToolContext {
+        job_id: flotilla_protocol::ids::JobId::new(),
+        task_id: None,
+        tenant: Default::default(),
+        call_id: call.into(),
+        idempotency_key: format!("task:{call}"),
+        traceparent: None,
+        cancel: Default::default(),
+        approvals: Some(gate.clone()),
+    };
+    let (a, b) = (ctx("call-a"), ctx("call-b"));
+    let args = json!({"amount": 5, "to": "acme"});
+    let (ra, rb) = tokio::join!(
+        set.invoke(&a, "finance_confirm_transfer", &args),
+        set.invoke(&b, "finance_confirm_transfer", &args)
+    );
+    for (r, call) in [(ra, "call-a"), (rb, "call-b")] {
+        let text = r.result.unwrap_or_else(|e| panic!("{call}: {e:?}"));
+        let got: Value = serde_json::from_str(text.as_str().unwrap()).unwrap();
+        assert_eq!(got, json!({"action": "accept", "content": {"approve": true, "note": call}}), "{call}");
+    }
+    assert_eq!(hub.health()[0].sessions_opened, 1, "both calls shared one session");
+    hub.shutdown().await;
 }
