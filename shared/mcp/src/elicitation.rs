@@ -116,10 +116,15 @@ impl Calls {
     fn target(&self, origin: Option<&InboundStreamOrigin>) -> Result<Target, String> {
         let g = self.lock();
         let target = |c: &InFlight| Target { responder: c.responder.clone(), answering: c.answering.clone() };
-        if let Some(InboundStreamOrigin::OutboundRequest(id)) = origin
-            && let Some(call) = g.1.iter().find(|c| c.id.as_ref() == Some(id))
-        {
-            return Ok(target(call));
+        if let Some(InboundStreamOrigin::OutboundRequest(id)) = origin {
+            if let Some(call) = g.1.iter().find(|c| c.id.as_ref() == Some(id)) {
+                return Ok(target(call));
+            }
+            // The question can beat `sent_as`: then it is the one call whose
+            // id is not recorded yet, if there is exactly one.
+            if let [call] = g.1.iter().filter(|c| c.id.is_none()).collect::<Vec<_>>()[..] {
+                return Ok(target(call));
+            }
         }
         match g.1.as_slice() {
             [one] => Ok(target(one)),
@@ -318,6 +323,12 @@ mod tests {
         assert!(e.contains("2 tool calls are in flight"), "{e}");
         let e = who(&calls, Some(&InboundStreamOrigin::Unassociated)).await.unwrap_err();
         assert!(e.contains("2 tool calls"), "{e}");
+        // A question faster than its call's `sent_as`: the one call without an id.
+        let c = calls.register(Some(Arc::new(Named("c"))));
+        assert_eq!(who(&calls, Some(&on(3))).await.unwrap(), "c");
+        let d = calls.register(Some(Arc::new(Named("d"))));
+        assert!(who(&calls, Some(&on(3))).await.unwrap_err().contains("4 tool calls"));
+        drop((c, d));
         drop(b);
         assert_eq!(who(&calls, None).await.unwrap(), "a");
         drop(a);
