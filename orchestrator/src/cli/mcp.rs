@@ -51,13 +51,13 @@ enum McpCommand {
     /// Connect to every configured server; print its health as JSON.
     Health,
     /// Serve this tenant's job API as an MCP server (stdio or Streamable HTTP at /mcp).
-    Serve(super::mcp_serve::ServeArgs),
+    Serve(Box<super::mcp_serve::ServeArgs>),
 }
 
 /// Runs the subcommand; `json`: one JSON object on one line.
 pub async fn run(settings: &Settings, tenant: &Tenant, args: Args, json: bool) -> anyhow::Result<i32> {
     let args = match args.command {
-        McpCommand::Serve(serve) => return super::mcp_serve::run(settings, tenant, serve).await,
+        McpCommand::Serve(serve) => return super::mcp_serve::run(settings, tenant, *serve).await,
         command => command,
     };
     let hub = McpHub::new(&settings.mcp_servers);
