@@ -22,8 +22,7 @@ const PARALLEL: usize = 4;
 /// `conformance list` showed 26 client scenarios on 0.1.16.
 const SCENARIOS_0_1_16: usize = 26;
 
-/// Owned by the elicitation work (docs/APPROVALS.md): graded and shown in the
-/// table, asserted by that feature's own tests.
+/// SEP-1034: the client fills a schema's defaults into accepted content.
 const ELICITATION: &str = "elicitation-sep1034-client-defaults";
 
 fn deps() -> PathBuf {
@@ -146,9 +145,6 @@ async fn the_official_conformance_suite_passes_its_client_scenarios() {
 
     let mut failures = Vec::new();
     for (scenario, checks) in &results {
-        if scenario == ELICITATION {
-            continue;
-        }
         match checks {
             Err(log) => failures.push(format!("{scenario}: no checks.json\n{log}")),
             Ok(c) if c.is_empty() => failures.push(format!("{scenario}: no graded checks")),

@@ -16,6 +16,11 @@
 //! worker (docs/MCP.md "OAuth"). The only piece a worker does not have is the
 //! [`Headless`] authorizer: the suite's authorization endpoint redirects at
 //! once, so following it without a browser stands in for the person.
+//!
+//! Elicitation: where a worker asks a person through approvals
+//! (docs/APPROVALS.md, "Elicitation"), this client's [`AcceptAsIs`] accepts
+//! with empty content, so the server receives exactly what Flotilla's
+//! handler adds: the schema's defaults (SEP-1034).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -25,8 +30,9 @@ use std::sync::Arc;
 use anyhow::{Context, bail};
 use flotilla_mcp::McpHub;
 use flotilla_mcp::config::{self, RawMcpOAuth, RawMcpOAuthIdp, RawMcpServer};
+use flotilla_mcp::elicitation::{Elicitation, Responder};
 use flotilla_mcp::oauth::{self, Authorizer};
-use rmcp::model::{JsonObject, RequestMetaObject};
+use rmcp::model::{ElicitResult, ElicitationAction, JsonObject, RequestMetaObject};
 use serde_json::{Value, json};
 
 const SERVER: &str = "conformance";
@@ -103,6 +109,18 @@ impl Authorizer for Headless {
     }
 }
 
+/// Accepts every question with no content of its own: what the server gets
+/// is the schema's defaults, applied by `flotilla_mcp::elicitation`.
+struct AcceptAsIs;
+
+#[async_trait::async_trait]
+impl Responder for AcceptAsIs {
+    async fn respond(&self, elicitation: Elicitation) -> ElicitResult {
+        eprintln!("elicitation from {}: {}", elicitation.server, elicitation.message);
+        ElicitResult::new(ElicitationAction::Accept).with_content(json!({}))
+    }
+}
+
 async fn run(url: String, oauth: Option<RawMcpOAuth>) -> anyhow::Result<()> {
     flotilla_config::tls::install_crypto_provider();
     let http = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build()?;
@@ -123,7 +141,8 @@ async fn run(url: String, oauth: Option<RawMcpOAuth>) -> anyhow::Result<()> {
     let mut failed = false;
     for tool in conn.tools().unwrap_or_default() {
         let args = example_arguments(&Value::Object((*tool.input_schema).clone()));
-        let r = conn.call(&tool.name, args.clone(), RequestMetaObject::default()).await;
+        let r =
+            conn.call_with(&tool.name, args.clone(), RequestMetaObject::default(), Some(Arc::new(AcceptAsIs))).await;
         match r {
             Ok(result) => {
                 println!("{} {} -> {}", tool.name, Value::Object(args), serde_json::to_string(&result)?);
