@@ -38,6 +38,7 @@ pub(crate) struct Buckets {
     checkpoints: OnceCell<kv::Store>,
     workers: OnceCell<kv::Store>,
     approvals: OnceCell<kv::Store>,
+    mcp_tokens: OnceCell<kv::Store>,
 }
 
 impl Bus {
@@ -48,6 +49,7 @@ impl Bus {
         self.cancelled().await?;
         self.workers_bucket().await?;
         self.approvals_bucket().await?;
+        self.mcp_tokens_bucket().await?;
         Ok(())
     }
 
@@ -123,6 +125,13 @@ impl Bus {
     pub(crate) async fn approvals_bucket(&self) -> Result<kv::Store, BusError> {
         let bucket = self.subjects.approvals_bucket();
         once(&self.buckets.approvals, || async { self.declare_or_bind(bucket, APPROVAL_RETENTION).await }).await
+    }
+
+    /// The bucket of OAuth credentials from `flotilla mcp login`, behind
+    /// [`McpTokens`](crate::McpTokens); kept until replaced or removed.
+    pub(crate) async fn mcp_tokens_bucket(&self) -> Result<kv::Store, BusError> {
+        let bucket = self.subjects.mcp_tokens_bucket();
+        once(&self.buckets.mcp_tokens, || self.declare_or_bind(bucket, Duration::ZERO)).await
     }
 
     /// [`declare`](Self::declare) when this process manages the topology,

@@ -211,6 +211,10 @@ impl Subjects {
     pub fn approvals_bucket(&self) -> String {
         format!("{}_approvals", self.prefix)
     }
+    /// KV bucket of OAuth credentials from `flotilla mcp login`, keyed by MCP server name.
+    pub fn mcp_tokens_bucket(&self) -> String {
+        format!("{}_mcp_tokens", self.prefix)
+    }
     /// Object Store bucket of job files (objects named `<job>/<base64url(path)>`).
     pub fn files_bucket(&self) -> String {
         format!("{}_files", self.prefix)
@@ -251,6 +255,7 @@ mod tests {
         assert_eq!(s.task_consumer(&ty), "flotilla-task-finance");
         assert_eq!(Subjects::new("my-app").tasks_stream(), "MY_APP_TASKS");
         assert_eq!(s.files_bucket(), "flotilla_files");
+        assert_eq!(s.mcp_tokens_bucket(), "flotilla_mcp_tokens");
         assert_eq!(s.task_message(&acme, &job, &task), format!("flotilla.job.acme.{job}.message.{task}"));
         assert_eq!(s.all_task_messages(), "flotilla.job.*.*.message.*");
         assert_eq!(s.task_messages_stream(), "FLOTILLA_MESSAGES");

@@ -16,7 +16,7 @@
 //!   server ([`enterprise`]).
 //! - `authorization_code`: someone must open a browser, which a worker never
 //!   waits for. A process either has an [`Authorizer`] (the conformance
-//!   client, a future `flotilla mcp login`) or a [`CredentialStores`] entry
+//!   client, `flotilla mcp login`) or a [`CredentialStores`] entry
 //!   holding a refresh token from an earlier login; otherwise the error names
 //!   `flotilla mcp login <server>`.
 //!
@@ -27,6 +27,7 @@
 mod enterprise;
 mod legacy;
 mod runtime;
+mod stored;
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -37,6 +38,7 @@ use rmcp::transport::auth::{
     ClientCredentialsConfig, JwtSigningAlgorithm, WWWAuthenticateParams,
 };
 pub use runtime::{Authorizer, CredentialStores, set_runtime};
+pub use stored::{BusCredentialStores, StoredSummary};
 
 use crate::config::{McpOAuth, McpServerSettings, OAuthClientAuth, OAuthGrant};
 use crate::error::McpError;
