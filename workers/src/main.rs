@@ -13,6 +13,7 @@ mod heartbeat;
 mod inbox;
 mod large_report;
 mod mcp_context;
+mod mcp_credentials;
 mod metrics;
 mod progress;
 mod runtime;
@@ -115,6 +116,7 @@ async fn run(args: Args) -> anyhow::Result<i32> {
     let bus = Bus::connect(&settings.nats, &format!("flotilla-worker {worker_id}"), Duration::from_secs(30)).await?;
     bus.ensure_topology().await.context("cannot declare JetStream topology")?;
     let files = bus.job_files(&settings.files).await.context("cannot open the job files bucket")?;
+    mcp_credentials::install(&bus, &settings).await?;
     let mcp = Arc::new(McpHub::new(&settings.mcp_servers));
     let mcp_servers = discover_mcp(&settings, &types, &mcp).await?;
     let runtimes = types

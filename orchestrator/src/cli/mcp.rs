@@ -10,6 +10,8 @@
 //!   the server could not be reached or refused the request;
 //! - `flotilla mcp health`: connect to every configured server and report
 //!   (`{"servers": [...]}`);
+//! - `flotilla mcp login <server>`: sign in once to an `authorization_code`
+//!   server and store the credentials for the workers (src/cli/mcp_login.rs);
 //! - `flotilla mcp serve`: the other way round, Flotilla's job API as an MCP
 //!   server for MCP hosts (src/cli/mcp_serve/).
 //!
@@ -50,6 +52,8 @@ enum McpCommand {
     },
     /// Connect to every configured server; print its health as JSON.
     Health,
+    /// Sign in to an authorization_code server once; store the credentials in NATS for the workers.
+    Login(super::mcp_login::LoginArgs),
     /// Serve this tenant's job API as an MCP server (stdio or Streamable HTTP at /mcp).
     Serve(Box<super::mcp_serve::ServeArgs>),
 }
@@ -58,6 +62,7 @@ enum McpCommand {
 pub async fn run(settings: &Settings, tenant: &Tenant, args: Args, json: bool) -> anyhow::Result<i32> {
     let args = match args.command {
         McpCommand::Serve(serve) => return super::mcp_serve::run(settings, tenant, *serve).await,
+        McpCommand::Login(login) => return super::mcp_login::run(settings, login, json).await,
         command => command,
     };
     let hub = McpHub::new(&settings.mcp_servers);
@@ -98,7 +103,7 @@ pub async fn run(settings: &Settings, tenant: &Tenant, args: Args, json: bool) -
             print(&serde_json::to_value(&result)?)?;
             if result.is_error == Some(true) { 1 } else { 0 }
         }
-        McpCommand::Serve(_) => unreachable!("served above"),
+        McpCommand::Serve(_) | McpCommand::Login(_) => unreachable!("run above"),
         McpCommand::Health => {
             let names = settings.mcp_servers.keys().cloned().collect();
             let results = hub.discover(&names).await;

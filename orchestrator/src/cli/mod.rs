@@ -18,6 +18,7 @@ pub mod jobref;
 pub mod jobs;
 pub mod live;
 pub mod mcp;
+pub mod mcp_login;
 pub mod mcp_serve;
 pub mod models;
 pub mod orchestrator;
