@@ -7,6 +7,7 @@
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use async_trait::async_trait;
 use flotilla_bus::McpTokens;
@@ -19,19 +20,21 @@ use super::CredentialStores;
 pub struct BusCredentialStores {
     tokens: McpTokens,
     servers: BTreeSet<String>,
-    /// Loads find nothing: a login always asks the person again.
-    login: bool,
+    /// Loads find nothing until this process saves: a login always asks
+    /// the person again (rmcp loads before every request, so the record it
+    /// saves must be found afterwards).
+    skip_stored: Arc<AtomicBool>,
 }
 
 impl BusCredentialStores {
     /// Stores for `servers` (the `authorization_code` servers this process uses).
     pub fn new(tokens: McpTokens, servers: impl IntoIterator<Item = String>) -> Self {
-        Self { tokens, servers: servers.into_iter().collect(), login: false }
+        Self { tokens, servers: servers.into_iter().collect(), skip_stored: Arc::default() }
     }
 
     /// For `flotilla mcp login`: a stored record is never reused, only replaced.
-    pub fn for_login(mut self) -> Self {
-        self.login = true;
+    pub fn for_login(self) -> Self {
+        self.skip_stored.store(true, Ordering::Relaxed);
         self
     }
 }
@@ -39,7 +42,11 @@ impl BusCredentialStores {
 impl CredentialStores for BusCredentialStores {
     fn for_server(&self, server: &str) -> Option<Arc<dyn CredentialStore>> {
         self.servers.contains(server).then(|| {
-            Arc::new(ServerStore { tokens: self.tokens.clone(), server: server.to_string(), login: self.login })
+            Arc::new(ServerStore {
+                tokens: self.tokens.clone(),
+                server: server.to_string(),
+                skip_stored: self.skip_stored.clone(),
+            })
                 as Arc<dyn CredentialStore>
         })
     }
@@ -48,7 +55,7 @@ impl CredentialStores for BusCredentialStores {
 struct ServerStore {
     tokens: McpTokens,
     server: String,
-    login: bool,
+    skip_stored: Arc<AtomicBool>,
 }
 
 fn internal(e: impl std::fmt::Display) -> AuthError {
@@ -58,7 +65,7 @@ fn internal(e: impl std::fmt::Display) -> AuthError {
 #[async_trait]
 impl CredentialStore for ServerStore {
     async fn load(&self) -> Result<Option<StoredCredentials>, AuthError> {
-        if self.login {
+        if self.skip_stored.load(Ordering::Relaxed) {
             return Ok(None);
         }
         let Some(bytes) = self.tokens.get(&self.server).await.map_err(internal)? else { return Ok(None) };
@@ -70,7 +77,9 @@ impl CredentialStore for ServerStore {
 
     async fn save(&self, credentials: StoredCredentials) -> Result<(), AuthError> {
         let bytes = serde_json::to_vec(&credentials).map_err(internal)?;
-        self.tokens.put(&self.server, bytes.into()).await.map_err(internal)
+        self.tokens.put(&self.server, bytes.into()).await.map_err(internal)?;
+        self.skip_stored.store(false, Ordering::Relaxed);
+        Ok(())
     }
 
     async fn clear(&self) -> Result<(), AuthError> {
