@@ -26,6 +26,7 @@ mod mcp;
 mod mcp_conformance;
 mod mcp_context;
 mod mcp_elicitation;
+mod mcp_login;
 mod mcp_oauth;
 mod mcp_serve;
 mod model_providers;

@@ -1,0 +1,188 @@
+//! Issue 15 item 1, `flotilla mcp login` (docs/MCP.md "OAuth"), all real:
+//! nats-server, orchestrator, worker, the `flotilla` CLI as a process, and
+//! `tests/fixtures/oauth_finance.py`, whose authorization server serves the
+//! authorization-code grant with PKCE and redirects at once (no person).
+//! The CLI prints the authorization URL; the test follows it like a browser
+//! to the CLI's loopback callback; the CLI stores the credentials in
+//! `<prefix>_mcp_tokens`; then a worker, which has no browser, computes the
+//! demo's margin through the server with them. No access or refresh token
+//! appears in the CLI's output or any log. Login for a client-credentials
+//! server is refused with exit 2.
+
+use std::path::PathBuf;
+use std::process::Stdio;
+
+use flotilla_protocol::JobStatus;
+use flotilla_tests::config::demo_script;
+use flotilla_tests::proc::run_cli;
+use flotilla_tests::{EventLog, Proc, TestConfig, bin, free_port};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt};
+
+use crate::common::{Deployment, TIMEOUT};
+
+const PLANNER: &str = r#"
+[[turns]]
+[[turns.calls]]
+tool = "task"
+args = '{"subagent_type": "interactive", "description": "north: revenue 120, cost 75"}'
+
+[[turns]]
+content = '''{% for r in last %}{% if r.ok %}OK {{ r.value }}{% else %}FAILED {{ r.error.message }}{% endif %}{% endfor %}'''
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_person_signs_in_once_with_mcp_login_and_a_worker_uses_the_stored_credentials() {
+    let python = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.flotilla/test-deps/venv/bin/python");
+    assert!(python.exists(), "{} is missing: run `scripts/install-deps --test`", python.display());
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/oauth_finance.py");
+    let port = free_port();
+    let mut server = tokio::process::Command::new(&python)
+        .arg(&script)
+        .args([&port.to_string(), "flotilla-workers"])
+        .env("FIXTURE_CLIENT_SECRET", "unused-in-this-test")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("python runs");
+    let mut lines = tokio::io::BufReader::new(server.stdout.take().unwrap()).lines();
+    assert_eq!(lines.next_line().await.unwrap().as_deref(), Some("READY"));
+    let (tx, mut as_log) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Ok(Some(l)) = lines.next_line().await {
+            let _ = tx.send(l);
+        }
+    });
+    flotilla_tests::eventually(TIMEOUT, "the OAuth fixture to listen", || async move {
+        tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok().map(|_| ())
+    })
+    .await;
+
+    let url = format!("http://127.0.0.1:{port}/mcp");
+    let callback = format!("http://127.0.0.1:{}/callback", free_port());
+    let mut d = Deployment::start(0, |nats| {
+        let mut c = TestConfig::new(nats);
+        c.nats(5, 1);
+        // The demo's finance script, calling the tool under this server's prefix.
+        let finance = demo_script("finance.toml").replace("finance_gross_margin", "interactive_gross_margin");
+        c.scripted_model("planner", PLANNER).scripted_model("finance", &finance);
+        c.section(&format!(
+            r#"[planner]
+model = "planner"
+task_timeout = 60
+[mcp_servers.interactive]
+url = "{url}"
+init_timeout = 10
+[mcp_servers.interactive.oauth]
+grant = "authorization_code"
+client_id = "flotilla-login"
+redirect_uri = "{callback}"
+[mcp_servers.machine]
+url = "{url}"
+[mcp_servers.machine.oauth]
+client_id = "flotilla-workers"
+client_secret_env = "MACHINE_MCP_SECRET"
+[subagents.interactive]
+description = "Computes gross margins through a server a person signed in to."
+model = "finance"
+tools = ["mcp:interactive/gross_margin"]
+"#
+        ));
+        c
+    })
+    .await;
+    let cfg = d.config_arg();
+
+    // A client-credentials server needs no sign-in: refused, exit 2, saying why.
+    let (code, out, err) = run_cli(&["--config", &cfg, "mcp", "login", "machine"], &[]);
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(
+        err.contains("MCP server `machine` does not use grant = \"authorization_code\" (mcp_servers.machine.oauth.grant)"),
+        "{err}"
+    );
+
+    // The login: the CLI prints the URL and waits on the loopback callback.
+    let mut login = tokio::process::Command::new(bin("flotilla"))
+        .args(["--config", &cfg, "mcp", "login", "interactive", "--timeout", "60"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("flotilla runs");
+    let mut stdout = tokio::io::BufReader::new(login.stdout.take().unwrap());
+    let mut printed = String::new();
+    let authorize = tokio::time::timeout(TIMEOUT, async {
+        loop {
+            let mut line = String::new();
+            assert!(stdout.read_line(&mut line).await.unwrap() > 0, "the CLI ended before printing a URL: {printed}");
+            printed.push_str(&line);
+            if line.starts_with(&format!("http://127.0.0.1:{port}/authorize?")) {
+                return line.trim().to_string();
+            }
+        }
+    })
+    .await
+    .expect("the authorization URL within the timeout");
+    assert!(authorize.contains("code_challenge_method=S256"), "{authorize}");
+    // The "browser": the authorization server redirects to the CLI's callback.
+    flotilla_config::tls::install_crypto_provider();
+    let page = reqwest::get(&authorize).await.expect("the redirect chain completes");
+    assert_eq!(page.url().as_str().split('?').next(), Some(callback.as_str()));
+    assert!(page.text().await.unwrap().contains("you can close this window"));
+    let status = tokio::time::timeout(TIMEOUT, login.wait()).await.expect("the CLI ends").unwrap();
+    stdout.read_to_string(&mut printed).await.unwrap();
+    let mut stderr = String::new();
+    login.stderr.take().unwrap().read_to_string(&mut stderr).await.unwrap();
+    assert_eq!(status.code(), Some(0), "{printed}{stderr}");
+    assert!(
+        printed.contains(
+            "Signed in to MCP server `interactive`; credentials stored in KV bucket flotilla_mcp_tokens (key interactive)."
+        ) && printed.contains("client: flotilla-login")
+            && printed.contains("scopes: finance:read")
+            && printed.contains("refresh token: stored"),
+        "{printed}"
+    );
+
+    // The record: rmcp's StoredCredentials, with the refresh token.
+    let bucket = d.raw.js.get_key_value("flotilla_mcp_tokens").await.unwrap();
+    let record: serde_json::Value =
+        serde_json::from_slice(&bucket.get("interactive").await.unwrap().expect("a stored record")).unwrap();
+    let access = record["token_response"]["access_token"].as_str().unwrap().to_string();
+    let refresh = record["token_response"]["refresh_token"].as_str().unwrap().to_string();
+    assert_eq!(record["client_id"], "flotilla-login");
+
+    // A worker, with no browser, uses the stored credentials.
+    d.workers.push(Proc::spawn("w1", "flotilla-worker", &["--config", &cfg, "--id", "w1", "--grace", "2"], &[]));
+    let mut log = EventLog::subscribe(&d.raw.client, "flotilla.job.>").await;
+    let job = d.submit("Margin of north through the server a person signed in to.").await;
+    let end = log.job_end(TIMEOUT).await;
+    assert_eq!(end["event"], "completed", "{end}");
+    let rec = d.status(job).await;
+    assert_eq!(rec.status, JobStatus::Completed, "{rec:?}");
+    let answer = rec.answer.clone().unwrap_or_default();
+    assert_eq!(answer.trim(), "OK 0.375", "{answer}");
+
+    // The authorization server saw one code exchange (PKCE checked) and nothing for the worker.
+    let mut seen = Vec::new();
+    while let Ok(l) = as_log.try_recv() {
+        if l.starts_with("AUTHORIZE ") || l.starts_with("TOKEN ") {
+            seen.push(l);
+        }
+    }
+    assert_eq!(
+        seen,
+        [
+            format!("AUTHORIZE client=flotilla-login redirect={callback}"),
+            format!("TOKEN client=flotilla-login issued code resource={url}"),
+        ],
+        "{seen:?}"
+    );
+
+    // No token in the CLI's output or any process's log.
+    let worker = d.workers[0].log();
+    let orchestrator = d.orchestrator.as_ref().unwrap().log();
+    for text in [&printed, &stderr, &answer, &worker, &orchestrator] {
+        assert!(!text.contains(&access) && !text.contains(&refresh), "a token leaked:\n{text}");
+    }
+}
