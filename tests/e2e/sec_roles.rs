@@ -89,6 +89,10 @@ async fn tenants_cannot_read_each_others_jobs_and_workers_cannot_decide_or_purge
     // Under --json the error is an object on stdout: another tenant's job is not found.
     let e: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
     assert!(e["error"]["kind"] == "not_found" && out.contains("no job"), "{out}");
+    // A tenant never reads the OAuth credentials of `flotilla mcp login`.
+    let read = "$JS.API.DIRECT.GET.KV_flotilla_mcp_tokens.$KV.flotilla_mcp_tokens.interactive";
+    let get = globex.guarded("mcp tokens", globex.client.request(read, "".into()), |d| d.subject == read);
+    assert_denied(get.await.map(|_| ()).map_err(|e| format!("{e:#}")), "a tenant reading MCP credentials");
 
     // The worker credential cannot decide an approval, nor ask for another type.
     let worker = connect_as(&nats, "worker-finance").await;
@@ -118,6 +122,10 @@ async fn tenants_cannot_read_each_others_jobs_and_workers_cannot_decide_or_purge
     // Nor create or reconfigure any KV bucket: it only opened those it uses
     // (the jobs above ran, so its cancel watch and heartbeats work without).
     worker_cannot_declare_buckets(&raw_worker).await;
+    // Nor read the MCP credentials of a server its type does not use (the
+    // template's finance type uses none: roles.conf lists them per type).
+    let get = raw_worker.guarded("mcp tokens", raw_worker.client.request(read, "".into()), |d| d.subject == read);
+    assert_denied(get.await.map(|_| ()).map_err(|e| format!("{e:#}")), "a worker reading MCP credentials");
     // Overwriting a file still works without the purge grant (the old
     // version's chunks go with the bucket's max_age).
     let files = worker.job_files(&FilesConfig::default()).await.expect("worker opens job files");
