@@ -5,7 +5,8 @@
 //! The CLI prints the authorization URL; the test follows it like a browser
 //! to the CLI's loopback callback; the CLI stores the credentials in
 //! `<prefix>_mcp_tokens`; then a worker, which has no browser, computes the
-//! demo's margin through the server with them. No access or refresh token
+//! demo's margin through the server with them, renewing the (aged) access
+//! token with the refresh token and saving it back. No access or refresh token
 //! appears in the CLI's output or any log. Login for a client-credentials
 //! server is refused with exit 2.
 
@@ -151,6 +152,12 @@ tools = ["mcp:interactive/gross_margin"]
     let access = record["token_response"]["access_token"].as_str().unwrap().to_string();
     let refresh = record["token_response"]["refresh_token"].as_str().unwrap().to_string();
     assert_eq!(record["client_id"], "flotilla-login");
+    // Time passes: the access token is an hour old, so the worker must renew
+    // it with the refresh token (rmcp refreshes a token about to expire) and
+    // save the renewed credentials back to the bucket.
+    let mut aged = record.clone();
+    aged["token_received_at"] = serde_json::json!(record["token_received_at"].as_u64().unwrap() - 3600);
+    bucket.put("interactive", serde_json::to_vec(&aged).unwrap().into()).await.unwrap();
 
     // A worker, with no browser, uses the stored credentials.
     d.workers.push(Proc::spawn("w1", "flotilla-worker", &["--config", &cfg, "--id", "w1", "--grace", "2"], &[]));
@@ -163,7 +170,15 @@ tools = ["mcp:interactive/gross_margin"]
     let answer = rec.answer.clone().unwrap_or_default();
     assert_eq!(answer.trim(), "OK 0.375", "{answer}");
 
-    // The authorization server saw one code exchange (PKCE checked) and nothing for the worker.
+    // The renewed credentials are back in the bucket, for the other workers.
+    let renewed: serde_json::Value =
+        serde_json::from_slice(&bucket.get("interactive").await.unwrap().expect("a stored record")).unwrap();
+    let renewed_access = renewed["token_response"]["access_token"].as_str().unwrap().to_string();
+    assert_ne!(renewed_access, access);
+    assert_eq!(renewed["token_response"]["refresh_token"].as_str(), Some(refresh.as_str()));
+    assert!(renewed["token_received_at"].as_u64() > aged["token_received_at"].as_u64(), "{renewed}");
+
+    // The authorization server saw one code exchange (PKCE checked), then the worker's refresh.
     let mut seen = Vec::new();
     while let Ok(l) = as_log.try_recv() {
         if l.starts_with("AUTHORIZE ") || l.starts_with("TOKEN ") {
@@ -175,6 +190,7 @@ tools = ["mcp:interactive/gross_margin"]
         [
             format!("AUTHORIZE client=flotilla-login redirect={callback}"),
             format!("TOKEN client=flotilla-login issued code resource={url}"),
+            "TOKEN client=flotilla-login refreshed".to_string(),
         ],
         "{seen:?}"
     );
@@ -183,6 +199,8 @@ tools = ["mcp:interactive/gross_margin"]
     let worker = d.workers[0].log();
     let orchestrator = d.orchestrator.as_ref().unwrap().log();
     for text in [&printed, &stderr, &answer, &worker, &orchestrator] {
-        assert!(!text.contains(&access) && !text.contains(&refresh), "a token leaked:\n{text}");
+        for token in [&access, &refresh, &renewed_access] {
+            assert!(!text.contains(token.as_str()), "a token leaked:\n{text}");
+        }
     }
 }
