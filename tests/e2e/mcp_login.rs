@@ -98,7 +98,9 @@ tools = ["mcp:interactive/gross_margin"]
     let (code, out, err) = run_cli(&["--config", &cfg, "mcp", "login", "machine"], &[]);
     assert_eq!(code, 2, "{out}{err}");
     assert!(
-        err.contains("MCP server `machine` does not use grant = \"authorization_code\" (mcp_servers.machine.oauth.grant)"),
+        err.contains(
+            "MCP server `machine` does not use grant = \"authorization_code\" (mcp_servers.machine.oauth.grant)"
+        ),
         "{err}"
     );
 

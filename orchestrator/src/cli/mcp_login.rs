@@ -58,8 +58,9 @@ pub async fn run(settings: &Settings, args: LoginArgs, json: bool) -> anyhow::Re
     let server = &args.server;
     let Some(entry) = settings.mcp_servers.get(server) else {
         let known: Vec<&str> = settings.mcp_servers.keys().map(String::as_str).collect();
-        return Err(CliError::new("config", format!("no MCP server `{server}` in the config (configured: {known:?})"))
-            .into());
+        return Err(
+            CliError::new("config", format!("no MCP server `{server}` in the config (configured: {known:?})")).into()
+        );
     };
     let oauth = match &entry.transport {
         McpTransport::Http { oauth: Some(o), .. } if o.grant == OAuthGrant::AuthorizationCode => o,

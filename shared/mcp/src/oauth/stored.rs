@@ -46,8 +46,7 @@ impl CredentialStores for BusCredentialStores {
                 tokens: self.tokens.clone(),
                 server: server.to_string(),
                 skip_stored: self.skip_stored.clone(),
-            })
-                as Arc<dyn CredentialStore>
+            }) as Arc<dyn CredentialStore>
         })
     }
 }
