@@ -52,7 +52,7 @@ enum McpCommand {
     },
     /// Connect to every configured server; print its health as JSON.
     Health,
-    /// Sign in to an authorization_code server once; store the credentials in NATS for the workers.
+    // Its help is LoginArgs' doc comment (src/cli/mcp_login.rs).
     Login(super::mcp_login::LoginArgs),
     /// Serve this tenant's job API as an MCP server (stdio or Streamable HTTP at /mcp).
     Serve(Box<super::mcp_serve::ServeArgs>),

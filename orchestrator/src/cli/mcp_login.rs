@@ -41,7 +41,9 @@ use super::out::{self, outln};
 /// stores the credentials in the KV bucket `<prefix>_mcp_tokens` (key: the
 /// server name), replacing any earlier ones, and prints the granted scopes
 /// and expiry. Workers renew the access token with the refresh token and
-/// save the renewed one back. Exit 2 when the server is not
+/// save the renewed one back. The NATS credential of the config must be
+/// allowed to write the bucket (the orchestrator's in deploy/nats/roles.conf;
+/// tenants' are not). Exit 2 when the server is not
 /// `authorization_code`, the redirect URI is not loopback http, or nobody
 /// signs in within --timeout.
 #[derive(ClapArgs, Debug)]
