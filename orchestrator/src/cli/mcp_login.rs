@@ -97,8 +97,9 @@ pub async fn run(settings: &Settings, args: LoginArgs, json: bool) -> anyhow::Re
     let tokens = McpTokens::open(&bus).await?;
     let stores = BusCredentialStores::new(tokens.clone(), [server.clone()]).for_login();
     let timeout = Duration::from_secs(args.timeout);
-    let authorizer = Loopback { listener: Mutex::new(Some(listener)), redirect: redirect.clone(), timeout, json };
-    set_runtime(Some(Arc::new(authorizer)), Some(Arc::new(stores)));
+    let authorizer =
+        Arc::new(Loopback { listener: Mutex::new(Some(listener)), redirect: redirect.clone(), timeout, json });
+    set_runtime(Some(authorizer.clone()), Some(Arc::new(stores)));
 
     // The session's connect budget must cover the person's sign-in.
     let mut entry = entry.clone();
@@ -107,6 +108,13 @@ pub async fn run(settings: &Settings, args: LoginArgs, json: bool) -> anyhow::Re
     let connected = async { hub.server(server)?.discover().await }.await;
     hub.shutdown().await;
     connected?;
+    if authorizer.listener.lock().unwrap_or_else(|p| p.into_inner()).is_some() {
+        // No sign-in took place, so a record in the bucket is an earlier one.
+        anyhow::bail!(
+            "MCP server `{server}` answered without asking for authorization (no 401 to `initialize`): \
+             nothing to sign in to, nothing stored"
+        );
+    }
 
     let summary = StoredSummary::load(&tokens, server)
         .await
