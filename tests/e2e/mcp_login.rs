@@ -7,8 +7,9 @@
 //! `<prefix>_mcp_tokens`; then a worker, which has no browser, computes the
 //! demo's margin through the server with them, renewing the (aged) access
 //! token with the refresh token and saving it back. No access or refresh token
-//! appears in the CLI's output or any log. Login for a client-credentials
-//! server is refused with exit 2.
+//! appears in the CLI's output or any log. Exit 2 for a client-credentials
+//! server, a redirect URI off loopback, and a sign-in that never comes
+//! within `--timeout`.
 
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -78,6 +79,12 @@ init_timeout = 10
 grant = "authorization_code"
 client_id = "flotilla-login"
 redirect_uri = "{callback}"
+[mcp_servers.remote]
+url = "{url}"
+[mcp_servers.remote.oauth]
+grant = "authorization_code"
+client_id = "flotilla-login"
+redirect_uri = "http://10.1.2.3:8976/callback"
 [mcp_servers.machine]
 url = "{url}"
 [mcp_servers.machine.oauth]
@@ -103,6 +110,15 @@ tools = ["mcp:interactive/gross_margin"]
         ),
         "{err}"
     );
+
+    // A redirect URI off this host would hand the code to the network: refused.
+    let (code, out, err) = run_cli(&["--config", &cfg, "mcp", "login", "remote"], &[]);
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(err.contains("mcp_servers.remote.oauth.redirect_uri must be http on a loopback address"), "{err}");
+    // Nobody follows the URL: the CLI gives up after --timeout, storing nothing.
+    let (code, out, err) = run_cli(&["--config", &cfg, "mcp", "login", "interactive", "--timeout", "1"], &[]);
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(out.contains("/authorize?") && err.contains("nobody signed in within 1s (--timeout)"), "{out}{err}");
 
     // The login: the CLI prints the URL and waits on the loopback callback.
     let mut login = tokio::process::Command::new(bin("flotilla"))
