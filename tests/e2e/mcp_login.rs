@@ -121,39 +121,9 @@ tools = ["mcp:interactive/gross_margin"]
     assert!(out.contains("/authorize?") && err.contains("nobody signed in within 1s (--timeout)"), "{out}{err}");
 
     // The login: the CLI prints the URL and waits on the loopback callback.
-    let mut login = tokio::process::Command::new(bin("flotilla"))
-        .args(["--config", &cfg, "mcp", "login", "interactive", "--timeout", "60"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("flotilla runs");
-    let mut stdout = tokio::io::BufReader::new(login.stdout.take().unwrap());
-    let mut printed = String::new();
-    let authorize = tokio::time::timeout(TIMEOUT, async {
-        loop {
-            let mut line = String::new();
-            assert!(stdout.read_line(&mut line).await.unwrap() > 0, "the CLI ended before printing a URL: {printed}");
-            printed.push_str(&line);
-            if line.starts_with(&format!("http://127.0.0.1:{port}/authorize?")) {
-                return line.trim().to_string();
-            }
-        }
-    })
-    .await
-    .expect("the authorization URL within the timeout");
-    assert!(authorize.contains("code_challenge_method=S256"), "{authorize}");
-    // The "browser": the authorization server redirects to the CLI's callback.
     flotilla_config::tls::install_crypto_provider();
-    let page = reqwest::get(&authorize).await.expect("the redirect chain completes");
-    assert_eq!(page.url().as_str().split('?').next(), Some(callback.as_str()));
-    assert!(page.text().await.unwrap().contains("you can close this window"));
-    let status = tokio::time::timeout(TIMEOUT, login.wait()).await.expect("the CLI ends").unwrap();
-    stdout.read_to_string(&mut printed).await.unwrap();
-    let mut stderr = String::new();
-    login.stderr.take().unwrap().read_to_string(&mut stderr).await.unwrap();
-    assert_eq!(status.code(), Some(0), "{printed}{stderr}");
+    let (code, printed, stderr) = login(&cfg, port, &callback, false).await;
+    assert_eq!(code, Some(0), "{printed}{stderr}");
     assert!(
         printed.contains(
             "Signed in to MCP server `interactive`; credentials stored in KV bucket flotilla_mcp_tokens (key interactive)."
@@ -221,4 +191,74 @@ tools = ["mcp:interactive/gross_margin"]
             assert!(!text.contains(token.as_str()), "a token leaked:\n{text}");
         }
     }
+
+    // Again under --json: the URL goes to stderr, stdout is one object
+    // describing the new record, still without a token.
+    let (code, printed, stderr) = login(&cfg, port, &callback, true).await;
+    assert_eq!(code, Some(0), "{printed}{stderr}");
+    let v: serde_json::Value = serde_json::from_str(&printed).unwrap_or_else(|e| panic!("{e}: {printed}"));
+    assert_eq!(
+        (&v["server"], &v["bucket"], &v["client_id"], &v["scopes"], &v["refresh_token"]),
+        (
+            &serde_json::json!("interactive"),
+            &serde_json::json!("flotilla_mcp_tokens"),
+            &serde_json::json!("flotilla-login"),
+            &serde_json::json!(["finance:read"]),
+            &serde_json::json!(true)
+        ),
+        "{v}"
+    );
+    assert!(v["expires_at"].as_str().is_some_and(|t| t.ends_with('Z')), "{v}");
+    let latest: serde_json::Value =
+        serde_json::from_slice(&bucket.get("interactive").await.unwrap().expect("a stored record")).unwrap();
+    for token in ["access_token", "refresh_token"].map(|k| latest["token_response"][k].as_str().unwrap()) {
+        assert!(!printed.contains(token) && !stderr.contains(token), "a token leaked:\n{printed}{stderr}");
+    }
+}
+
+/// Runs `flotilla mcp login interactive` (`--json` when `json`), follows the
+/// authorization URL it prints like a browser would (the fixture redirects
+/// at once to `callback`), and returns the CLI's exit code, stdout and stderr.
+async fn login(cfg: &str, port: u16, callback: &str, json: bool) -> (Option<i32>, String, String) {
+    let mut args = vec!["--config", cfg, "mcp", "login", "interactive", "--timeout", "60"];
+    if json {
+        args.push("--json");
+    }
+    let mut cli = tokio::process::Command::new(bin("flotilla"))
+        .args(&args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("flotilla runs");
+    type Stream = Box<dyn tokio::io::AsyncRead + Unpin + Send>;
+    let (stdout, stderr): (Stream, Stream) =
+        (Box::new(cli.stdout.take().unwrap()), Box::new(cli.stderr.take().unwrap()));
+    // The URL is on stdout for a person, on stderr under --json.
+    let (prompt, other) = if json { (stderr, stdout) } else { (stdout, stderr) };
+    let mut prompt = tokio::io::BufReader::new(prompt);
+    let mut prompted = String::new();
+    let authorize = tokio::time::timeout(TIMEOUT, async {
+        loop {
+            let mut line = String::new();
+            assert!(prompt.read_line(&mut line).await.unwrap() > 0, "the CLI ended before printing a URL: {prompted}");
+            prompted.push_str(&line);
+            if line.starts_with(&format!("http://127.0.0.1:{port}/authorize?")) {
+                return line.trim().to_string();
+            }
+        }
+    })
+    .await
+    .expect("the authorization URL within the timeout");
+    assert!(authorize.contains("code_challenge_method=S256"), "{authorize}");
+    let page = reqwest::get(&authorize).await.expect("the redirect chain completes");
+    assert_eq!(page.url().as_str().split('?').next(), Some(callback));
+    assert!(page.text().await.unwrap().contains("you can close this window"));
+    let status = tokio::time::timeout(TIMEOUT, cli.wait()).await.expect("the CLI ends").unwrap();
+    prompt.read_to_string(&mut prompted).await.unwrap();
+    let mut rest = String::new();
+    tokio::io::BufReader::new(other).read_to_string(&mut rest).await.unwrap();
+    let (out, err) = if json { (rest, prompted) } else { (prompted, rest) };
+    (status.code(), out, err)
 }
