@@ -95,6 +95,9 @@ pub async fn run(settings: &Settings, args: LoginArgs, json: bool) -> anyhow::Re
 
     let bus = Bus::connect(&settings.nats, "flotilla-cli", Duration::from_secs(5)).await?;
     let tokens = McpTokens::open(&bus).await?;
+    // A name that cannot be a key, or a credential that may not read the
+    // bucket, fails now rather than after the person signed in.
+    tokens.get(server).await?;
     let stores = BusCredentialStores::new(tokens.clone(), [server.clone()]).for_login();
     let timeout = Duration::from_secs(args.timeout);
     let authorizer =
