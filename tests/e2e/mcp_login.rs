@@ -11,7 +11,6 @@
 //! server, a redirect URI off loopback, and a sign-in that never comes
 //! within `--timeout`.
 
-use std::path::PathBuf;
 use std::process::Stdio;
 
 use flotilla_protocol::JobStatus;
@@ -34,31 +33,7 @@ content = '''{% for r in last %}{% if r.ok %}OK {{ r.value }}{% else %}FAILED {{
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_person_signs_in_once_with_mcp_login_and_a_worker_uses_the_stored_credentials() {
-    let python = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.flotilla/test-deps/venv/bin/python");
-    assert!(python.exists(), "{} is missing: run `scripts/install-deps --test`", python.display());
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/oauth_finance.py");
-    let port = free_port();
-    let mut server = tokio::process::Command::new(&python)
-        .arg(&script)
-        .args([&port.to_string(), "flotilla-workers"])
-        .env("FIXTURE_CLIENT_SECRET", "unused-in-this-test")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("python runs");
-    let mut lines = tokio::io::BufReader::new(server.stdout.take().unwrap()).lines();
-    assert_eq!(lines.next_line().await.unwrap().as_deref(), Some("READY"));
-    let (tx, mut as_log) = tokio::sync::mpsc::unbounded_channel();
-    tokio::spawn(async move {
-        while let Ok(Some(l)) = lines.next_line().await {
-            let _ = tx.send(l);
-        }
-    });
-    flotilla_tests::eventually(TIMEOUT, "the OAuth fixture to listen", || async move {
-        tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok().map(|_| ())
-    })
-    .await;
+    let (_server, port, mut as_log) = crate::mcp_oauth::start_fixture("unused-in-this-test").await;
 
     let url = format!("http://127.0.0.1:{port}/mcp");
     let callback = format!("http://127.0.0.1:{}/callback", free_port());

@@ -46,8 +46,12 @@ const ECHO: &str = r#"
 content = "should not run"
 "#;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_worker_uses_an_oauth_protected_mcp_server_and_a_wrong_secret_fails_its_task_clearly() {
+/// `tests/fixtures/oauth_finance.py` listening on a free port, its client
+/// `flotilla-workers` holding `secret`: the child (killed on drop), the port,
+/// and the authorization server's log lines as they come.
+pub(crate) async fn start_fixture(
+    secret: &str,
+) -> (tokio::process::Child, u16, tokio::sync::mpsc::UnboundedReceiver<String>) {
     let python = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.flotilla/test-deps/venv/bin/python");
     assert!(python.exists(), "{} is missing: run `scripts/install-deps --test`", python.display());
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/oauth_finance.py");
@@ -55,7 +59,7 @@ async fn a_worker_uses_an_oauth_protected_mcp_server_and_a_wrong_secret_fails_it
     let mut server = tokio::process::Command::new(&python)
         .arg(&script)
         .args([&port.to_string(), "flotilla-workers"])
-        .env("FIXTURE_CLIENT_SECRET", SECRET)
+        .env("FIXTURE_CLIENT_SECRET", secret)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .kill_on_drop(true)
@@ -63,8 +67,7 @@ async fn a_worker_uses_an_oauth_protected_mcp_server_and_a_wrong_secret_fails_it
         .expect("python runs");
     let mut lines = tokio::io::BufReader::new(server.stdout.take().unwrap()).lines();
     assert_eq!(lines.next_line().await.unwrap().as_deref(), Some("READY"));
-    // The token endpoint's log lines, collected as they come.
-    let (tx, mut token_log) = tokio::sync::mpsc::unbounded_channel();
+    let (tx, log) = tokio::sync::mpsc::unbounded_channel();
     tokio::spawn(async move {
         while let Ok(Some(l)) = lines.next_line().await {
             let _ = tx.send(l);
@@ -74,6 +77,13 @@ async fn a_worker_uses_an_oauth_protected_mcp_server_and_a_wrong_secret_fails_it
         tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok().map(|_| ())
     })
     .await;
+    (server, port, log)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_uses_an_oauth_protected_mcp_server_and_a_wrong_secret_fails_its_task_clearly() {
+    // The token endpoint's log lines, collected as they come.
+    let (_server, port, mut token_log) = start_fixture(SECRET).await;
 
     let url = format!("http://127.0.0.1:{port}/mcp");
     let mut d = Deployment::start(0, |nats| {
