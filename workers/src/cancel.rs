@@ -9,7 +9,7 @@
 use std::sync::Arc;
 
 use dashmap::DashMap;
-use flotilla_bus::{Bus, Cancelled};
+use flotilla_bus::{Bus, Cancelled, TOPOLOGY_BUDGET, retry};
 use flotilla_protocol::ids::{JobId, TaskId};
 use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
@@ -38,8 +38,11 @@ impl Drop for Registration {
 
 impl CancelWatch {
     /// Starts watching the bucket; returns once current entries are loaded.
+    /// A bus outage while the worker starts (NATS restarting) is waited out
+    /// like the topology is, up to [`TOPOLOGY_BUDGET`]; a permission error is not.
     pub async fn start(bus: &Bus) -> anyhow::Result<Arc<Self>> {
-        let mut cancels = Box::pin(bus.cancellations().await?.watch().await?);
+        let watch = || async { bus.cancellations().await?.watch().await };
+        let mut cancels = Box::pin(retry("watching job cancellations", TOPOLOGY_BUDGET, watch).await?);
         let watch = Arc::new(Self::default());
         let w = watch.clone();
         tokio::spawn(async move {
