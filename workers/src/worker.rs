@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use flotilla_agent::retry::Backoff;
+use flotilla_bus::{TOPOLOGY_BUDGET, retry};
 use futures::StreamExt;
 use tokio_util::task::TaskTracker;
 
@@ -28,7 +29,9 @@ pub async fn run(ctx: Arc<WorkerContext>, runtimes: Vec<Arc<SubagentRuntime>>, g
     let tracker = TaskTracker::new();
     let mut loops = Vec::new();
     for rt in runtimes {
-        let consumer = ctx.bus.tasks().consumer(&rt.ty).await?;
+        // Retried like the topology: NATS may restart while a worker starts.
+        let declare = || async { ctx.bus.tasks().consumer(&rt.ty).await };
+        let consumer = retry("declaring the task consumer", TOPOLOGY_BUDGET, declare).await?;
         loops.push(tokio::spawn(consume(ctx.clone(), rt, consumer, tracker.clone())));
     }
     tracing::info!(worker_id = %ctx.worker_id, "worker ready");
