@@ -36,7 +36,7 @@ use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use serde::Deserialize;
 use serde_json::Value;
 
-use flotilla_agent::model::{ChatModel, ModelError, ModelRequest, ModelResponse, estimate_tokens};
+use flotilla_agent::model::{ChatModel, ModelError, ModelRequest, ModelResponse, ToolCall, count_output, count_sent};
 use flotilla_config::ModelSettings;
 use flotilla_model_openai::http::{self, EndpointSpec, Failure, HttpEndpoint, WireFormat};
 use flotilla_model_openai::turn::Turn;
@@ -113,7 +113,7 @@ impl AnthropicModel {
         turn: Turn,
         stop_reason: Option<&str>,
         usage: WireUsage,
-        request_chars: usize,
+        sent: &[u8],
     ) -> Result<ModelResponse, ModelError> {
         if stop_reason == Some("max_tokens") {
             if turn.has_calls() {
@@ -128,8 +128,9 @@ impl AnthropicModel {
             }
             tracing::warn!(model = %self.http.name(), max_tokens = self.max_tokens, "answer cut at max_tokens");
         }
-        let (content, tool_calls, output_chars) = turn.finish(&self.http)?;
-        Ok(ModelResponse { content, tool_calls, usage: usage.into_usage(request_chars, output_chars) })
+        let (content, tool_calls) = turn.finish(&self.http)?;
+        let usage = usage.into_usage(sent, content.as_deref(), &tool_calls);
+        Ok(ModelResponse { content, tool_calls, usage })
     }
 }
 
@@ -157,7 +158,7 @@ impl WireFormat for AnthropicModel {
     }
 
     /// Turns a 2xx body into a response.
-    fn parse(&self, body: &[u8], request_chars: usize) -> Result<ModelResponse, ModelError> {
+    fn parse(&self, body: &[u8], sent: &[u8]) -> Result<ModelResponse, ModelError> {
         let wire: WireMessage = serde_json::from_slice(body).map_err(|e| self.http.malformed(e))?;
         if let Some(error) = wire.error {
             return Err(self.http.malformed(format_args!("the endpoint said: {}", error_text(&error))));
@@ -178,16 +179,16 @@ impl WireFormat for AnthropicModel {
                 WireBlock::Other => {}
             }
         }
-        self.respond(turn, wire.stop_reason.as_deref(), wire.usage.unwrap_or_default(), request_chars)
+        self.respond(turn, wire.stop_reason.as_deref(), wire.usage.unwrap_or_default(), sent)
     }
 
     async fn read_stream(
         &self,
         response: Response,
         request: ModelRequest<'_>,
-        request_chars: usize,
+        sent: &[u8],
     ) -> Result<ModelResponse, Failure> {
-        stream::read(self, response, request, request_chars).await
+        stream::read(self, response, request, sent).await
     }
 }
 
@@ -260,15 +261,15 @@ impl WireUsage {
     }
 
     /// Ours: `input_tokens` counts every prompt token, cached or not;
-    /// counts the server did not send are estimated.
-    fn into_usage(self, request_chars: usize, output_chars: usize) -> Usage {
+    /// counts the server did not send are our o200k counts of the request
+    /// body `sent` and of the answer.
+    fn into_usage(self, sent: &[u8], content: Option<&str>, tool_calls: &[ToolCall]) -> Usage {
         let created = self.cache_creation_input_tokens.unwrap_or(0);
         let read = self.cache_read_input_tokens.unwrap_or(0);
-        let uncached =
-            self.input_tokens.unwrap_or_else(|| estimate_tokens(request_chars).saturating_sub(created + read));
+        let uncached = self.input_tokens.unwrap_or_else(|| count_sent(sent).saturating_sub(created + read));
         Usage {
             input_tokens: uncached + created + read,
-            output_tokens: self.output_tokens.unwrap_or_else(|| estimate_tokens(output_chars)),
+            output_tokens: self.output_tokens.unwrap_or_else(|| count_output(content, tool_calls)),
             model_calls: 1,
             cache_creation_input_tokens: created,
             cache_read_input_tokens: read,

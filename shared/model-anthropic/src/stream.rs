@@ -23,7 +23,7 @@ pub(crate) async fn read(
     model: &AnthropicModel,
     mut response: Response,
     request: ModelRequest<'_>,
-    request_chars: usize,
+    sent: &[u8],
 ) -> Result<ModelResponse, Failure> {
     let mut reader = SseReader::default();
     let mut state = Streamed::default();
@@ -37,7 +37,7 @@ pub(crate) async fn read(
     if !state.started {
         return Err(model.http.malformed("the stream ended before message_start").into());
     }
-    Ok(model.respond(state.turn, state.stop_reason.as_deref(), state.usage, request_chars)?)
+    Ok(model.respond(state.turn, state.stop_reason.as_deref(), state.usage, sent)?)
 }
 
 /// What the stream has delivered so far.

@@ -359,3 +359,19 @@ fn config_defaults_and_the_factory_builds_every_provider() {
     let wrong = flotilla_model_openai::build("claude", claude).map(|_| ()).unwrap_err();
     assert_eq!(wrong.kind, ErrorKind::Bug, "{wrong}");
 }
+
+/// A server that sends no usage (some proxies strip it): the counts are
+/// o200k counts of the exact body it received and of the answer, the same
+/// counts the scripted model and the context budget use.
+#[tokio::test]
+async fn counts_a_server_did_not_send_are_o200k_counts_of_the_exchange() {
+    let reply = json!({"id": "msg_1", "type": "message", "role": "assistant", "model": "claude-test",
+                       "content": [{"type": "text", "text": "the margin is 0.375"}], "stop_reason": "end_turn"});
+    let (base_url, server) = Server::start("", vec![Canned::json(200, reply)]).await;
+    let response = ask(&model(&settings(&base_url, None, 0, false))).await.unwrap();
+    let sent = server.seen().remove(0).raw;
+    let sent = flotilla_agent::tokens::count(std::str::from_utf8(&sent).unwrap()) as u64;
+    let answer = flotilla_agent::tokens::count("the margin is 0.375") as u64;
+    assert_eq!((response.usage.input_tokens, response.usage.output_tokens), (sent, answer));
+    assert!(sent > answer, "the request (model, max_tokens, message) is longer than the answer");
+}

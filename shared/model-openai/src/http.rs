@@ -354,15 +354,16 @@ pub trait WireFormat: Send + Sync {
     fn http(&self) -> &HttpEndpoint;
     /// Whether it asks for server-sent events (`stream = true`).
     fn streams(&self) -> bool;
-    /// A whole 2xx body as a response; `request_chars` for token estimates.
-    fn parse(&self, body: &[u8], request_chars: usize) -> Result<ModelResponse, ModelError>;
+    /// A whole 2xx body as a response; `sent` (the request body) is counted
+    /// only when the server reports no usage.
+    fn parse(&self, body: &[u8], sent: &[u8]) -> Result<ModelResponse, ModelError>;
     /// A streamed 2xx answer as a response, text handed to the request's
     /// delta sink as it comes.
     async fn read_stream(
         &self,
         response: Response,
         request: ModelRequest<'_>,
-        request_chars: usize,
+        sent: &[u8],
     ) -> Result<ModelResponse, Failure>;
 }
 
@@ -377,12 +378,12 @@ pub async fn complete<W: WireFormat>(
     let body =
         serde_json::to_vec(body).map_err(|e| http.error(ErrorKind::Bug, format!("cannot encode the request: {e}")))?;
     let body = Bytes::from(body);
-    let chars = body.len();
+    let sent = &body.clone();
     if provider.streams() {
-        return http.post(body, "text/event-stream", |response| provider.read_stream(response, request, chars)).await;
+        return http.post(body, "text/event-stream", |response| provider.read_stream(response, request, sent)).await;
     }
     http.post(body, "application/json", |response| {
-        Box::pin(async move { Ok(provider.parse(&http.body(response).await?, chars)?) })
+        Box::pin(async move { Ok(provider.parse(&http.body(response).await?, sent)?) })
     })
     .await
 }

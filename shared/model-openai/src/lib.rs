@@ -36,7 +36,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use flotilla_agent::model::wire::WireRequest;
-use flotilla_agent::model::{ChatModel, ModelError, ModelRequest, ModelResponse, estimate_tokens};
+use flotilla_agent::model::{ChatModel, ModelError, ModelRequest, ModelResponse, count_output, count_sent};
 use flotilla_config::ModelSettings;
 use flotilla_protocol::{ErrorKind, Usage};
 use http::{EndpointSpec, Failure, HttpEndpoint, WireFormat};
@@ -158,24 +158,27 @@ impl Streamed {
         Ok(false)
     }
 
-    fn finish(self, model: &OpenAiModel, request_chars: usize) -> Result<ModelResponse, ModelError> {
+    fn finish(self, model: &OpenAiModel, sent: &[u8]) -> Result<ModelResponse, ModelError> {
         if self.chunks == 0 {
             return Err(model.no_choices(None));
         }
-        let (content, tool_calls, output_chars) = self.turn.finish(&model.http)?;
-        Ok(ModelResponse { content, tool_calls, usage: usage(self.usage, request_chars, output_chars) })
+        respond(self.turn, &model.http, self.usage, sent)
     }
 }
 
-/// The server's token counts, estimated where it sent none.
-fn usage(wire: Option<WireUsage>, request_chars: usize, output_chars: usize) -> Usage {
+/// The finished turn, with the server's token counts, or where it sent none
+/// (some local servers, a stream cut before its usage chunk) our o200k
+/// counts of what was sent and what came back.
+fn respond(turn: Turn, http: &HttpEndpoint, wire: Option<WireUsage>, sent: &[u8]) -> Result<ModelResponse, ModelError> {
+    let (content, tool_calls) = turn.finish(http)?;
     let wire = wire.unwrap_or_default();
-    Usage {
-        input_tokens: wire.prompt_tokens.unwrap_or_else(|| estimate_tokens(request_chars)),
-        output_tokens: wire.completion_tokens.unwrap_or_else(|| estimate_tokens(output_chars)),
+    let usage = Usage {
+        input_tokens: wire.prompt_tokens.unwrap_or_else(|| count_sent(sent)),
+        output_tokens: wire.completion_tokens.unwrap_or_else(|| count_output(content.as_deref(), &tool_calls)),
         model_calls: 1,
         ..Usage::default()
-    }
+    };
+    Ok(ModelResponse { content, tool_calls, usage })
 }
 
 #[async_trait]
@@ -202,7 +205,7 @@ impl WireFormat for OpenAiModel {
     }
 
     /// Turns a 2xx body into a response.
-    fn parse(&self, body: &[u8], request_chars: usize) -> Result<ModelResponse, ModelError> {
+    fn parse(&self, body: &[u8], sent: &[u8]) -> Result<ModelResponse, ModelError> {
         let wire: WireResponse = serde_json::from_slice(body).map_err(|e| self.http.malformed(e))?;
         let Some(choice) = wire.choices.into_iter().next() else {
             return Err(self.no_choices(wire.error.as_ref()));
@@ -219,8 +222,7 @@ impl WireFormat for OpenAiModel {
             part.name = function.name;
             part.value = Some(function.arguments.unwrap_or(Value::Null));
         }
-        let (content, tool_calls, output_chars) = turn.finish(&self.http)?;
-        Ok(ModelResponse { content, tool_calls, usage: usage(wire.usage, request_chars, output_chars) })
+        respond(turn, &self.http, wire.usage, sent)
     }
 
     /// Reads a streamed answer: text deltas go to the request's sink as
@@ -229,7 +231,7 @@ impl WireFormat for OpenAiModel {
         &self,
         mut response: Response,
         request: ModelRequest<'_>,
-        request_chars: usize,
+        sent: &[u8],
     ) -> Result<ModelResponse, Failure> {
         let mut reader = SseReader::default();
         let mut stream = Streamed::default();
@@ -240,7 +242,7 @@ impl WireFormat for OpenAiModel {
                 }
             }
         }
-        Ok(stream.finish(self, request_chars)?)
+        Ok(stream.finish(self, sent)?)
     }
 }
 

@@ -163,11 +163,14 @@ async fn a_429_is_retried_once_then_succeeds() {
 
     assert_eq!(response.content.as_deref(), Some("done"));
     assert!(response.tool_calls.is_empty());
-    // No usage from the server: estimated, and still one model call.
-    assert_eq!(response.usage.model_calls, 1);
-    assert!(response.usage.input_tokens > 0 && response.usage.output_tokens > 0, "{:?}", response.usage);
+    // No usage from the server: counted with o200k over the exact body that
+    // reached it and the answer's text, and still one model call.
     let seen = server.seen();
     assert_eq!(seen.len(), 2);
+    let o200k = tiktoken_rs::o200k_base().unwrap();
+    let sent = o200k.encode_ordinary(std::str::from_utf8(&seen[1].raw).unwrap()).len() as u64;
+    let answer = o200k.encode_ordinary("done").len() as u64;
+    assert_eq!(response.usage, Usage { input_tokens: sent, output_tokens: answer, model_calls: 1, ..Usage::default() });
     assert_eq!(seen[0].body, seen[1].body, "the retry resends the same request");
     // No api_key_env: no Authorization header at all.
     assert!(seen.iter().all(|s| s.header("authorization").is_none()));
@@ -385,16 +388,20 @@ async fn a_streamed_answer_hands_out_its_text_and_assembles_tool_calls_and_usage
 
 #[tokio::test]
 async fn a_stream_cut_short_still_yields_its_text_and_a_stream_error_is_reported() {
-    // No usage chunk and no [DONE]: what came is the turn; tokens estimated.
+    // No usage chunk and no [DONE]: what came is the turn; tokens counted
+    // with o200k over what was sent and what came.
     let events = vec![chunk(json!({"content": "partial"}))];
-    let (base_url, _server) = Server::start("/v1", vec![Canned::sse(&events)]).await;
+    let (base_url, server) = Server::start("/v1", vec![Canned::sse(&events)]).await;
     let mut streaming = settings(&base_url, None, 0);
     if let ModelSettings::OpenAi { stream, .. } = &mut streaming {
         *stream = true;
     }
     let response = ask(&model(&streaming)).await.unwrap();
     assert_eq!(response.content.as_deref(), Some("partial"));
-    assert!(response.usage.input_tokens > 0 && response.usage.output_tokens > 0, "{:?}", response.usage);
+    let o200k = tiktoken_rs::o200k_base().unwrap();
+    let sent = server.seen().remove(0).raw;
+    assert_eq!(response.usage.input_tokens, o200k.encode_ordinary(std::str::from_utf8(&sent).unwrap()).len() as u64);
+    assert_eq!(response.usage.output_tokens, o200k.encode_ordinary("partial").len() as u64);
 
     let events = vec![(None, json!({"error": {"message": "context length exceeded"}}).to_string())];
     let (base_url, _server) = Server::start("/v1", vec![Canned::sse(&events)]).await;

@@ -8,7 +8,6 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use flotilla_agent::model::wire::arguments_text;
 use flotilla_agent::model::{ModelError, ToolCall};
 
 use crate::http::HttpEndpoint;
@@ -47,10 +46,8 @@ impl Turn {
         !self.calls.is_empty()
     }
 
-    /// The text (`None` when empty) and the finished tool calls; characters
-    /// of output, for a token estimate when the server counts none.
-    pub fn finish(self, http: &HttpEndpoint) -> Result<(Option<String>, Vec<ToolCall>, usize), ModelError> {
-        let mut output_chars = self.text.len();
+    /// The text (`None` when empty) and the finished tool calls.
+    pub fn finish(self, http: &HttpEndpoint) -> Result<(Option<String>, Vec<ToolCall>), ModelError> {
         let mut tool_calls = Vec::with_capacity(self.calls.len());
         for call in self.calls.into_values() {
             if call.name.is_empty() {
@@ -60,7 +57,6 @@ impl Turn {
                 Some(value) if call.arguments.trim().is_empty() => parse_arguments(Some(value)),
                 _ => parse_arguments(Some(Value::String(call.arguments))),
             };
-            output_chars += call.name.len() + arguments_text(&arguments).len();
             let id = match call.id {
                 Some(id) if !id.is_empty() => id,
                 // Some local servers omit ids; the conversation still needs them.
@@ -69,7 +65,7 @@ impl Turn {
             tool_calls.push(ToolCall { id, name: call.name, arguments });
         }
         let text = (!self.text.is_empty()).then_some(self.text);
-        Ok((text, tool_calls, output_chars))
+        Ok((text, tool_calls))
     }
 }
 

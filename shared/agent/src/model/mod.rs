@@ -172,7 +172,19 @@ pub trait ChatModel: Send + Sync {
     async fn complete(&self, request: ModelRequest<'_>) -> Result<ModelResponse, ModelError>;
 }
 
-/// Rough token estimate (4 characters a token) for providers that do not count.
-pub fn estimate_tokens(chars: usize) -> u64 {
-    chars.div_ceil(4) as u64
+/// Tokens of a request body as sent, for a server that reports no usage:
+/// the o200k count [`count_request`] makes before sending.
+pub fn count_sent(body: &[u8]) -> u64 {
+    crate::tokens::count(&String::from_utf8_lossy(body)) as u64
+}
+
+/// Tokens of a turn's output (its text, and its tool calls as JSON): what the
+/// scripted model bills, and the count for a server that reports none.
+pub fn count_output(content: Option<&str>, tool_calls: &[ToolCall]) -> u64 {
+    let calls = if tool_calls.is_empty() {
+        0
+    } else {
+        serde_json::to_string(tool_calls).map_or(0, |s| crate::tokens::count(&s))
+    };
+    (content.map_or(0, crate::tokens::count) + calls) as u64
 }
