@@ -212,18 +212,24 @@ impl Settings {
         let mut prices = BTreeMap::new();
         for (name, m) in raw.models {
             let key = |k: &str| format!("models.{name}.{k}");
-            if m.price_input_per_mtok.is_some() || m.price_output_per_mtok.is_some() {
-                for (k, v) in [
-                    ("price_input_per_mtok", m.price_input_per_mtok),
-                    ("price_output_per_mtok", m.price_output_per_mtok),
-                ] {
+            let price_keys = [
+                ("price_input_per_mtok", m.price_input_per_mtok),
+                ("price_output_per_mtok", m.price_output_per_mtok),
+                ("price_cache_write_per_mtok", m.price_cache_write_per_mtok),
+                ("price_cache_read_per_mtok", m.price_cache_read_per_mtok),
+            ];
+            if price_keys.iter().any(|(_, v)| v.is_some()) {
+                for (k, v) in price_keys {
                     if v.is_some_and(|v| !v.is_finite() || v < 0.0) {
                         return Err(invalid(key(k), "must be a number >= 0 (US dollars per million tokens)"));
                     }
                 }
+                let input = m.price_input_per_mtok.unwrap_or(0.0);
                 let price = crate::Price {
-                    input_per_mtok: m.price_input_per_mtok.unwrap_or(0.0),
+                    input_per_mtok: input,
                     output_per_mtok: m.price_output_per_mtok.unwrap_or(0.0),
+                    cache_write_per_mtok: m.price_cache_write_per_mtok.unwrap_or(input),
+                    cache_read_per_mtok: m.price_cache_read_per_mtok.unwrap_or(input),
                 };
                 prices.insert(name.clone(), price);
             }

@@ -131,6 +131,12 @@ pub struct RawModel {
     pub price_input_per_mtok: Option<f64>,
     /// US dollars per million completion tokens (cost accounting; optional).
     pub price_output_per_mtok: Option<f64>,
+    /// US dollars per million prompt tokens written to the provider's
+    /// prompt cache (default: `price_input_per_mtok`).
+    pub price_cache_write_per_mtok: Option<f64>,
+    /// US dollars per million prompt tokens read from the provider's prompt
+    /// cache (default: `price_input_per_mtok`).
+    pub price_cache_read_per_mtok: Option<f64>,
 }
 
 /// `[planner]`: the agent that owns a job's todo list.

@@ -74,6 +74,21 @@ fn errors_name_the_key() {
 }
 
 #[test]
+fn cache_prices_default_to_the_input_price_and_refuse_negatives() {
+    let d = tmpdir();
+    write(&d, "s.toml", "");
+    let priced =
+        GOOD.replace("api_key_env = ", "price_input_per_mtok = 3.0\nprice_cache_read_per_mtok = 0.3\napi_key_env = ");
+    let s = Settings::load_with_env(Some(&write(&d, "f.toml", &priced)), vec![]).unwrap();
+    let price = s.price("gpt").unwrap();
+    assert_eq!((price.cache_read_per_mtok, price.cache_write_per_mtok, price.output_per_mtok), (0.3, 3.0, 0.0));
+    assert!(s.price("script").is_none());
+    let negative = priced.replace("price_cache_read_per_mtok = 0.3", "price_cache_read_per_mtok = -1");
+    let err = Settings::load_with_env(Some(&write(&d, "f.toml", &negative)), vec![]).unwrap_err().to_string();
+    assert!(err.contains("`models.gpt.price_cache_read_per_mtok`"), "{err}");
+}
+
+#[test]
 fn defaults_work_without_a_file() {
     let s = Settings::load_with_env(None, vec![]).unwrap();
     assert_eq!(s.nats.url, "nats://127.0.0.1:4222");

@@ -175,6 +175,7 @@ fn respond(turn: Turn, http: &HttpEndpoint, wire: Option<WireUsage>, sent: &[u8]
     let usage = Usage {
         input_tokens: wire.prompt_tokens.unwrap_or_else(|| count_sent(sent)),
         output_tokens: wire.completion_tokens.unwrap_or_else(|| count_output(content.as_deref(), &tool_calls)),
+        cache_read_input_tokens: wire.prompt_tokens_details.and_then(|d| d.cached_tokens).unwrap_or(0),
         model_calls: 1,
         ..Usage::default()
     };
@@ -301,6 +302,15 @@ struct WireUsage {
     prompt_tokens: Option<u64>,
     #[serde(default)]
     completion_tokens: Option<u64>,
+    /// Of `prompt_tokens`, those served from the prompt cache.
+    #[serde(default)]
+    prompt_tokens_details: Option<WirePromptDetails>,
+}
+
+#[derive(Clone, Copy, Debug, Default, Deserialize)]
+struct WirePromptDetails {
+    #[serde(default)]
+    cached_tokens: Option<u64>,
 }
 
 /// One streamed chunk (`chat.completion.chunk`).

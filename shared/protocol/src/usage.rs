@@ -18,7 +18,7 @@ pub struct Usage {
     /// Tool calls executed (including failed ones).
     pub tool_calls: u64,
     /// Cost in US dollars of the model calls, from the model's configured
-    /// prices (`[models.<name>] price_input_per_mtok`/`price_output_per_mtok`);
+    /// prices (`[models.<name>] price_*_per_mtok`, docs/CONFIG.md);
     /// 0 (and omitted) when no price is configured.
     #[serde(skip_serializing_if = "is_zero")]
     pub cost_usd: f64,
@@ -27,7 +27,8 @@ pub struct Usage {
     #[serde(skip_serializing_if = "is_zero_u64")]
     pub cache_creation_input_tokens: u64,
     /// Of `input_tokens`, those read from the provider's prompt cache
-    /// (Anthropic `cache_read_input_tokens`); 0 and omitted otherwise.
+    /// (Anthropic `cache_read_input_tokens`, OpenAI
+    /// `prompt_tokens_details.cached_tokens`); 0 and omitted otherwise.
     #[serde(skip_serializing_if = "is_zero_u64")]
     pub cache_read_input_tokens: u64,
 }

@@ -54,7 +54,12 @@ mod tests {
 
     #[tokio::test]
     async fn each_call_carries_its_cost_and_costs_add_up() {
-        let price = Price { input_per_mtok: 0.15, output_per_mtok: 0.60 };
+        let price = Price {
+            input_per_mtok: 0.15,
+            output_per_mtok: 0.60,
+            cache_write_per_mtok: 0.15,
+            cache_read_per_mtok: 0.15,
+        };
         let m = priced(Arc::new(Fixed), Some(price));
         let req = ModelRequest::new(&[], &[]);
         let a = m.complete(req).await.unwrap().usage;
