@@ -3,17 +3,19 @@
 //! crashed its worker or was handed back; JetStream then publishes a
 //! max-deliveries advisory. This module takes the task message from the
 //! queue, stores it on the dead-letter subject with the reason, publishes a
-//! `failed` report for it (unless one exists) and removes it from the queue.
+//! `failed` report for it (unless one exists), with its `/reports/<task>.md`
+//! file as a worker would have written it, and removes it from the queue.
 //! The bus operations are the task queue's and the reports stream's
 //! (shared/bus/src/tasks.rs, shared/bus/src/reports.rs).
 
+use flotilla_agent::files::{JobFiles, report_path, unfinished_report};
 use flotilla_bus::{Bus, GivenUp};
 use flotilla_protocol::{self as protocol, ErrorInfo, ErrorKind, TaskMessage, TaskReport, TaskStatus, Usage};
 use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
 
 /// Watches max-delivery advisories of the tasks stream until `shutdown`.
-pub async fn watch(bus: Bus, shutdown: CancellationToken) {
+pub async fn watch(bus: Bus, files: JobFiles, shutdown: CancellationToken) {
     let given_up = match bus.tasks().given_up().await {
         Ok(s) => s,
         Err(e) => return tracing::error!(error = %e, "cannot watch max-delivery advisories"),
@@ -24,11 +26,11 @@ pub async fn watch(bus: Bus, shutdown: CancellationToken) {
             a = given_up.next() => match a { Some(a) => a, None => return },
             _ = shutdown.cancelled() => return,
         };
-        give_up(&bus, advisory).await;
+        give_up(&bus, &files, advisory).await;
     }
 }
 
-async fn give_up(bus: &Bus, advisory: GivenUp) {
+async fn give_up(bus: &Bus, files: &JobFiles, advisory: GivenUp) {
     let queue = bus.tasks();
     let payload = match queue.stored(advisory.stream_seq).await {
         Ok(p) => p,
@@ -43,6 +45,12 @@ async fn give_up(bus: &Bus, advisory: GivenUp) {
         let reports = bus.reports();
         if reports.stored(&task.tenant, &task.job_id, &task.task_id).await.is_none() {
             let report = failed_report(&task, &reason, advisory.deliveries as u32);
+            // The file first, so a planner that reads it on the report finds it.
+            let error = report.error.as_ref().expect("a failed report has an error");
+            let text = unfinished_report(&task.task_id, "failed", error);
+            if let Err(e) = files.write_reserved(&task.job_id, &report_path(&task.task_id), text.as_bytes()).await {
+                tracing::warn!(task_id = %task.task_id, error = %e, "report of a given-up task not stored in job files");
+            }
             if let Err(e) = reports.publish(&task.tenant, &report, task.traceparent.as_deref()).await {
                 tracing::error!(task_id = %task.task_id, error = %e, "failed report for a given-up task not stored");
                 return;

@@ -53,6 +53,11 @@ impl FilesApi {
         Self { files, jobs, max_upload_bytes: config.max_upload_bytes, recent: Recent::default() }
     }
 
+    /// The job files themselves, for the runtime's own writers.
+    pub(crate) fn job_files(&self) -> JobFiles {
+        self.files.clone()
+    }
+
     /// `files_ls`: the job's files, optionally under a path prefix.
     pub(crate) async fn ls(&self, tenant: &Tenant, payload: &[u8]) -> ApiReply<FilesLsReply> {
         reply(self.try_ls(tenant, payload).await)

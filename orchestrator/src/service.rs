@@ -134,7 +134,7 @@ impl Orchestrator {
         let bus = service.bus.clone();
         service.runner.resume(&bus).await?;
         let stopped = CancellationToken::new();
-        tokio::spawn(dead_letters::watch(bus.clone(), stopped.clone()));
+        tokio::spawn(dead_letters::watch(bus.clone(), service.files.job_files(), stopped.clone()));
         let mut requests = bus.api_requests(API_QUEUE).await?;
         tracing::info!(api = %bus.subjects.api_all(), "orchestrator ready");
         tokio::pin!(shutdown);

@@ -217,6 +217,11 @@ async fn a_task_that_kills_every_worker_still_gets_a_failed_report() {
     assert!(t.error.as_ref().unwrap().message.contains("given up after 2 deliveries"), "{t:?}");
     assert!(rec.answer.unwrap().contains("failed: "), "the planner saw the failure");
     assert_eq!(d.dead_letters().await.len(), 1);
+    // Its full report exists like every task's, written on the workers' behalf.
+    let report = format!("/reports/{}.md", t.task_id);
+    let (code, text, err) = crate::approvals::cli(&d, &["files", "get", &job.to_string(), &report]).await;
+    assert_eq!(code, 0, "files get {report}: {err}");
+    assert!(text.contains("failed") && text.contains("given up after 2 deliveries"), "{text}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

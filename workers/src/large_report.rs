@@ -13,7 +13,7 @@
 //! no agent tool nor client can write it, and it is stored with its sha256,
 //! which every read checks, so another task cannot forge this report.
 
-use flotilla_agent::files::{FilePath, report_path};
+use flotilla_agent::files::{FilePath, report_path, unfinished_report};
 use flotilla_protocol::{ErrorInfo, ErrorKind, FileRef, TaskMessage};
 
 use crate::runtime::SubagentRuntime;
@@ -57,7 +57,7 @@ pub async fn offload(
 /// effort: the report message carries the same error.
 pub async fn store_failure(rt: &SubagentRuntime, task: &TaskMessage, status: &str, error: &ErrorInfo) {
     let path = path_for(task);
-    let text = format!("# Task {} {status}\n\n{}: {}\n", task.task_id, error.kind.as_str(), error.message);
+    let text = unfinished_report(&task.task_id, status, error);
     if let Err(e) = rt.files.write_reserved(&task.job_id, &path, text.as_bytes()).await {
         tracing::warn!(error = %e, path = %path, "report of an unfinished task not stored in job files");
     }

@@ -40,7 +40,9 @@ pub use backend::{MemoryBackend, ObjectBackend, ObjectInfo};
 pub use staging::Upload;
 
 pub use path::{FilePath, PathError};
-pub use reserved::{LARGE_RESULTS_DIR, MAPS_DIR, REPORTS_DIR, RESERVED_DIRS, report_path, reserved_prefix};
+pub use reserved::{
+    LARGE_RESULTS_DIR, MAPS_DIR, REPORTS_DIR, RESERVED_DIRS, report_path, reserved_prefix, unfinished_report,
+};
 
 use crate::digest::sha256_hex;
 use flotilla_protocol::FileRef;

@@ -13,6 +13,7 @@
 //!   refuses a reserved path with [`super::FileError::Reserved`];
 //! - only [`super::JobFiles::write_reserved`], called by the runtime's own
 //!   writers (`shared/agent/src/tool/evict.rs`, `workers/src/large_report.rs`),
+//!   and the dead-letter watch (`orchestrator/src/dead_letters.rs`),
 //!   writes there, and it stores the sha256 of the bytes with the object;
 //! - [`super::JobFiles::read`] of a reserved path verifies that sha256 and
 //!   fails with [`super::FileError::Tampered`] on a mismatch or a missing
@@ -42,6 +43,18 @@ const REPORT_FILES: &str = "/reports/<task id>.md";
 /// Where the full report of `task` is kept.
 pub fn report_path(task: &flotilla_protocol::ids::TaskId) -> FilePath {
     FilePath::parse(&format!("{REPORTS_DIR}/{task}.md")).expect("task ids make valid file names")
+}
+
+/// The text of `/reports/<task>.md` for a task that did not complete
+/// (`status` failed, cancelled, …), so that file exists for every task that
+/// was reported on, by its worker or, for a task JetStream gave up on, by
+/// the orchestrator (orchestrator/src/dead_letters.rs).
+pub fn unfinished_report(
+    task: &flotilla_protocol::ids::TaskId,
+    status: &str,
+    error: &flotilla_protocol::ErrorInfo,
+) -> String {
+    format!("# Task {task} {status}\n\n{}: {}\n", error.kind.as_str(), error.message)
 }
 
 /// Whether `path` is `/reports/<uuid>.md`.
