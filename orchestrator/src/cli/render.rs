@@ -31,7 +31,9 @@ pub fn todo_mark(status: TodoStatus) -> &'static str {
     }
 }
 
-/// First 8 characters of an id: enough to tell tasks apart on screen.
+/// Last 8 characters of an id: ids are UUIDv7, whose start is a timestamp
+/// shared by ids made in the same minute and whose end is random, so the end
+/// tells the tasks of a job apart on screen.
 pub fn short(id: impl std::fmt::Display) -> String {
     id.to_string().chars().rev().take(8).collect::<Vec<_>>().into_iter().rev().collect()
 }
