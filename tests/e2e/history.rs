@@ -202,14 +202,22 @@ async fn prune_deletes_the_tenants_finished_jobs_only() {
     let finished = write_finished(&records, &index, 3).await;
     // A running job of the same tenant (no worker serves it) stays.
     let running = d.submit(JOB).await;
+    // Every job has files; the pruned ones' go in one batch, the running one's stay.
+    let files = d.bus.job_files(&FilesConfig::default()).await.unwrap();
+    let note = flotilla_agent::files::FilePath::parse("/notes.md").unwrap();
+    for job in finished.iter().chain([&running]) {
+        files.write(job, &note, b"kept until the job is pruned").await.unwrap();
+    }
     let cfg = d.config_arg();
     let (code, out, err) = run_cli(&["--config", &cfg, "jobs", "prune", "--before", "2999-01-01"], &[]);
     assert_eq!(code, 0, "prune: {err}");
     assert!(out.contains("3 finished jobs deleted"), "{out}");
-    for job in finished {
-        assert_eq!(status(&d, job).await.expect_err("pruned").kind, ErrorKind::NotFound);
+    for job in &finished {
+        assert_eq!(status(&d, *job).await.expect_err("pruned").kind, ErrorKind::NotFound);
+        assert!(files.list(job).await.unwrap().is_empty(), "a pruned job's files are deleted");
     }
     assert_eq!(listed(&d), vec![running], "only the running job is left");
+    assert_eq!(files.list(&running).await.unwrap().len(), 1, "the running job's file is kept");
 }
 
 /// The value of metric line `key` (`name{labels}`) at the orchestrator's `/metrics`, 0 when absent.

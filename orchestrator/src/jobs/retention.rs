@@ -12,13 +12,15 @@
 //! the whole job some time after its *last* change, which one TTL per key
 //! cannot express; running jobs must never expire however long they run.
 //! The candidates come from the index (terminal statuses, created before the
-//! cutoff, read from the key alone), so a sweep reads only old jobs.
+//! cutoff, read from the key alone), so a sweep reads only old jobs, and
+//! their files go in batches, one listing of the files store per batch.
 
+use std::collections::HashSet;
 use std::time::Duration;
 
 use flotilla_agent::files::JobFiles;
-use flotilla_bus::{BusError, Indexed};
-use flotilla_protocol::ids::Tenant;
+use flotilla_bus::BusError;
+use flotilla_protocol::ids::{JobId, Tenant};
 use flotilla_protocol::{self as protocol, ApiReply, ErrorKind, JobStatus, PruneReply, PruneRequest};
 use time::OffsetDateTime;
 
@@ -27,6 +29,11 @@ use super::index::created_ms;
 
 /// Longest pause between two sweeps.
 const MAX_SWEEP_INTERVAL: Duration = Duration::from_secs(3600);
+
+/// Expired jobs whose files one listing of the job-files store deletes (a
+/// listing reads every object's metadata, so one per job would make a sweep
+/// quadratic in the history).
+const PURGE_BATCH: usize = 1024;
 
 impl JobStore {
     /// Deletes, from now on, finished jobs unchanged for `keep`, with their
@@ -53,7 +60,7 @@ impl JobStore {
     pub async fn prune(&self, tenant: Option<&Tenant>, before: OffsetDateTime) -> Result<usize, BusError> {
         let (Some(index), Some(records)) = (&self.index, &self.records) else { return Ok(0) };
         let cutoff_ms = (before.unix_timestamp_nanos() / 1_000_000).max(0) as u64;
-        let mut pruned = 0;
+        let mut expired = Vec::new();
         for status in [JobStatus::Completed, JobStatus::Failed, JobStatus::Cancelled] {
             for e in index.entries(tenant, Some(status)).await? {
                 // Created after the cutoff: changed after it too.
@@ -61,13 +68,23 @@ impl JobStore {
                     continue;
                 }
                 match self.stored_header(&e.id).await? {
-                    Some((rec, _)) if !rec.status.is_terminal() || rec.updated_at >= before => continue,
-                    Some(_) => {
-                        self.delete_files(&e).await?;
-                        records.remove_job(&e.id).await?;
-                        pruned += 1;
-                    }
-                    None => {}
+                    Some((rec, _)) if !rec.status.is_terminal() || rec.updated_at >= before => {}
+                    Some(_) => expired.push((e, true)),
+                    // The job is gone (a sweep that stopped half-way): only its entry is left.
+                    None => expired.push((e, false)),
+                }
+            }
+        }
+        let mut pruned = 0;
+        for batch in expired.chunks(PURGE_BATCH) {
+            // Files first, then records, the index entry last: a sweep that
+            // stops half-way leaves entries the next one finds again.
+            let gone: HashSet<JobId> = batch.iter().filter(|(_, stored)| *stored).map(|(e, _)| e.id).collect();
+            self.delete_files(&gone).await?;
+            for (e, stored) in batch {
+                if *stored {
+                    records.remove_job(&e.id).await?;
+                    pruned += 1;
                 }
                 index.forget(&e.tenant, e.status, &e.id).await?;
             }
@@ -75,12 +92,12 @@ impl JobStore {
         Ok(pruned)
     }
 
-    async fn delete_files(&self, e: &Indexed) -> Result<(), BusError> {
+    async fn delete_files(&self, jobs: &HashSet<JobId>) -> Result<(), BusError> {
         let Some(files) = self.files.get() else { return Ok(()) };
         files
-            .purge(&e.id)
+            .purge_jobs(jobs)
             .await
-            .map_err(|err| BusError::new(format!("cannot delete the files of job {}", e.id), err))?;
+            .map_err(|err| BusError::new(format!("cannot delete the files of {} expired jobs", jobs.len()), err))?;
         Ok(())
     }
 }

@@ -29,7 +29,7 @@ pub mod reserved;
 mod backend;
 mod staging;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use base64::Engine;
@@ -257,11 +257,30 @@ impl JobFiles {
 
     /// Deletes every file of `job`; returns how many.
     pub async fn purge(&self, job: &JobId) -> Result<usize, FileError> {
-        let files = self.list(job).await?;
-        for f in &files {
-            self.remove(&Self::object_name(job, &f.path)).await?;
+        self.purge_jobs(&HashSet::from([*job])).await
+    }
+
+    /// Deletes every file of every job in `jobs` with one listing of the
+    /// store; returns how many. A listing reads the metadata of every object
+    /// of every job (the store cannot filter object names server-side), so
+    /// the retention sweep (orchestrator/src/jobs/retention.rs) purges its
+    /// expired jobs together rather than paying one listing per job.
+    pub async fn purge_jobs(&self, jobs: &HashSet<JobId>) -> Result<usize, FileError> {
+        let objects = match jobs.iter().next() {
+            None => return Ok(0),
+            Some(only) if jobs.len() == 1 => self.backend.list(&Self::prefix(only)).await,
+            Some(_) => self.backend.list("").await,
         }
-        Ok(files.len())
+        .map_err(FileError::Store)?;
+        let mut purged = 0;
+        for (name, _) in objects {
+            let owner = name.split_once('/').and_then(|(job, _)| job.parse::<JobId>().ok());
+            if owner.is_some_and(|job| jobs.contains(&job)) {
+                self.remove(&name).await?;
+                purged += 1;
+            }
+        }
+        Ok(purged)
     }
 }
 
@@ -304,6 +323,56 @@ mod tests {
             assert_eq!(JobFiles::path_of(&job, &name), Some(p));
             assert_eq!(JobFiles::path_of(&other, &name), None);
         }
+    }
+
+    /// Counts the listings a backend serves.
+    struct CountingLists {
+        inner: MemoryBackend,
+        lists: std::sync::atomic::AtomicUsize,
+    }
+
+    #[async_trait::async_trait]
+    impl ObjectBackend for CountingLists {
+        async fn info(&self, name: &str) -> Result<Option<ObjectInfo>, String> {
+            self.inner.info(name).await
+        }
+        async fn get(&self, name: &str, max: u64) -> Result<Option<(Vec<u8>, HashMap<String, String>)>, String> {
+            self.inner.get(name, max).await
+        }
+        async fn put(&self, name: &str, bytes: &[u8], metadata: HashMap<String, String>) -> Result<(), String> {
+            self.inner.put(name, bytes, metadata).await
+        }
+        async fn list(&self, prefix: &str) -> Result<Vec<(String, ObjectInfo)>, String> {
+            self.lists.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.inner.list(prefix).await
+        }
+        async fn delete(&self, name: &str) -> Result<(), String> {
+            self.inner.delete(name).await
+        }
+    }
+
+    #[tokio::test]
+    async fn purging_many_jobs_lists_the_store_once_and_spares_the_others() {
+        let backend = Arc::new(CountingLists { inner: MemoryBackend::default(), lists: Default::default() });
+        let files = JobFiles::new(backend.clone(), 1024);
+        let jobs: Vec<JobId> = (0..5).map(|_| JobId::new()).collect();
+        for job in &jobs {
+            for path in ["/inputs/a.csv", "/notes.md"] {
+                files.write(job, &FilePath::parse(path).unwrap(), b"x").await.unwrap();
+            }
+            files.write_reserved(job, &report_path(&flotilla_protocol::ids::TaskId::new()), b"r").await.unwrap();
+        }
+        let expired: HashSet<JobId> = jobs[..3].iter().copied().collect();
+        assert_eq!(files.purge_jobs(&expired).await.unwrap(), 9);
+        assert_eq!(backend.lists.load(std::sync::atomic::Ordering::Relaxed), 1, "one listing for three jobs");
+        for job in &jobs[..3] {
+            assert!(files.list(job).await.unwrap().is_empty());
+        }
+        for job in &jobs[3..] {
+            assert_eq!(files.list(job).await.unwrap().len(), 3, "another job's files are kept");
+        }
+        assert_eq!(files.purge(&jobs[3]).await.unwrap(), 3);
+        assert_eq!(files.purge_jobs(&HashSet::new()).await.unwrap(), 0);
     }
 
     fn job_and(path: &str) -> (JobId, FilePath) {
