@@ -10,7 +10,7 @@
 //! | `prune`                          | `PruneRequest`   | `PruneReply` (src/jobs/retention.rs) |
 //! | `approvals`                      | `ApprovalsRequest` | `ApprovalsReply`    |
 //! | `approve`                        | `ApproveRequest` | `ApproveReply` (src/approvals.rs) |
-//! | `resolve`                        | `ResolveRequest` | `ResolveReply` (job ids starting with a prefix) |
+//! | `resolve`                        | `ResolveRequest` | `ResolveReply` (job ids starting or ending with a short id) |
 //! | `files_ls`, `files_get`, `files_put`, `files_commit` | `Files*Request` | `Files*Reply` (src/files_api.rs) |
 //!
 //! Any number of orchestrators may share a prefix: they share the API (queue
@@ -286,7 +286,7 @@ impl Service {
         }
     }
 
-    /// The tenant's jobs whose id starts with the request's prefix, newest
+    /// The tenant's jobs whose id starts or ends with the request's short id, newest
     /// first, from the job index (one key listing of the tenant's entries:
     /// its cost follows the tenant's history, docs/PROTOCOL.md "Job API").
     async fn resolve(&self, tenant: &Tenant, payload: &[u8]) -> ApiReply<ResolveReply> {
@@ -304,7 +304,8 @@ impl Service {
         };
         match entries {
             Ok(entries) => {
-                let ids = entries.into_iter().map(|e| e.id).filter(|id| id.to_string().starts_with(&prefix));
+                let ids =
+                    entries.into_iter().map(|e| e.id).filter(|id| protocol::matches_short_id(&id.to_string(), &prefix));
                 ApiReply::ok(matching_jobs(ids))
             }
             Err(e) => ApiReply::error(ErrorKind::Transient, e.to_string()),

@@ -119,7 +119,10 @@ async fn approved_call_runs_after_a_person_approves_it() {
     log.drain();
     assert!(progress(&log, "tool_result").is_empty(), "the tool ran before approval");
 
-    let (code, out, err) = cli(&d, &["approve", &job.to_string(), &call, "--approve"]).await;
+    // The task named by its short id as `watch` displays it (last 8 characters).
+    let task = req["task_id"].as_str().unwrap();
+    let shown = &task[task.len() - 8..];
+    let (code, out, err) = cli(&d, &["approve", &job.to_string(), &call, "--task", shown, "--approve"]).await;
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("approve call"), "{out}");
     assert_eq!(answer_of(&d, &mut log).await, "margin=0.375");

@@ -85,6 +85,13 @@ async fn every_client_command_prints_json_and_takes_job_id_prefixes() {
     assert_eq!(code, 2);
     assert!(err.contains("ambiguous") && err.contains(&a) && err.contains(&b), "the text error lists them: {err}");
 
+    // The short id the CLI displays (an id's last 8 characters) names one
+    // job where the same-minute prefix is ambiguous.
+    let shown = &a[a.len() - 8..];
+    let (code, out, err) = cli(&d, &["status", shown, "--json"]).await;
+    assert_eq!(code, 0, "status by the displayed short id {shown}: {out}{err}");
+    assert_eq!(one_object("status", &out)["id"], a.as_str(), "{out}");
+
     // cancel (by prefix): the cancel reply.
     let (code, out, err) = cli(&d, &["cancel", &b[..18], "--reason", "test", "--json"]).await;
     assert_eq!(code, 0, "{out}{err}");

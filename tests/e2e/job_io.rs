@@ -133,6 +133,11 @@ async fn submitted_files_reach_the_agents_and_files_round_trip() {
     assert_eq!(code, 0, "files get report: {err}");
     assert!(full.starts_with(&format!("last item: {}\t{}", ITEMS, item(ITEMS).trim_end())), "{}", &full[..200]);
     assert_eq!(full.lines().count(), 1501, "the whole report, every line");
+    // The same report named by the task's short id as `status` displays it.
+    let shown = task.to_string()[28..].to_string();
+    let (code, by_short, err) = cli(&d, "default", &["files", "get", &job, &format!("/reports/{shown}.md")]);
+    assert_eq!(code, 0, "files get /reports/{shown}.md: {err}");
+    assert_eq!(by_short, full, "the short id names the same report");
 
     // ls: the inputs with their sizes, and the report.
     let (code, out, err) = cli(&d, "default", &["files", "ls", &job, "--json"]);

@@ -194,3 +194,17 @@ async fn models_check_tells_a_tool_calling_endpoint_from_one_that_answers_text()
     let sent = endpoint.requests();
     assert!(sent.iter().all(|b| b["tools"][0]["function"]["name"] == "ping"), "{sent:?}");
 }
+
+/// `flotilla models check` over a config whose models are all scripted (the
+/// demo's) skips them all and passes, so a CI step over it does not fail.
+#[test]
+fn models_check_passes_when_every_model_is_scripted() {
+    let cfg = flotilla_tests::nats_conf::deploy_dir().join("local/flotilla.toml").display().to_string();
+    let (code, out, err) = run_cli(&["--config", &cfg, "models", "check"], &[]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("nothing to check: every [models.*] entry is scripted"), "{out}");
+    let (code, out, err) = run_cli(&["--config", &cfg, "--json", "models", "check"], &[]);
+    assert_eq!(code, 0, "{out}{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).expect("one JSON object");
+    assert_eq!(v["models"], json!([]), "{v}");
+}

@@ -16,7 +16,7 @@ use super::{connect, render, table};
 /// List pending approval requests.
 #[derive(ClapArgs, Debug)]
 pub struct Args {
-    /// Only this job's requests (its id or a unique prefix of it).
+    /// Only this job's requests (its id, its short id as displayed, or a unique prefix).
     #[arg(long)]
     pub job: Option<JobRef>,
 }

@@ -7,11 +7,16 @@ use std::time::Duration;
 
 use clap::{ArgGroup, Args as ClapArgs};
 use flotilla_config::Settings;
+use flotilla_protocol::ids::JobId;
 use flotilla_protocol::ids::{TaskId, Tenant};
-use flotilla_protocol::{ApiReply, ApproveReply, ApproveRequest, Decision, SCHEMA_VERSION};
+use flotilla_protocol::{
+    ApiReply, ApprovalsReply, ApprovalsRequest, ApproveReply, ApproveRequest, Decision, SCHEMA_VERSION,
+    check_job_prefix, matches_short_id,
+};
 
-use super::client::api_result;
+use super::client::{ApiClient, api_result};
 use super::connect;
+use super::error::CliError;
 use super::jobref::JobRef;
 use super::out::{self, outln};
 
@@ -19,13 +24,14 @@ use super::out::{self, outln};
 #[derive(ClapArgs, Debug)]
 #[command(group(ArgGroup::new("decision").required(true).args(["approve", "reject", "edit", "content", "decline", "cancel"])))]
 pub struct Args {
-    /// The job: its id or a unique prefix of it (at least 4 characters).
+    /// The job: its id, its short id as displayed, or a unique prefix (at least 4 characters).
     pub job: JobRef,
     /// The tool call id, as `flotilla approvals` shows it.
     pub call_id: String,
-    /// The task, when the call id is pending in several tasks of the job.
+    /// The task, when the call id is pending in several tasks of the job:
+    /// its id or its short id as displayed (last 8 characters).
     #[arg(long)]
-    pub task: Option<TaskId>,
+    pub task: Option<String>,
     /// Run the call as requested.
     #[arg(long)]
     pub approve: bool,
@@ -85,7 +91,11 @@ pub async fn run(settings: &Settings, tenant: &Tenant, args: Args, json: bool) -
     let by = args.by.clone().or_else(|| std::env::var("USER").ok());
     let api = connect(settings, tenant).await?;
     let job_id = api.resolve(&args.job).await?;
-    let req = ApproveRequest { v: SCHEMA_VERSION, job_id, call_id: args.call_id, task_id: args.task, decision, by };
+    let task_id = match &args.task {
+        Some(task) => Some(pending_task(&api, tenant, job_id, &args.call_id, task).await?),
+        None => None,
+    };
+    let req = ApproveRequest { v: SCHEMA_VERSION, job_id, call_id: args.call_id, task_id, decision, by };
     let reply: ApiReply<ApproveReply> = api.bus().request(tenant, "approve", &req, Duration::from_secs(10)).await?;
     let reply = api_result(reply, "not recorded")?;
     if json {
@@ -95,4 +105,47 @@ pub async fn run(settings: &Settings, tenant: &Tenant, args: Args, json: bool) -
     let r = &reply.record.request;
     outln!("{} call {} ({}) of job {}, task {}", req.decision.kind(), r.call_id, r.tool, r.job_id, r.task_id)?;
     Ok(0)
+}
+
+/// The task named by `--task`: a whole id as given, else the one task of
+/// the job's pending requests for `call_id` whose id starts or ends with
+/// `task` (the short id `watch` and `status` display).
+async fn pending_task(
+    api: &ApiClient,
+    tenant: &Tenant,
+    job: JobId,
+    call_id: &str,
+    task: &str,
+) -> anyhow::Result<TaskId> {
+    if let Ok(id) = task.trim().parse::<TaskId>() {
+        return Ok(id);
+    }
+    let short = check_job_prefix(task).map_err(|e| CliError::new("validation", e.replace("job id", "task id")))?;
+    let req = ApprovalsRequest { v: SCHEMA_VERSION, job_id: Some(job) };
+    let reply: ApiReply<ApprovalsReply> = api.bus().request(tenant, "approvals", &req, Duration::from_secs(10)).await?;
+    let pending = api_result(reply, "approvals")?;
+    let mut tasks: Vec<TaskId> = pending
+        .approvals
+        .iter()
+        .filter(|r| r.call_id == call_id && matches_short_id(&r.task_id.to_string(), &short))
+        .map(|r| r.task_id)
+        .collect();
+    tasks.dedup();
+    match tasks.as_slice() {
+        [one] => Ok(*one),
+        [] => Err(CliError::new(
+            "not_found",
+            format!("no pending request for call {call_id} of job {job} is in a task matching {short}"),
+        )
+        .into()),
+        many => Err(CliError::new(
+            "validation",
+            format!(
+                "task {short} is ambiguous: {} ({}); give the whole id",
+                many.len(),
+                many.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(", ")
+            ),
+        )
+        .into()),
+    }
 }

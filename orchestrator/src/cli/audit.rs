@@ -17,7 +17,7 @@ use super::{connect, render, table};
 /// Show the audit records of a job (tool calls and approvals).
 #[derive(ClapArgs, Debug)]
 pub struct Args {
-    /// The job: its id or a unique prefix of it (at least 4 characters).
+    /// The job: its id, its short id as displayed, or a unique prefix (at least 4 characters).
     pub job: JobRef,
 }
 

@@ -12,7 +12,7 @@ use super::out::{self, outln};
 /// every worker aborts the job's running subagents (they report `cancelled`).
 #[derive(ClapArgs, Debug)]
 pub struct Args {
-    /// The job: its id or a unique prefix of it (at least 4 characters).
+    /// The job: its id, its short id as displayed, or a unique prefix (at least 4 characters).
     pub job: JobRef,
     /// Why, recorded in the job's `cancelled` event.
     #[arg(long)]

@@ -82,7 +82,7 @@ impl ApiClient {
     }
 
     /// The job a person named: a whole id as given, or the one job of this
-    /// tenant whose id starts with a prefix (the `resolve` operation). No
+    /// tenant whose id starts or ends with a short id (the `resolve` operation). No
     /// match is a `not_found` error; several are an error listing them.
     pub async fn resolve(&self, job: &JobRef) -> anyhow::Result<JobId> {
         let prefix = match job {
@@ -96,7 +96,7 @@ impl ApiClient {
             [id] if found.matches == 1 => Ok(*id),
             [] => Err(CliError::new(
                 "not_found",
-                format!("no job of tenant {} has an id starting with {prefix}", self.tenant),
+                format!("no job of tenant {} has an id starting or ending with {prefix}", self.tenant),
             )
             .into()),
             candidates => {
@@ -106,7 +106,7 @@ impl ApiClient {
                 let mut e = CliError::new(
                     "validation",
                     format!(
-                        "job id prefix {prefix} is ambiguous: {} jobs match ({}{more}); give more characters",
+                        "short job id {prefix} is ambiguous: {} jobs match ({}{more}); give more characters",
                         found.matches,
                         listed.join(", ")
                     ),

@@ -21,11 +21,14 @@ use flotilla_protocol::files_api::{
     FilesLsRequest, FilesPutReply, FilesPutRequest, StagedFile, UploadId,
 };
 use flotilla_protocol::ids::{JobId, Tenant};
-use flotilla_protocol::{ApiReply, Message, SCHEMA_VERSION, SubmitReply, SubmitRequest};
+use flotilla_protocol::{
+    ApiReply, Message, SCHEMA_VERSION, SubmitReply, SubmitRequest, check_job_prefix, matches_short_id,
+};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::client::{ApiClient, api_result};
+use super::error::CliError;
 use super::jobref::JobRef;
 use super::out::{self, out, outln};
 use super::{connect, render, table};
@@ -44,16 +47,17 @@ pub struct Args {
 pub enum Command {
     /// List a job's files: path, size, last write.
     Ls {
-        /// The job: its id or a unique prefix of it (at least 4 characters).
+        /// The job: its id, its short id as displayed, or a unique prefix (at least 4 characters).
         job: JobRef,
         /// Only paths starting with this (e.g. /reports/).
         prefix: Option<String>,
     },
     /// Print a job file (or write it to a local file with -o).
     Get {
-        /// The job: its id or a unique prefix of it (at least 4 characters).
+        /// The job: its id, its short id as displayed, or a unique prefix (at least 4 characters).
         job: JobRef,
-        /// The job path, e.g. /reports/<task>.md.
+        /// The job path, e.g. /reports/<task>.md (the task by its id or its
+        /// short id as displayed).
         path: String,
         /// Write to this local file instead of stdout (with --json, print
         /// a JSON object: path, size, sha256, output).
@@ -62,7 +66,7 @@ pub enum Command {
     },
     /// Upload a local file to a job path (reserved paths are refused).
     Put {
-        /// The job: its id or a unique prefix of it (at least 4 characters).
+        /// The job: its id, its short id as displayed, or a unique prefix (at least 4 characters).
         job: JobRef,
         /// The local file.
         local: PathBuf,
@@ -136,6 +140,7 @@ async fn get(api: &ApiClient, job: JobId, path: &str, output: Option<&Path>, jso
     if json && output.is_none() {
         bail!("--json describes a file written with -o; without -o the file's bytes go to stdout");
     }
+    let path = &report_path(api, job, path).await?;
     let (bytes, sha256) = download(api, job, path).await?;
     match output {
         Some(local) => {
@@ -152,6 +157,41 @@ async fn get(api: &ApiClient, job: JobId, path: &str, output: Option<&Path>, jso
         }
     }
     Ok(0)
+}
+
+/// `path`, or for `/reports/<short>.md` naming a task by the short id the
+/// CLI displays (or a prefix), the report of the one task whose id matches.
+async fn report_path(api: &ApiClient, job: JobId, path: &str) -> anyhow::Result<String> {
+    let Some(short) = path.strip_prefix("/reports/").and_then(|p| p.strip_suffix(".md")) else {
+        return Ok(path.to_string());
+    };
+    if short.parse::<flotilla_protocol::ids::TaskId>().is_ok() || check_job_prefix(short).is_err() {
+        return Ok(path.to_string());
+    }
+    let short = short.to_ascii_lowercase();
+    let mut found = Vec::new();
+    let mut after = None;
+    loop {
+        let req =
+            FilesLsRequest { v: SCHEMA_VERSION, job_id: job, prefix: Some("/reports/".into()), after, limit: None };
+        let reply: FilesLsReply = call(api, "files_ls", &req).await?;
+        found.extend(reply.files.into_iter().map(|f| f.path).filter(|p| {
+            p.strip_prefix("/reports/").and_then(|t| t.strip_suffix(".md")).is_some_and(|t| matches_short_id(t, &short))
+        }));
+        after = reply.next_after;
+        if after.is_none() {
+            break;
+        }
+    }
+    match found.as_slice() {
+        [one] => Ok(one.clone()),
+        [] => Err(CliError::new("not_found", format!("job {job} has no report of a task matching {short}")).into()),
+        many => Err(CliError::new(
+            "validation",
+            format!("task {short} is ambiguous: {} reports match ({}); give the whole id", many.len(), many.join(", ")),
+        )
+        .into()),
+    }
 }
 
 /// The whole file at `path` of `job`, part by part, checked against the

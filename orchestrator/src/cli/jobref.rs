@@ -1,6 +1,7 @@
-//! A job as a person names it on the command line: its whole id, or a
-//! unique prefix of at least four characters, git-style (`flotilla status
-//! 0195f3a2`). Prefixes are resolved by the orchestrator's `resolve`
+//! A job as a person names it on the command line: its whole id, the short
+//! id the CLI and dashboard display (its last 8 characters), or a unique
+//! prefix of at least four characters, git-style (`flotilla status
+//! 0195f3a2`). Short ids are resolved by the orchestrator's `resolve`
 //! operation over this tenant's jobs ([`super::client::ApiClient::resolve`];
 //! docs/PROTOCOL.md, "Job API"), so a client confined to its tenant's API
 //! subjects can use them. Text that can be neither (`abc`, `xyz1`) is refused
@@ -16,7 +17,7 @@ use flotilla_protocol::ids::JobId;
 pub enum JobRef {
     /// A whole id: used as given, no lookup.
     Id(JobId),
-    /// The start of an id, lowercased (hex digits and `-`).
+    /// The start or the end of an id, lowercased (hex digits and `-`).
     Prefix(String),
 }
 

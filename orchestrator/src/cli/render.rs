@@ -47,9 +47,18 @@ pub fn one_line(s: &str, max: usize) -> String {
 /// `in/out tokens, calls`.
 pub fn usage(u: &Usage) -> String {
     format!(
-        "{} in / {} out tokens, {} model calls, {} tool calls",
-        u.input_tokens, u.output_tokens, u.model_calls, u.tool_calls
+        "{} in / {} out tokens, {}, {}",
+        u.input_tokens,
+        u.output_tokens,
+        count(u.model_calls, "model call"),
+        count(u.tool_calls, "tool call")
     ) + &if u.cost_usd > 0.0 { format!(", ${:.6}", u.cost_usd) } else { String::new() }
+}
+
+/// `n` and `noun`, plural unless `n` is one: "1 tool call", "3 tool calls".
+pub fn count(n: impl Into<u64>, noun: &str) -> String {
+    let n = n.into();
+    if n == 1 { format!("1 {noun}") } else { format!("{n} {noun}s") }
 }
 
 /// One line per event (todo lists take several).
@@ -255,6 +264,13 @@ mod tests {
             "approval needed: confirm_transfer (call_0_0-elicit); answer with `flotilla approve {job} call_0_0-elicit --content '<json>' | --decline | --cancel`"
         );
         assert!(line.ends_with(&want), "{line}");
+    }
+
+    #[test]
+    fn counts_are_plural_unless_one() {
+        let u = Usage { input_tokens: 5, output_tokens: 2, model_calls: 1, tool_calls: 3, ..Usage::default() };
+        assert_eq!(usage(&u), "5 in / 2 out tokens, 1 model call, 3 tool calls");
+        assert_eq!(count(0u64, "tool call"), "0 tool calls");
     }
 
     #[test]

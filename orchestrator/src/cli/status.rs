@@ -14,7 +14,7 @@ use super::{connect, render};
 /// Show a job: status, task counts, todos, a page of tasks with their reports, usage, answer.
 #[derive(ClapArgs, Debug)]
 pub struct Args {
-    /// The job: its id or a unique prefix of it (at least 4 characters).
+    /// The job: its id, its short id as displayed, or a unique prefix (at least 4 characters).
     pub job: JobRef,
     /// Tasks to show, in dispatch order (default 100, at most 1000; 0 for the header only).
     #[arg(long)]

@@ -22,7 +22,7 @@ use super::{Output, connect, exit_code, follow_job, render};
 /// tool calls, reports) until it ends; without a job id, follow all jobs.
 #[derive(ClapArgs, Debug)]
 pub struct Args {
-    /// The job: its id or a unique prefix of it (at least 4 characters);
+    /// The job: its id, its short id as displayed, or a unique prefix (at least 4 characters);
     /// omit to follow every job from now on.
     pub job: Option<JobRef>,
     /// Plain lines even when stdout is a terminal.

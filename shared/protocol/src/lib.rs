@@ -54,7 +54,9 @@ pub use job::{JobInput, JobRecord, JobStatus, JobTodos, TaskCounts, TaskEntry, T
 pub use job_event::{JobEvent, JobEventKind};
 pub use progress::{ProgressEvent, ProgressKind};
 pub use report::{TaskReport, TaskStatus};
-pub use resolve::{MAX_RESOLVE_CANDIDATES, MIN_JOB_PREFIX, ResolveReply, ResolveRequest, check_job_prefix};
+pub use resolve::{
+    MAX_RESOLVE_CANDIDATES, MIN_JOB_PREFIX, ResolveReply, ResolveRequest, check_job_prefix, matches_short_id,
+};
 pub use task::TaskMessage;
 pub use task_message::{FollowUp, MAX_FOLLOW_UP_BYTES, check_text as check_follow_up_text};
 pub use todo::{Todo, TodoStatus};

@@ -1,6 +1,10 @@
-//! `<prefix>.api.<tenant>.resolve`: the tenant's jobs whose id starts with a
-//! prefix, so a person may type `flotilla status 0195f3a2` instead of the
-//! whole UUID (git-style short ids, docs/PROTOCOL.md "Job API"). The
+//! `<prefix>.api.<tenant>.resolve`: the tenant's jobs whose id starts or
+//! ends with a short id, so a person may type what the CLI and the dashboard
+//! display (an id's last 8 characters, `flotilla status 6a57e4c1`) or a
+//! git-style prefix (`0195f3a2`) instead of the whole UUID (docs/PROTOCOL.md
+//! "Job API"). Both ends are accepted because UUIDv7 prefixes are the
+//! creation time: jobs created within a minute share their first 8
+//! characters, while their last 8 are random. The
 //! orchestrator answers from the job index of that tenant only, so a client
 //! whose NATS permissions confine it to its tenant resolves its own jobs and
 //! never learns another tenant's ids.
@@ -24,8 +28,9 @@ pub struct ResolveRequest {
     /// Schema version.
     #[serde(default = "super::schema_version")]
     pub v: u32,
-    /// The start of a job id as printed (lowercase hex and `-`), at least
-    /// [`MIN_JOB_PREFIX`] characters; see [`check_job_prefix`].
+    /// The start or the end of a job id (lowercase hex and `-`), at least
+    /// [`MIN_JOB_PREFIX`] characters; see [`check_job_prefix`] and
+    /// [`matches_short_id`]. The field keeps its name for compatibility.
     pub prefix: String,
 }
 
@@ -59,6 +64,13 @@ pub fn check_job_prefix(text: &str) -> Result<String, String> {
     Ok(prefix)
 }
 
+/// Whether `id` (as printed) starts or ends with `short`, a text that passed
+/// [`check_job_prefix`]: a job or task named by its displayed short id (the
+/// last 8 characters) or by a prefix.
+pub fn matches_short_id(id: &str, short: &str) -> bool {
+    id.starts_with(short) || id.ends_with(short)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -71,6 +83,14 @@ mod tests {
         assert!(short.contains("at least 4 characters") && !short.contains("invalid length"), "{short}");
         assert!(check_job_prefix("xyz1").unwrap_err().contains("not a job id"));
         assert!(check_job_prefix(&"a".repeat(37)).is_err());
+    }
+
+    #[test]
+    fn a_short_id_is_either_end_of_an_id() {
+        let id = "0195f3a2-7c1e-7b3d-9a4f-2c8e1d0b6a57";
+        assert!(matches_short_id(id, "0195f3a2"));
+        assert!(matches_short_id(id, "1d0b6a57"), "the displayed last 8 characters");
+        assert!(!matches_short_id(id, "7c1e-7b3d"), "the middle is neither end");
     }
 
     #[test]
