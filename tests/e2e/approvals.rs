@@ -426,3 +426,60 @@ async fn the_live_view_shows_approval_needed_and_an_ended_job_its_tasks() {
     assert!(task_line.contains("finance    completed") && task_line.trim_end().ends_with("margin=0.375"), "{seen}");
     assert!(seen.trim_end().ends_with("margin=0.375"), "the answer comes last: {seen}");
 }
+
+/// `submit --wait` is not silent while the job waits for a person: stderr
+/// names the waiting call once, with the command that answers it, and that
+/// command (run as printed) lets the job finish.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn submit_wait_says_which_call_waits_for_a_person_and_how_to_answer() {
+    use std::io::{BufRead, BufReader, Read};
+    use std::process::{Command, Stdio};
+
+    let d = Deployment::start(1, |url| config(url, r#"["approve", "reject"]"#, 120)).await;
+    d.orchestrator_ready().await;
+    let mut wait = Command::new(flotilla_tests::bin("flotilla"))
+        .args(["--config", &d.config_arg(), "submit", "--wait", "margin: revenue 120, cost 75"])
+        .env("USER", "tester")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run flotilla submit --wait");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stderr = BufReader::new(wait.stderr.take().unwrap());
+    let reader = std::thread::spawn(move || {
+        for line in stderr.lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    // The notice, with the command to run; nothing has been decided yet.
+    let notice = tokio::task::spawn_blocking(move || {
+        let mut seen = Vec::new();
+        loop {
+            let line = rx.recv_timeout(TIMEOUT).unwrap_or_else(|_| panic!("no approval notice on stderr: {seen:?}"));
+            if line.starts_with("waiting for a person: calculate_margin") {
+                return (line, rx);
+            }
+            seen.push(line);
+        }
+    });
+    let (notice, rx) = notice.await.unwrap();
+    let command = notice.split('`').nth(1).unwrap_or_else(|| panic!("no command in {notice}"));
+    assert!(command.ends_with("--approve | --reject"), "{notice}");
+    let args: Vec<&str> = command.trim_end_matches(" | --reject").split_whitespace().skip(1).collect();
+    let (code, out, err) = cli(&d, &args).await;
+    assert_eq!(code, 0, "the printed command answers the request ({command}): {out}{err}");
+
+    let (code, answer) = tokio::task::spawn_blocking(move || {
+        let mut answer = String::new();
+        wait.stdout.take().unwrap().read_to_string(&mut answer).unwrap();
+        (wait.wait().unwrap().code(), answer)
+    })
+    .await
+    .unwrap();
+    assert_eq!(code, Some(0), "submit --wait ends once the job completes: {answer}");
+    assert_eq!(answer.trim(), "margin=0.375");
+    reader.join().unwrap();
+    let notices = rx.try_iter().filter(|l| l.starts_with("waiting for a person")).count();
+    assert_eq!(notices, 0, "one notice per request, not one per poll");
+}

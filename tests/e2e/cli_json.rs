@@ -174,6 +174,33 @@ async fn submit_wait_prints_the_answer_and_the_id_on_stderr() {
     assert!(err.contains(&format!("job {}", rec.id)), "{err}");
 }
 
+/// `submit --wait` on a job that fails prints its error on stderr, one line,
+/// and nothing on stdout (no status block to parse as an answer); exit 1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn submit_wait_on_a_failed_job_prints_the_error_only() {
+    // A planner whose script ends after one turn: its second model call fails the job.
+    let planner = "[[turns]]\n[[turns.calls]]\ntool = \"write_todos\"\nargs = '{\"todos\": []}'\n";
+    let d = Deployment::start(0, |url| {
+        let mut c = TestConfig::new(url);
+        c.scripted_model("planner", planner).section("[planner]\nmodel = \"planner\"\n");
+        c
+    })
+    .await;
+    d.orchestrator_ready().await;
+    let args = ["--config".to_string(), d.config_arg(), "submit".into(), "--wait".into(), "anything".into()];
+    let (code, out, err) = tokio::task::spawn_blocking(move || {
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        flotilla_tests::proc::run_cli(&refs, &[])
+    })
+    .await
+    .unwrap();
+    assert_eq!(code, 1, "{out}{err}");
+    assert_eq!(out, "", "nothing on stdout");
+    let line = err.lines().find(|l| l.contains(" failed: ")).unwrap_or_else(|| panic!("no error line: {err}"));
+    assert!(line.contains("script exhausted"), "{err}");
+    assert!(!err.contains("todos"), "no status block: {err}");
+}
+
 /// Errors are printed once: a config the worker cannot load exits 2 with
 /// one line (like `flotilla`), and a client finding no orchestrator says
 /// "no responders" once.

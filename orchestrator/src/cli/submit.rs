@@ -3,15 +3,25 @@
 //! only once every file is stored, and a failed upload starts no job.
 //!
 //! With `--wait`, stdout holds the outcome only (the answer, or with
-//! `--json` the final job record), so `answer=$(flotilla submit --wait ...)`
+//! `--json` the final job record; a job that failed or was cancelled prints
+//! its error on stderr and nothing on stdout), so `answer=$(flotilla submit --wait ...)`
 //! captures just that; the job id goes to stderr as `job <id>` as soon as
-//! the job exists, for whoever watches the terminal.
+//! the job exists, for whoever watches the terminal. While the job waits
+//! for a person (a tool call under `interrupt_on`, an MCP server's
+//! question), stderr says so once per request, with the command that
+//! answers it: a silent terminal would look like a hung job.
 
 use std::io::Read;
 
+use std::collections::HashSet;
+use std::time::Duration;
+
 use clap::Args as ClapArgs;
 use flotilla_config::Settings;
-use flotilla_protocol::ids::Tenant;
+use flotilla_protocol::ids::{JobId, Tenant};
+use flotilla_protocol::{ApiReply, ApprovalsReply, ApprovalsRequest, DecisionKind, SCHEMA_VERSION};
+
+use super::client::ApiClient;
 
 use super::out::{self, out, outln};
 use super::{Output, connect, exit_code, follow_job, render};
@@ -53,13 +63,64 @@ pub async fn run(settings: &Settings, tenant: &Tenant, args: Args, json: bool) -
         return Ok(0);
     }
     eprintln!("job {id}");
-    let rec = follow_job(&api, id, Output::Quiet).await?;
+    let rec = tokio::select! {
+        rec = follow_job(&api, id, Output::Quiet) => rec?,
+        never = approval_notices(&api, id) => match never {},
+    };
     if json {
         out::json(&rec)?;
     } else if let Some(answer) = &rec.answer {
         outln!("{answer}")?;
+    } else if let Some(error) = &rec.error {
+        // No answer to capture: stdout stays empty, the reason goes where a person reads it.
+        eprintln!("job {} {}: {error}", rec.id, rec.status.as_str());
     } else {
         out!("{}", render::record(&rec))?;
     }
     Ok(exit_code(&rec))
+}
+
+/// How often `--wait` asks whether the job waits for a person.
+const APPROVAL_POLL: Duration = Duration::from_secs(2);
+
+/// Tells stderr about each approval request of `job` once, as it appears,
+/// with the command that answers it; runs until dropped. Asks the job API
+/// (the `approvals` operation) rather than following progress events, which
+/// a large job would flood the client with.
+async fn approval_notices(api: &ApiClient, job: JobId) -> std::convert::Infallible {
+    let mut told = HashSet::new();
+    let mut tick = tokio::time::interval(APPROVAL_POLL);
+    loop {
+        tick.tick().await;
+        let req = ApprovalsRequest { v: SCHEMA_VERSION, job_id: Some(job) };
+        let reply: Result<ApiReply<ApprovalsReply>, _> =
+            api.bus().request(api.tenant(), "approvals", &req, APPROVAL_POLL).await;
+        // A failed look is retried at the next tick: the notice is a courtesy, the job goes on.
+        let Ok(Ok(pending)) = reply.map(ApiReply::into_result) else { continue };
+        for r in pending.approvals {
+            if told.insert((r.task_id, r.call_id.clone())) {
+                let task = render::short(r.task_id);
+                eprintln!(
+                    "waiting for a person: {} ({}) in task {task}; answer with `flotilla approve {} {} --task {task} {}`",
+                    r.tool,
+                    r.call_id,
+                    render::short(job),
+                    r.call_id,
+                    r.decisions.iter().map(|d| flag(*d)).collect::<Vec<_>>().join(" | "),
+                );
+            }
+        }
+    }
+}
+
+/// The `flotilla approve` flag that makes decision `d`.
+fn flag(d: DecisionKind) -> &'static str {
+    match d {
+        DecisionKind::Approve => "--approve",
+        DecisionKind::Reject => "--reject",
+        DecisionKind::Edit => "--edit '<json>'",
+        DecisionKind::Accept => "--content '<json>'",
+        DecisionKind::Decline => "--decline",
+        DecisionKind::Cancel => "--cancel",
+    }
 }
