@@ -166,7 +166,8 @@ async fn the_demo_with_its_mcp_binary_missing_fails_naming_it() {
 
 /// `flotilla up` prints "flotilla is up" only when a job could run: at that
 /// moment both workers' heartbeats are in the workers bucket and the job API
-/// answers. Before, the line came right after spawning the children.
+/// answers. Each child logs to `<state_dir>/logs/<name>.log`, without colour
+/// codes (a file is no terminal), and `up`'s own output is its lines alone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn up_says_it_is_up_once_every_worker_heartbeats() {
     let nats = NatsServer::start().await;
@@ -179,33 +180,29 @@ async fn up_says_it_is_up_once_every_worker_heartbeats() {
         async move { log.contains("flotilla is up").then_some(()) }
     })
     .await;
-    let log = strip_ansi(&up.log());
-    let said_up = log.find("flotilla is up").expect("the line");
-    for ready in ["orchestrator ready", "worker ready worker_id=local-1", "worker ready worker_id=local-2"] {
-        let at = log.find(ready).unwrap_or_else(|| panic!("no {ready:?} in the log:\n{log}"));
-        assert!(at < said_up, "{ready:?} logged after \"flotilla is up\":\n{log}");
-    }
     let bus = Bus::connect(&NatsConfig { url: nats.url(), ..Default::default() }, "e2e-test", Duration::from_secs(5))
         .await
         .expect("connect");
     let mut live: Vec<String> = bus.live_workers().await.expect("workers").into_iter().map(|w| w.worker_id).collect();
     live.sort();
     assert_eq!(live, ["local-1", "local-2"], "workers with a heartbeat when `up` said it was up");
+    let logs = std::fs::canonicalize(config.dir().join("state/logs")).expect("the log dir");
+    let own = up.log();
+    assert!(own.contains(&format!("(logs in {})", logs.display())), "up names its log dir: {own}");
+    assert!(
+        !own.contains("orchestrator ready") && !own.contains("worker ready"),
+        "children's lines on up's output: {own}"
+    );
+    for (file, ready) in [
+        ("orchestrator.log", "orchestrator ready"),
+        ("worker-1.log", "worker ready worker_id=local-1"),
+        ("worker-2.log", "worker ready worker_id=local-2"),
+    ] {
+        let log = std::fs::read_to_string(logs.join(file)).unwrap_or_else(|e| panic!("{file}: {e}"));
+        assert!(log.contains(ready), "no {ready:?} in {file}:\n{log}");
+        assert!(!log.contains('\u{1b}'), "colour codes in {file}:\n{log}");
+    }
     let (code, out, err) = run_cli(&["--config", &path, "jobs"], &[]);
     assert_eq!(code, 0, "the job API answers: {out}{err}");
     assert_eq!(up.terminate(), Some(0), "{}", up.log());
-}
-
-/// The log without terminal colour sequences (`ESC [ ... m`).
-fn strip_ansi(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    let mut chars = s.chars();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            chars.by_ref().find(|&c| c == 'm');
-        } else {
-            out.push(c);
-        }
-    }
-    out
 }

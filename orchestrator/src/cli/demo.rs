@@ -12,7 +12,7 @@ use clap::Args as ClapArgs;
 use flotilla_config::Settings;
 
 use super::out::outln;
-use super::supervisor::{Logs, Supervisor};
+use super::supervisor::Supervisor;
 use super::{Output, connect, exit_code, follow_job, render};
 
 /// Run the demo job through a local deployment and print its answer.
@@ -26,7 +26,7 @@ pub struct Args {
 /// Runs the demo; exit code 0 when the job completed.
 pub async fn run(settings: Settings, config: &Path, args: Args) -> anyhow::Result<i32> {
     super::config_check::preflight(&settings).await?;
-    let mut sup = Supervisor::start(&settings, config, Logs::Files).await?;
+    let mut sup = Supervisor::start(&settings, config).await?;
     let banner = outln!(
         "started nats-server, the orchestrator and {} workers (logs in {})",
         settings.local.workers,

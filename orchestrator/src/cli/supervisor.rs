@@ -21,28 +21,19 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use tokio::process::{Child, Command};
 
-/// Where children write their logs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Logs {
-    /// Inherit this process's stderr.
-    Inherit,
-    /// One file per child under `<state_dir>/logs/`.
-    Files,
-}
-
 /// The processes of a local deployment.
 pub struct Supervisor {
     /// Name and process of each child; stopped in [`Supervisor::stop`], and
     /// killed on drop (`kill_on_drop`) if the CLI exits early.
     children: Vec<(String, Child)>,
-    /// `<state_dir>/logs`: where logs go with [`Logs::Files`], and what error
-    /// messages point at.
+    /// `<state_dir>/logs`: one log file per child, which error messages
+    /// point at.
     log_dir: PathBuf,
 }
 
 impl Supervisor {
     /// Starts (or reuses) nats-server, then the orchestrator and workers.
-    pub async fn start(settings: &Settings, config: &Path, logs: Logs) -> anyhow::Result<Self> {
+    pub async fn start(settings: &Settings, config: &Path) -> anyhow::Result<Self> {
         let log_dir = settings.local.state_dir.join("logs");
         std::fs::create_dir_all(&log_dir).with_context(|| format!("cannot create {}", log_dir.display()))?;
         let log_dir = std::fs::canonicalize(&log_dir)?;
@@ -61,34 +52,43 @@ impl Supervisor {
                 worker.display()
             );
         }
-        let child = sup.spawn("orchestrator", &exe, &["orchestrator".into()], config, logs)?;
+        let child = sup.spawn("orchestrator", &exe, &["orchestrator".into()], config)?;
         sup.children.push(("orchestrator".into(), child));
         for i in 1..=settings.local.workers {
             let name = format!("worker-{i}");
-            let child = sup.spawn(&name, &worker, &["--id".into(), worker_id(i)], config, logs)?;
+            let child = sup.spawn(&name, &worker, &["--id".into(), worker_id(i)], config)?;
             sup.children.push((name, child));
         }
         Ok(sup)
     }
 
-    fn spawn(&self, name: &str, exe: &Path, args: &[String], config: &Path, logs: Logs) -> anyhow::Result<Child> {
+    fn spawn(&self, name: &str, exe: &Path, args: &[String], config: &Path) -> anyhow::Result<Child> {
+        let f = std::fs::File::create(self.log_file(name))?;
         let mut cmd = Command::new(exe);
         cmd.args(args).arg("--config").arg(config).stdin(Stdio::null()).kill_on_drop(true);
-        match logs {
-            Logs::Inherit => {
-                cmd.stdout(Stdio::inherit()).stderr(Stdio::inherit());
-            }
-            Logs::Files => {
-                let f = std::fs::File::create(self.log_dir.join(format!("{name}.log")))?;
-                cmd.stdout(f.try_clone()?).stderr(f);
-            }
-        }
+        cmd.stdout(f.try_clone()?).stderr(f);
         cmd.spawn().with_context(|| format!("cannot start {name} ({})", exe.display()))
     }
 
-    /// The directory holding the children's log files (with [`Logs::Files`]).
+    /// The directory holding the children's log files.
     pub fn log_dir(&self) -> &Path {
         &self.log_dir
+    }
+
+    /// The log file of the child called `name`.
+    pub fn log_file(&self, name: &str) -> PathBuf {
+        self.log_dir.join(format!("{name}.log"))
+    }
+
+    /// The last `lines` lines of `name`'s log file, or why there are none.
+    pub fn log_tail(&self, name: &str, lines: usize) -> String {
+        match std::fs::read_to_string(self.log_file(name)) {
+            Ok(text) => {
+                let all: Vec<&str> = text.lines().collect();
+                all[all.len().saturating_sub(lines)..].join("\n")
+            }
+            Err(e) => format!("(cannot read it: {e})"),
+        }
     }
 
     /// The `--id` of each worker started, as its heartbeats carry it.

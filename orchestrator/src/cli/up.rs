@@ -2,6 +2,9 @@
 //! servers and tools before starting anything (a missing server binary is
 //! named with its fix, orchestrator/src/cli/config_check.rs) and says "is up"
 //! only once every child is ready ([`super::supervisor::until_ready`]).
+//! Each child logs to its own file under `<state_dir>/logs/`, so the
+//! terminal shows `up`'s own lines and a child that dies is named with the
+//! end of its log.
 
 use std::path::Path;
 use std::time::Duration;
@@ -10,7 +13,7 @@ use clap::Args as ClapArgs;
 use flotilla_config::Settings;
 
 use super::out::outln;
-use super::supervisor::{Logs, Supervisor, until_ready};
+use super::supervisor::{Supervisor, until_ready};
 
 /// How long the children may take to become ready: MCP discovery alone may
 /// take a server's `init_timeout` (docs/MCP.md).
@@ -31,14 +34,16 @@ pub async fn run(mut settings: Settings, config: &Path, args: Args) -> anyhow::R
         settings.local.workers = n;
     }
     super::config_check::preflight(&settings).await?;
-    let mut sup = Supervisor::start(&settings, config, Logs::Inherit).await?;
+    let mut sup = Supervisor::start(&settings, config).await?;
     let workers = sup.worker_ids();
     let started = tokio::select! {
         r = until_ready(&settings, &workers, READY_BUDGET) => r.map(|()| None),
         _ = crate::shutdown_signal() => Ok(Some(0)),
         (name, status) = sup.wait_any() => Err(anyhow::anyhow!(
-            "{name} exited before the deployment was ready ({}); see its log above",
-            status.map(|s| s.to_string()).unwrap_or_else(|e| e.to_string())
+            "{name} exited before the deployment was ready ({}); the end of {}:\n{}",
+            status.map(|s| s.to_string()).unwrap_or_else(|e| e.to_string()),
+            sup.log_file(&name).display(),
+            sup.log_tail(&name, 20)
         )),
     };
     match started {
@@ -50,14 +55,19 @@ pub async fn run(mut settings: Settings, config: &Path, args: Args) -> anyhow::R
     }
     // A closed stdout (`flotilla up | head -1`) does not stop the deployment.
     let _ = outln!(
-        "flotilla is up: orchestrator and {} workers on {}. Submit with `flotilla submit \"...\"`; Ctrl-C stops.",
+        "flotilla is up: orchestrator and {} workers on {} (logs in {}). Submit with `flotilla submit \"...\"`; Ctrl-C stops.",
         settings.local.workers,
-        settings.nats.url
+        flotilla_bus::redact_url(&settings.nats.url),
+        sup.log_dir().display()
     );
     let code = tokio::select! {
         _ = crate::shutdown_signal() => 0,
         (name, status) = sup.wait_any() => {
-            eprintln!("{name} exited ({status:?}); stopping everything");
+            eprintln!(
+                "{name} exited ({status:?}); stopping everything. The end of {}:\n{}",
+                sup.log_file(&name).display(),
+                sup.log_tail(&name, 20)
+            );
             1
         }
     };

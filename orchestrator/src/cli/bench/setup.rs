@@ -13,7 +13,7 @@ use flotilla_protocol::{JobEventKind, ProgressKind};
 use futures::StreamExt;
 
 use crate::cli::client::ApiClient;
-use crate::cli::supervisor::{Logs, Supervisor};
+use crate::cli::supervisor::Supervisor;
 
 const PLANNER: &str = r#"
 latency_ms = {latency}
@@ -114,7 +114,7 @@ state_dir = "state"
         let path = dir.join("flotilla.toml");
         std::fs::write(&path, config)?;
         let settings = Settings::load(Some(&path))?;
-        let sup = Supervisor::start(&settings, &path, Logs::Files).await.context("bench deployment")?;
+        let sup = Supervisor::start(&settings, &path).await.context("bench deployment")?;
         let bus = Bus::connect(&settings.nats, "flotilla-bench", Duration::from_secs(10)).await?;
         bus.ensure_topology().await?;
         let rig = Self { sup, dir, bus, settings, own_nats, monitor_port: None };
