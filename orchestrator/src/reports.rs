@@ -215,7 +215,7 @@ mod view_tests {
     use flotilla_protocol::TaskStatus;
     use flotilla_protocol::ids::{JobId, SubagentType, TaskId};
 
-    fn report(summary: &str) -> TaskReport {
+    pub(super) fn report(summary: &str) -> TaskReport {
         TaskReport {
             v: 1,
             job_id: JobId::new(),
@@ -273,6 +273,19 @@ mod view_tests {
 #[cfg(test)]
 mod waiter_tests {
     use super::*;
+
+    #[test]
+    fn a_report_of_another_type_does_not_end_the_wait() {
+        let router = ReportRouter::new(Arc::new(crate::fakes::FakeReports::default()));
+        let mut report = super::view_tests::report("forged");
+        let mut rx = router.expect(report.task_id, &SubagentType::new("research").unwrap());
+        router.route(report.clone()); // an `analyst` report for a `research` task
+        assert!(rx.try_recv().is_err(), "a report of another type was taken");
+        assert_eq!(router.waiting(), 1, "the task still waits for its own report");
+        report.subagent_type = SubagentType::new("research").unwrap();
+        router.route(report.clone());
+        assert_eq!(rx.try_recv().unwrap().task_id, report.task_id);
+    }
 
     #[test]
     fn waiters_whose_call_gave_up_are_swept() {

@@ -374,6 +374,39 @@ mod tests {
         assert!(e.to_string().contains("no checksum"), "{e}");
     }
 
+    /// Vouches for one report's bytes, as the orchestrator's job records do.
+    struct OneReport(flotilla_protocol::ids::TaskId, String);
+
+    #[async_trait::async_trait]
+    impl ReportAnchor for OneReport {
+        async fn report_sha256(&self, _: &JobId, task: &flotilla_protocol::ids::TaskId) -> Result<String, String> {
+            (task == &self.0).then(|| self.1.clone()).ok_or_else(|| format!("task {task} has not reported yet"))
+        }
+    }
+
+    #[tokio::test]
+    async fn an_anchored_report_must_match_the_anchor_whatever_its_checksum() {
+        let (task, other) = (flotilla_protocol::ids::TaskId::new(), flotilla_protocol::ids::TaskId::new());
+        let files = JobFiles::in_memory(1024);
+        let anchored = files.clone().with_report_anchor(Arc::new(OneReport(task, sha256_hex(b"the real report"))));
+        let job = JobId::new();
+        files.write_reserved(&job, &report_path(&task), b"the real report").await.unwrap();
+        assert_eq!(anchored.read(&job, &report_path(&task)).await.unwrap(), b"the real report");
+        // Rewritten with a valid stored checksum, as any bucket writer can.
+        for (t, text) in [(task, "forged"), (other, "forged for a task that did not report")] {
+            files.write_reserved(&job, &report_path(&t), text.as_bytes()).await.unwrap();
+            assert_eq!(files.read(&job, &report_path(&t)).await.unwrap(), text.as_bytes(), "the checksum alone passes");
+            let e = anchored.read(&job, &report_path(&t)).await.unwrap_err();
+            assert!(matches!(e, FileError::Tampered { .. }), "{e}");
+        }
+        let e = anchored.read(&job, &report_path(&other)).await.unwrap_err();
+        assert!(e.to_string().contains("has not reported yet"), "{e}");
+        // Other reserved files keep their stored-checksum check.
+        let evicted = FilePath::parse("/large_tool_results/t1/call_1").unwrap();
+        anchored.write_reserved(&job, &evicted, b"big").await.unwrap();
+        assert_eq!(anchored.read(&job, &evicted).await.unwrap(), b"big");
+    }
+
     #[tokio::test]
     async fn read_by_ref_checks_a_plain_file_against_the_reference() {
         let files = JobFiles::in_memory(1024);
