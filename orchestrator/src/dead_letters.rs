@@ -43,7 +43,7 @@ async fn give_up(bus: &Bus, files: &JobFiles, advisory: GivenUp) {
     bus.dead_letter("task", payload.clone(), &reason).await;
     if let Ok(task) = protocol::decode::<TaskMessage>(&payload) {
         let reports = bus.reports();
-        if reports.stored(&task.tenant, &task.job_id, &task.task_id).await.is_none() {
+        if reports.stored(&task.tenant, &task.job_id, &task.subagent_type, &task.task_id).await.is_none() {
             let report = failed_report(&task, &reason, advisory.deliveries as u32);
             // The file first, so a planner that reads it on the report finds it.
             let error = report.error.as_ref().expect("a failed report has an error");

@@ -87,8 +87,8 @@ impl FakeReports {
 
 #[async_trait]
 impl StoredReports for FakeReports {
-    async fn stored(&self, _tenant: &Tenant, _job: &JobId, task: &TaskId) -> Option<TaskReport> {
-        self.stored.lock().unwrap().get(task).cloned()
+    async fn stored(&self, _tenant: &Tenant, _job: &JobId, ty: &SubagentType, task: &TaskId) -> Option<TaskReport> {
+        self.stored.lock().unwrap().get(task).filter(|r| &r.subagent_type == ty).cloned()
     }
 }
 

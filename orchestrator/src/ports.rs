@@ -43,14 +43,15 @@ impl TaskDispatch for Bus {
 /// Reports already stored (the reports stream), looked up by task.
 #[async_trait]
 pub trait StoredReports: Send + Sync {
-    /// The report stored for `task`, if any; `None` too when unreadable.
-    async fn stored(&self, tenant: &Tenant, job: &JobId, task: &TaskId) -> Option<TaskReport>;
+    /// The report stored for `task` of type `ty`, if any; `None` too when
+    /// unreadable or from another type (shared/bus/src/reports.rs).
+    async fn stored(&self, tenant: &Tenant, job: &JobId, ty: &SubagentType, task: &TaskId) -> Option<TaskReport>;
 }
 
 #[async_trait]
 impl StoredReports for Bus {
-    async fn stored(&self, tenant: &Tenant, job: &JobId, task: &TaskId) -> Option<TaskReport> {
-        self.reports().stored(tenant, job, task).await
+    async fn stored(&self, tenant: &Tenant, job: &JobId, ty: &SubagentType, task: &TaskId) -> Option<TaskReport> {
+        self.reports().stored(tenant, job, ty, task).await
     }
 }
 

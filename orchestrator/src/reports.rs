@@ -17,19 +17,72 @@
 //! size of its reports (docs/TOOLS.md, "Job inputs and reports").
 //! [`structured_answer`] reads a summary that is a JSON object or array (the
 //! answer of a type with an `output_schema`) as a value.
+//!
+//! [`ConsolidatedReports`] vouches for `/reports/<task>.md` when the
+//! orchestrator reads it (the planner's file tools, `flotilla files get`):
+//! the file must be what the consolidated report says, not merely carry a
+//! checksum any worker credential could compute (shared/agent/src/files/reserved.rs).
 
 use std::sync::Arc;
 
+use async_trait::async_trait;
 use dashmap::DashMap;
-use flotilla_agent::files::report_path;
+use flotilla_agent::files::{ReportAnchor, report_path, unfinished_report};
 use flotilla_bus::{Bus, BusError};
-use flotilla_protocol::ids::{JobId, TaskId, Tenant};
-use flotilla_protocol::{FileRef, TaskReport};
+use flotilla_protocol::ids::{JobId, SubagentType, TaskId, Tenant};
+use flotilla_protocol::{ErrorInfo, ErrorKind, FileRef, TaskEntry, TaskReport, TaskStatus};
 use futures::StreamExt;
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
+use crate::jobs::JobStore;
 use crate::ports::StoredReports;
+
+/// The report file of a task is vouched for by its consolidated entry in
+/// the job records, which only the orchestrator writes; the entry's report
+/// came on a subject only a worker of the task's type may publish on and
+/// was taken only when of that type ([`ReportRouter::route`]).
+pub struct ConsolidatedReports {
+    jobs: JobStore,
+}
+
+impl ConsolidatedReports {
+    /// Vouches from the records in `jobs`.
+    pub fn new(jobs: JobStore) -> Self {
+        Self { jobs }
+    }
+}
+
+#[async_trait]
+impl ReportAnchor for ConsolidatedReports {
+    async fn report_sha256(&self, job: &JobId, task: &TaskId) -> Result<String, String> {
+        let entry =
+            self.jobs.task(job, task).await.map_err(|e| format!("the record of task {task} is unreadable: {e}"))?;
+        let entry = entry.ok_or_else(|| format!("{task} is not a task of this job"))?;
+        expected_report_sha256(&entry).ok_or_else(|| format!("task {task} has not reported yet"))
+    }
+}
+
+/// The sha256 of the `/reports/<task>.md` that goes with `entry`'s
+/// consolidated report, as its worker (workers/src/large_report.rs) or the
+/// dead-letter watch writes it: the file the report refers to, the whole
+/// answer of a report that carried it, or the text of an unfinished task.
+/// `None` while the task has not reported.
+pub fn expected_report_sha256(entry: &TaskEntry) -> Option<String> {
+    let status = entry.status?;
+    if let Some(file) = &entry.report_file {
+        return Some(file.sha256.clone());
+    }
+    let text = match status {
+        TaskStatus::Completed => entry.summary.clone(),
+        _ => {
+            let none = || ErrorInfo::new(ErrorKind::Bug, "report without error");
+            let error = entry.error.clone().unwrap_or_else(none);
+            unfinished_report(&entry.task_id, status.as_str(), &error)
+        }
+    };
+    Some(flotilla_agent::digest::sha256_hex(text.as_bytes()))
+}
 
 /// A completed task's summary that is a JSON object or array, as that value:
 /// what a subagent type with an `output_schema` answers (validated by the
@@ -48,7 +101,10 @@ pub fn structured_answer(summary: &str) -> Option<Value> {
 #[derive(Clone)]
 pub struct ReportRouter {
     stored: Arc<dyn StoredReports>,
-    waiters: Arc<DashMap<TaskId, oneshot::Sender<TaskReport>>>,
+    /// Each waiting task with its subagent type: only a report of that type
+    /// is handed over (a report's type is the one its subject, and so its
+    /// publisher's credential, allows; shared/bus/src/reports.rs).
+    waiters: Arc<DashMap<TaskId, (SubagentType, oneshot::Sender<TaskReport>)>>,
     /// Registrations so far, to sweep abandoned waiters every [`SWEEP_EVERY`].
     registered: Arc<std::sync::atomic::AtomicUsize>,
 }
@@ -79,28 +135,34 @@ impl ReportRouter {
         Self { stored, waiters: Arc::default(), registered: Arc::default() }
     }
 
-    /// Hands `report` to its waiter, if any (the first report of a task wins).
+    /// Hands `report` to its waiter, if any (the first report of a task
+    /// wins), when it is of the task's type; one of another type is dropped
+    /// with a warning and the waiter keeps waiting.
     pub(crate) fn route(&self, report: TaskReport) {
-        if let Some((_, tx)) = self.waiters.remove(&report.task_id) {
+        if let Some((_, (_, tx))) = self.waiters.remove_if(&report.task_id, |_, (ty, _)| ty == &report.subagent_type) {
             let _ = tx.send(report);
+        } else if let Some(waiter) = self.waiters.get(&report.task_id) {
+            tracing::warn!(task_id = %report.task_id, expected = %waiter.0, got = %report.subagent_type,
+                "report refused: the task is of another subagent type");
         } else {
             tracing::debug!(task_id = %report.task_id, attempt = report.attempt, "report with no waiter (duplicate or not ours)");
         }
     }
-    /// Registers interest in `task`'s report. Call before publishing the task.
-    pub fn expect(&self, task: TaskId) -> oneshot::Receiver<TaskReport> {
+    /// Registers interest in the report of `task`, of type `ty`. Call before
+    /// publishing the task.
+    pub fn expect(&self, task: TaskId, ty: &SubagentType) -> oneshot::Receiver<TaskReport> {
         let (tx, rx) = oneshot::channel();
-        self.waiters.insert(task, tx);
+        self.waiters.insert(task, (ty.clone(), tx));
         if self.registered.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % SWEEP_EVERY == SWEEP_EVERY - 1 {
-            self.waiters.retain(|_, tx| !tx.is_closed());
+            self.waiters.retain(|_, (_, tx)| !tx.is_closed());
         }
         rx
     }
 
-    /// A report already stored for `task` (one that arrived while nobody
-    /// waited, e.g. during an orchestrator restart).
-    pub async fn stored(&self, tenant: &Tenant, job: &JobId, task: &TaskId) -> Option<TaskReport> {
-        self.stored.stored(tenant, job, task).await
+    /// A report already stored for `task` of type `ty` (one that arrived
+    /// while nobody waited, e.g. during an orchestrator restart).
+    pub async fn stored(&self, tenant: &Tenant, job: &JobId, ty: &SubagentType, task: &TaskId) -> Option<TaskReport> {
+        self.stored.stored(tenant, job, ty, task).await
     }
 
     /// Stops waiting for `task`.
@@ -153,7 +215,7 @@ mod view_tests {
     use flotilla_protocol::TaskStatus;
     use flotilla_protocol::ids::{JobId, SubagentType, TaskId};
 
-    fn report(summary: &str) -> TaskReport {
+    pub(super) fn report(summary: &str) -> TaskReport {
         TaskReport {
             v: 1,
             job_id: JobId::new(),
@@ -213,12 +275,26 @@ mod waiter_tests {
     use super::*;
 
     #[test]
+    fn a_report_of_another_type_does_not_end_the_wait() {
+        let router = ReportRouter::new(Arc::new(crate::fakes::FakeReports::default()));
+        let mut report = super::view_tests::report("forged");
+        let mut rx = router.expect(report.task_id, &SubagentType::new("research").unwrap());
+        router.route(report.clone()); // an `analyst` report for a `research` task
+        assert!(rx.try_recv().is_err(), "a report of another type was taken");
+        assert_eq!(router.waiting(), 1, "the task still waits for its own report");
+        report.subagent_type = SubagentType::new("research").unwrap();
+        router.route(report.clone());
+        assert_eq!(rx.try_recv().unwrap().task_id, report.task_id);
+    }
+
+    #[test]
     fn waiters_whose_call_gave_up_are_swept() {
         let router = ReportRouter::new(Arc::new(crate::fakes::FakeReports::default()));
         let tasks: Vec<TaskId> = (0..10).map(|_| TaskId::new()).collect();
-        let _kept: Vec<_> = tasks.iter().map(|t| router.expect(*t)).collect();
+        let ty = SubagentType::new("analyst").unwrap();
+        let _kept: Vec<_> = tasks.iter().map(|t| router.expect(*t, &ty)).collect();
         for _ in 0..5 * SWEEP_EVERY {
-            drop(router.expect(TaskId::new())); // a call that timed out or was cancelled
+            drop(router.expect(TaskId::new(), &ty)); // a call that timed out or was cancelled
         }
         assert!(router.waiting() <= tasks.len() + SWEEP_EVERY, "abandoned waiters pile up: {}", router.waiting());
         assert!(tasks.iter().all(|t| router.waiters.contains_key(t)), "live waiters stay");

@@ -88,7 +88,10 @@ impl Orchestrator {
         let reports = ReportRouter::start(bus.clone()).await?;
         let checkpoints = Checkpoints::open(&bus).await?;
         let cancelled = bus.cancellations().await?;
-        let files = bus.job_files(&settings.files).await?;
+        // Reports are read against their consolidated record, not only their
+        // stored checksum (docs/SECURITY.md, "Worker scope").
+        let anchor = Arc::new(crate::reports::ConsolidatedReports::new(jobs.clone()));
+        let files = bus.job_files(&settings.files).await?.with_report_anchor(anchor);
         jobs.retain(settings.jobs.retention(), files.clone());
         let files_api = FilesApi::new(files.clone(), jobs.clone(), &settings.files);
         let planner =

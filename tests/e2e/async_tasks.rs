@@ -179,7 +179,7 @@ async fn three_started_tasks_are_checked_messaged_cancelled_and_awaited() {
     let d = Deployment::start(2, |url| config(url, PLANNER, &model_url)).await;
     let mut log = EventLog::subscribe(&d.raw.client, "flotilla.job.>").await;
     // Alpha's first model call waits until the follow-up is stored on the bus.
-    let mut messages = d.raw.client.subscribe("flotilla.job.*.*.message.*").await.unwrap();
+    let mut messages = d.raw.client.subscribe("flotilla.job.*.*.message.*.*").await.unwrap();
     let started = std::time::Instant::now();
     let job = d.submit("Run three analyses.").await;
     let stored = tokio::time::timeout(TIMEOUT, messages.next()).await.expect("a follow-up message").unwrap();
@@ -298,7 +298,7 @@ async fn under_the_roles_a_worker_reads_follow_ups_and_a_client_cannot_touch_the
     use flotilla_bus::Bus;
     use flotilla_config::NatsConfig;
     use flotilla_protocol::FollowUp;
-    use flotilla_protocol::ids::{JobId, TaskId, Tenant};
+    use flotilla_protocol::ids::{JobId, SubagentType, TaskId, Tenant};
     use flotilla_tests::nats_conf::{ConfiguredNats, deploy_dir};
 
     let nats = ConfiguredNats::start("nats", &deploy_dir().join("nats/nats-local.conf"), &[]).await;
@@ -316,22 +316,25 @@ async fn under_the_roles_a_worker_reads_follow_ups_and_a_client_cannot_touch_the
     orchestrator.ensure_topology().await.expect("the orchestrator declares the messages stream");
     let (worker, client) = (connect("worker-finance", false).await, connect("client-acme", false).await);
     let (acme, job, task) = (Tenant::new("acme").unwrap(), JobId::new(), TaskId::new());
+    let finance = SubagentType::new("finance").unwrap();
     let msg = FollowUp {
         v: 1,
         id: format!("{job}.call_1"),
         job_id: job,
         task_id: task,
+        subagent_type: finance.clone(),
         text: FOLLOW_UP.into(),
         sent_at: flotilla_protocol::now(),
     };
 
     orchestrator.task_messages().publish(&acme, &msg).await.expect("the orchestrator publishes");
-    let inbox = worker.task_messages().follow(&acme, &job, task).await.expect("a worker follows a task");
+    let inbox = worker.task_messages().follow(&acme, &job, &finance, task).await.expect("a worker follows a task");
     let mut inbox = std::pin::pin!(inbox);
     let got = tokio::time::timeout(TIMEOUT, inbox.next()).await.expect("the stored message is replayed");
     assert_eq!(got, Some(msg.clone()));
 
-    let read = client.task_messages().follow(&acme, &job, task).await.err().expect("a client reads follow-ups");
+    let read =
+        client.task_messages().follow(&acme, &job, &finance, task).await.err().expect("a client reads follow-ups");
     assert!(format!("{read:#}").contains("ermission"), "{read:#}");
     let wrote = client.task_messages().publish(&acme, &msg).await.expect_err("a client writes follow-ups");
     assert!(format!("{wrote:#}").contains("ermission"), "{wrote:#}");

@@ -33,7 +33,7 @@ async fn a_sigterm_lets_the_running_task_finish_on_the_same_worker() {
     let mut d = Deployment::start(0, |url| TestConfig::demo(url, 2, 2000)).await;
     d.workers.push(worker(&d, "w1", "30"));
     let mut log = EventLog::subscribe(&d.raw.client, "flotilla.job.>").await;
-    let mut beats = EventLog::subscribe(&d.raw.client, "flotilla.worker.heartbeat.w1").await;
+    let mut beats = EventLog::subscribe(&d.raw.client, "flotilla.worker.heartbeat.*.w1").await;
     let job = d.submit(&regions(1)).await;
     log.until(TIMEOUT, "the task to start", is_started).await;
     tokio::time::sleep(Duration::from_secs(1)).await; // 1 s into the 4 s task, as the issue asks

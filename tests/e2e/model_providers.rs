@@ -121,7 +121,11 @@ async fn an_anthropic_subagent_answers_through_tool_use_and_streams_its_text_as_
     let text_of = |step: u64| got.iter().filter(|(_, s, _)| *s == step).map(|(_, _, t)| t.as_str()).collect::<String>();
     assert_eq!(text_of(1), THINKING, "{got:?}");
     assert_eq!(text_of(2), task("streamed").summary, "{got:?}");
-    let report = log.seen.iter().position(|(s, _)| s.ends_with(&format!(".report.{streamed}"))).expect("its report");
+    let report = log
+        .seen
+        .iter()
+        .position(|(s, _)| s.contains(".report.") && s.ends_with(&format!(".{streamed}")))
+        .expect("its report");
     assert!(got.iter().all(|(i, _, _)| *i < report), "deltas before the report: {got:?}, report at {report}");
     let answer = rec.answer.expect("the planner's answer");
     assert_eq!(answer.matches("ok The gross margin is").count(), 2, "{answer}");

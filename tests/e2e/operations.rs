@@ -234,7 +234,7 @@ fn heartbeat_of<'a>(workers: &'a [WorkerHeartbeat], id: &str) -> Option<&'a Work
 async fn workers_view_follows_started_killed_and_stopped_workers() {
     let mut d = Deployment::start(0, |url| priced_demo(url, 0, "")).await;
     let cfg = d.config_arg();
-    let mut beats = EventLog::subscribe(&d.raw.client, "flotilla.worker.heartbeat.*").await;
+    let mut beats = EventLog::subscribe(&d.raw.client, "flotilla.worker.heartbeat.*.*").await;
     d.add_worker("w1");
     d.add_worker("w2");
     // `workers --json` prints `{"workers": [...]}` (docs/OPERATIONS.md, "Scripting with --json").

@@ -45,7 +45,7 @@ async fn a_newer_workers_report_with_unknown_fields_is_consolidated() {
     let mut newer = serde_json::to_value(&report).unwrap();
     newer["v"] = json!(1.1);
     newer["reasoning_tokens"] = json!(42); // a field of the next release
-    let subject = d.bus.subjects.report(&Tenant::default(), &job, &task);
+    let subject = d.bus.subjects.report(&Tenant::default(), &job, &report.subagent_type, &task);
     let ack = d.raw.js.publish(subject, serde_json::to_vec(&newer).unwrap().into()).await.unwrap();
     ack.await.expect("the reports stream stores it");
     let end = log.job_end(TIMEOUT).await;

@@ -2,7 +2,8 @@
 //! heartbeat` seconds, state `draining` from the moment it is told to stop
 //! (it still beats while its running tasks finish), one `stopping` beat when
 //! its tasks are done, and then the worker's entry removed from the workers
-//! bucket. Each beat goes out on `<prefix>.worker.heartbeat.<worker>` and into
+//! bucket. Each beat goes out, once per served type, on
+//! `<prefix>.worker.heartbeat.<type>.<worker>` and into
 //! the `<prefix>_workers` KV bucket with a TTL of three intervals (see
 //! `flotilla_bus::Bus::publish_heartbeat`), so a SIGKILLed worker
 //! leaves the live set by itself.
@@ -42,6 +43,7 @@ pub struct Identity {
 pub struct Heartbeats {
     bus: Bus,
     worker_id: String,
+    types: Vec<SubagentType>,
     stop: CancellationToken,
     task: tokio::task::JoinHandle<()>,
 }
@@ -60,6 +62,7 @@ impl Heartbeats {
         let beat = Beat { id, metrics, mcp, started_at: protocol::now() };
         send(&bus, &beat.make(WorkerState::Running)).await;
         let (b, worker_id, stop) = (bus.clone(), beat.id.worker_id.clone(), CancellationToken::new());
+        let types = beat.id.types.iter().map(|(ty, _)| ty.clone()).collect();
         let stopped = stop.clone();
         let task = tokio::spawn(async move {
             let every = beat.id.interval;
@@ -79,14 +82,14 @@ impl Heartbeats {
             }
             send(&b, &beat.make(WorkerState::Stopping)).await;
         });
-        Self { bus, worker_id, stop, task }
+        Self { bus, worker_id, types, stop, task }
     }
 
     /// Sends the `stopping` beat, then removes the worker from the live set.
     pub async fn finish(self) {
         self.stop.cancel();
         let _ = self.task.await;
-        if let Err(e) = self.bus.remove_worker(&self.worker_id).await {
+        if let Err(e) = self.bus.remove_worker(&self.worker_id, &self.types).await {
             tracing::warn!(error = %e, "worker entry not removed; it expires by itself");
         }
     }

@@ -28,7 +28,7 @@ impl TaskInbox {
     /// leaves the task without follow-ups (logged), never fails it.
     pub async fn open(bus: &Bus, task: &TaskMessage) -> Self {
         let opening = std::time::Instant::now();
-        match bus.task_messages().follow(&task.tenant, &task.job_id, task.task_id).await {
+        match bus.task_messages().follow(&task.tenant, &task.job_id, &task.subagent_type, task.task_id).await {
             Ok(messages) => {
                 tracing::debug!(ms = opening.elapsed().as_millis() as u64, "follow-up inbox opened");
                 Self::over(messages)
@@ -75,6 +75,7 @@ mod tests {
             id: id.into(),
             job_id,
             task_id,
+            subagent_type: flotilla_protocol::ids::SubagentType::new("finance").unwrap(),
             text: text.into(),
             sent_at: flotilla_protocol::now(),
         };

@@ -217,7 +217,9 @@ impl Dispatcher {
                     return Ok(entry.task_id);
                 }
                 // Recorded, then the orchestrator stopped: the publish may or may not have landed.
-                if let Some(report) = self.reports.stored(&ctx.tenant, &ctx.job_id, &entry.task_id).await {
+                if let Some(report) =
+                    self.reports.stored(&ctx.tenant, &ctx.job_id, &entry.subagent_type, &entry.task_id).await
+                {
                     self.consolidate(&report).await;
                     return Ok(entry.task_id);
                 }
@@ -251,7 +253,7 @@ impl Dispatcher {
             created_at: protocol::now(),
         };
         // Registered before the publish, so a live report cannot slip past.
-        self.early.insert(task_id, self.reports.expect(task_id));
+        self.early.insert(task_id, self.reports.expect(task_id, &entry.subagent_type));
         // Nats-Msg-Id = task id (shared/bus/src/tasks.rs): a publish repeated
         // after a crash inside the duplicate window is dropped by JetStream.
         let published = retry("task publish", Duration::from_secs(30), || self.queue.publish(&msg)).await;
@@ -285,8 +287,8 @@ impl Dispatcher {
         let waiter = match self.early.remove(&task) {
             Some((_, rx)) => rx,
             None => {
-                let rx = self.reports.expect(task);
-                if let Some(report) = self.reports.stored(&ctx.tenant, &ctx.job_id, &task).await {
+                let rx = self.reports.expect(task, &entry.subagent_type);
+                if let Some(report) = self.reports.stored(&ctx.tenant, &ctx.job_id, &entry.subagent_type, &task).await {
                     self.reports.forget(&task);
                     return Ok(self.consolidate(&report).await);
                 }

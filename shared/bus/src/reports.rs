@@ -1,5 +1,10 @@
 //! The reports stream (`<prefix>_REPORTS`, kept 7 days): every task's final
-//! report on `<prefix>.job.<tenant>.<job>.report.<task>`. One type publishes
+//! report on `<prefix>.job.<tenant>.<job>.report.<type>.<task>`. The type
+//! token is what NATS permissions scope per worker credential
+//! (deploy/nats/roles.conf), so every reader here drops a report whose body
+//! names another type than its subject (a forgery, or a report of an earlier
+//! version on the type-less subject, which the stream no longer takes;
+//! docs/PROTOCOL.md, "Reports"). One type publishes
 //! (workers, and the orchestrator for tasks JetStream gave up on), looks up a
 //! stored report (the planner on resume, the dead-letter watcher before it
 //! writes a `failed` one) and follows new ones (the report router,
@@ -9,7 +14,7 @@ use async_nats::jetstream::consumer::{DeliverPolicy, pull};
 use futures::{Stream, StreamExt};
 
 use crate::{Bus, BusError};
-use flotilla_protocol::ids::{JobId, TaskId, Tenant};
+use flotilla_protocol::ids::{JobId, SubagentType, TaskId, Tenant};
 use flotilla_protocol::{self as protocol, TaskReport};
 
 /// The reports stream.
@@ -35,7 +40,7 @@ impl ReportStream {
         report: &TaskReport,
         traceparent: Option<&str>,
     ) -> Result<(), BusError> {
-        let subject = self.bus.subjects.report(tenant, &report.job_id, &report.task_id);
+        let subject = self.bus.subjects.report(tenant, &report.job_id, &report.subagent_type, &report.task_id);
         let id = format!("report:{}", report.task_id);
         self.bus.publish_durable(subject, report, Some(&id), traceparent).await
     }
@@ -43,14 +48,35 @@ impl ReportStream {
     /// The report stored for `task`, if any (the last one: a redelivered
     /// attempt may have written another). `None` too when the stream cannot
     /// be read or the report not decoded: callers then wait for a live one.
-    pub async fn stored(&self, tenant: &Tenant, job: &JobId, task: &TaskId) -> Option<TaskReport> {
+    pub async fn stored(&self, tenant: &Tenant, job: &JobId, ty: &SubagentType, task: &TaskId) -> Option<TaskReport> {
         let name = self.bus.subjects.reports_stream();
         let stream = self.bus.js.get_stream(&name).await.ok()?;
-        let msg = stream.get_last_raw_message_by_subject(&self.bus.subjects.report(tenant, job, task)).await.ok()?;
-        match protocol::decode(&msg.payload) {
-            Ok(r) => Some(r),
+        let subject = self.bus.subjects.report(tenant, job, ty, task);
+        let msg = stream.get_last_raw_message_by_subject(&subject).await.ok()?;
+        self.checked(&subject, &msg.payload)
+    }
+
+    /// The report in `payload`, received on `subject`, when it decodes and
+    /// its body names the subject's type (and so the type whose credential
+    /// may publish there); `None`, logged, otherwise.
+    fn checked(&self, subject: &str, payload: &[u8]) -> Option<TaskReport> {
+        let report = match protocol::decode::<TaskReport>(payload) {
+            Ok(r) => r,
             Err(e) => {
-                tracing::warn!(%task, error = %e, "undecodable stored report ignored");
+                tracing::warn!(%subject, error = %e, "undecodable report ignored");
+                return None;
+            }
+        };
+        match self.bus.subjects.type_of_report(subject) {
+            Some(ty) if ty == report.subagent_type.as_str() => Some(report),
+            Some(ty) => {
+                tracing::warn!(%subject, task_id = %report.task_id, body_type = %report.subagent_type, subject_type = ty,
+                    "report refused: its body names another subagent type than its subject");
+                None
+            }
+            None => {
+                tracing::warn!(%subject, task_id = %report.task_id,
+                    "report refused: not on a typed report subject (a worker of an earlier version?)");
                 None
             }
         }
@@ -58,7 +84,8 @@ impl ReportStream {
 
     /// Reports published from now on, of every job, as they are stored
     /// (an ordered consumer: no acks, recreated by the client on a gap).
-    /// Undecodable reports are skipped with a warning.
+    /// Undecodable reports, and those whose body names another type than
+    /// their subject, are skipped with a warning.
     pub async fn follow(&self) -> Result<impl Stream<Item = TaskReport> + use<>, BusError> {
         let name = self.bus.subjects.reports_stream();
         let stream =
@@ -72,20 +99,18 @@ impl ReportStream {
             .await
             .map_err(|e| BusError::new("cannot follow reports", e))?;
         let messages = consumer.messages().await.map_err(|e| BusError::new("cannot follow reports", e))?;
-        Ok(messages.filter_map(|m| async move {
-            let m = match m {
-                Ok(m) => m,
-                Err(e) => {
-                    tracing::warn!(error = %e, "report stream hiccup");
-                    return None;
-                }
-            };
-            match protocol::decode::<TaskReport>(&m.payload) {
-                Ok(r) => Some(r),
-                Err(e) => {
-                    tracing::warn!(error = %e, "undecodable report ignored");
-                    None
-                }
+        let this = self.clone();
+        Ok(messages.filter_map(move |m| {
+            let this = this.clone();
+            async move {
+                let m = match m {
+                    Ok(m) => m,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "report stream hiccup");
+                        return None;
+                    }
+                };
+                this.checked(&m.subject, &m.payload)
             }
         }))
     }
@@ -97,13 +122,17 @@ impl ReportStream {
         tenant: &Tenant,
         job: &JobId,
     ) -> Result<impl Stream<Item = TaskReport> + use<>, BusError> {
-        let subject = format!("{}.job.{tenant}.{job}.report.*", self.bus.subjects.prefix());
+        let subject = self.bus.subjects.job_reports(tenant, job);
         let sub = self
             .bus
             .client
             .subscribe(subject.clone())
             .await
             .map_err(|e| BusError::new(format!("cannot subscribe to {subject}"), e))?;
-        Ok(sub.filter_map(|m| async move { protocol::decode::<TaskReport>(&m.payload).ok() }))
+        let this = self.clone();
+        Ok(sub.filter_map(move |m| {
+            let report = this.checked(&m.subject, &m.payload);
+            async move { report }
+        }))
     }
 }

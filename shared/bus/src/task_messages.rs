@@ -1,7 +1,7 @@
 //! The follow-up messages stream (`<prefix>_MESSAGES`, limits retention, 7
 //! days): instructions the planner sends to a running task with
 //! `message_task` (orchestrator/src/planner/async_tasks.rs), on
-//! `<prefix>.job.<tenant>.<job>.message.<task>`. A stream, not core NATS: a
+//! `<prefix>.job.<tenant>.<job>.message.<type>.<task>`. A stream, not core NATS: a
 //! message sent before the worker subscribed (the task still queued, or just
 //! pulled) is not lost, and a redelivered attempt replays every message from
 //! the task's start (workers/src/inbox.rs). Contract: docs/PROTOCOL.md.
@@ -13,7 +13,7 @@ use async_nats::jetstream::stream;
 use futures::{Stream, StreamExt};
 
 use crate::{Bus, BusError};
-use flotilla_protocol::ids::{JobId, TaskId, Tenant};
+use flotilla_protocol::ids::{JobId, SubagentType, TaskId, Tenant};
 use flotilla_protocol::subjects::Subjects;
 use flotilla_protocol::{self as protocol, FollowUp, MAX_MESSAGE_BYTES};
 
@@ -51,22 +51,24 @@ impl TaskMessages {
     /// Stores `msg` for a task of `tenant` and waits for the stream's ack.
     /// `Nats-Msg-Id` is `message:<id>`: a replayed tool call is dropped.
     pub async fn publish(&self, tenant: &Tenant, msg: &FollowUp) -> Result<(), BusError> {
-        let subject = self.bus.subjects.task_message(tenant, &msg.job_id, &msg.task_id);
+        let subject = self.bus.subjects.task_message(tenant, &msg.job_id, &msg.subagent_type, &msg.task_id);
         let id = format!("message:{}", msg.id);
         self.bus.publish_durable(subject, msg, Some(&id), None).await
     }
 
-    /// Every message stored for `task`, from its first, then new ones as
+    /// Every message stored for `task` of type `ty`, from its first, then new ones as
     /// they are stored (an ordered consumer: no acks). Undecodable or
     /// invalid messages are skipped with a warning.
     ///
     /// The consumer is named, so its filter is part of the
     /// `$JS.API.CONSUMER.CREATE` subject that NATS permissions check
-    /// (deploy/nats/roles.conf), and created without a stream lookup.
+    /// (deploy/nats/roles.conf: a worker may follow only its own type's
+    /// tasks), and created without a stream lookup.
     pub async fn follow(
         &self,
         tenant: &Tenant,
         job: &JobId,
+        ty: &SubagentType,
         task: TaskId,
     ) -> Result<impl Stream<Item = FollowUp> + use<>, BusError> {
         let stream = self.bus.subjects.task_messages_stream();
@@ -75,7 +77,7 @@ impl TaskMessages {
         let api = format!("$JS.API.CONSUMER.CREATE.{stream}.{name}");
         let config = pull::OrderedConfig {
             name: Some(name),
-            filter_subject: self.bus.subjects.task_message(tenant, job, &task),
+            filter_subject: self.bus.subjects.task_message(tenant, job, ty, &task),
             deliver_policy: DeliverPolicy::All,
             ..Default::default()
         };
@@ -86,12 +88,14 @@ impl TaskMessages {
         // Deleted when the task's stream is dropped, rather than left to
         // expire: a worker runs thousands of tasks, each with its consumer.
         let consumer = DeleteOnDrop { js: self.bus.js.clone(), stream, name: config_name };
+        let ty = ty.clone();
         Ok(messages.filter_map(move |m| {
             let _consumer = &consumer;
+            let ty = ty.clone();
             async move {
                 let m = m.map_err(|e| tracing::warn!(error = %e, "follow-up stream hiccup")).ok()?;
                 match protocol::decode::<FollowUp>(&m.payload).map_err(|e| e.to_string()).and_then(|f| {
-                    f.check(&task)?;
+                    f.check(&task, &ty)?;
                     Ok(f)
                 }) {
                     Ok(f) => Some(f),

@@ -42,15 +42,33 @@ impl Subjects {
     pub fn all_tasks(&self) -> String {
         format!("{}.task.>", self.prefix)
     }
-    /// `<p>.job.<tenant>.<job>.report.<task>`: the final report of a task.
-    /// Every job subject carries the tenant, so NATS permissions can confine a
-    /// client to its own tenant's jobs (docs/SECURITY.md).
-    pub fn report(&self, tenant: &Tenant, job: &JobId, task: &TaskId) -> String {
-        format!("{}.job.{tenant}.{job}.report.{task}", self.prefix)
+    /// `<p>.job.<tenant>.<job>.report.<type>.<task>`: the final report of a
+    /// task of subagent type `ty`. Every job subject carries the tenant, so
+    /// NATS permissions can confine a client to its own tenant's jobs; the
+    /// type lets them confine a worker credential to reporting on its own
+    /// type's tasks, and readers check it against the body
+    /// ([`Self::type_of_report`], docs/SECURITY.md).
+    pub fn report(&self, tenant: &Tenant, job: &JobId, ty: &SubagentType, task: &TaskId) -> String {
+        format!("{}.job.{tenant}.{job}.report.{ty}.{task}", self.prefix)
     }
-    /// `<p>.job.*.*.report.*`: every report (the reports stream).
+    /// `<p>.job.*.*.report.*.*`: every report (the reports stream).
     pub fn all_reports(&self) -> String {
-        format!("{}.job.*.*.report.*", self.prefix)
+        format!("{}.job.*.*.report.*.*", self.prefix)
+    }
+    /// `<p>.job.<tenant>.<job>.report.*.*`: every report of one job.
+    pub fn job_reports(&self, tenant: &Tenant, job: &JobId) -> String {
+        format!("{}.job.{tenant}.{job}.report.*.*", self.prefix)
+    }
+    /// The subagent type token of a report subject
+    /// (`<p>.job.<tenant>.<job>.report.<type>.<task>`), or `None` for any
+    /// other shape (such as the type-less report subject of earlier versions).
+    pub fn type_of_report<'a>(&self, subject: &'a str) -> Option<&'a str> {
+        let rest = subject.strip_prefix(self.prefix.as_str())?.strip_prefix(".job.")?;
+        let tokens: Vec<&str> = rest.split('.').collect();
+        match tokens.as_slice() {
+            [_, _, "report", ty, _] => Some(ty),
+            _ => None,
+        }
     }
     /// `<p>.job.<tenant>.<job>.progress.<task>`: progress events of a task.
     pub fn progress(&self, tenant: &Tenant, job: &JobId, task: &TaskId) -> String {
@@ -68,14 +86,16 @@ impl Subjects {
     pub fn all_approvals(&self) -> String {
         format!("{}.job.*.*.approval.*", self.prefix)
     }
-    /// `<p>.job.<tenant>.<job>.message.<task>`: follow-up messages to a
-    /// running task (`message_task`), kept in [`Self::task_messages_stream`].
-    pub fn task_message(&self, tenant: &Tenant, job: &JobId, task: &TaskId) -> String {
-        format!("{}.job.{tenant}.{job}.message.{task}", self.prefix)
+    /// `<p>.job.<tenant>.<job>.message.<type>.<task>`: follow-up messages to a
+    /// running task of subagent type `ty` (`message_task`), kept in
+    /// [`Self::task_messages_stream`]. The type lets NATS permissions confine
+    /// a worker credential to its own type's follow-ups (docs/SECURITY.md).
+    pub fn task_message(&self, tenant: &Tenant, job: &JobId, ty: &SubagentType, task: &TaskId) -> String {
+        format!("{}.job.{tenant}.{job}.message.{ty}.{task}", self.prefix)
     }
-    /// `<p>.job.*.*.message.*`: every follow-up message (the messages stream).
+    /// `<p>.job.*.*.message.*.*`: every follow-up message (the messages stream).
     pub fn all_task_messages(&self) -> String {
-        format!("{}.job.*.*.message.*", self.prefix)
+        format!("{}.job.*.*.message.*.*", self.prefix)
     }
     /// `<p>.job.<tenant>.<job>.>`: everything about one job.
     pub fn job_all(&self, tenant: &Tenant, job: &JobId) -> String {
@@ -111,17 +131,29 @@ impl Subjects {
     pub fn api_all(&self) -> String {
         format!("{}.api.*.*", self.prefix)
     }
-    /// `<p>.worker.heartbeat.<worker>`: worker liveness.
-    pub fn heartbeat(&self, worker: &str) -> String {
-        format!("{}.worker.heartbeat.{worker}", self.prefix)
+    /// `<p>.worker.heartbeat.<type>.<worker>`: liveness of `worker` (a
+    /// [`Self::worker_token`]) as a server of subagent type `ty`; a worker
+    /// serving several types beats once per type. The type lets NATS
+    /// permissions confine a worker credential to its own type's namespace,
+    /// and readers reject a beat whose body names another worker or type
+    /// (docs/SECURITY.md).
+    pub fn heartbeat(&self, ty: &SubagentType, worker: &str) -> String {
+        format!("{}.worker.heartbeat.{ty}.{worker}", self.prefix)
     }
-    /// `<p>.worker.heartbeat.*`
+    /// `<p>.worker.heartbeat.*.*`
     pub fn all_heartbeats(&self) -> String {
-        format!("{}.worker.heartbeat.*", self.prefix)
+        format!("{}.worker.heartbeat.*.*", self.prefix)
     }
-    /// KV bucket holding the latest heartbeat of each live worker (entries expire).
+    /// KV bucket holding the latest heartbeat of each live worker and type
+    /// (entries expire), keyed [`Self::worker_key`].
     pub fn workers_bucket(&self) -> String {
         format!("{}_workers", self.prefix)
+    }
+    /// `<type>.<worker token>`: the key of one worker's entry for one type
+    /// in [`Self::workers_bucket`] (its write subject
+    /// `$KV.<bucket>.<type>.<worker>` is what NATS permissions scope).
+    pub fn worker_key(ty: &SubagentType, worker_id: &str) -> String {
+        format!("{ty}.{}", Self::worker_token(worker_id))
     }
     /// A worker id as one subject token and KV key: characters outside
     /// `a-z A-Z 0-9 - _` (such as the dots of a host name) become `_`.
@@ -241,13 +273,17 @@ mod tests {
         assert_eq!(s.tasks_of_type(&ty), "flotilla.task.finance.*");
         let acme = Tenant::new("acme").unwrap();
         assert_eq!(
-            s.report(&acme, &job, &task),
-            "flotilla.job.acme.0190c0de-0000-7000-8000-000000000001.report.0190c0de-0000-7000-8000-000000000002"
+            s.report(&acme, &job, &ty, &task),
+            "flotilla.job.acme.0190c0de-0000-7000-8000-000000000001.report.finance.0190c0de-0000-7000-8000-000000000002"
         );
+        assert_eq!(s.type_of_report(&s.report(&acme, &job, &ty, &task)), Some("finance"));
+        assert_eq!(s.type_of_report(&format!("flotilla.job.acme.{job}.report.{task}")), None, "old shape");
+        assert_eq!(s.type_of_report(&format!("other.job.acme.{job}.report.finance.{task}")), None);
+        assert_eq!(s.job_reports(&acme, &job), format!("flotilla.job.acme.{job}.report.*.*"));
         assert_eq!(s.job_event(&acme, &job), format!("flotilla.job.acme.{job}.event"));
         assert_eq!(s.job_all(&acme, &job), format!("flotilla.job.acme.{job}.>"));
         assert_eq!(s.tenant_jobs(&acme), "flotilla.job.acme.>");
-        assert_eq!(s.all_reports(), "flotilla.job.*.*.report.*");
+        assert_eq!(s.all_reports(), "flotilla.job.*.*.report.*.*");
         assert_eq!(s.api(&Tenant::default(), "submit"), "flotilla.api.default.submit");
         assert_eq!(s.approval(&acme, &job, &task), format!("flotilla.job.acme.{job}.approval.{task}"));
         assert_eq!(s.approvals_bucket(), "flotilla_approvals");
@@ -256,8 +292,11 @@ mod tests {
         assert_eq!(Subjects::new("my-app").tasks_stream(), "MY_APP_TASKS");
         assert_eq!(s.files_bucket(), "flotilla_files");
         assert_eq!(s.mcp_tokens_bucket(), "flotilla_mcp_tokens");
-        assert_eq!(s.task_message(&acme, &job, &task), format!("flotilla.job.acme.{job}.message.{task}"));
-        assert_eq!(s.all_task_messages(), "flotilla.job.*.*.message.*");
+        assert_eq!(s.task_message(&acme, &job, &ty, &task), format!("flotilla.job.acme.{job}.message.finance.{task}"));
+        assert_eq!(s.all_task_messages(), "flotilla.job.*.*.message.*.*");
+        assert_eq!(s.heartbeat(&ty, "w-1"), "flotilla.worker.heartbeat.finance.w-1");
+        assert_eq!(s.all_heartbeats(), "flotilla.worker.heartbeat.*.*");
+        assert_eq!(Subjects::worker_key(&ty, "host.a-1"), "finance.host_a-1");
         assert_eq!(s.task_messages_stream(), "FLOTILLA_MESSAGES");
         assert_eq!(s.workers_bucket(), "flotilla_workers");
         assert_eq!(Subjects::worker_token("host.example.com-12"), "host_example_com-12");

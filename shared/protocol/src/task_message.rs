@@ -8,14 +8,14 @@ use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
 use super::Message;
-use crate::ids::{JobId, TaskId};
+use crate::ids::{JobId, SubagentType, TaskId};
 
 /// Most bytes of text one follow-up message may carry: instructions, not
 /// data (data goes to a job file the message names).
 pub const MAX_FOLLOW_UP_BYTES: usize = 16 * 1024;
 
-/// Published on `<prefix>.job.<tenant>.<job>.message.<task>` (kept in the
-/// `<PREFIX>_MESSAGES` stream) with `Nats-Msg-Id` = `message:<id>`.
+/// Published on `<prefix>.job.<tenant>.<job>.message.<type>.<task>` (kept in
+/// the `<PREFIX>_MESSAGES` stream) with `Nats-Msg-Id` = `message:<id>`.
 /// Readers accept unknown fields (a newer planner may add some).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct FollowUp {
@@ -28,6 +28,9 @@ pub struct FollowUp {
     pub job_id: JobId,
     /// The task it is for.
     pub task_id: TaskId,
+    /// That task's subagent type: the type token of the subject, so only a
+    /// worker of this type may read it (docs/SECURITY.md).
+    pub subagent_type: SubagentType,
     /// The instructions, at most [`MAX_FOLLOW_UP_BYTES`] bytes.
     pub text: String,
     /// When the planner sent it.
@@ -41,10 +44,13 @@ impl Message for FollowUp {
 
 impl FollowUp {
     /// Checks what a reader must not trust blindly: the text is non-empty,
-    /// within [`MAX_FOLLOW_UP_BYTES`], and the message is for `task`.
-    pub fn check(&self, task: &TaskId) -> Result<(), String> {
+    /// within [`MAX_FOLLOW_UP_BYTES`], and the message is for `task` of type `ty`.
+    pub fn check(&self, task: &TaskId, ty: &SubagentType) -> Result<(), String> {
         if &self.task_id != task {
             return Err(format!("follow-up {} is for task {}, not {task}", self.id, self.task_id));
+        }
+        if &self.subagent_type != ty {
+            return Err(format!("follow-up {} is for type {}, not {ty}", self.id, self.subagent_type));
         }
         check_text(&self.text)
     }
@@ -75,6 +81,7 @@ mod tests {
             id: "call-7".into(),
             job_id: JobId::new(),
             task_id: TaskId::new(),
+            subagent_type: SubagentType::new("finance").unwrap(),
             text: text.into(),
             sent_at: crate::now(),
         }
@@ -92,11 +99,14 @@ mod tests {
     #[test]
     fn empty_oversized_and_misaddressed_messages_are_refused() {
         let m = msg("  ");
-        assert!(m.check(&m.task_id).unwrap_err().contains("empty"));
+        let ty = m.subagent_type.clone();
+        assert!(m.check(&m.task_id, &ty).unwrap_err().contains("empty"));
         let m = msg(&"x".repeat(MAX_FOLLOW_UP_BYTES + 1));
-        assert!(m.check(&m.task_id).unwrap_err().contains("byte limit"));
+        assert!(m.check(&m.task_id, &ty).unwrap_err().contains("byte limit"));
         let m = msg("ok");
-        assert!(m.check(&TaskId::new()).unwrap_err().contains("not"));
-        assert_eq!(m.check(&m.task_id), Ok(()));
+        assert!(m.check(&TaskId::new(), &ty).unwrap_err().contains("not"));
+        let legal = SubagentType::new("legal").unwrap();
+        assert!(m.check(&m.task_id, &legal).unwrap_err().contains("type finance"));
+        assert_eq!(m.check(&m.task_id, &ty), Ok(()));
     }
 }

@@ -304,11 +304,17 @@ impl Tool for MessageTask {
                 done.status.as_str()
             )));
         }
+        // The type is part of the subject, so only a worker of that type can read it.
+        let entry = self.0.dispatcher.jobs().task(&ctx.job_id, &task).await.map_err(transient("task not readable"))?;
+        let Some(entry) = entry else {
+            return Err(ToolError::new(ErrorKind::NotFound, format!("task {task} is not recorded in this job")));
+        };
         let msg = FollowUp {
             v: protocol::SCHEMA_VERSION,
             id: format!("{}.{}", ctx.job_id, ctx.call_key()),
             job_id: ctx.job_id,
             task_id: task,
+            subagent_type: entry.subagent_type,
             text,
             sent_at: protocol::now(),
         };

@@ -41,7 +41,8 @@ pub use staging::Upload;
 
 pub use path::{FilePath, PathError};
 pub use reserved::{
-    LARGE_RESULTS_DIR, MAPS_DIR, REPORTS_DIR, RESERVED_DIRS, report_path, reserved_prefix, unfinished_report,
+    LARGE_RESULTS_DIR, MAPS_DIR, REPORTS_DIR, RESERVED_DIRS, ReportAnchor, report_path, report_task, reserved_prefix,
+    unfinished_report,
 };
 
 use crate::digest::sha256_hex;
@@ -78,7 +79,7 @@ pub enum FileError {
         prefix: &'static str,
     },
     /// A runtime-written file whose bytes no longer match their checksum.
-    #[error("{path} failed its integrity check ({reason}); it was altered after the runtime wrote it")]
+    #[error("{path} failed its integrity check ({reason}); it is not what the runtime wrote")]
     Tampered {
         /// The file.
         path: FilePath,
@@ -114,12 +115,23 @@ pub struct FileMeta {
 pub struct JobFiles {
     backend: Arc<dyn ObjectBackend>,
     max_file_bytes: u64,
+    /// When set, what `/reports/<task>.md` must hold, whatever checksum the
+    /// object carries (see [`reserved`]).
+    anchor: Option<Arc<dyn ReportAnchor>>,
 }
 
 impl JobFiles {
     /// Job files over `backend`, refusing files over `max_file_bytes`.
     pub fn new(backend: Arc<dyn ObjectBackend>, max_file_bytes: u64) -> Self {
-        Self { backend, max_file_bytes }
+        Self { backend, max_file_bytes, anchor: None }
+    }
+
+    /// These files, reading every `/reports/<task>.md` against `anchor`
+    /// instead of the checksum stored with it: for a reader that must not
+    /// trust the bucket's writers (the orchestrator; see [`reserved`]).
+    pub fn with_report_anchor(mut self, anchor: Arc<dyn ReportAnchor>) -> Self {
+        self.anchor = Some(anchor);
+        self
     }
 
     /// Files kept in this process's memory, with the same naming, size cap,
@@ -156,9 +168,24 @@ impl JobFiles {
     }
 
     /// The bytes of `path`. A file in a reserved directory is verified
-    /// against the checksum the runtime stored with it.
+    /// against the checksum the runtime stored with it, a task report
+    /// against the report anchor when there is one.
     pub async fn read(&self, job: &JobId, path: &FilePath) -> Result<Vec<u8>, FileError> {
         let (bytes, metadata) = self.read_raw(job, path).await?;
+        if let (Some(anchor), Some(task)) = (&self.anchor, reserved::report_task(path)) {
+            let expected = anchor
+                .report_sha256(job, &task)
+                .await
+                .map_err(|reason| FileError::Tampered { path: path.clone(), reason })?;
+            let actual = sha256_hex(&bytes);
+            if actual != expected {
+                return Err(FileError::Tampered {
+                    path: path.clone(),
+                    reason: format!("sha256 is {actual}, but the report of task {task} has {expected}"),
+                });
+            }
+            return Ok(bytes);
+        }
         if reserved_prefix(path).is_some() {
             let Some(stored) = metadata.get(CHECKSUM_KEY) else {
                 return Err(FileError::Tampered {
@@ -414,6 +441,39 @@ mod tests {
         files.put(&job, &path, b"forged", HashMap::new()).await.unwrap();
         let e = files.read(&job, &path).await.unwrap_err();
         assert!(e.to_string().contains("no checksum"), "{e}");
+    }
+
+    /// Vouches for one report's bytes, as the orchestrator's job records do.
+    struct OneReport(flotilla_protocol::ids::TaskId, String);
+
+    #[async_trait::async_trait]
+    impl ReportAnchor for OneReport {
+        async fn report_sha256(&self, _: &JobId, task: &flotilla_protocol::ids::TaskId) -> Result<String, String> {
+            (task == &self.0).then(|| self.1.clone()).ok_or_else(|| format!("task {task} has not reported yet"))
+        }
+    }
+
+    #[tokio::test]
+    async fn an_anchored_report_must_match_the_anchor_whatever_its_checksum() {
+        let (task, other) = (flotilla_protocol::ids::TaskId::new(), flotilla_protocol::ids::TaskId::new());
+        let files = JobFiles::in_memory(1024);
+        let anchored = files.clone().with_report_anchor(Arc::new(OneReport(task, sha256_hex(b"the real report"))));
+        let job = JobId::new();
+        files.write_reserved(&job, &report_path(&task), b"the real report").await.unwrap();
+        assert_eq!(anchored.read(&job, &report_path(&task)).await.unwrap(), b"the real report");
+        // Rewritten with a valid stored checksum, as any bucket writer can.
+        for (t, text) in [(task, "forged"), (other, "forged for a task that did not report")] {
+            files.write_reserved(&job, &report_path(&t), text.as_bytes()).await.unwrap();
+            assert_eq!(files.read(&job, &report_path(&t)).await.unwrap(), text.as_bytes(), "the checksum alone passes");
+            let e = anchored.read(&job, &report_path(&t)).await.unwrap_err();
+            assert!(matches!(e, FileError::Tampered { .. }), "{e}");
+        }
+        let e = anchored.read(&job, &report_path(&other)).await.unwrap_err();
+        assert!(e.to_string().contains("has not reported yet"), "{e}");
+        // Other reserved files keep their stored-checksum check.
+        let evicted = FilePath::parse("/large_tool_results/t1/call_1").unwrap();
+        anchored.write_reserved(&job, &evicted, b"big").await.unwrap();
+        assert_eq!(anchored.read(&job, &evicted).await.unwrap(), b"big");
     }
 
     #[tokio::test]

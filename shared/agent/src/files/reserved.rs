@@ -18,8 +18,34 @@
 //! - [`super::JobFiles::read`] of a reserved path verifies that sha256 and
 //!   fails with [`super::FileError::Tampered`] on a mismatch or a missing
 //!   checksum, so altered bytes are never silently used.
+//!
+//! That checksum stops agents and clients, whose writes go through
+//! [`super::JobFiles`], but not a holder of a worker's NATS credential: it
+//! reaches the Object Store bucket directly, and bucket grants cannot be
+//! scoped per subagent type or task (object names are not subjects), so it
+//! can store any bytes with their right sha256. Where a report is trusted
+//! most, in the orchestrator (the planner's file tools, `flotilla files
+//! get`), the files are therefore opened with a [`ReportAnchor`]: the bytes
+//! of `/reports/<task>.md` must match the report the orchestrator received
+//! for that task, on a subject only a worker of the task's type may publish
+//! on (docs/SECURITY.md, "Worker scope"), whatever checksum the object
+//! carries.
+
+use async_trait::async_trait;
+use flotilla_protocol::ids::{JobId, TaskId};
 
 use super::FilePath;
+
+/// Vouches for report files from a record no worker credential can write
+/// (the orchestrator's job records, orchestrator/src/reports.rs).
+#[async_trait]
+pub trait ReportAnchor: Send + Sync {
+    /// The lowercase hex sha256 that `/reports/<task>.md` of `job` must
+    /// have: that of the report the task was consolidated with. `Err` says
+    /// why no report file of that task can be trusted (it has not reported,
+    /// it is not a task of the job, the record cannot be read).
+    async fn report_sha256(&self, job: &JobId, task: &TaskId) -> Result<String, String>;
+}
 
 /// Directory of evicted tool results and oversized task reports.
 pub const LARGE_RESULTS_DIR: &str = "/large_tool_results";
@@ -57,12 +83,14 @@ pub fn unfinished_report(
     format!("# Task {task} {status}\n\n{}: {}\n", error.kind.as_str(), error.message)
 }
 
-/// Whether `path` is `/reports/<uuid>.md`.
+/// The task whose report `path` is, when it is `/reports/<uuid>.md`.
+pub fn report_task(path: &FilePath) -> Option<TaskId> {
+    let name = path.as_str().strip_prefix(REPORTS_DIR)?.strip_prefix('/')?;
+    name.strip_suffix(".md").filter(|id| id.len() == 36).and_then(|id| id.parse().ok())
+}
+
 fn is_report_file(path: &FilePath) -> bool {
-    let Some(name) = path.as_str().strip_prefix(REPORTS_DIR).and_then(|n| n.strip_prefix('/')) else {
-        return false;
-    };
-    name.strip_suffix(".md").is_some_and(|id| id.len() == 36 && id.parse::<flotilla_protocol::ids::TaskId>().is_ok())
+    report_task(path).is_some()
 }
 
 /// Object metadata key holding the lowercase hex sha256 of a runtime-written file.
@@ -104,6 +132,8 @@ mod tests {
         let task = flotilla_protocol::ids::TaskId::new();
         assert_eq!(report_path(&task).as_str(), format!("/reports/{task}.md"));
         assert_eq!(reserved_prefix(&report_path(&task)), Some(REPORT_FILES));
+        assert_eq!(report_task(&report_path(&task)), Some(task));
+        assert_eq!(report_task(&p("/reports/q2.md")), None);
         assert_eq!(reserved_prefix(&p(&format!("/reports/./{task}.md"))), Some(REPORT_FILES));
         assert_eq!(reserved_prefix(&p("/reports/q2.md")), None);
         assert_eq!(reserved_prefix(&p(&format!("/reports/{task}.txt"))), None);
