@@ -19,6 +19,7 @@ mod dispatcher;
 mod items;
 mod results;
 mod run;
+mod shape;
 mod store;
 mod template;
 #[cfg(test)]

@@ -7,13 +7,16 @@
 //! its work is bounded before it is done, never measured after
 //! (docs/TOOLS.md, "map_tasks", template limits):
 //!
+//! - shape: only a subset of minijinja that cannot amplify a value (no `*`,
+//!   `set`, `with`, macros; shape.rs says why fuel needs it);
 //! - fuel: every render gets [`ITEM_FUEL`]. minijinja charges one fuel per
 //!   instruction and about one per 64 bytes of data it creates, and refuses
-//!   a string it can size in advance (`"x" * 100000000`) before allocating
-//!   it, so a render's time and memory are both bounded by its fuel.
+//!   what it can size in advance (a replaced or indented string) before
+//!   allocating it; with the shape, a render's time and memory are bounded
+//!   by its fuel.
 //! - output: the text goes into a writer that fails past
 //!   [`MAX_DESCRIPTION_BYTES`], so an oversized description is never
-//!   accumulated (a lazily repeated list prints without being sized first).
+//!   accumulated (output is charged only after the step that wrote it).
 //! - per map: the fuel of every item's render counts against [`MAP_FUEL`]
 //!   (a failed render counts its whole allowance), so many cheap-looking
 //!   items cannot add up to an unbounded stall (validation, mod.rs).
@@ -94,6 +97,7 @@ impl DescriptionTemplate {
                 source.len()
             ));
         }
+        super::shape::check(source)?;
         let mut env = Environment::new();
         env.set_undefined_behavior(UndefinedBehavior::Strict);
         // Plain text, never HTML-escaped (the default keys off the name's extension).
@@ -210,28 +214,32 @@ mod tests {
     }
 
     /// Templates that allocate or loop far beyond any description: each is
-    /// refused within its fuel, naming the limit. Without fuel the first
-    /// would ask for a terabyte and the loops would run for minutes.
+    /// refused within its fuel or by the output cap, naming the limit.
+    /// Without fuel the loops would run for minutes and the filters would
+    /// allocate terabytes.
     #[test]
     fn hostile_templates_are_stopped_by_their_fuel_or_the_output_cap() {
         let fuel = "budget of 100000 fuel";
+        let item = json!({"s": "x".repeat(60_000)});
         let cases = [
-            (r#"{{ "x" * 1000000000000 }}"#, fuel),
-            (r#"{% for i in range(4) %}{{ "x" * 100000000 }}{% endfor %}"#, fuel),
             ("{% for i in range(5000) %}{% for j in range(5000) %}{% endfor %}{% endfor %}x", fuel),
-            (r#"{{ "ab"|indent(1000000000000) }}"#, fuel),
-            (r#"{% set s = "x" * 60000 %}{{ (s ~ s ~ s ~ s) * 1000 }}"#, fuel),
-            (r#"{{ range(100000)|join("y" * 60000) }}"#, fuel),
-            (r#"{{ ("x" * 1000)|replace("", "x" * 60000) }}"#, fuel),
-            (r#"{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}"#, ""),
-            (r#"{% for i in range(1000) %}{{ "x" * 60000 }}{% endfor %}"#, "more than 65536 bytes"),
+            ("{{ item.s | indent(1000000000000) }}", fuel),
+            ("{{ range(100000) | join(item.s) }}", fuel),
+            ("{{ item.s | replace('', item.s) }}", fuel),
+            ("{{ item.s ~ item.s ~ item.s ~ item.s ~ item.s }}", "more than 65536 bytes"),
+            ("{% for i in range(1000) %}{{ item.s }}{% endfor %}", "more than 65536 bytes"),
         ];
         for (source, needle) in cases {
             let t = DescriptionTemplate::compile(source).unwrap();
-            let r = t.render_metered(&json!({}), 0);
+            let r = t.render_metered(&item, 0);
             let e = r.text.expect_err(source);
             assert!(e.contains(needle), "{source}: {e}");
             assert_eq!(r.fuel, ITEM_FUEL, "{source}");
+        }
+        // What fuel pays for only afterwards is refused before it runs (shape.rs).
+        for source in [r#"{{ "x" * 1000000000000 }}"#, "{{ '' ~ (range(1000) | list) * 100000 }}"] {
+            let e = DescriptionTemplate::compile(source).err().unwrap();
+            assert!(e.contains("uses `*`"), "{source}: {e}");
         }
     }
 }

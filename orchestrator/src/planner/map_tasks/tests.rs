@@ -269,15 +269,16 @@ async fn a_template_over_its_fuel_or_output_limit_is_refused_before_any_dispatch
     let rig = rig(&JobFiles::in_memory(1 << 20), JobId::new(), FakeDispatch::new(Arc::default(), None), 8);
     rig.put("/inputs/ok.jsonl", &regions(3)).await;
     let hostile = [
-        (r#"{% for i in range(4) %}{{ "x" * 100000000 }}{% endfor %}"#, "budget of 100000 fuel"),
+        (r#"{% for i in range(4) %}{{ "x" * 100000000 }}{% endfor %}"#, "uses `*`"),
+        ("{% set a = [1] %}{% set a = a + a %}{{ '' ~ a }}", "uses `set`"),
         ("{% for i in range(5000) %}{% for j in range(5000) %}{% endfor %}{% endfor %}x", "budget of 100000 fuel"),
-        (r#"{% for i in range(100) %}{{ "x" * 1000 }}{% endfor %}"#, "more than 65536 bytes"),
+        ("{% for i in range(5000) %}{{ item.region }} padding to pass 64 KiB{% endfor %}", "more than 65536 bytes"),
     ];
     for (description, needle) in hostile {
         let a = json!({"subagent_type": "finance", "description": description, "items": "/inputs/ok.jsonl"});
         let e = rig.call(a).await.unwrap_err();
         assert_eq!(e.kind, ErrorKind::Validation, "{description}: {e}");
-        assert!(e.message.contains(needle) && e.message.contains("nothing was dispatched"), "{}", e.message);
+        assert!(e.message.contains(needle), "{}", e.message);
     }
     assert_eq!(rig.published(), 0);
 }
