@@ -26,7 +26,9 @@ use flotilla_protocol::{self as protocol, ApiReply, ErrorInfo, ErrorKind};
 use crate::jobs::JobStore;
 
 mod recent;
+mod staging;
 use recent::{Read, Recent};
+use staging::{Part, Staging};
 
 /// An API error: kind and message.
 type Refusal = (ErrorKind, String);
@@ -39,6 +41,8 @@ pub(crate) struct FilesApi {
     max_upload_bytes: u64,
     /// Files being downloaded in parts (recent.rs).
     recent: Recent,
+    /// The per-tenant quota of staged parts (staging.rs).
+    staging: Staging,
 }
 
 fn reply<T>(r: Result<T, Refusal>) -> ApiReply<T> {
@@ -50,7 +54,13 @@ fn reply<T>(r: Result<T, Refusal>) -> ApiReply<T> {
 
 impl FilesApi {
     pub(crate) fn new(files: JobFiles, jobs: JobStore, config: &FilesConfig) -> Self {
-        Self { files, jobs, max_upload_bytes: config.max_upload_bytes, recent: Recent::default() }
+        Self {
+            files,
+            jobs,
+            max_upload_bytes: config.max_upload_bytes,
+            recent: Recent::default(),
+            staging: Staging::new(&config.staging, config.max_upload_bytes),
+        }
     }
 
     /// The job files themselves, for the runtime's own writers.
@@ -128,10 +138,13 @@ impl FilesApi {
             let msg = format!("part {} is {} bytes; a part holds at most {FILE_PART_BYTES}", req.index, bytes.len());
             return Err((ErrorKind::Validation, msg));
         }
-        if u64::from(req.index) * FILE_PART_BYTES as u64 >= self.max_upload_bytes.max(1) {
-            return Err((ErrorKind::Limit, self.over_limit(u64::from(req.index + 1) * FILE_PART_BYTES as u64)));
+        // In u64: an index near u32::MAX must be refused, not overflow.
+        let reach = (u64::from(req.index) + 1) * FILE_PART_BYTES as u64;
+        if reach - FILE_PART_BYTES as u64 >= self.max_upload_bytes.max(1) {
+            return Err((ErrorKind::Limit, self.over_limit(reach)));
         }
-        self.files.stage_part(tenant, &req.upload, req.index, &bytes).await.map_err(refusal)?;
+        let part = Part { tenant, upload: &req.upload, index: req.index, size: bytes.len() as u64 };
+        self.staging.put(&self.files, part, &bytes).await?;
         Ok(FilesPutReply { upload: req.upload, index: req.index, size: bytes.len() as u64 })
     }
 
@@ -258,8 +271,20 @@ fn entry(meta: FileMeta) -> FileEntry {
     FileEntry { path: meta.path.to_string(), size: meta.size, modified: meta.modified }
 }
 
-/// The API error for a job-files error.
+/// What JetStream answers when its storage is full.
+const STORE_FULL: &str = "insufficient resources";
+
+/// The API error for a job-files error. A full store is a `limit`, not a
+/// transient error: retrying does not free space, and a client that retries
+/// only waits longer for the same answer.
 fn refusal(e: FileError) -> Refusal {
+    if let FileError::Store(cause) = &e
+        && cause.to_ascii_lowercase().contains(STORE_FULL)
+    {
+        let msg = "the job-files store is full (JetStream: insufficient resources); nothing was stored: \
+                   retry once files expire or are deleted, or ask the operator for more JetStream storage";
+        return (ErrorKind::Limit, msg.into());
+    }
     let kind = match &e {
         FileError::NotFound(_) => ErrorKind::NotFound,
         FileError::Reserved { .. } => ErrorKind::Permission,
@@ -297,5 +322,82 @@ mod tests {
         assert_eq!(refusal(FileError::Reserved { path: p.clone(), prefix: "/reports" }).0, ErrorKind::Permission);
         assert_eq!(refusal(FileError::TooLarge { path: p, size: 2, max: 1 }).0, ErrorKind::Limit);
         assert_eq!(refusal(FileError::Store("down".into())).0, ErrorKind::Transient);
+        let full = refusal(FileError::Store("failed to put: insufficient resources (code 10023)".into()));
+        assert_eq!(full.0, ErrorKind::Limit);
+        assert!(full.1.contains("store is full"), "{}", full.1);
+    }
+
+    fn files_api(max_upload_bytes: u64, max_tenant_bytes: u64) -> FilesApi {
+        files_api_aged(max_upload_bytes, max_tenant_bytes, 3600)
+    }
+
+    fn files_api_aged(max_upload_bytes: u64, max_tenant_bytes: u64, max_age: u64) -> FilesApi {
+        let config = FilesConfig {
+            max_upload_bytes,
+            staging: flotilla_config::staging::StagingConfig { max_tenant_bytes, max_age },
+            ..Default::default()
+        };
+        let jobs = JobStore::with_backend(std::sync::Arc::new(crate::fakes::FakeJobs::default()));
+        FilesApi::new(JobFiles::in_memory(1 << 24), jobs, &config)
+    }
+
+    fn put_req(upload: protocol::files_api::UploadId, index: u32, bytes: &[u8]) -> Vec<u8> {
+        let req = FilesPutRequest { v: protocol::SCHEMA_VERSION, upload, index, data: STANDARD.encode(bytes) };
+        serde_json::to_vec(&req).unwrap()
+    }
+
+    /// A part index near u32::MAX once overflowed the size check (a panic in
+    /// a debug build, no reply); it is a limit error now.
+    #[tokio::test]
+    async fn a_part_index_at_u32_max_is_a_limit_error() {
+        let api = files_api(1 << 20, 1 << 20);
+        let reply = api.put(&Tenant::default(), &put_req(uuid::Uuid::new_v4(), u32::MAX, b"x")).await;
+        let e = reply.into_result().unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Limit, "{e}");
+        assert!(e.message.contains("max_upload_bytes"), "{e}");
+    }
+
+    /// Parts count against the upload's and the tenant's limits as they
+    /// arrive; another tenant's parts are its own.
+    #[tokio::test]
+    async fn staged_parts_count_against_the_upload_and_the_tenant_quota() {
+        let part = vec![7u8; FILE_PART_BYTES];
+        let api = files_api(2 * FILE_PART_BYTES as u64, 3 * FILE_PART_BYTES as u64);
+        let (acme, globex) = (Tenant::new("acme").unwrap(), Tenant::new("globex").unwrap());
+        let (a, b) = (uuid::Uuid::new_v4(), uuid::Uuid::new_v4());
+        for index in 0..2 {
+            api.put(&acme, &put_req(a, index, &part)).await.into_result().unwrap();
+        }
+        // The same part again replaces itself.
+        api.put(&acme, &put_req(a, 1, &part)).await.into_result().unwrap();
+        api.put(&acme, &put_req(b, 0, &part)).await.into_result().unwrap();
+        let e = api.put(&acme, &put_req(b, 1, &part)).await.into_result().unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Limit);
+        assert!(e.message.contains("[files.staging] max_tenant_bytes"), "{e}");
+        // Another tenant's quota is its own.
+        api.put(&globex, &put_req(uuid::Uuid::new_v4(), 0, &part)).await.into_result().unwrap();
+
+        // An upload's parts count against max_upload_bytes as they arrive.
+        let api = files_api(FILE_PART_BYTES as u64 * 3 / 2, 3 * FILE_PART_BYTES as u64);
+        let c = uuid::Uuid::new_v4();
+        api.put(&acme, &put_req(c, 0, &part)).await.into_result().unwrap();
+        let e = api.put(&acme, &put_req(c, 1, &part)).await.into_result().unwrap_err();
+        assert!(e.message.contains("over [files] max_upload_bytes"), "{e}");
+        api.put(&acme, &put_req(c, 1, &part[..FILE_PART_BYTES / 2])).await.into_result().unwrap();
+    }
+
+    /// Parts older than `[files.staging] max_age` count for nothing and go
+    /// with the next put, whoever's (a 0 s lifetime here: every earlier part is old).
+    #[tokio::test]
+    async fn expired_parts_are_swept_and_free_the_quota() {
+        let part = vec![7u8; FILE_PART_BYTES];
+        let api = files_api_aged(FILE_PART_BYTES as u64, FILE_PART_BYTES as u64, 0);
+        let (acme, globex) = (Tenant::new("acme").unwrap(), Tenant::new("globex").unwrap());
+        api.put(&globex, &put_req(uuid::Uuid::new_v4(), 0, &part)).await.into_result().unwrap();
+        api.put(&acme, &put_req(uuid::Uuid::new_v4(), 0, &part)).await.into_result().unwrap();
+        let left = api.files.staged_parts().await.unwrap();
+        assert_eq!(left.iter().map(|p| p.tenant.as_str()).collect::<Vec<_>>(), ["acme"], "globex's part expired");
+        api.put(&acme, &put_req(uuid::Uuid::new_v4(), 0, &part)).await.into_result().unwrap();
+        assert_eq!(api.files.staged_parts().await.unwrap().len(), 1, "the quota counts only live parts");
     }
 }

@@ -18,6 +18,8 @@ pub struct FilesConfig {
     /// Most bytes one `flotilla submit --file ...` (or `files put`) may
     /// upload in total through the job API (docs/TOOLS.md, "Job inputs").
     pub max_upload_bytes: u64,
+    /// `[files.staging]`: quota and lifetime of uploads not committed yet.
+    pub staging: crate::staging::StagingConfig,
 }
 
 impl Default for FilesConfig {
@@ -27,6 +29,7 @@ impl Default for FilesConfig {
             max_file_bytes: 16 * 1024 * 1024,
             large_result_tokens: 20_000,
             max_upload_bytes: 64 * 1024 * 1024,
+            staging: Default::default(),
         }
     }
 }

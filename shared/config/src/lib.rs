@@ -20,6 +20,7 @@ pub mod permissions;
 mod price;
 pub mod raw;
 pub mod sandbox;
+pub mod staging;
 pub mod tls;
 pub mod tool_ref;
 pub mod url_policy;
@@ -325,6 +326,7 @@ impl Settings {
         if raw.files.max_file_bytes == 0 {
             return Err(invalid("files.max_file_bytes", "must be at least 1 (bytes)"));
         }
+        raw.files.staging.check(raw.files.max_upload_bytes).map_err(|(k, m)| invalid(k, m))?;
         let days = raw.jobs.retention_days;
         if !(days.is_finite() && days > 0.0 && days <= 36_500.0) {
             return Err(invalid(

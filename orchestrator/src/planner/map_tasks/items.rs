@@ -70,10 +70,11 @@ impl Iterator for Items<'_> {
     }
 }
 
-/// The file's bytes as text, or why they are not JSONL.
-pub fn text_of(bytes: &[u8]) -> Result<&str, String> {
-    std::str::from_utf8(bytes)
-        .map_err(|e| format!("is not UTF-8 text (first bad byte at offset {}): JSONL is UTF-8", e.valid_up_to()))
+/// The file's bytes as text (without a copy), or why they are not JSONL.
+pub fn into_text(bytes: Vec<u8>) -> Result<String, String> {
+    String::from_utf8(bytes).map_err(|e| {
+        format!("is not UTF-8 text (first bad byte at offset {}): JSONL is UTF-8", e.utf8_error().valid_up_to())
+    })
 }
 
 /// How many items `text` holds (non-blank lines), without parsing them.
@@ -119,7 +120,7 @@ mod tests {
 
     #[test]
     fn text_that_is_not_utf8_is_refused() {
-        assert!(text_of(b"1\n\xff").unwrap_err().contains("offset 2"));
-        assert_eq!(text_of(b"1\n2").unwrap(), "1\n2");
+        assert_eq!(into_text(b"1\n2".to_vec()).unwrap(), "1\n2");
+        assert!(into_text(b"1\n\xff".to_vec()).unwrap_err().contains("offset 2"));
     }
 }

@@ -19,6 +19,7 @@ mod dispatcher;
 mod items;
 mod results;
 mod run;
+mod shape;
 mod store;
 mod template;
 #[cfg(test)]
@@ -100,17 +101,22 @@ impl Tool for MapTasks {
             )),
             e => file_error(e),
         })?;
-        let text = items::text_of(&bytes).map_err(|e| ToolError::validation(format!("items file {path} {e}")))?;
+        let text = items::into_text(bytes).map_err(|e| ToolError::validation(format!("items file {path} {e}")))?;
         let files = MapFiles::new(self.files.clone(), ctx.job_id, map_id.clone());
-        let progress = match files.load().await? {
-            Some(p) => resume_check(p, text, &path)?,
+        let (text, progress) = match files.load().await? {
+            Some(p) => {
+                let p = resume_check(p, &text, &path)?;
+                (text, p)
+            }
             None => {
-                let total = validate(text, &template).map_err(|e| ToolError::validation(format!("{path}: {e}")))?;
+                let (text, total) = validate_off_runtime(text, template.clone(), ctx).await;
+                let total = total.map_err(|e| ToolError::validation(format!("{path}: {e}")))?;
                 let p = MapProgress::new(total);
                 files.save(&p).await?;
-                p
+                (text, p)
             }
         };
+        let text = text.as_str();
         let mut progress = if progress.finished || progress.done == progress.total {
             progress
         } else {
@@ -172,14 +178,65 @@ fn resume_check(progress: MapProgress, text: &str, path: &FilePath) -> Result<Ma
     Ok(progress)
 }
 
+/// [`validate`] on the blocking pool: a map's check renders every item, and
+/// a tenant's template must not hold up the runtime that answers every
+/// other tenant. The call's cancellation stops it between items.
+async fn validate_off_runtime(
+    text: String,
+    template: DescriptionTemplate,
+    ctx: &ToolContext,
+) -> (String, Result<usize, String>) {
+    let cancel = ctx.cancel.clone();
+    let job = tokio::task::spawn_blocking(move || {
+        let stop = || cancel.is_cancelled();
+        let checked = validate(&text, &template, template::MAP_FUEL, template::VALIDATION_DEADLINE, &stop);
+        (text, checked)
+    });
+    match job.await {
+        Ok(done) => done,
+        // The text went down with the panicked thread; the caller only needs the error.
+        Err(e) => (String::new(), Err(format!("checking the items failed: {e}"))),
+    }
+}
+
 /// Parses every item and renders its description; returns the item count or
-/// the first problems with their lines.
-fn validate(text: &str, template: &DescriptionTemplate) -> Result<usize, String> {
+/// the first problems with their lines. The renders of all items together
+/// may cost at most `budget` fuel ([`template::MAP_FUEL`]) and take at most
+/// `deadline`; `stop` (a cancelled call) ends the check between items.
+fn validate(
+    text: &str,
+    template: &DescriptionTemplate,
+    budget: u64,
+    deadline: std::time::Duration,
+    stop: &dyn Fn() -> bool,
+) -> Result<usize, String> {
     let (mut total, mut problems, mut listed) = (0, 0usize, Vec::new());
+    let (started, mut fuel) = (std::time::Instant::now(), 0u64);
     for item in items::Items::new(text) {
         total += 1;
+        if fuel > budget {
+            return Err(format!(
+                "rendering the description of every item needs more than the budget of one map_tasks call \
+                 ({budget} fuel: about {budget} template steps in all); stopped before item {total}: make the \
+                 template simpler or split the items into several files; nothing was dispatched"
+            ));
+        }
+        if started.elapsed() > deadline {
+            return Err(format!(
+                "checking the items took longer than {} s; stopped before item {total}: make the template \
+                 simpler or split the items into several files; nothing was dispatched",
+                deadline.as_secs()
+            ));
+        }
+        if stop() {
+            return Err("the call was cancelled while its items were checked; nothing was dispatched".into());
+        }
         let problem = match item {
-            Ok(item) => template.render(&item.value, item.index).err().map(|e| format!("line {}: {e}", item.line)),
+            Ok(item) => {
+                let rendered = template.render_metered(&item.value, item.index);
+                fuel += rendered.fuel;
+                rendered.text.err().map(|e| format!("line {}: {e}", item.line))
+            }
             Err(e) => Some(e),
         };
         if let Some(p) = problem {

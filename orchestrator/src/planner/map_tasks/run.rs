@@ -127,7 +127,9 @@ impl MapRun<'_> {
             error: Some(ErrorInfo::new(error.kind, error.message)),
             report: None,
         };
-        let description = match self.template.render(&item.value, item.index) {
+        // On the blocking pool, like validation (template.rs); fuel bounds the render.
+        let value = std::sync::Arc::new(item.value.clone());
+        let description = match self.template.render_blocking(value, item.index).await {
             Ok(d) => d,
             Err(e) => return Ok(failed(None, ToolError::validation(format!("line {}: {e}", item.line)))),
         };

@@ -240,7 +240,10 @@ async fn a_map_interrupted_mid_way_resumes_from_its_watermark_and_starts_no_item
     assert_eq!((out["total"].clone(), out["completed"].clone()), (json!(2000), json!(2000)));
     let starts = second.dispatch.starts.lock().unwrap().clone();
     let resumed_from = starts.iter().map(|k| FakeDispatch::index_of(k)).min().unwrap();
-    assert_eq!(resumed_from, 1000, "the stored part (1000 lines) is not re-awaited");
+    // A part holds the first 1000 lines released in order, or a few more when
+    // one ending releases several (renders run on the blocking pool, so the
+    // order items end in varies).
+    assert!((1000..1500).contains(&resumed_from), "the stored part is not re-awaited: {resumed_from}");
     assert_eq!(second.published(), 492, "only items never dispatched are published");
     let lines = second.results(out["results"].as_str().unwrap()).await;
     assert_eq!(lines.len(), 2000);
@@ -257,4 +260,43 @@ fn the_map_id_is_the_safe_call_id_plus_a_hash_of_the_arguments() {
     assert_ne!(a, map_id("call_1_0", &args("/b.jsonl")), "a reused call id with other arguments is another map");
     assert!(map_id("../x/y", &json!({})).starts_with("xy-"));
     assert!(map_id("///", &json!({})).starts_with("map-"));
+}
+
+/// The hostile templates of a security review, as a model would send them:
+/// each is a validation error naming its limit, before any dispatch.
+#[tokio::test]
+async fn a_template_over_its_fuel_or_output_limit_is_refused_before_any_dispatch() {
+    let rig = rig(&JobFiles::in_memory(1 << 20), JobId::new(), FakeDispatch::new(Arc::default(), None), 8);
+    rig.put("/inputs/ok.jsonl", &regions(3)).await;
+    let hostile = [
+        (r#"{% for i in range(4) %}{{ "x" * 100000000 }}{% endfor %}"#, "uses `*`"),
+        ("{% set a = [1] %}{% set a = a + a %}{{ '' ~ a }}", "uses `set`"),
+        ("{% for i in range(5000) %}{% for j in range(5000) %}{% endfor %}{% endfor %}x", "budget of 100000 fuel"),
+        ("{% for i in range(5000) %}{{ item.region }} padding to pass 64 KiB{% endfor %}", "more than 65536 bytes"),
+    ];
+    for (description, needle) in hostile {
+        let a = json!({"subagent_type": "finance", "description": description, "items": "/inputs/ok.jsonl"});
+        let e = rig.call(a).await.unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Validation, "{description}: {e}");
+        assert!(e.message.contains(needle), "{}", e.message);
+    }
+    assert_eq!(rig.published(), 0);
+}
+
+/// Items that are cheap one by one still add up: their renders count
+/// against the budget of the whole call, and the check has a deadline.
+#[test]
+fn the_renders_of_all_items_count_against_one_budget_and_a_deadline() {
+    let template =
+        template::DescriptionTemplate::compile("{% for i in range(100) %}{% endfor %}{{ item.region }}").unwrap();
+    let text = regions(50);
+    let never = || false;
+    let long = std::time::Duration::from_secs(3600);
+    assert_eq!(validate(&text, &template, template::MAP_FUEL, long, &never), Ok(50));
+    let e = validate(&text, &template, 1000, long, &never).unwrap_err();
+    assert!(e.contains("budget of one map_tasks call (1000 fuel") && e.contains("stopped before item"), "{e}");
+    let e = validate(&text, &template, template::MAP_FUEL, std::time::Duration::ZERO, &never).unwrap_err();
+    assert!(e.contains("took longer than 0 s"), "{e}");
+    let e = validate(&text, &template, template::MAP_FUEL, long, &|| true).unwrap_err();
+    assert!(e.contains("cancelled"), "{e}");
 }

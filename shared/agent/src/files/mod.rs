@@ -37,7 +37,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use time::OffsetDateTime;
 
 pub use backend::{MemoryBackend, ObjectBackend, ObjectInfo};
-pub use staging::Upload;
+pub use staging::{StagedPart, Upload};
 
 pub use path::{FilePath, PathError};
 pub use reserved::{

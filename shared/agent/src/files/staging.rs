@@ -30,7 +30,50 @@ pub struct Upload {
     pub sha256: String,
 }
 
+/// A part in staging, as the store lists it: what a quota counts and a
+/// sweep of expired parts removes.
+#[derive(Clone, Debug)]
+pub struct StagedPart {
+    /// The object's name, `uploads/<tenant>/<upload>/<index>`.
+    name: String,
+    /// The tenant segment of the name.
+    pub tenant: String,
+    /// The upload segment.
+    pub upload: String,
+    /// The part's index.
+    pub index: u32,
+    /// Its size in bytes.
+    pub size: u64,
+    /// When it was stored, if the store says.
+    pub modified: Option<time::OffsetDateTime>,
+}
+
 impl JobFiles {
+    /// Every staged part of every tenant (one listing of the bucket).
+    pub async fn staged_parts(&self) -> Result<Vec<StagedPart>, FileError> {
+        let objects = self.backend.list("uploads/").await.map_err(FileError::Store)?;
+        Ok(objects
+            .into_iter()
+            .filter_map(|(name, info)| {
+                let mut segments = name.strip_prefix("uploads/")?.split('/');
+                let (tenant, upload, index) = (segments.next()?, segments.next()?, segments.next()?);
+                Some(StagedPart {
+                    tenant: tenant.to_string(),
+                    upload: upload.to_string(),
+                    index: index.parse().ok()?,
+                    size: info.size,
+                    modified: info.modified,
+                    name,
+                })
+            })
+            .collect())
+    }
+
+    /// Deletes one staged part (a sweep of expired parts).
+    pub async fn delete_staged(&self, part: &StagedPart) -> Result<(), FileError> {
+        self.backend.delete(&part.name).await.map_err(FileError::Store)
+    }
+
     fn part_name(tenant: &Tenant, upload: &UploadId, index: u32) -> String {
         format!("uploads/{tenant}/{upload}/{index:08}")
     }
@@ -129,6 +172,24 @@ mod tests {
         assert_eq!(files.read(&job, &path).await.unwrap(), all);
         let again = files.commit_upload(&tenant, &u, &JobId::new(), &path).await.unwrap_err();
         assert!(again.to_string().contains("part 0 of upload"), "{again}");
+    }
+
+    #[tokio::test]
+    async fn staged_parts_are_listed_per_tenant_and_upload_and_can_be_deleted() {
+        let files = JobFiles::in_memory(1 << 20);
+        let (acme, globex) = (Tenant::new("acme").unwrap(), Tenant::new("globex").unwrap());
+        let (u, _) = upload(&[b"abc"]);
+        files.stage_part(&acme, &u.id, 0, b"abc").await.unwrap();
+        files.stage_part(&acme, &u.id, 12, b"de").await.unwrap();
+        files.stage_part(&globex, &u.id, 0, b"f").await.unwrap();
+        files.write(&JobId::new(), &FilePath::parse("/inputs/x").unwrap(), b"not staged").await.unwrap();
+        let mut parts = files.staged_parts().await.unwrap();
+        parts.sort_by_key(|p| (p.tenant.clone(), p.index));
+        let seen: Vec<_> = parts.iter().map(|p| (p.tenant.as_str(), p.index, p.size)).collect();
+        assert_eq!(seen, [("acme", 0, 3), ("acme", 12, 2), ("globex", 0, 1)]);
+        assert!(parts.iter().all(|p| p.upload == u.id.to_string() && p.modified.is_some()));
+        files.delete_staged(&parts[0]).await.unwrap();
+        assert_eq!(files.staged_parts().await.unwrap().len(), 2);
     }
 
     #[tokio::test]

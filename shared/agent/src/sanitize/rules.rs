@@ -103,6 +103,10 @@ pub(super) const RULES: &[Rule] = &[
     rule("hugging face token", Secret, r"\bhf_[A-Za-z0-9]{20,}", "[redacted]"),
     rule("npm token", Secret, r"\bnpm_[A-Za-z0-9]{30,}", "[redacted]"),
     rule("pypi token", Secret, r"\bpypi-AgE[A-Za-z0-9_\-]{20,}", "[redacted]"),
+    // SendGrid: `SG.` + 22 + `.` + 43 characters of base64url.
+    rule("sendgrid api key", Secret, r"\bSG\.[A-Za-z0-9_\-]{22}\.[A-Za-z0-9_\-]{43}", "[redacted]"),
+    // DigitalOcean personal access (`dop_`), OAuth (`doo_`) and refresh (`dor_`) tokens: 64 hex.
+    rule("digitalocean token", Secret, r"\bdo[por]_v1_[a-fA-F0-9]{64}", "[redacted]"),
     rule("slack token", Secret, r"\bxox[abposr]-[A-Za-z0-9\-]{10,}", "[redacted]"),
     rule("slack app token", Secret, r"\bxapp-[A-Za-z0-9\-]{10,}", "[redacted]"),
     rule("google api key", Secret, r"\bAIza[0-9A-Za-z_\-]{30,}", "[redacted]"),

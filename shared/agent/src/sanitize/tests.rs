@@ -66,6 +66,23 @@ const CASES: &[(&str, &[&str], &[&str])] = &[
     ),
     ("google ya29.a0AfH6SMBabcdefghijklmnop and AIzaSyA1234567890abcdefghijklmnopqrstu", &["ya29.a0", "AIzaSy"], &[]),
     ("webhook whsec_abcdefghijklmnopqrstuvwx bad signature", &["whsec_"], &["bad signature"]),
+    // ---- secrets: SendGrid and DigitalOcean formats ----
+    (
+        "mail SG.abcdefghij_KLMNOPQRS-u.abcdefghijklmnopqrstuvwxyz_ABCDEFGHIJ-01234 refused",
+        &["SG.abc", "abcdefghijklmnop", "GHIJ-0"],
+        &["mail [redacted] refused"],
+    ),
+    (
+        "do dop_v1_0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef denied",
+        &["dop_v1_", "0123456789abcdef"],
+        &["do [redacted] denied"],
+    ),
+    (
+        "oauth doo_v1_0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef and \
+         dor_v1_fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210",
+        &["doo_v1_", "dor_v1_", "0123456789abcdef", "fedcba9876543210"],
+        &["oauth [redacted] and"],
+    ),
     // ---- stack traces ----
     ("goroutine 7 [running]:\nmain.main()\nexit status 2", &["goroutine 7"], &["exit status 2"]),
     ("open file:///var/run/x.sock failed", &["file://", "/var"], &["open [path] failed"]),
@@ -142,6 +159,7 @@ const KEPT: &[&str] = &[
     "permission denied: /secrets/key is not readable by this subagent",
     r#"schema {"password": {"type": "string"}, "token": {"minLength": 8}}"#,
     "at 12:30:45 the list [1, 2, 3] had 3 items",
+    "see SG.2 of the manual and the do_v1_ prefix",
 ];
 
 #[test]
