@@ -39,6 +39,7 @@ mod sec_dashboard;
 mod sec_limits;
 mod sec_mcp_http;
 mod sec_roles;
+mod sec_sandbox;
 mod security;
 mod service_api;
 mod tls;
