@@ -133,8 +133,11 @@ pub struct Bubblewrap {
     shm_bytes: u64,
     /// `nr_inodes` of `/tmp` and `/dev/shm` each (private mounts only).
     inodes: u64,
+    /// The worker runs as root: sandboxes run as the uid they are given.
+    switch_user: bool,
     /// Mount points of the private `/tmp` and `/dev/shm` (empty dirs under
-    /// `run_dir`), when the worker runs as root and may mount and switch users.
+    /// `run_dir`), when the worker runs as root with `CAP_SYS_ADMIN` (a root
+    /// worker in a container often lacks it) and so may mount them.
     private: Option<(PathBuf, PathBuf)>,
 }
 
@@ -161,10 +164,10 @@ impl Bubblewrap {
             }
         }
         let root = nix::unistd::geteuid().is_root();
-        let private = if root {
+        let private = if root && may_mount() {
             let dir = config.run_dir.join("mnt");
             let (tmp, shm) = (dir.join("tmp"), dir.join("shm"));
-            for d in [&dir, &tmp, &shm] {
+            for d in [&config.run_dir, &dir, &tmp, &shm] {
                 super::uids::own_dir(d, 0o711, "run_dir").map_err(|e| SandboxError::Setup(format!("{e:#}")))?;
             }
             Some((tmp, shm))
@@ -178,12 +181,18 @@ impl Bubblewrap {
             tmp_bytes: config.tmp_mb * 1024 * 1024,
             shm_bytes: config.shm_mb * 1024 * 1024,
             inodes: config.tmp_inodes,
+            switch_user: root,
             private,
         })
     }
 
     /// Whether sandboxes run as another user than the worker's (it runs as root).
     pub fn switches_user(&self) -> bool {
+        self.switch_user
+    }
+
+    /// Whether `/tmp` and `/dev/shm` get inode caps (docs/SANDBOX.md "Limits").
+    pub fn caps_inodes(&self) -> bool {
         self.private.is_some()
     }
 
@@ -234,6 +243,7 @@ impl Bubblewrap {
         command: &str,
         limits: &Limits,
     ) -> std::io::Result<(Command, [OwnedFd; 2])> {
+        let user = user.filter(|_| self.switch_user);
         let private = match (&self.private, user) {
             (Some((tmp, shm)), Some(ids)) => Some(PrivateTmp::new(tmp, shm, self, ids)?),
             _ => None,
@@ -392,6 +402,14 @@ impl PrivateTmp {
         }
         Ok(())
     }
+}
+
+/// Whether this process holds `CAP_SYS_ADMIN` (bit 21 of `CapEff` in
+/// /proc/self/status), which mounting the private tmpfs needs.
+fn may_mount() -> bool {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let eff = status.lines().find_map(|l| l.strip_prefix("CapEff:")).map(str::trim);
+    eff.and_then(|hex| u64::from_str_radix(hex, 16).ok()).is_some_and(|caps| caps & (1 << 21) != 0)
 }
 
 /// In the forked child, as std does for `Command::uid`: no supplementary
@@ -588,6 +606,27 @@ mod tests {
         assert_eq!(e.stderr, "err\n");
         let e = run(&b, &s, "echo small", l).await;
         assert!(!e.truncated && e.stdout == "small\n", "{e:?}");
+    }
+
+    /// `/dev` is read-only and `/dev/shm` and `/tmp` are full at their sizes,
+    /// whether the worker mounts them (a uid to switch to, inode caps too) or
+    /// bubblewrap does (no uid: sizes only, as for a worker not running as root).
+    #[tokio::test]
+    async fn dev_is_read_only_and_shm_and_tmp_are_capped_either_way() {
+        let config = SandboxConfig { shm_mb: 1, tmp_mb: 1, tmp_inodes: 32, ..Default::default() };
+        let b = Bubblewrap::new(&config).unwrap();
+        let s = Scratch::new(&b);
+        let cmd = "echo x > /dev/null && (echo x > /dev/x; head -c 2000000 /dev/zero > /dev/shm/a; \
+                   head -c 2000000 /dev/zero > /tmp/a) 2>&1; rm /tmp/a; i=0; while [ $i -lt 100 ]; do \
+                   printf '' > /tmp/f$i 2>/dev/null || break; i=$((i+1)); done; echo files=$i";
+        let l = Limits { file_bytes: 64 << 20, ..limits(10) };
+        for u in [None, user(&b)] {
+            let e = b.run(&s.0, u, cmd, &l, &CancellationToken::new()).await.unwrap();
+            assert_eq!(e.stdout.matches("Read-only file system").count(), 1, "{u:?}: {e:?}");
+            assert_eq!(e.stdout.matches("No space left on device").count(), 2, "{u:?}: {e:?}");
+            let files = if u.is_some() && b.caps_inodes() { "files=31" } else { "files=100" };
+            assert!(e.stdout.ends_with(&format!("{files}\n")), "{u:?}: {e:?}");
+        }
     }
 
     #[tokio::test]

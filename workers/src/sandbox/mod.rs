@@ -91,6 +91,12 @@ impl Sandbox {
         let quota = config.scratch_mb.saturating_mul(1024 * 1024);
         let staging = staging::Staging::new(&config.stage_in, &config.stage_out, quota)
             .with_context(|| format!("{key}: invalid stage_in/stage_out glob"))?;
+        if !backend.caps_inodes() {
+            tracing::warn!(
+                "{key}: /tmp and /dev/shm of the sandbox have sizes but no inode cap (tmp_inodes): the worker \
+                 runs without root or CAP_SYS_ADMIN, so bubblewrap mounts them (docs/SANDBOX.md \"Limits\")"
+            );
+        }
         let uids = match config.uids() {
             Some(range) if backend.switches_user() => Some(uids::UidPool::new(&config.run_dir, range, &key)?),
             _ => None,

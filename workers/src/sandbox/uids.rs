@@ -51,8 +51,11 @@ impl UidLease {
 impl UidPool {
     /// The pool of `(first, count)` with its locks under `<run_dir>/uids`.
     pub fn new(run_dir: &Path, (first, count): (u32, u32), key: &str) -> anyhow::Result<Self> {
-        let locks = run_dir.join("uids");
-        own_dir(&locks, 0o700, &format!("{key}.run_dir"))?;
+        let (locks, what) = (run_dir.join("uids"), format!("{key}.run_dir"));
+        // The sandbox uids traverse run_dir to the tmpfs mount points (`Bubblewrap::new`); only
+        // the worker reaches the locks.
+        own_dir(run_dir, 0o711, &what)?;
+        own_dir(&locks, 0o700, &what)?;
         let start = std::process::id() % count;
         Ok(Self { locks, first, count, next: AtomicU32::new(start), key: key.into() })
     }
