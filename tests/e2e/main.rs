@@ -41,6 +41,7 @@ mod sec_limits_templates;
 mod sec_mcp_http;
 mod sec_roles;
 mod sec_worker_scope;
+mod sec_sandbox;
 mod security;
 mod service_api;
 mod tls;

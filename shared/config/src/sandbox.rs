@@ -23,7 +23,8 @@ pub struct SandboxConfig {
     pub memory_mb: u64,
     /// Largest file a command may write, in MiB (RLIMIT_FSIZE).
     pub file_size_mb: u64,
-    /// Processes of the sandbox user (RLIMIT_NPROC; counted per host uid).
+    /// Processes of the sandbox user (RLIMIT_NPROC; counted per host uid,
+    /// and every running task has a uid of its own from `uid_range`).
     pub max_processes: u64,
     /// Disk a task's scratch dir may use, in MiB: staging in stops there, and
     /// a command that leaves it over the quota gets a `limit` error and
@@ -31,6 +32,12 @@ pub struct SandboxConfig {
     pub scratch_mb: u64,
     /// Size of the sandbox's private `/tmp` (tmpfs) in MiB.
     pub tmp_mb: u64,
+    /// Size of the sandbox's private `/dev/shm` (tmpfs) in MiB; the rest of
+    /// `/dev` is read-only.
+    pub shm_mb: u64,
+    /// Files and dirs `/tmp` and `/dev/shm` may each hold (tmpfs `nr_inodes`;
+    /// applied when the worker runs as root, docs/SANDBOX.md "Limits").
+    pub tmp_inodes: u64,
     /// Bytes of stdout and of stderr kept each; the rest is dropped and the
     /// result says `truncated: true`.
     pub max_output_bytes: usize,
@@ -40,9 +47,15 @@ pub struct SandboxConfig {
     /// Host paths mounted read-only at the same place (missing ones are skipped,
     /// symlinks such as `/bin -> usr/bin` are recreated as symlinks).
     pub ro_binds: Vec<PathBuf>,
-    /// `uid:gid` the sandbox runs as when the worker runs as root (a worker
-    /// running as another user runs sandboxes as itself).
-    pub user: String,
+    /// `<first>:<count>`: host uids (each with the gid of the same number)
+    /// the sandboxes run as when the worker runs as root, one per running
+    /// task, never two at once on this host (a worker running as another user
+    /// runs sandboxes as itself).
+    pub uid_range: String,
+    /// Root-owned dir of the uid locks (shared by every worker of the host,
+    /// so they never lease the same uid) and of the private tmpfs mount
+    /// points; used when the worker runs as root.
+    pub run_dir: PathBuf,
     /// Job-file globs copied into `/scratch` before each command: job file
     /// `/data/q2.csv` appears as `/scratch/data/q2.csv`. Subject to the type's
     /// read permissions.
@@ -66,6 +79,8 @@ impl Default for SandboxConfig {
             max_processes: 64,
             scratch_mb: 256,
             tmp_mb: 64,
+            shm_mb: 16,
+            tmp_inodes: 16_384,
             max_output_bytes: 64 * 1024,
             scratch_root: None,
             ro_binds: [
@@ -87,7 +102,10 @@ impl Default for SandboxConfig {
             .into_iter()
             .map(PathBuf::from)
             .collect(),
-            user: "65534:65534".into(),
+            // Above the 16-bit uids and below useradd's first subordinate
+            // uid (100000): no account and no rootless container uses them.
+            uid_range: "70000:1024".into(),
+            run_dir: PathBuf::from("/run/flotilla-sandbox"),
             stage_in: Vec::new(),
             stage_out: Vec::new(),
         }
@@ -110,6 +128,8 @@ impl SandboxConfig {
             ("file_size_mb", self.file_size_mb),
             ("max_processes", self.max_processes),
             ("tmp_mb", self.tmp_mb),
+            ("shm_mb", self.shm_mb),
+            ("tmp_inodes", self.tmp_inodes),
             ("scratch_mb", self.scratch_mb),
         ] {
             if v == 0 {
@@ -129,15 +149,49 @@ impl SandboxConfig {
                 }
             }
         }
-        if self.parse_user().is_none() {
-            return bad("user", "use \"<uid>:<gid>\" with numbers, e.g. \"65534:65534\"");
+        if self.uids().is_none() {
+            return bad(
+                "uid_range",
+                "use \"<first uid>:<count>\" with first at least 1000 and count at least 1, e.g. \"70000:1024\", \
+                 ending below 4294967295; no account of the host may use these uids",
+            );
+        }
+        if !self.run_dir.is_absolute() {
+            return bad("run_dir", "must be an absolute path, e.g. \"/run/flotilla-sandbox\"");
         }
         Ok(())
     }
 
-    /// `user` as (uid, gid).
-    pub fn parse_user(&self) -> Option<(u32, u32)> {
-        let (u, g) = self.user.split_once(':')?;
-        Some((u.parse().ok()?, g.parse().ok()?))
+    /// `uid_range` as (first, count), when valid.
+    pub fn uids(&self) -> Option<(u32, u32)> {
+        let (first, count) = self.uid_range.split_once(':')?;
+        let (first, count): (u32, u32) = (first.trim().parse().ok()?, count.trim().parse().ok()?);
+        // Never root or a system account; never (uid_t)-1, which chown and setuid read as "unchanged".
+        (first >= 1000 && count >= 1 && first.checked_add(count)? < u32::MAX).then_some((first, count))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uid_range_and_run_dir_are_checked_with_the_key() {
+        let with = |r: &str| SandboxConfig { uid_range: r.into(), ..Default::default() };
+        assert_eq!(SandboxConfig::default().check(), Ok(()));
+        assert_eq!(with("70000:1024").uids(), Some((70000, 1024)));
+        for bad in ["", "70000", "0:10", "999:10", "70000:0", "x:1", "4294967290:10", "65534:65534:1"] {
+            let (key, why) = with(bad).check().unwrap_err();
+            assert_eq!(key, "uid_range", "{bad}");
+            assert!(why.contains("<first uid>:<count>"), "{why}");
+        }
+        let rel = SandboxConfig { run_dir: "run/x".into(), ..Default::default() };
+        assert_eq!(rel.check().unwrap_err().0, "run_dir");
+        for (k, c) in [
+            ("shm_mb", SandboxConfig { shm_mb: 0, ..Default::default() }),
+            ("tmp_inodes", SandboxConfig { tmp_inodes: 0, ..Default::default() }),
+        ] {
+            assert_eq!(c.check().unwrap_err().0, k);
+        }
     }
 }

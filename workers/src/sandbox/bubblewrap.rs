@@ -2,30 +2,41 @@
 //! `prlimit` for the resource limits.
 //!
 //! ```text
-//! prlimit --cpu --as --fsize --nproc --nofile -- bwrap <isolation> -- /bin/sh -c <command>
+//! prlimit --cpu --as --fsize --nproc --nofile -- bwrap --args 4 -- /bin/sh -c <command>
 //! ```
 //!
 //! Isolation: every namespace unshared (no network: only a private loopback),
 //! all capabilities dropped, no nested user namespaces, a fresh `/proc`, a
-//! minimal `/dev`, the configured system paths bound read-only, a private
-//! `/tmp` (tmpfs of fixed size) and the task's scratch dir as the only
-//! writable host path, at `/scratch`. A worker running as root starts the
-//! sandbox as an unprivileged uid (default 65534), so even a kernel bug in
-//! the namespace setup starts from nobody's rights.
+//! minimal read-only `/dev` with a size-capped `/dev/shm`, the configured
+//! system paths bound read-only, a private `/tmp` (tmpfs of fixed size) and
+//! the task's scratch dir as the only writable host path, at `/scratch`. A
+//! worker running as root starts each task's sandboxes as a uid of its own
+//! ([`super::uids`]), so a kernel bug in the namespace setup starts from
+//! nobody's rights and one task's rlimits never count another's processes.
+//!
+//! bubblewrap reads its options from a memfd (`--args 4`), not its command
+//! line: its copy that is pid 1 inside the sandbox keeps the command line, so
+//! `/proc/1/cmdline` would show the scratch dir's host path and every setting.
 //!
 //! Only stdio crosses: every other descriptor the worker holds or inherited
 //! is closed in the child before `exec` (a `pre_exec` hook, close_range(2)),
 //! except the seccomp program bubblewrap reads (see [`super::seccomp`]),
-//! which bubblewrap installs right before it runs the command.
+//! which bubblewrap installs right before it runs the command, and the
+//! options file.
 //!
 //! Limits: wall time by the worker (it kills the process group; the sandbox's
 //! pid namespace and `--die-with-parent` take every descendant with it), CPU
 //! seconds, address space, file size and process count by rlimits (`prlimit`
 //! from util-linux). cgroups are not used: they need a delegated cgroup v2
-//! subtree that a worker in a container usually lacks.
+//! subtree that a worker in a container usually lacks. bubblewrap's
+//! `--tmpfs` takes a size but no inode cap, so a root worker mounts `/tmp`
+//! and `/dev/shm` itself (`size` and `nr_inodes`) in a private mount
+//! namespace of the child, right before it switches to the sandbox uid, and
+//! bubblewrap binds them.
 
+use std::ffi::{CString, OsStr, OsString};
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -59,6 +70,9 @@ pub enum SandboxError {
     /// bubblewrap refused to build the sandbox (its own message).
     #[error("bubblewrap does not work on this host: {0}")]
     Unusable(String),
+    /// The worker's own setup for sandboxes failed (its message names the key).
+    #[error("{0}")]
+    Setup(String),
     /// The run was cancelled.
     #[error("cancelled")]
     Cancelled,
@@ -75,7 +89,7 @@ pub struct Limits {
     pub memory_bytes: u64,
     /// Largest file written, bytes.
     pub file_bytes: u64,
-    /// Processes of the sandbox uid.
+    /// Processes of the sandbox uid (one uid per task when the worker runs as root).
     pub processes: u64,
     /// Bytes kept of stdout and of stderr each.
     pub output_bytes: usize,
@@ -106,6 +120,9 @@ enum Mount {
     Symlink { target: PathBuf, at: PathBuf },
 }
 
+/// Where bubblewrap reads its options from, in the child.
+const ARGS_FD: i32 = seccomp::CHILD_FD + 1;
+
 /// A configured bubblewrap backend.
 #[derive(Clone, Debug)]
 pub struct Bubblewrap {
@@ -113,12 +130,20 @@ pub struct Bubblewrap {
     prlimit: PathBuf,
     mounts: Vec<Mount>,
     tmp_bytes: u64,
-    /// Uid/gid to run as (set when the worker runs as root).
-    user: Option<(u32, u32)>,
+    shm_bytes: u64,
+    /// `nr_inodes` of `/tmp` and `/dev/shm` each (private mounts only).
+    inodes: u64,
+    /// The worker runs as root: sandboxes run as the uid they are given.
+    switch_user: bool,
+    /// Mount points of the private `/tmp` and `/dev/shm` (empty dirs under
+    /// `run_dir`), when the worker runs as root with `CAP_SYS_ADMIN` (a root
+    /// worker in a container often lacks it) and so may mount them.
+    private: Option<(PathBuf, PathBuf)>,
 }
 
 impl Bubblewrap {
-    /// Resolves the binaries and inspects the read-only paths on this host.
+    /// Resolves the binaries and inspects the read-only paths on this host;
+    /// a root worker also makes its mount points under `run_dir`.
     pub fn new(config: &SandboxConfig) -> Result<Self, SandboxError> {
         let bwrap = which(&config.bwrap).ok_or_else(|| SandboxError::Missing {
             what: format!("bubblewrap ({})", config.bwrap),
@@ -138,25 +163,97 @@ impl Bubblewrap {
                 Err(_) => {} // not on this host: skipped, as documented
             }
         }
-        let root = std::fs::metadata("/proc/self").map(|m| m.uid() == 0).unwrap_or(false);
+        let root = nix::unistd::geteuid().is_root();
+        let private = if root && may_mount() {
+            let dir = config.run_dir.join("mnt");
+            let (tmp, shm) = (dir.join("tmp"), dir.join("shm"));
+            for d in [&config.run_dir, &dir, &tmp, &shm] {
+                super::uids::own_dir(d, 0o711, "run_dir").map_err(|e| SandboxError::Setup(format!("{e:#}")))?;
+            }
+            Some((tmp, shm))
+        } else {
+            None
+        };
         Ok(Self {
             bwrap,
             prlimit,
             mounts,
             tmp_bytes: config.tmp_mb * 1024 * 1024,
-            user: if root { config.parse_user() } else { None },
+            shm_bytes: config.shm_mb * 1024 * 1024,
+            inodes: config.tmp_inodes,
+            switch_user: root,
+            private,
         })
     }
 
-    /// The uid/gid sandboxes run as, when the worker switches to one.
-    pub fn user(&self) -> Option<(u32, u32)> {
-        self.user
+    /// Whether sandboxes run as another user than the worker's (it runs as root).
+    pub fn switches_user(&self) -> bool {
+        self.switch_user
     }
 
-    /// The command line, and the seccomp program's fd, which must stay open
-    /// until the child is spawned.
-    fn command(&self, scratch: &Path, command: &str, limits: &Limits) -> std::io::Result<(Command, OwnedFd)> {
-        let program = seccomp::program_fd()?;
+    /// Whether `/tmp` and `/dev/shm` get inode caps (docs/SANDBOX.md "Limits").
+    pub fn caps_inodes(&self) -> bool {
+        self.private.is_some()
+    }
+
+    /// bubblewrap's options, all but the command (they go to [`ARGS_FD`]).
+    fn options(&self, scratch: &Path, private: bool) -> Vec<OsString> {
+        let mut o: Vec<OsString> = Vec::new();
+        let mut add = |args: &[&OsStr]| o.extend(args.iter().map(|a| a.to_os_string()));
+        let s = |x: &'static str| OsStr::new(x);
+        add(&[s("--unshare-all"), s("--unshare-user"), s("--disable-userns"), s("--die-with-parent")]);
+        add(&[s("--new-session"), s("--cap-drop"), s("ALL"), s("--hostname"), s("sandbox")]);
+        let seccomp_fd = seccomp::CHILD_FD.to_string();
+        add(&[s("--seccomp"), OsStr::new(&seccomp_fd)]);
+        for m in &self.mounts {
+            match m {
+                Mount::Bind(p) => add(&[s("--ro-bind"), p.as_os_str(), p.as_os_str()]),
+                Mount::Symlink { target, at } => add(&[s("--symlink"), target.as_os_str(), at.as_os_str()]),
+            }
+        }
+        add(&[s("--dev"), s("/dev"), s("--proc"), s("/proc")]);
+        match (&self.private, private) {
+            // Mounted by the child with size and nr_inodes (`PrivateTmp`).
+            (Some((tmp, shm)), true) => {
+                add(&[s("--bind"), tmp.as_os_str(), s("/tmp"), s("--bind"), shm.as_os_str(), s("/dev/shm")]);
+            }
+            _ => {
+                let (tmp, shm) = (self.tmp_bytes.to_string(), self.shm_bytes.to_string());
+                add(&[s("--size"), OsStr::new(&tmp), s("--tmpfs"), s("/tmp")]);
+                add(&[s("--size"), OsStr::new(&shm), s("--tmpfs"), s("/dev/shm")]);
+            }
+        }
+        // /dev is a tmpfs of half the host's RAM: read-only, only /dev/shm (mounted above) takes writes.
+        add(&[s("--remount-ro"), s("/dev")]);
+        add(&[s("--bind"), scratch.as_os_str(), s(SCRATCH)]);
+        // bwrap's own root is a tmpfs: freeze it, so /scratch, /tmp and /dev/shm are the only writable places.
+        add(&[s("--remount-ro"), s("/"), s("--chdir"), s(SCRATCH), s("--clearenv")]);
+        add(&[s("--setenv"), s("PATH"), s("/usr/local/bin:/usr/bin:/bin"), s("--setenv"), s("HOME"), s(SCRATCH)]);
+        add(&[s("--setenv"), s("TMPDIR"), s("/tmp"), s("--setenv"), s("LANG"), s("C.UTF-8")]);
+        o
+    }
+
+    /// The command line, and the fds of the seccomp program and of the
+    /// options, which must stay open until the child is spawned. `user`: the
+    /// uid/gid to switch to (a root worker).
+    fn command(
+        &self,
+        scratch: &Path,
+        user: Option<(u32, u32)>,
+        command: &str,
+        limits: &Limits,
+    ) -> std::io::Result<(Command, [OwnedFd; 2])> {
+        let user = user.filter(|_| self.switch_user);
+        let private = match (&self.private, user) {
+            (Some((tmp, shm)), Some(ids)) => Some(PrivateTmp::new(tmp, shm, self, ids)?),
+            _ => None,
+        };
+        let mut options = Vec::new();
+        for o in self.options(scratch, private.is_some()) {
+            options.extend_from_slice(o.as_bytes());
+            options.push(0);
+        }
+        let fds = [seccomp::program_fd()?, seccomp::memfd(c"flotilla-bwrap-args", &options)?];
         let mut c = Command::new(&self.prlimit);
         c.env_clear()
             .arg(format!("--cpu={}:{}", limits.cpu_seconds, limits.cpu_seconds + 1))
@@ -166,40 +263,27 @@ impl Bubblewrap {
             .arg("--nofile=256")
             .arg("--")
             .arg(&self.bwrap)
-            .args(["--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session"])
-            .args(["--cap-drop", "ALL", "--hostname", "sandbox"])
-            .args(["--seccomp", &seccomp::CHILD_FD.to_string()]);
-        for m in &self.mounts {
-            match m {
-                Mount::Bind(p) => c.arg("--ro-bind").arg(p).arg(p),
-                Mount::Symlink { target, at } => c.arg("--symlink").arg(target).arg(at),
-            };
-        }
-        c.args(["--dev", "/dev", "--proc", "/proc"])
-            .arg("--size")
-            .arg(self.tmp_bytes.to_string())
-            .args(["--tmpfs", "/tmp"])
-            .arg("--bind")
-            .arg(scratch)
-            .arg(SCRATCH)
-            // bwrap's own root is a tmpfs: freeze it, so /scratch and /tmp are the only writable places.
-            .args(["--remount-ro", "/"])
-            .args(["--chdir", SCRATCH, "--clearenv"])
-            .args(["--setenv", "PATH", "/usr/local/bin:/usr/bin:/bin"])
-            .args(["--setenv", "HOME", SCRATCH, "--setenv", "TMPDIR", "/tmp", "--setenv", "LANG", "C.UTF-8"])
-            .args(["--", "/bin/sh", "-c", command])
+            .args(["--args", &ARGS_FD.to_string(), "--", "/bin/sh", "-c", command])
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .process_group(0)
             .kill_on_drop(true);
-        if let Some((uid, gid)) = self.user {
-            c.uid(uid).gid(gid);
-        }
-        let raw = program.as_raw_fd();
-        // SAFETY: the hook only makes async-signal-safe syscalls (dup2, fcntl, close_range).
-        unsafe { c.pre_exec(move || seccomp::child_keep_only(raw)) };
-        Ok((c, program))
+        let raw = [fds[0].as_raw_fd(), fds[1].as_raw_fd()];
+        // SAFETY: the hook only makes async-signal-safe syscalls (unshare, mount, setgroups, setgid,
+        // setuid, dup2, fcntl, close_range) on data prepared before the fork.
+        unsafe {
+            c.pre_exec(move || {
+                if let Some(p) = &private {
+                    p.mount()?;
+                }
+                if let Some((uid, gid)) = user {
+                    switch_user(uid, gid)?;
+                }
+                seccomp::child_keep_only(raw)
+            })
+        };
+        Ok((c, fds))
     }
 
     /// Runs `command` with `scratch` mounted at [`SCRATCH`]. A non-zero exit
@@ -207,14 +291,15 @@ impl Bubblewrap {
     pub async fn run(
         &self,
         scratch: &Path,
+        user: Option<(u32, u32)>,
         command: &str,
         limits: &Limits,
         cancel: &CancellationToken,
     ) -> Result<Execution, SandboxError> {
         let started = Instant::now();
-        let (mut cmd, program) = self.command(scratch, command, limits)?;
+        let (mut cmd, fds) = self.command(scratch, user, command, limits)?;
         let mut child = cmd.spawn()?;
-        drop(program);
+        drop(fds);
         let mut group = KillGroup(child.id().map(|p| p as i32));
         let out = tokio::spawn(capture(child.stdout.take(), limits.output_bytes));
         let err = tokio::spawn(capture(child.stderr.take(), limits.output_bytes));
@@ -252,7 +337,7 @@ impl Bubblewrap {
 
     /// Runs `true` in a sandbox once (blocking, at worker start), so a host
     /// where bubblewrap cannot work fails at once with bubblewrap's own reason.
-    pub fn probe(&self, scratch: &Path) -> Result<(), SandboxError> {
+    pub fn probe(&self, scratch: &Path, user: Option<(u32, u32)>) -> Result<(), SandboxError> {
         let limits = Limits {
             wall: Duration::from_secs(10),
             cpu_seconds: 5,
@@ -261,7 +346,7 @@ impl Bubblewrap {
             processes: 64,
             output_bytes: 4096,
         };
-        let (mut cmd, _program) = self.command(scratch, "true", &limits)?;
+        let (mut cmd, _fds) = self.command(scratch, user, "true", &limits)?;
         let out = cmd.as_std_mut().output()?;
         if out.status.success() {
             Ok(())
@@ -270,6 +355,74 @@ impl Bubblewrap {
             Err(SandboxError::Unusable(format!("{} ({})", err.trim(), out.status)))
         }
     }
+}
+
+/// The child's own `/tmp` and `/dev/shm`: tmpfs mounts with a size and an
+/// inode cap, owned by the sandbox uid, made in a mount namespace of the
+/// child alone (private propagation: nothing reaches the host's), on the
+/// empty mount points under `run_dir` that bubblewrap then binds. Every
+/// string is made before the fork.
+struct PrivateTmp {
+    tmp: CString,
+    shm: CString,
+    tmp_options: CString,
+    shm_options: CString,
+}
+
+impl PrivateTmp {
+    fn new(tmp: &Path, shm: &Path, b: &Bubblewrap, (uid, gid): (u32, u32)) -> std::io::Result<Self> {
+        let c = |b: &[u8]| CString::new(b).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e));
+        let options = |bytes: u64| format!("size={bytes},nr_inodes={},mode=1777,uid={uid},gid={gid}", b.inodes);
+        Ok(Self {
+            tmp: c(tmp.as_os_str().as_bytes())?,
+            shm: c(shm.as_os_str().as_bytes())?,
+            tmp_options: c(options(b.tmp_bytes).as_bytes())?,
+            shm_options: c(options(b.shm_bytes).as_bytes())?,
+        })
+    }
+
+    /// In the forked child: only syscalls.
+    fn mount(&self) -> std::io::Result<()> {
+        use nix::libc;
+        let check = |r: libc::c_int| if r < 0 { Err(std::io::Error::last_os_error()) } else { Ok(()) };
+        let flags = libc::MS_NOSUID | libc::MS_NODEV;
+        // SAFETY: plain syscalls with NUL-terminated strings that outlive them.
+        unsafe {
+            check(libc::unshare(libc::CLONE_NEWNS))?;
+            check(libc::mount(
+                std::ptr::null(),
+                c"/".as_ptr(),
+                std::ptr::null(),
+                libc::MS_REC | libc::MS_PRIVATE,
+                std::ptr::null(),
+            ))?;
+            for (at, options) in [(&self.tmp, &self.tmp_options), (&self.shm, &self.shm_options)] {
+                check(libc::mount(c"tmpfs".as_ptr(), at.as_ptr(), c"tmpfs".as_ptr(), flags, options.as_ptr().cast()))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Whether this process holds `CAP_SYS_ADMIN` (bit 21 of `CapEff` in
+/// /proc/self/status), which mounting the private tmpfs needs.
+fn may_mount() -> bool {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let eff = status.lines().find_map(|l| l.strip_prefix("CapEff:")).map(str::trim);
+    eff.and_then(|hex| u64::from_str_radix(hex, 16).ok()).is_some_and(|caps| caps & (1 << 21) != 0)
+}
+
+/// In the forked child, as std does for `Command::uid`: no supplementary
+/// groups, then the gid, then the uid. Only syscalls.
+fn switch_user(uid: u32, gid: u32) -> std::io::Result<()> {
+    use nix::libc;
+    // SAFETY: plain syscalls.
+    unsafe {
+        if libc::setgroups(0, std::ptr::null()) < 0 || libc::setgid(gid) < 0 || libc::setuid(uid) < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
 }
 
 /// Kills the whole process group of the sandbox (bwrap and anything that
@@ -327,12 +480,19 @@ mod tests {
         Bubblewrap::new(&SandboxConfig::default()).expect("bubblewrap installed (scripts/install-deps --test)")
     }
 
+    /// The uid a root worker's test sandboxes run as (unit tests lease none).
+    const TEST_USER: (u32, u32) = (65534, 65534);
+
+    fn user(b: &Bubblewrap) -> Option<(u32, u32)> {
+        b.switches_user().then_some(TEST_USER)
+    }
+
     struct Scratch(PathBuf);
     impl Scratch {
         fn new(b: &Bubblewrap) -> Self {
             let p = std::env::temp_dir().join(format!("flotilla-sbx-test-{}", uuid::Uuid::now_v7()));
             std::fs::create_dir(&p).unwrap();
-            if let Some((u, g)) = b.user() {
+            if let Some((u, g)) = user(b) {
                 std::os::unix::fs::chown(&p, Some(u), Some(g)).unwrap();
             }
             Self(p)
@@ -356,7 +516,7 @@ mod tests {
     }
 
     async fn run(b: &Bubblewrap, s: &Scratch, cmd: &str, l: Limits) -> Execution {
-        b.run(&s.0, cmd, &l, &CancellationToken::new()).await.expect("sandbox runs")
+        b.run(&s.0, user(b), cmd, &l, &CancellationToken::new()).await.expect("sandbox runs")
     }
 
     #[tokio::test]
@@ -399,8 +559,8 @@ mod tests {
         assert_eq!(e.exit_code, Some(0), "{e:?}");
         assert_eq!(std::fs::read_to_string(s.0.join(&marker)).unwrap(), "kept\n");
         assert!(!Path::new("/tmp").join(&marker).exists(), "the sandbox /tmp is private");
-        if b.user().is_some() {
-            assert_eq!(e.stdout.trim(), "65534", "a root worker runs sandboxes as nobody");
+        if b.switches_user() {
+            assert_eq!(e.stdout.trim(), "65534", "a root worker runs sandboxes as the uid it is given");
         }
         let e = run(&b, &s, "cat /proc/self/status | grep CapEff", limits(10)).await;
         assert!(e.stdout.contains("0000000000000000"), "no capabilities: {e:?}");
@@ -446,6 +606,27 @@ mod tests {
         assert_eq!(e.stderr, "err\n");
         let e = run(&b, &s, "echo small", l).await;
         assert!(!e.truncated && e.stdout == "small\n", "{e:?}");
+    }
+
+    /// `/dev` is read-only and `/dev/shm` and `/tmp` are full at their sizes,
+    /// whether the worker mounts them (a uid to switch to, inode caps too) or
+    /// bubblewrap does (no uid: sizes only, as for a worker not running as root).
+    #[tokio::test]
+    async fn dev_is_read_only_and_shm_and_tmp_are_capped_either_way() {
+        let config = SandboxConfig { shm_mb: 1, tmp_mb: 1, tmp_inodes: 32, ..Default::default() };
+        let b = Bubblewrap::new(&config).unwrap();
+        let s = Scratch::new(&b);
+        let cmd = "echo x > /dev/null && (echo x > /dev/x; head -c 2000000 /dev/zero > /dev/shm/a; \
+                   head -c 2000000 /dev/zero > /tmp/a) 2>&1; rm /tmp/a; i=0; while [ $i -lt 100 ]; do \
+                   printf '' > /tmp/f$i 2>/dev/null || break; i=$((i+1)); done; echo files=$i";
+        let l = Limits { file_bytes: 64 << 20, ..limits(10) };
+        for u in [None, user(&b)] {
+            let e = b.run(&s.0, u, cmd, &l, &CancellationToken::new()).await.unwrap();
+            assert_eq!(e.stdout.matches("Read-only file system").count(), 1, "{u:?}: {e:?}");
+            assert_eq!(e.stdout.matches("No space left on device").count(), 2, "{u:?}: {e:?}");
+            let files = if u.is_some() && b.caps_inodes() { "files=31" } else { "files=100" };
+            assert!(e.stdout.ends_with(&format!("{files}\n")), "{u:?}: {e:?}");
+        }
     }
 
     #[tokio::test]

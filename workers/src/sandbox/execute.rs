@@ -67,14 +67,14 @@ impl Tool for ExecuteTool {
         let staged_in = self
             .sandbox
             .staging
-            .stage_in(&self.files, &ctx.job_id, &session.scratch, self.sandbox.owner(), &mut staged)
+            .stage_in(&self.files, &ctx.job_id, &session.scratch, session.owner(), &mut staged)
             .await;
         // A command planted a symlink where a job file goes: the next command
         // must not run on files that were not staged (docs/SANDBOX.md).
         if let Some(why) = staged_in.planted_error() {
             return Err(ToolError::new(ErrorKind::Validation, why));
         }
-        let run = self.sandbox.backend.run(&session.scratch, command, &limits, &ctx.cancel).await;
+        let run = self.sandbox.backend.run(&session.scratch, session.owner(), command, &limits, &ctx.cancel).await;
         // Nothing stops a command from filling the disk mid-way; it is caught here, before its
         // output can travel on (docs/SANDBOX.md "Limits").
         let over = self.sandbox.staging.over_quota(&session.scratch).await;

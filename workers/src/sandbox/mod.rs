@@ -13,6 +13,8 @@
 //!   results copied back after it (`stage_in` / `stage_out`), through
 //!   [`beneath`], which never follows a symlink a command planted.
 //! - [`seccomp`]: the syscall filter bubblewrap installs.
+//! - [`uids`]: the host uid each task's sandboxes run as, one per running
+//!   task on the host.
 //!
 //! The scratch dirs live in one private dir per worker uid,
 //! `<scratch_root>/flotilla-sandbox-<uid>` (mode 0711): the worker creates it
@@ -26,6 +28,7 @@ pub mod bubblewrap;
 pub mod execute;
 pub mod seccomp;
 pub mod staging;
+pub mod uids;
 
 use std::collections::HashMap;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
@@ -47,6 +50,8 @@ pub struct Sandbox {
     /// The static config.
     pub config: SandboxConfig,
     backend: Bubblewrap,
+    /// The uids sessions lease, when the worker runs as root.
+    uids: Option<uids::UidPool>,
     /// `<scratch_root>/flotilla-sandbox-<uid>`: parent of the per-task dirs.
     root: PathBuf,
     /// Running tasks: their scratch dir and progress publisher.
@@ -64,6 +69,16 @@ pub struct Session {
     /// sha256 of each job file as last staged in or out, so unchanged files
     /// are not copied back.
     pub staged: tokio::sync::Mutex<HashMap<String, [u8; 32]>>,
+    /// The uid this task's commands run as, held until the session ends.
+    uid: Option<uids::UidLease>,
+}
+
+impl Session {
+    /// `(uid, gid)` of the task's commands and of the files handed to them,
+    /// when they run as another user than the worker.
+    pub fn owner(&self) -> Option<(u32, u32)> {
+        self.uid.as_ref().map(uids::UidLease::ids)
+    }
 }
 
 impl Sandbox {
@@ -76,44 +91,62 @@ impl Sandbox {
         let quota = config.scratch_mb.saturating_mul(1024 * 1024);
         let staging = staging::Staging::new(&config.stage_in, &config.stage_out, quota)
             .with_context(|| format!("{key}: invalid stage_in/stage_out glob"))?;
-        let sandbox = Arc::new(Self { config: config.clone(), backend, root, sessions: Mutex::default(), staging });
-        let probe = sandbox.make_dir(&format!("probe-{}", std::process::id()))?;
-        let result = sandbox.backend.probe(&probe);
+        if !backend.caps_inodes() {
+            tracing::warn!(
+                "{key}: /tmp and /dev/shm of the sandbox have sizes but no inode cap (tmp_inodes): the worker \
+                 runs without root or CAP_SYS_ADMIN, so bubblewrap mounts them (docs/SANDBOX.md \"Limits\")"
+            );
+        }
+        let uids = match config.uids() {
+            Some(range) if backend.switches_user() => Some(uids::UidPool::new(&config.run_dir, range, &key)?),
+            _ => None,
+        };
+        let sandbox =
+            Arc::new(Self { config: config.clone(), backend, uids, root, sessions: Mutex::default(), staging });
+        let uid = sandbox.lease()?;
+        let owner = uid.as_ref().map(uids::UidLease::ids);
+        let probe = sandbox.make_dir(&format!("probe-{}", std::process::id()), owner)?;
+        let result = sandbox.backend.probe(&probe, owner);
         let _ = std::fs::remove_dir_all(&probe);
         result
             .with_context(|| format!("{key}: bubblewrap was found but cannot build a sandbox (see docs/SANDBOX.md)"))?;
         Ok(sandbox)
     }
 
-    fn make_dir(&self, name: &str) -> anyhow::Result<PathBuf> {
+    /// A uid for one session, when sandboxes run as another user.
+    fn lease(&self) -> anyhow::Result<Option<uids::UidLease>> {
+        self.uids.as_ref().map(uids::UidPool::lease).transpose()
+    }
+
+    fn make_dir(&self, name: &str, owner: Option<(u32, u32)>) -> anyhow::Result<PathBuf> {
         let dir = self.root.join(name);
         if dir.exists() {
             std::fs::remove_dir_all(&dir).with_context(|| format!("cannot clear {}", dir.display()))?;
         }
         std::fs::create_dir(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))?;
-        if let Some((uid, gid)) = self.backend.user() {
+        if let Some((uid, gid)) = owner {
             std::os::unix::fs::chown(&dir, Some(uid), Some(gid))
                 .with_context(|| format!("cannot hand {} to the sandbox user", dir.display()))?;
         }
         Ok(dir)
     }
 
-    /// Opens the scratch dir of `task` (made off the async threads: clearing a
-    /// stale dir may take long); [`SessionGuard::close`] removes it.
+    /// Leases the task's uid and opens its scratch dir, owned by that uid
+    /// (made off the async threads: clearing a stale dir may take long);
+    /// [`SessionGuard::close`] removes it and frees the uid.
     pub async fn open(self: &Arc<Self>, task: TaskId, progress: ProgressPublisher) -> anyhow::Result<SessionGuard> {
         let sandbox = self.clone();
-        let scratch = tokio::task::spawn_blocking(move || sandbox.make_dir(&task.to_string()))
-            .await
-            .context("the scratch dir task panicked")??;
-        let session = Session { scratch, progress, staged: Default::default() };
+        let (scratch, uid) = tokio::task::spawn_blocking(move || {
+            let uid = sandbox.lease()?;
+            let dir = sandbox.make_dir(&task.to_string(), uid.as_ref().map(uids::UidLease::ids))?;
+            anyhow::Ok((dir, uid))
+        })
+        .await
+        .context("the scratch dir task panicked")??;
+        let session = Session { scratch, progress, staged: Default::default(), uid };
         self.sessions.lock().expect("sessions lock").insert(task, Arc::new(session));
         Ok(SessionGuard { sandbox: self.clone(), task, closed: false })
-    }
-
-    /// `(uid, gid)` owning files handed to the sandbox, when it runs as another user.
-    pub fn owner(&self) -> Option<(u32, u32)> {
-        self.backend.user()
     }
 
     fn session(&self, task: &TaskId) -> Option<Arc<Session>> {

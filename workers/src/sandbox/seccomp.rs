@@ -152,16 +152,22 @@ fn bytes() -> Vec<u8> {
     out
 }
 
-/// A fresh close-on-exec memfd holding the program, positioned at its start
-/// and numbered above [`CHILD_FD`] so the child's stdio setup cannot replace
-/// it. One per command: bubblewrap reads it to the end, moving the offset
-/// that every duplicate shares.
+/// A fresh close-on-exec memfd holding the program (see [`memfd`]). One per
+/// command: bubblewrap reads it to the end, moving the offset that every
+/// duplicate shares.
 pub fn program_fd() -> std::io::Result<OwnedFd> {
-    let memfd = memfd_create(c"flotilla-seccomp", MFdFlags::MFD_CLOEXEC)?;
+    memfd(c"flotilla-seccomp", &bytes())
+}
+
+/// A fresh close-on-exec memfd holding `data`, positioned at its start and
+/// numbered above every fd the child keeps ([`child_keep_only`]), so neither
+/// the child's stdio setup nor moving another fd into place can replace it.
+pub fn memfd(name: &std::ffi::CStr, data: &[u8]) -> std::io::Result<OwnedFd> {
+    let memfd = memfd_create(name, MFdFlags::MFD_CLOEXEC)?;
     let mut file = std::fs::File::from(memfd);
-    file.write_all(&bytes())?;
+    file.write_all(data)?;
     // SAFETY: fcntl on an fd we own; the result is a new fd we then own.
-    let fd = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_DUPFD_CLOEXEC, CHILD_FD + 1) };
+    let fd = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_DUPFD_CLOEXEC, CHILD_FD + KEPT) };
     if fd < 0 {
         return Err(std::io::Error::last_os_error());
     }
@@ -171,17 +177,25 @@ pub fn program_fd() -> std::io::Result<OwnedFd> {
     Ok(fd)
 }
 
+/// How many fds the child keeps above stdio: the program at [`CHILD_FD`] and
+/// bubblewrap's argument file right after it.
+const KEPT: i32 = 2;
+
 /// Runs in the forked child right before `exec` (stdio is already on 0-2):
-/// puts the program at [`CHILD_FD`], inheritable, and closes every other fd
-/// above 2, so nothing the worker inherited or opened reaches the sandbox.
-/// Only async-signal-safe calls.
-pub fn child_keep_only(program: i32) -> std::io::Result<()> {
+/// puts `fds[i]` at [`CHILD_FD`]` + i`, inheritable, and closes every other
+/// fd above 2, so nothing the worker inherited or opened reaches the sandbox.
+/// Every source is numbered above the targets ([`memfd`]), so no move
+/// overwrites a source still to come. Only async-signal-safe calls.
+pub fn child_keep_only(fds: [i32; KEPT as usize]) -> std::io::Result<()> {
     // SAFETY: plain syscalls on fd numbers; no allocation, no locks.
     unsafe {
-        if libc::dup2(program, CHILD_FD) < 0 || libc::fcntl(CHILD_FD, libc::F_SETFD, 0) < 0 {
-            return Err(std::io::Error::last_os_error());
+        for (i, &fd) in fds.iter().enumerate() {
+            let to = CHILD_FD + i as i32;
+            if libc::dup2(fd, to) < 0 || libc::fcntl(to, libc::F_SETFD, 0) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
         }
-        if libc::syscall(libc::SYS_close_range, CHILD_FD + 1, u32::MAX, 0) < 0 {
+        if libc::syscall(libc::SYS_close_range, CHILD_FD + KEPT, u32::MAX, 0) < 0 {
             return Err(std::io::Error::last_os_error());
         }
     }

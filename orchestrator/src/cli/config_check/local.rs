@@ -122,7 +122,9 @@ fn probe(config: &SandboxConfig) -> Result<(), (String, String)> {
             Err(_) => {}
         }
     }
-    cmd.args(["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--", "/bin/true"]);
+    cmd.args(["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]);
+    cmd.arg("--size").arg((config.shm_mb << 20).to_string()).args(["--tmpfs", "/dev/shm", "--remount-ro", "/dev"]);
+    cmd.args(["--", "/bin/true"]);
     let out = run_bounded(cmd, Duration::from_secs(10)).map_err(|e| (e, "see docs/SANDBOX.md".to_string()))?;
     if out.status.success() {
         return Ok(());
