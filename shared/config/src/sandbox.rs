@@ -52,6 +52,11 @@ pub struct SandboxConfig {
     /// task, never two at once on this host (a worker running as another user
     /// runs sandboxes as itself).
     pub uid_range: String,
+    /// The single uid of earlier versions: refused with a pointer to
+    /// `uid_range` (one shared uid let one task's processes exhaust every
+    /// other task's RLIMIT_NPROC, docs/SANDBOX.md).
+    #[serde(skip_serializing)]
+    pub user: Option<serde_json::Value>,
     /// Root-owned dir of the uid locks (shared by every worker of the host,
     /// so they never lease the same uid) and of the private tmpfs mount
     /// points; used when the worker runs as root.
@@ -105,6 +110,7 @@ impl Default for SandboxConfig {
             // Above the 16-bit uids and below useradd's first subordinate
             // uid (100000): no account and no rootless container uses them.
             uid_range: "70000:1024".into(),
+            user: None,
             run_dir: PathBuf::from("/run/flotilla-sandbox"),
             stage_in: Vec::new(),
             stage_out: Vec::new(),
@@ -149,6 +155,12 @@ impl SandboxConfig {
                 }
             }
         }
+        if self.user.is_some() {
+            return bad(
+                "user",
+                "is no longer read: sandboxes run as a uid of their own from uid_range (default \"70000:1024\"); remove `user`",
+            );
+        }
         if self.uids().is_none() {
             return bad(
                 "uid_range",
@@ -185,6 +197,10 @@ mod tests {
             assert_eq!(key, "uid_range", "{bad}");
             assert!(why.contains("<first uid>:<count>"), "{why}");
         }
+        let old = SandboxConfig { user: Some(serde_json::json!("65534")), ..Default::default() };
+        let (key, why) = old.check().unwrap_err();
+        assert_eq!(key, "user");
+        assert!(why.contains("uid_range"), "{why}");
         let rel = SandboxConfig { run_dir: "run/x".into(), ..Default::default() };
         assert_eq!(rel.check().unwrap_err().0, "run_dir");
         for (k, c) in [
