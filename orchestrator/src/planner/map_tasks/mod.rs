@@ -105,6 +105,7 @@ impl Tool for MapTasks {
         let progress = match files.load().await? {
             Some(p) => resume_check(p, text, &path)?,
             None => {
+                dispatcher::check_item_count(items::count(text), self.dispatch.max_items(&ctx.tenant), path.as_str())?;
                 let total = validate(text, &template).map_err(|e| ToolError::validation(format!("{path}: {e}")))?;
                 let p = MapProgress::new(total);
                 files.save(&p).await?;
