@@ -235,8 +235,7 @@ async fn a_clients_consumers_expire_unread_and_are_capped_per_stream() {
     let _processes = spawn_roles(&path.display().to_string());
     let admin = raw_as(&nats, "orchestrator").await;
     let events = eventually(TIMEOUT, "the orchestrator to declare the events stream", || async {
-        let info = admin.js.get_stream("FLOTILLA_EVENTS").await.ok()?.cached_info().clone();
-        (info.config.max_consumers == MAX as i32).then_some(())
+        admin.js.get_stream("FLOTILLA_EVENTS").await.ok().map(|_| ())
     });
     events.await;
     let acme = raw_as(&nats, "client-acme").await;
