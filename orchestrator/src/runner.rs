@@ -77,11 +77,13 @@ struct Turns {
 }
 
 impl Turns {
-    /// Files a job to start when a slot and its tenant's turn come.
+    /// Files a job to start when a slot and its tenant's turn come, in its
+    /// place by age (job ids are UUIDv7: a job put back stays ahead of newer ones).
     fn wait(&mut self, tenant: Tenant, id: JobId) {
         let queue = self.waiting.entry(tenant).or_default();
         if !queue.contains(&id) {
-            queue.push_back(id);
+            let at = queue.partition_point(|q| *q < id);
+            queue.insert(at, id);
         }
     }
 

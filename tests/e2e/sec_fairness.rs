@@ -100,7 +100,9 @@ async fn a_flooding_tenant_cannot_hold_back_another_tenants_demo_job() {
     let job = submit_as(&d.bus, &globex, &demo_job).await.expect("submit");
     let end = log
         .until(Duration::from_secs(120), "globex's job to end", |s, v| {
-            s.ends_with(".event") && job_of(s).1 == job.to_string() && matches!(v["event"].as_str(), Some("completed" | "failed"))
+            s.ends_with(".event")
+                && job_of(s).1 == job.to_string()
+                && matches!(v["event"].as_str(), Some("completed" | "failed"))
         })
         .await;
     let time_flooded = t.elapsed();
@@ -118,10 +120,8 @@ async fn a_flooding_tenant_cannot_hold_back_another_tenants_demo_job() {
     // Planning: globex's job took a slot without waiting for acme's jobs to
     // end (acme plans one job at a time, and globex's turn comes first).
     let running = position(&|s, v| is_event(s, v, &job, "running")).expect("globex's job ran");
-    let acme_done_before = seen[..running]
-        .iter()
-        .filter(|(s, v)| flood.iter().any(|f| is_event(s, v, f, "completed")))
-        .count();
+    let acme_done_before =
+        seen[..running].iter().filter(|(s, v)| flood.iter().any(|f| is_event(s, v, f, "completed"))).count();
     assert_eq!(acme_done_before, 0, "globex's job waited for {acme_done_before} of acme's jobs to end");
     // Tasks: between globex's first dispatch and its last start, only the
     // tasks acme had in flight (its cap) can start ahead of globex's.
@@ -157,7 +157,8 @@ async fn a_tenant_over_its_api_rate_or_job_quota_is_refused_with_a_limit_and_oth
     let list = |t: Tenant| {
         let (bus, req) = (d.bus.clone(), req.clone());
         async move {
-            let r: ApiReply<ListReply> = bus.request(&t, "list", &req, Duration::from_secs(10)).await.expect("answered");
+            let r: ApiReply<ListReply> =
+                bus.request(&t, "list", &req, Duration::from_secs(10)).await.expect("answered");
             r.into_result()
         }
     };
@@ -211,7 +212,11 @@ async fn a_map_over_more_items_than_the_tenant_may_map_dispatches_nothing() {
 /// Creates consumer `name` on the events stream as `bus`'s credential,
 /// filtered on acme's jobs; durable when `durable`, with no inactive
 /// threshold of its own.
-async fn acme_consumer(bus: &RawNats, name: &str, durable: bool) -> Result<async_nats::jetstream::consumer::Config, String> {
+async fn acme_consumer(
+    bus: &RawNats,
+    name: &str,
+    durable: bool,
+) -> Result<async_nats::jetstream::consumer::Config, String> {
     let config = pull::Config {
         name: Some(name.to_string()),
         durable_name: durable.then(|| name.to_string()),

@@ -38,9 +38,9 @@ pub struct TenantLimits {
 impl Default for TenantLimits {
     fn default() -> Self {
         Self {
-            max_running_jobs: 4,
+            max_running_jobs: 8,
             max_queued_jobs: 1000,
-            max_tasks_in_flight: 256,
+            max_tasks_in_flight: 1024,
             max_map_items: 10_000,
             api_rate: 50.0,
             api_burst: 200,
