@@ -23,6 +23,13 @@
 //!
 //! Every reply is an `ApiReply`; a malformed request gets an error reply that
 //! says what is wrong, never silence.
+//!
+//! Each tenant has its own request budget (`[tenants] api_rate`, `api_burst`:
+//! a token bucket per tenant and orchestrator), so one tenant's flood of
+//! requests is refused with a `limit` error telling when to retry instead
+//! of queueing ahead of every other tenant's requests; and at most
+//! `[tenants] max_queued_jobs` unfinished jobs (docs/SECURITY.md "Tenant
+//! quotas and fairness").
 
 use std::future::Future;
 use std::sync::Arc;
@@ -65,6 +72,33 @@ struct Service {
     cancelled: Cancellations,
     /// The job-files operations, and the files of a submit.
     files: FilesApi,
+    /// `[tenants]`: the quotas of each tenant.
+    tenants: flotilla_config::TenantsConfig,
+    /// Each tenant's API request budget.
+    buckets: RateBuckets,
+}
+
+/// A token bucket per tenant: `api_burst` requests at once, refilled at
+/// `api_rate` a second.
+#[derive(Default)]
+struct RateBuckets(dashmap::DashMap<Tenant, (f64, std::time::Instant)>);
+
+impl RateBuckets {
+    /// Takes one request of `tenant`'s budget at `now`, or tells how long
+    /// until one is free.
+    fn take(&self, tenant: &Tenant, rate: f64, burst: u32, now: std::time::Instant) -> Result<(), std::time::Duration> {
+        let burst = f64::from(burst);
+        let mut entry = self.0.entry(tenant.clone()).or_insert((burst, now));
+        let (tokens, at) = *entry;
+        let tokens = (tokens + now.saturating_duration_since(at).as_secs_f64() * rate).min(burst);
+        if tokens >= 1.0 {
+            *entry = (tokens - 1.0, now);
+            Ok(())
+        } else {
+            *entry = (tokens, now);
+            Err(std::time::Duration::from_secs_f64((1.0 - tokens) / rate))
+        }
+    }
 }
 
 /// A connected orchestrator: bus topology ensured and stores open, but not yet
@@ -106,8 +140,17 @@ impl Orchestrator {
             Arc::new(planner),
             ownership,
             planner_config.concurrency,
+            settings.tenants.clone(),
         );
-        let service = Arc::new(Service { bus, jobs, runner: Arc::new(runner), cancelled, files: files_api });
+        let service = Arc::new(Service {
+            bus,
+            jobs,
+            runner: Arc::new(runner),
+            cancelled,
+            files: files_api,
+            tenants: settings.tenants.clone(),
+            buckets: RateBuckets::default(),
+        });
         Ok(Self { service, types: Arc::new(settings.subagents.keys().cloned().collect()) })
     }
 
@@ -177,6 +220,24 @@ impl Service {
                 return;
             }
         };
+        let limits = self.tenants.limits(tenant.as_str());
+        if let Err(wait) = self.buckets.take(&tenant, limits.api_rate, limits.api_burst, std::time::Instant::now()) {
+            let mut reply = ApiReply::<()>::error(
+                ErrorKind::Limit,
+                format!(
+                    "tenant {tenant} is over its job API rate ([tenants] api_rate = {}/s, api_burst = {}): retry in {} ms",
+                    limits.api_rate,
+                    limits.api_burst,
+                    wait.as_millis().max(1)
+                ),
+            );
+            if let protocol::ApiOutcome::Error(e) = &mut reply.outcome {
+                e.retryable = true;
+            }
+            tracing::debug!(%tenant, op, "job API request refused: over the tenant's rate");
+            let _ = self.bus.reply(reply_to, encode(reply)).await;
+            return;
+        }
         let payload = match op.as_str() {
             "submit" => encode(self.submit(tenant, &msg.payload).await),
             "status" => encode(self.status(&tenant, &msg.payload).await),
@@ -216,18 +277,32 @@ impl Service {
                 format!("the job text is {} bytes; the limit is {MAX_INPUT_BYTES}", req.input.len()),
             );
         }
+        let max_queued = self.tenants.limits(tenant.as_str()).max_queued_jobs;
+        match self.jobs.unfinished_of(&tenant).await {
+            Ok(n) if n >= max_queued => {
+                return ApiReply::error(
+                    ErrorKind::Limit,
+                    format!(
+                        "tenant {tenant} has {n} unfinished jobs, its limit ([tenants] max_queued_jobs = {max_queued}): \
+                         wait for some to end, or cancel some, then submit again"
+                    ),
+                );
+            }
+            Ok(_) => {}
+            Err(e) => return ApiReply::error(ErrorKind::Transient, format!("job not stored: {e}")),
+        }
         let id = JobId::new();
         // The job's files are stored before its record: no planner starts without them.
         if let Err(e) = self.files.adopt(&tenant, &id, &req.files).await {
             return ApiReply::error(e.kind, e.message);
         }
-        let rec = JobRecord::new(id, tenant, req.input.clone());
+        let rec = JobRecord::new(id, tenant.clone(), req.input.clone());
         if let Err(e) = self.jobs.insert(rec).await {
             return ApiReply::error(ErrorKind::Transient, format!("job not stored: {e}"));
         }
         self.jobs.emit(id, JobEventKind::Submitted { input: req.input }).await;
         tracing::info!(job_id = %id, "job submitted");
-        if !self.runner.start(id) {
+        if !self.runner.start(id, tenant) {
             tracing::info!(job_id = %id, "no free planning slot here; the job waits for any orchestrator's");
         }
         ApiReply::ok(SubmitReply { job_id: id })
@@ -359,6 +434,18 @@ fn encode<T: serde::Serialize + serde::de::DeserializeOwned>(reply: ApiReply<T>)
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_tenant_over_its_rate_waits_for_its_own_bucket_only() {
+        let (acme, globex) = (Tenant::new("acme").unwrap(), Tenant::new("globex").unwrap());
+        let buckets = RateBuckets::default();
+        let t0 = std::time::Instant::now();
+        assert!((0..3).all(|_| buckets.take(&acme, 10.0, 3, t0).is_ok()), "the burst");
+        let wait = buckets.take(&acme, 10.0, 3, t0).unwrap_err();
+        assert!(wait > std::time::Duration::ZERO && wait <= std::time::Duration::from_millis(100), "{wait:?}");
+        assert!(buckets.take(&globex, 10.0, 3, t0).is_ok(), "another tenant's budget is its own");
+        assert!(buckets.take(&acme, 10.0, 3, t0 + std::time::Duration::from_millis(100)).is_ok(), "refilled");
+    }
 
     #[test]
     fn resolve_lists_each_job_once_newest_first_and_counts_all() {

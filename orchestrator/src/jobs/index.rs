@@ -239,17 +239,32 @@ impl JobStore {
     /// oldest first: the runner's candidates for a free slot. The index
     /// alone is read (no header per job): the runner re-reads a job under
     /// its lease before planning it (orchestrator/src/runner.rs).
-    pub async fn waiting(&self) -> Result<Vec<JobId>, BusError> {
+    pub async fn waiting(&self) -> Result<Vec<(Tenant, JobId)>, BusError> {
         let Some(index) = &self.index else {
-            return Ok(self.unfinished().await?.into_iter().map(|r| r.id).collect());
+            return Ok(self.unfinished().await?.into_iter().map(|r| (r.tenant, r.id)).collect());
         };
         let (mut out, mut seen) = (Vec::new(), std::collections::HashSet::new());
         for status in [JobStatus::Submitted, JobStatus::Running] {
-            let mut ids: Vec<JobId> = index.entries(None, Some(status)).await?.into_iter().map(|e| e.id).collect();
-            ids.sort_unstable();
-            out.extend(ids.into_iter().filter(|id| seen.insert(*id))); // a job moving is briefly under both
+            let mut ids: Vec<(Tenant, JobId)> =
+                index.entries(None, Some(status)).await?.into_iter().map(|e| (e.tenant, e.id)).collect();
+            ids.sort_unstable_by_key(|(_, id)| *id);
+            out.extend(ids.into_iter().filter(|(_, id)| seen.insert(*id))); // a job moving is briefly under both
         }
         Ok(out)
+    }
+
+    /// How many jobs of `tenant` the index files as submitted or running
+    /// (`[tenants] max_queued_jobs`): one key listing per status, of that
+    /// tenant's entries only.
+    pub async fn unfinished_of(&self, tenant: &Tenant) -> Result<usize, BusError> {
+        let Some(index) = &self.index else {
+            return Ok(self.unfinished().await?.iter().filter(|r| &r.tenant == tenant).count());
+        };
+        let mut ids = std::collections::HashSet::new();
+        for status in [JobStatus::Submitted, JobStatus::Running] {
+            ids.extend(index.entries(Some(tenant), Some(status)).await?.into_iter().map(|e| e.id));
+        }
+        Ok(ids.len())
     }
 
     /// Files every stored job in the index, once per bucket: the jobs

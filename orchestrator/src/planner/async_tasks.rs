@@ -215,7 +215,7 @@ impl AsyncTasks {
     /// Starts a task under the call's dispatch key and follows it.
     async fn start(self: &Arc<Self>, ctx: &ToolContext, ty: &str, description: String) -> Result<TaskId, ToolError> {
         let key = format!("{KEY_PREFIX}{}", ctx.call_key());
-        let task = self.dispatcher.start(ctx, ty, description, &key).await?;
+        let task = self.dispatcher.start_now(ctx, ty, description, &key).await?;
         self.adopt(&self.job(ctx), task, false).await;
         Ok(task)
     }

@@ -13,6 +13,12 @@
 //! - the first report of a task is consolidated into the job exactly once;
 //!   later ones (a redelivered attempt) change nothing.
 //!
+//! - a tenant has at most `[tenants] max_tasks_in_flight` tasks published
+//!   and not yet ended here: a further `task` or map item waits for a place,
+//!   a further `start_task` is refused with a `limit` error. So one
+//!   tenant's tasks are never more than that many ahead of another's in a
+//!   subagent type's queue (docs/SECURITY.md "Tenant quotas and fairness").
+//!
 //! The queue, the job records and the stored reports sit behind the traits
 //! of orchestrator/src/ports.rs, so the tests below run this logic over the
 //! in-memory fakes of orchestrator/src/fakes.rs.
@@ -24,12 +30,13 @@ use std::time::Duration;
 use dashmap::DashMap;
 use flotilla_agent::tool::{ToolContext, ToolError, ToolSpec};
 use flotilla_bus::{BusError, retry};
-use flotilla_protocol::ids::{JobId, SubagentType, TaskId};
+use flotilla_config::TenantsConfig;
+use flotilla_protocol::ids::{JobId, SubagentType, TaskId, Tenant};
 use flotilla_protocol::path::FilePath;
 use flotilla_protocol::{
     self as protocol, ErrorInfo, ErrorKind, FileRef, JobEventKind, TaskEntry, TaskMessage, TaskReport, TaskStatus,
 };
-use tokio::sync::oneshot;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot};
 
 use crate::jobs::JobStore;
 use crate::ports::TaskDispatch;
@@ -55,6 +62,49 @@ pub struct Dispatcher {
     /// tasks share one lookup of the live workers.
     served: Arc<DashMap<SubagentType, (tokio::time::Instant, bool)>>,
     report_tokens: usize,
+    /// Each tenant's places for tasks in flight.
+    in_flight: Arc<InFlight>,
+}
+
+/// `[tenants] max_tasks_in_flight`: a semaphore per tenant, and the permit
+/// each published task holds until it ends (its report is consolidated, it
+/// is given up on, or its job's planner stops here).
+#[derive(Default)]
+struct InFlight {
+    tenants: TenantsConfig,
+    places: DashMap<Tenant, Arc<Semaphore>>,
+    held: DashMap<TaskId, (JobId, OwnedSemaphorePermit)>,
+}
+
+impl InFlight {
+    fn places(&self, tenant: &Tenant) -> (Arc<Semaphore>, usize) {
+        let cap = self.tenants.limits(tenant.as_str()).max_tasks_in_flight;
+        (self.places.entry(tenant.clone()).or_insert_with(|| Arc::new(Semaphore::new(cap))).clone(), cap)
+    }
+
+    /// A place for one more task of `ctx`'s tenant: waited for (until the
+    /// call is cancelled) when `wait`, else refused at once when none is free.
+    async fn admit(&self, ctx: &ToolContext, wait: bool) -> Result<OwnedSemaphorePermit, ToolError> {
+        let (places, cap) = self.places(&ctx.tenant);
+        if let Ok(permit) = places.clone().try_acquire_owned() {
+            return Ok(permit);
+        }
+        if !wait {
+            return Err(ToolError::new(
+                ErrorKind::Limit,
+                format!(
+                    "tenant {} has {cap} tasks in flight, its limit ([tenants] max_tasks_in_flight): \
+                     wait for some with wait_tasks, then start more",
+                    ctx.tenant
+                ),
+            ));
+        }
+        tracing::debug!(tenant = %ctx.tenant, cap, "tenant at its tasks-in-flight limit; the task waits for a place");
+        tokio::select! {
+            p = places.acquire_owned() => p.map_err(|_| ToolError::new(ErrorKind::Bug, "task places closed")),
+            () = ctx.cancel.cancelled() => Err(ToolError::new(ErrorKind::Cancelled, "cancelled")),
+        }
+    }
 }
 
 /// How long a lookup of the live workers answers for every task of a type.
@@ -136,7 +186,25 @@ impl Dispatcher {
             early: Arc::default(),
             served: Arc::default(),
             report_tokens: usize::MAX,
+            in_flight: Arc::default(),
         }
+    }
+
+    /// Caps each tenant's tasks in flight (`[tenants] max_tasks_in_flight`).
+    pub fn with_tenants(mut self, tenants: TenantsConfig) -> Self {
+        self.in_flight = Arc::new(InFlight { tenants, ..InFlight::default() });
+        self
+    }
+
+    /// The `[tenants]` limits of `tenant`.
+    pub fn tenant_limits(&self, tenant: &Tenant) -> flotilla_config::TenantLimits {
+        self.in_flight.tenants.limits(tenant.as_str())
+    }
+
+    /// Gives back the places of `job`'s tasks still held: its planner
+    /// stopped here, so nothing here follows them any more.
+    pub fn release_job(&self, job: &JobId) {
+        self.in_flight.held.retain(|_, (j, _)| j != job);
     }
 
     /// Caps what a completed task's summary may take of the planner's
@@ -201,12 +269,37 @@ impl Dispatcher {
     /// key gets the same TaskId back, and the task is never published twice
     /// (nor when its report is already stored). `key` is the tool call id for
     /// `task` and `start_task`, and e.g. "map:<map id>:<item index>" for map_tasks.
+    /// Waits for a place under the tenant's tasks-in-flight limit.
     pub async fn start(
         &self,
         ctx: &ToolContext,
         subagent_type: &str,
         description: String,
         key: &str,
+    ) -> Result<TaskId, ToolError> {
+        self.start_with(ctx, subagent_type, description, key, true).await
+    }
+
+    /// [`start`](Self::start), but refused with a `limit` error when the
+    /// tenant has no place free (`start_task`: the planner is told to wait
+    /// for tasks it started rather than pile up more).
+    pub async fn start_now(
+        &self,
+        ctx: &ToolContext,
+        subagent_type: &str,
+        description: String,
+        key: &str,
+    ) -> Result<TaskId, ToolError> {
+        self.start_with(ctx, subagent_type, description, key, false).await
+    }
+
+    async fn start_with(
+        &self,
+        ctx: &ToolContext,
+        subagent_type: &str,
+        description: String,
+        key: &str,
+        wait: bool,
     ) -> Result<TaskId, ToolError> {
         let ty = self.subagent_type(subagent_type)?;
         let existing = self.jobs.task_by_key(&ctx.job_id, key).await.map_err(transient("task not dispatched"))?;
@@ -223,18 +316,27 @@ impl Dispatcher {
                     self.consolidate(&report).await;
                     return Ok(entry.task_id);
                 }
-                entry
+                (entry, self.in_flight.admit(ctx, wait).await?)
             }
             None => {
+                let place = self.in_flight.admit(ctx, wait).await?;
                 let entry = TaskEntry::dispatched(TaskId::new(), ty, description, key.to_string());
                 let stored = self.jobs.add_task(&ctx.job_id, entry).await.map_err(transient("task not dispatched"))?;
                 if stored.published || stored.status.is_some() {
                     return Ok(stored.task_id);
                 }
-                stored
+                (stored, place)
             }
         };
-        self.publish(ctx, entry).await
+        let (entry, place) = entry;
+        // Held from before the publish, so a fast report cannot end the task
+        // before its place is taken.
+        self.in_flight.held.insert(entry.task_id, (ctx.job_id, place));
+        let published = self.publish(ctx, entry.clone()).await;
+        if published.is_err() {
+            self.in_flight.held.remove(&entry.task_id);
+        }
+        published
     }
 
     /// Publishes a recorded task and marks it published.
@@ -389,6 +491,7 @@ impl Dispatcher {
     /// Records that `task` ended without a report (`failed` with `error`),
     /// unless a report was consolidated meanwhile; returns the recorded outcome.
     async fn end(&self, job: &JobId, task: &TaskId, error: ErrorInfo) -> Result<TaskOutcome, ToolError> {
+        self.in_flight.held.remove(task);
         let e = error.clone();
         let recorded = self
             .jobs
@@ -428,6 +531,7 @@ impl Dispatcher {
     /// Folds a report into the job, once; returns the task's outcome as
     /// recorded (the first report's, when this one came later).
     pub(crate) async fn consolidate(&self, report: &TaskReport) -> TaskOutcome {
+        self.in_flight.held.remove(&report.task_id);
         let r = report.clone();
         let updated = self
             .jobs

@@ -45,6 +45,8 @@ pub struct Planner {
     system_prompt: String,
     /// `start_task` and its companions; wakes a planner whose tasks report.
     async_tasks: Arc<async_tasks::AsyncTasks>,
+    /// Task dispatch, whose per-tenant places a stopped planner gives back.
+    dispatcher: Dispatcher,
 }
 
 impl Planner {
@@ -79,7 +81,8 @@ impl Planner {
             Duration::from_secs(config.task_timeout),
             Duration::from_secs(config.no_worker_timeout.max(1)),
         )
-        .with_report_tokens(config.report_tokens as usize);
+        .with_report_tokens(config.report_tokens as usize)
+        .with_tenants(settings.tenants.clone());
         tools.add(Arc::new(TaskTool { dispatcher: dispatcher.clone() }), "planner")?;
         let async_tasks = async_tasks::AsyncTasks::new(dispatcher.clone(), bus, cancelled.clone());
         async_tasks.register(&mut tools)?;
@@ -106,7 +109,23 @@ impl Planner {
             tools.set_eviction(Eviction { files, max_bytes, exempt });
         }
         let system_prompt = config.system_prompt.clone();
-        Ok(Self { config, model, tools: Arc::new(tools), jobs, checkpoints, cancelled, system_prompt, async_tasks })
+        Ok(Self {
+            config,
+            model,
+            tools: Arc::new(tools),
+            jobs,
+            checkpoints,
+            cancelled,
+            system_prompt,
+            async_tasks,
+            dispatcher,
+        })
+    }
+
+    /// Gives back the tasks-in-flight places `job`'s tasks still hold: called
+    /// when its planner stops here (ended, cancelled, stopped or fenced).
+    pub fn release_tasks(&self, job: &JobId) {
+        self.dispatcher.release_job(job);
     }
 
     /// Runs job `id` to its end. Errors are recorded in the job, not returned.

@@ -64,7 +64,7 @@ pub async fn read(
             filter_subject: filter.clone(),
             deliver_policy: DeliverPolicy::All,
             ack_policy: AckPolicy::None,
-            inactive_threshold: Duration::from_secs(30),
+            inactive_threshold: bus.client_consumer_inactive(Duration::from_secs(30)),
             ..Default::default()
         },
         &stream,

@@ -329,7 +329,7 @@ impl Bus {
                 storage: stream::StorageType::File,
                 max_age: Duration::from_secs(24 * 3600),
                 max_message_size: MAX_MESSAGE_BYTES as i32,
-                ..Default::default()
+                ..self.client_consumer_limits()
             },
             task_messages::stream_config(s),
             stream::Config {
@@ -345,7 +345,7 @@ impl Bus {
                 storage: stream::StorageType::File,
                 max_age: Duration::from_secs(self.config.audit_retention_days * 24 * 3600),
                 max_message_size: MAX_MESSAGE_BYTES as i32,
-                ..Default::default()
+                ..self.client_consumer_limits()
             },
         ];
         for mut config in streams {
@@ -357,6 +357,30 @@ impl Bus {
             .await?;
         }
         self.open_buckets().await
+    }
+
+    /// The consumer limits of the streams a client credential may create
+    /// consumers on (events, audit: deploy/nats/roles.conf), from
+    /// `[nats.consumers]`: at most `max_per_stream` consumers, and every
+    /// consumer, even a durable one a client declared with a raw NATS
+    /// client, is deleted once nobody read it for `inactive_secs` (the
+    /// server gives the stream's threshold to a consumer that sets none and
+    /// refuses one asking for longer).
+    fn client_consumer_limits(&self) -> stream::Config {
+        stream::Config {
+            max_consumers: self.config.consumers.max_per_stream,
+            consumer_limits: Some(stream::ConsumerLimits {
+                inactive_threshold: self.config.consumers.inactive(),
+                max_ack_pending: 0,
+            }),
+            ..Default::default()
+        }
+    }
+
+    /// The inactive threshold of a consumer this process creates on a
+    /// client-reachable stream: `wanted`, within the streams' limit.
+    pub(crate) fn client_consumer_inactive(&self, wanted: Duration) -> Duration {
+        wanted.min(self.config.consumers.inactive())
     }
 
     /// Waits (up to a minute) until the streams a worker needs exist, declared

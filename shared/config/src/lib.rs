@@ -21,6 +21,7 @@ mod price;
 pub mod raw;
 pub mod sandbox;
 pub mod staging;
+pub mod tenants;
 pub mod tls;
 pub mod tool_ref;
 pub mod url_policy;
@@ -40,6 +41,7 @@ pub use raw::{
     DEFAULT_COMPACTION_PROMPT, DEFAULT_CONTEXT_TOKENS, LocalConfig, NatsConfig, PlannerConfig, SubagentConfig,
 };
 pub use sandbox::SandboxConfig;
+pub use tenants::{TenantLimits, TenantsConfig};
 pub use tool_ref::ToolRef;
 
 /// Hides credentials in a URL for logs and errors: `nats://user:pass@h` -> `nats://***@h`.
@@ -166,6 +168,8 @@ pub struct Settings {
     pub jobs: JobsConfig,
     /// `[mcp_servers.<name>]`, plus servers imported with `--mcp-config`.
     pub mcp_servers: BTreeMap<String, crate::McpServerSettings>,
+    /// `[tenants]`: per-tenant quotas.
+    pub tenants: TenantsConfig,
 }
 
 impl Settings {
@@ -337,6 +341,7 @@ impl Settings {
         if !(1..=60).contains(&raw.worker.heartbeat) {
             return Err(invalid("worker.heartbeat", "must be 1 to 60 (seconds between worker heartbeats)"));
         }
+        raw.tenants.check().map_err(|(k, m)| invalid(k, m))?;
         let mut mcp_servers = BTreeMap::new();
         for (name, server) in raw.mcp_servers {
             let s = crate::mcp::validate(&name, server, base).map_err(|p| invalid(p.key, p.message))?;
@@ -356,6 +361,7 @@ impl Settings {
             dashboard: raw.dashboard,
             files: raw.files,
             jobs: raw.jobs,
+            tenants: raw.tenants,
         })
     }
 
@@ -371,6 +377,7 @@ impl Settings {
         if nats.audit_retention_days == 0 {
             return Err(invalid("nats.audit_retention_days", "must be at least 1"));
         }
+        nats.consumers.check().map_err(|(k, m)| invalid(k, m))?;
         nats.auth.validate(base)?;
         nats.tls.validate(base)
     }

@@ -32,6 +32,8 @@ pub struct RawConfig {
     pub dashboard: super::operations::DashboardConfig,
     /// `[mcp_servers.<name>]`
     pub mcp_servers: BTreeMap<String, crate::RawMcpServer>,
+    /// `[tenants]`
+    pub tenants: super::tenants::TenantsConfig,
 }
 
 /// `[nats]`: where the bus is and how names are prefixed.
@@ -63,6 +65,8 @@ pub struct NatsConfig {
     pub auth: super::nats_auth::NatsAuthConfig,
     /// `[nats.tls]`: TLS towards the server.
     pub tls: super::nats_auth::NatsTlsConfig,
+    /// `[nats.consumers]`: lifetime and number of clients' consumers.
+    pub consumers: super::tenants::ClientConsumers,
 }
 
 impl Default for NatsConfig {
@@ -78,6 +82,7 @@ impl Default for NatsConfig {
             audit_retention_days: 90,
             auth: Default::default(),
             tls: Default::default(),
+            consumers: Default::default(),
         }
     }
 }
@@ -96,6 +101,7 @@ impl std::fmt::Debug for NatsConfig {
             .field("audit_retention_days", &self.audit_retention_days)
             .field("auth", &self.auth.method())
             .field("tls", &self.tls)
+            .field("consumers", &self.consumers)
             .finish()
     }
 }

@@ -4,7 +4,8 @@
 
 use async_trait::async_trait;
 use flotilla_agent::tool::{ToolContext, ToolError};
-use flotilla_protocol::ids::TaskId;
+use flotilla_protocol::ErrorKind;
+use flotilla_protocol::ids::{TaskId, Tenant};
 
 use super::run::{ItemDispatch, ItemOutcome};
 use crate::planner::dispatch::Dispatcher;
@@ -13,6 +14,10 @@ use crate::planner::dispatch::Dispatcher;
 impl ItemDispatch for Dispatcher {
     async fn start(&self, ctx: &ToolContext, ty: &str, description: String, key: &str) -> Result<TaskId, ToolError> {
         Dispatcher::start(self, ctx, ty, description, key).await
+    }
+
+    fn max_items(&self, tenant: &Tenant) -> usize {
+        self.tenant_limits(tenant).max_map_items
     }
 
     async fn wait(&self, ctx: &ToolContext, task: TaskId) -> Result<ItemOutcome, ToolError> {
@@ -25,4 +30,20 @@ impl ItemDispatch for Dispatcher {
             report_path: o.report_path.map(|p| p.as_str().to_string()),
         })
     }
+}
+
+/// A map of `total` items within `max` (`[tenants] max_map_items`), or a
+/// `limit` error before anything is dispatched: one call must not turn a huge
+/// file into as many tasks (docs/SECURITY.md "Tenant quotas and fairness").
+pub(super) fn check_item_count(total: usize, max: usize, path: &str) -> Result<(), ToolError> {
+    if total <= max {
+        return Ok(());
+    }
+    Err(ToolError::new(
+        ErrorKind::Limit,
+        format!(
+            "{path} holds {total} items; one map_tasks call maps at most {max} ([tenants] max_map_items): \
+             split the file and map the parts one after another; nothing was dispatched"
+        ),
+    ))
 }

@@ -109,6 +109,7 @@ impl Tool for MapTasks {
                 (text, p)
             }
             None => {
+                dispatcher::check_item_count(items::count(&text), self.dispatch.max_items(&ctx.tenant), path.as_str())?;
                 let (text, total) = validate_off_runtime(text, template.clone(), ctx).await;
                 let total = total.map_err(|e| ToolError::validation(format!("{path}: {e}")))?;
                 let p = MapProgress::new(total);

@@ -44,6 +44,10 @@ pub trait ItemDispatch: Send + Sync {
     async fn start(&self, ctx: &ToolContext, ty: &str, description: String, key: &str) -> Result<TaskId, ToolError>;
     /// Waits until the task ends.
     async fn wait(&self, ctx: &ToolContext, task: TaskId) -> Result<ItemOutcome, ToolError>;
+    /// Items one call of `tenant` may map (`[tenants] max_map_items`).
+    fn max_items(&self, _tenant: &flotilla_protocol::ids::Tenant) -> usize {
+        usize::MAX
+    }
 }
 
 /// Results lines per part: a resume re-awaits at most this many finished items.
