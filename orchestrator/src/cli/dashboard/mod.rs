@@ -15,6 +15,7 @@
 //! | `GET /jobs/<id>/events` (also `/api/jobs/<id>/events`) | SSE of one job's job and progress events, from its first to its last |
 //! | `POST /actions/submit`, `/actions/jobs/<id>/cancel`, `/actions/approvals/<call id>` | the pages' forms ([`forms`]) |
 //! | `/api/*` | the JSON API ([`api`], docs/HTTP_API.md) |
+//! | `GET /login`, `POST /login` | the sign-in form that sets a browser's cookie ([`login`]) |
 //!
 //! It shows every tenant, so [`guard`] sits in front of every route: it
 //! answers only its own host names (against DNS rebinding), with tokens
@@ -34,6 +35,7 @@ mod api;
 mod csrf;
 mod forms;
 mod guard;
+mod login;
 mod view;
 
 use std::convert::Infallible;
