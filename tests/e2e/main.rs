@@ -36,6 +36,7 @@ mod sandbox;
 mod sandbox_hardening;
 mod scale;
 mod sec_dashboard;
+mod sec_http;
 mod sec_limits;
 mod sec_mcp_http;
 mod sec_roles;
