@@ -77,6 +77,10 @@ pub async fn decide(bus: &Bus, tenant: &Tenant, payload: &[u8]) -> ApiReply<Appr
             format!("reason and reviewer name are limited to {MAX_TEXT} bytes"),
         );
     }
+    let principal = match principal_of(tenant, req.authenticated_as.as_deref()) {
+        Ok(p) => p,
+        Err(message) => return ApiReply::error(ErrorKind::Validation, message),
+    };
     let store = match open_store(bus).await {
         Ok(s) => s,
         Err(e) => return ApiReply::error(ErrorKind::Transient, e.to_string()),
@@ -108,6 +112,7 @@ pub async fn decide(bus: &Bus, tenant: &Tenant, payload: &[u8]) -> ApiReply<Appr
         round: record.round,
         decision: req.decision.clone(),
         by: req.by.clone(),
+        principal: Some(principal),
         decided_at: protocol::now(),
     };
     let stored_at = match store.create_decision(&ApprovalStore::decision_key(&key, record.round), &decision).await {
@@ -123,11 +128,32 @@ pub async fn decide(bus: &Bus, tenant: &Tenant, payload: &[u8]) -> ApiReply<Appr
     let r = &record.request;
     tracing::info!(
         %tenant, job_id = %r.job_id, task_id = %r.task_id, call_id = %r.call_id, tool = %r.tool,
-        decision = %req.decision.kind(), by = ?req.by, "approval decided"
+        decision = %req.decision.kind(), by = ?req.by, principal = ?decision.principal, "approval decided"
     );
-    record.state =
-        ApprovalState::Decided { decision: decision.decision, by: decision.by, decided_at: decision.decided_at };
+    record.state = ApprovalState::Decided {
+        decision: decision.decision,
+        by: decision.by,
+        principal: decision.principal,
+        decided_at: decision.decided_at,
+    };
     ApiReply::ok(ApproveReply { record })
+}
+
+/// Longest accepted `authenticated_as`.
+const MAX_CREDENTIAL: usize = 200;
+
+/// Who decided, as authenticated: the tenant is the one whose API subject
+/// the request came on, which NATS permissions confine a client to; the
+/// credential is the front-end's statement, or `job API` for a direct client
+/// (docs/APPROVALS.md, "Who decided"). Never the free-text `by`.
+fn principal_of(tenant: &Tenant, authenticated_as: Option<&str>) -> Result<String, String> {
+    match authenticated_as.map(str::trim) {
+        None | Some("") => Ok(format!("tenant {tenant} via job API")),
+        Some(a) if a.len() > MAX_CREDENTIAL || a.chars().any(char::is_control) => {
+            Err(format!("authenticated_as is limited to {MAX_CREDENTIAL} bytes without control characters"))
+        }
+        Some(a) => Ok(format!("tenant {tenant} via {a}")),
+    }
 }
 
 /// Shows the decision stored at revision `stored_at` on the request, for
@@ -160,6 +186,7 @@ async fn mirror(
         record.state = ApprovalState::Decided {
             decision: decision.decision.clone(),
             by: decision.by.clone(),
+            principal: decision.principal.clone(),
             decided_at: decision.decided_at,
         };
         if let Write::Stored(_) = store.update(key, &record, revision).await.map_err(transient)? {

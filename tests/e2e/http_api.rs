@@ -197,16 +197,19 @@ async fn submit_status_sse_and_cancel_over_http_with_tenant_bound_tokens() {
     .await;
     assert_eq!(ended, "cancelled");
 
-    // In a browser, acme's token (once, as ?token=) becomes a cookie; the
-    // submit box then submits for acme, with the cookie session's CSRF token.
+    // In a browser, acme's token, given once to the sign-in form, becomes a
+    // cookie; the submit box then submits for acme, with the cookie
+    // session's CSRF token.
     let mut browser = tokio::task::block_in_place(|| browser::Browser::start(&chromium()));
     let submitted = tokio::task::block_in_place(|| {
-        browser.open(&format!("{base}/?token={ACME_TOKEN}"));
-        browser.until(
-            TIMEOUT,
-            "the jobs page without the token",
-            "location.search === '' && !!document.getElementById('submit-form')",
+        browser.open(&format!("{base}/"));
+        browser.until(TIMEOUT, "the sign-in form", "!!document.getElementById('login-form')");
+        let sign_in = format!(
+            "document.getElementById('login-token').value = '{ACME_TOKEN}'; \
+             document.getElementById('login').click(); true"
         );
+        assert_eq!(browser.eval(&sign_in), Some(Value::Bool(true)));
+        browser.until(TIMEOUT, "the jobs page", "!!document.getElementById('submit-form')");
         assert_eq!(
             browser.eval("document.getElementById('submit-form').textContent.includes('as tenant acme')"),
             Some(true.into())

@@ -37,6 +37,7 @@ mod sandbox_hardening;
 mod scale;
 mod sec_dashboard;
 mod sec_fairness;
+mod sec_http;
 mod sec_limits;
 mod sec_limits_templates;
 mod sec_mcp_http;

@@ -102,6 +102,7 @@ async fn tenants_cannot_read_each_others_jobs_and_workers_cannot_decide_or_purge
         round: 1,
         decision: Decision::Approve,
         by: Some("worker".into()),
+        principal: None,
         decided_at: flotilla_protocol::now(),
     };
     for key in [format!("dec.finance.{job}.{task}.call_0_0.1"), format!("req.research.{job}.{task}.call_0_0")] {

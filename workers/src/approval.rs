@@ -264,6 +264,7 @@ impl BusApprovalGate {
                 shown.state = ApprovalState::Decided {
                     decision: decision.decision.clone(),
                     by: decision.by.clone(),
+                    principal: decision.principal.clone(),
                     decided_at: decision.decided_at,
                 };
                 self.resolved(&shown).await;
@@ -488,7 +489,14 @@ mod tests {
     use std::sync::atomic::{AtomicU32, Ordering};
 
     fn approve(round: u32) -> DecisionRecord {
-        DecisionRecord { v: 1, round, decision: Decision::Approve, by: None, decided_at: protocol::now() }
+        DecisionRecord {
+            v: 1,
+            round,
+            decision: Decision::Approve,
+            by: None,
+            principal: None,
+            decided_at: protocol::now(),
+        }
     }
 
     /// A request nobody may decide any more is refused with why, and its

@@ -95,7 +95,10 @@ pub async fn run(settings: &Settings, tenant: &Tenant, args: Args, json: bool) -
         Some(task) => Some(pending_task(&api, tenant, job_id, &args.call_id, task).await?),
         None => None,
     };
-    let req = ApproveRequest { v: SCHEMA_VERSION, job_id, call_id: args.call_id, task_id, decision, by };
+    // No `authenticated_as`: the orchestrator records this tenant's job API
+    // credential as the principal (docs/APPROVALS.md, "Who decided").
+    let req =
+        ApproveRequest { v: SCHEMA_VERSION, job_id, call_id: args.call_id, task_id, decision, by, authenticated_as: None };
     let reply: ApiReply<ApproveReply> = api.bus().request(tenant, "approve", &req, Duration::from_secs(10)).await?;
     let reply = api_result(reply, "not recorded")?;
     if json {
@@ -103,7 +106,18 @@ pub async fn run(settings: &Settings, tenant: &Tenant, args: Args, json: bool) -
         return Ok(0);
     }
     let r = &reply.record.request;
-    outln!("{} call {} ({}) of job {}, task {}", req.decision.kind(), r.call_id, r.tool, r.job_id, r.task_id)?;
+    let principal = match &reply.record.state {
+        flotilla_protocol::ApprovalState::Decided { principal: Some(p), .. } => format!(", recorded as {p}"),
+        _ => String::new(),
+    };
+    outln!(
+        "{} call {} ({}) of job {}, task {}{principal}",
+        req.decision.kind(),
+        r.call_id,
+        r.tool,
+        r.job_id,
+        r.task_id
+    )?;
     Ok(0)
 }
 

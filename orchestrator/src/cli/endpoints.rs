@@ -14,6 +14,7 @@ use std::time::Duration;
 use flotilla_bus::Bus;
 use flotilla_config::Settings;
 use flotilla_orchestrator::service::Orchestrator;
+use flotilla_telemetry::metrics::ListenError;
 use tokio_util::sync::CancellationToken;
 
 /// Binds and serves the configured endpoints until `shutdown` fires; fails
@@ -34,18 +35,21 @@ pub async fn start(
         // The dashboard's writes are job API requests like the CLI's, on a
         // connection of their own (named so in the server's connection list).
         let bus = Bus::connect(&settings.nats, "flotilla-dashboard", Duration::from_secs(30)).await?;
-        let max_upload = settings.files.max_upload_bytes;
-        let router = super::dashboard::router(addr, &settings.dashboard, orchestrator.jobs_reader(), bus, max_upload)?;
-        let bound = flotilla_telemetry::metrics::serve("dashboard", addr, router, shutdown.cancelled_owned())
-            .await
-            .map_err(|e| bind_error("[dashboard] listen", e))?;
+        let router =
+            super::dashboard::router(addr, &settings.dashboard, orchestrator.jobs_reader(), bus, &settings.files)?;
+        let limits = super::dashboard::serve_limits(&settings.dashboard)?;
+        let what = "dashboard";
+        let listen_error = |source| bind_error("[dashboard] listen", ListenError { what, addr, source });
+        let listener = tokio::net::TcpListener::bind(addr).await.map_err(listen_error)?;
+        let bound = listener.local_addr().map_err(listen_error)?;
+        tokio::spawn(super::http_serve::serve(listener, router, limits, shutdown.cancelled_owned()));
         tracing::info!(url = %format!("http://{bound}/"), "dashboard");
     }
     Ok(())
 }
 
 /// A listener that could not be opened, naming the config key that asked for it.
-fn bind_error(key: &str, e: flotilla_telemetry::metrics::ListenError) -> anyhow::Error {
+fn bind_error(key: &str, e: ListenError) -> anyhow::Error {
     anyhow::anyhow!(e.naming(key))
 }
 

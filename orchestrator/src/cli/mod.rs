@@ -14,6 +14,7 @@ pub mod demo;
 pub mod endpoints;
 pub mod error;
 pub mod files;
+pub mod http_serve;
 pub mod jobref;
 pub mod jobs;
 pub mod live;

@@ -402,7 +402,12 @@ mod tests {
         let e = check_decision(&narrow, &Decision::Edit { args: json!({"env": "prod"}) }, now).unwrap_err();
         assert_eq!(e.to_string(), "edit is not allowed for deploy (allowed: approve, reject)");
         let mut done = all.clone();
-        done.state = ApprovalState::Decided { decision: Decision::Approve, by: Some("ana".into()), decided_at: now };
+        done.state = ApprovalState::Decided {
+            decision: Decision::Approve,
+            by: Some("ana".into()),
+            principal: None,
+            decided_at: now,
+        };
         let e = check_decision(&done, &Decision::Reject { reason: None }, now).unwrap_err();
         assert_eq!(e.to_string(), "call c1 was already answered (approve by ana)");
 

@@ -66,6 +66,14 @@ pub struct DashboardConfig {
     /// Serve a non-loopback `listen` address without a token, for a dashboard
     /// behind an authenticating reverse proxy that is the only way in.
     pub insecure_no_token: bool,
+    /// Seconds a connection may take to send a request's headers, also the
+    /// longest an idle keep-alive connection stays open (default 10).
+    pub header_timeout_secs: Option<u64>,
+    /// Connections open at once; one more is answered 503 (default 256).
+    pub max_connections: Option<usize>,
+    /// `POST /api/jobs` bodies read at once; one more is answered 503 with
+    /// `Retry-After` (default 2): each may hold `[files] max_upload_bytes`.
+    pub max_concurrent_uploads: Option<usize>,
 }
 
 /// `[dashboard.tenants.<tenant>]`: the API token bound to one tenant.

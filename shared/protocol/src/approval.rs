@@ -187,6 +187,10 @@ pub enum ApprovalState {
         /// Who answered, as they named themselves (`--by`, else `$USER`); the
         /// tenant check is what authorizes, this is for the audit trail.
         by: Option<String>,
+        /// Who answered as the orchestrator authenticated them
+        /// ([`DecisionRecord::principal`]); absent in older records.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        principal: Option<String>,
         /// When.
         #[serde(with = "time::serde::rfc3339")]
         decided_at: OffsetDateTime,
@@ -235,6 +239,14 @@ pub struct DecisionRecord {
     pub decision: Decision,
     /// Who answered, as they named themselves.
     pub by: Option<String>,
+    /// Who answered as authenticated, set by the orchestrator and never
+    /// taken from the request: `tenant <t> via <credential>`, the tenant
+    /// being the one whose job API subject carried the request (NATS
+    /// permissions confine a client to its tenant's), the credential the one
+    /// a front-end checked ([`ApproveRequest::authenticated_as`]) or `job
+    /// API` for a direct client. Absent in records of older orchestrators.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub principal: Option<String>,
     /// When.
     #[serde(with = "time::serde::rfc3339")]
     pub decided_at: OffsetDateTime,
@@ -302,6 +314,13 @@ pub struct ApproveRequest {
     /// Who answers (audit only).
     #[serde(default)]
     pub by: Option<String>,
+    /// The credential a front-end (the dashboard and its HTTP API) checked
+    /// before sending this, e.g. `dashboard token of tenant acme`: set by
+    /// that server from the credential, never from its caller's input. The
+    /// orchestrator records it within [`DecisionRecord::principal`], under
+    /// the tenant it authenticated itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub authenticated_as: Option<String>,
 }
 
 /// Reply to `approve`: the record as stored.
@@ -343,8 +362,13 @@ mod tests {
         assert_eq!(d, Decision::Accept { content: json!({"ok": true}) });
         assert_eq!(serde_json::to_value(Decision::Cancel).unwrap(), json!({"decision": "cancel"}));
         let err = serde_json::from_value::<Decision>(json!({"decision": "maybe"})).unwrap_err();
+        // A record of an older orchestrator, without a principal, still reads.
+        let old = json!({"v": 1, "round": 1, "decision": "approve", "by": "ana", "decided_at": "2026-12-01T00:00:00Z"});
+        let old: DecisionRecord = serde_json::from_value(old).unwrap();
+        assert_eq!(old.principal, None);
         assert!(err.to_string().contains("unknown variant"), "{err}");
-        let state = ApprovalState::Decided { decision: Decision::Approve, by: None, decided_at: crate::now() };
+        let state =
+            ApprovalState::Decided { decision: Decision::Approve, by: None, principal: None, decided_at: crate::now() };
         let v = serde_json::to_value(&state).unwrap();
         assert_eq!(v["state"], "decided");
         assert_eq!(v["decision"], "approve");

@@ -133,6 +133,8 @@ impl Dash {
             task_id: d.task_id,
             decision: d.decision,
             by: Some(by),
+            // From the request's credential (the guard), never its body.
+            authenticated_as: Some(who.actor()),
         };
         self.call(&rec.tenant, "approve", &req, TIMEOUT).await
     }

@@ -100,44 +100,135 @@ async fn status(
     Ok(Json(d.job_page(&who, &id, &q).await?))
 }
 
-/// `POST /api/jobs` body.
+/// `POST /api/jobs` body. The base64 contents are borrowed from the body
+/// read, not copied (base64 has no JSON escapes).
 #[derive(Deserialize)]
-struct SubmitBody {
+struct SubmitBody<'a> {
     input: String,
-    #[serde(default)]
-    files: Vec<FileBody>,
+    #[serde(default, borrow)]
+    files: Vec<FileBody<'a>>,
 }
 
 /// One file of a submit: its job path and its content, base64.
 #[derive(Deserialize)]
-struct FileBody {
+struct FileBody<'a> {
     path: String,
-    content_base64: String,
+    #[serde(borrow)]
+    content_base64: std::borrow::Cow<'a, str>,
 }
 
+/// How long a client refused for [`Dash::uploads`] should wait.
+const UPLOAD_RETRY_SECS: u64 = 5;
+/// Room in a submit body for the job text and the JSON around the files.
+const SUBMIT_OVERHEAD: usize = 1 << 20;
+
+impl Dash {
+    /// The most a submit body may hold: the files' limit, base64-encoded,
+    /// and [`SUBMIT_OVERHEAD`].
+    fn submit_limit(&self) -> usize {
+        usize::try_from(self.max_upload.saturating_mul(4) / 3).unwrap_or(usize::MAX).saturating_add(SUBMIT_OVERHEAD)
+    }
+}
+
+/// `POST /api/jobs`. Its body is read here, not by an extractor, so that a
+/// permit of `[dashboard] max_concurrent_uploads` is held first (one more
+/// upload gets 503 + `Retry-After` before a byte of it is read), the read
+/// stops at the limit (413 naming it, and the connection is closed rather
+/// than the rest read), and each file is checked against `[files]
+/// max_file_bytes` before it is decoded (docs/HTTP_API.md, "Limits").
 async fn submit(
     State(d): State<Dash>,
     Extension(who): Extension<Principal>,
     Query(q): Query<TenantQuery>,
-    body: Result<Json<SubmitBody>, axum::extract::rejection::JsonRejection>,
+    headers: axum::http::HeaderMap,
+    body: axum::body::Body,
 ) -> ApiResult<Response> {
-    let Json(body) =
-        body.map_err(|e| bad(format!("{}: expected {{\"input\": \"...\", \"files\": [...]}}", e.body_text())))?;
     let tenant = who.tenant_for(parse_tenant(q.tenant.as_deref())?)?;
+    let json = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.trim_start().to_ascii_lowercase().starts_with("application/json"));
+    if !json {
+        let msg = "expected Content-Type: application/json and {\"input\": \"...\", \"files\": [...]}";
+        return Err(bad(msg));
+    }
+    let Ok(_permit) = d.uploads.clone().try_acquire_owned() else {
+        return Ok(busy());
+    };
+    let limit = d.submit_limit();
+    let bytes = match axum::body::to_bytes(body, limit).await {
+        Ok(b) => b,
+        Err(e) if is_length_limit(&e) => return Ok(too_large(&d, limit)),
+        Err(e) => return Err(bad(format!("the request body could not be read: {e}"))),
+    };
+    let (input, files) = decode(&d, &bytes)?;
+    drop(bytes);
+    let id = d.submit(&tenant, input, files).await?;
+    let reply = serde_json::json!({"job_id": id, "tenant": tenant});
+    Ok((StatusCode::CREATED, [(header::LOCATION, format!("/api/jobs/{id}"))], Json(reply)).into_response())
+}
+
+/// The job text and the decoded files of a submit body.
+fn decode(d: &Dash, bytes: &[u8]) -> ApiResult<(String, Vec<NewFile>)> {
+    let body: SubmitBody<'_> = serde_json::from_slice(bytes)
+        .map_err(|e| bad(format!("{e}: expected {{\"input\": \"...\", \"files\": [...]}}")))?;
     let mut files = Vec::with_capacity(body.files.len());
     for f in body.files {
         let path = FilePath::parse(&f.path).map_err(|e| bad(format!("invalid job path {:?}: {e}", f.path)))?;
         if path.is_root() {
             return Err(bad(format!("job path {:?} names the root directory, not a file", f.path)));
         }
+        let decoded_len = (f.content_base64.len() as u64 / 4) * 3;
+        if decoded_len > d.max_file.saturating_add(2) {
+            let max = d.max_file;
+            let msg = format!("{}: the file is larger than [files] max_file_bytes ({max} bytes)", f.path);
+            return Err(ApiError(Failure(StatusCode::PAYLOAD_TOO_LARGE, msg)));
+        }
         let bytes = STANDARD
             .decode(f.content_base64.as_bytes())
             .map_err(|e| bad(format!("{}: content_base64: {e}", f.path)))?;
+        if bytes.len() as u64 > d.max_file {
+            let (max, len) = (d.max_file, bytes.len());
+            let msg = format!("{}: {len} bytes, more than [files] max_file_bytes ({max} bytes)", f.path);
+            return Err(ApiError(Failure(StatusCode::PAYLOAD_TOO_LARGE, msg)));
+        }
         files.push(NewFile { path, bytes });
     }
-    let id = d.submit(&tenant, body.input, files).await?;
-    let reply = serde_json::json!({"job_id": id, "tenant": tenant});
-    Ok((StatusCode::CREATED, [(header::LOCATION, format!("/api/jobs/{id}"))], Json(reply)).into_response())
+    Ok((body.input, files))
+}
+
+/// Whether a body read stopped at its length limit.
+fn is_length_limit(e: &axum::Error) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = source {
+        if err.is::<http_body_util::LengthLimitError>() {
+            return true;
+        }
+        source = err.source();
+    }
+    false
+}
+
+/// 503 for an upload over `[dashboard] max_concurrent_uploads`.
+fn busy() -> Response {
+    let msg =
+        format!("too many uploads at once ([dashboard] max_concurrent_uploads): retry in {UPLOAD_RETRY_SECS} seconds");
+    let mut r = ApiError(Failure(StatusCode::SERVICE_UNAVAILABLE, msg)).into_response();
+    r.headers_mut().insert(header::RETRY_AFTER, header::HeaderValue::from(UPLOAD_RETRY_SECS));
+    r
+}
+
+/// 413 for a body over [`Dash::submit_limit`]; the rest of it is not read,
+/// so the connection is closed after this answer.
+fn too_large(d: &Dash, limit: usize) -> Response {
+    let msg = format!(
+        "the request body is larger than {limit} bytes: [files] max_upload_bytes ({} bytes) of files, base64, \
+         and 1 MiB for the rest",
+        d.max_upload
+    );
+    let mut r = ApiError(Failure(StatusCode::PAYLOAD_TOO_LARGE, msg)).into_response();
+    r.headers_mut().insert(header::CONNECTION, header::HeaderValue::from_static("close"));
+    r
 }
 
 /// `POST /api/jobs/{id}/cancel` body (optional).

@@ -98,7 +98,7 @@ pub fn from_browser(headers: &HeaderMap) -> bool {
 }
 
 /// Same-origin evidence: `Origin` names our `Host`, `Sec-Fetch-Site` says so.
-fn same_origin(headers: &HeaderMap) -> Result<(), &'static str> {
+pub(super) fn same_origin(headers: &HeaderMap) -> Result<(), &'static str> {
     let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(|v| v.trim().to_ascii_lowercase());
     let (origin, site, host) = (text("origin"), text("sec-fetch-site"), text("host"));
     if origin.is_none() && site.is_none() {

@@ -12,10 +12,11 @@
 //!    (`[dashboard] token_env`, every tenant) or a tenant's
 //!    (`[dashboard.tenants.<tenant>] token_env`, that tenant only), sent as
 //!    `Authorization: Bearer <token>`, or the cookie a browser gets by
-//!    opening any page once with `?token=<token>` (a browser cannot add a
-//!    header to the page's `fetch` and `EventSource` requests; the cookie is
-//!    `HttpOnly` and `SameSite=Strict`, and the `?token=` visit is
-//!    redirected to the same URL without it). Anything else gets 401.
+//!    signing in at `/login` (src/cli/dashboard/login.rs: a same-origin form
+//!    POST, never a link; a browser cannot add a header to the page's
+//!    `fetch` and `EventSource` requests; the cookie is `HttpOnly` and
+//!    `SameSite=Strict`). Anything else gets 401, for a browser's page the
+//!    sign-in form.
 //!    Comparisons run in constant time over SHA-256 digests, so neither a
 //!    token's content nor its length leaks through timing. The token decides
 //!    the request's [`Principal`], which the handlers read.
@@ -34,11 +35,12 @@ use flotilla_config::DashboardConfig;
 use flotilla_protocol::ids::Tenant;
 
 use super::csrf::{self, Csrf, CsrfToken};
+use super::login;
 
 /// Names every dashboard answers to.
 const LOOPBACK_NAMES: &[&str] = &["localhost", "127.0.0.1", "::1"];
 /// The cookie holding a digest of the token (never the token itself).
-const COOKIE: &str = "flotilla_dashboard";
+pub(super) const COOKIE: &str = "flotilla_dashboard";
 /// Shortest token accepted: shorter ones can be guessed online.
 const MIN_TOKEN_LEN: usize = 16;
 /// The CSRF session of requests when no token is configured.
@@ -63,7 +65,7 @@ pub struct Guard {
     hosts: Vec<String>,
     /// SHA-256 of each token, with whom it stands for. Empty: no token.
     tokens: Vec<(String, Principal)>,
-    /// SHA-256 of the cookie value a valid `?token=` visit sets, per token.
+    /// SHA-256 of the cookie value a valid sign-in sets, per token.
     cookies: Vec<(String, Principal)>,
     /// Issues and checks the forms' CSRF tokens.
     csrf: Csrf,
@@ -132,7 +134,7 @@ fn read_token(key: &str, var: &str) -> anyhow::Result<String> {
 
 /// What the cookie holds: derived from the token, so the browser's cookie
 /// store never holds the token an API client would use.
-fn cookie_value(token: &str) -> String {
+pub(super) fn cookie_value(token: &str) -> String {
     sha256_hex(format!("flotilla dashboard cookie\n{token}").as_bytes())
 }
 
@@ -170,16 +172,16 @@ enum Credential {
         principal: Principal,
         session: Option<String>,
     },
-    /// A valid `?token=`: set the cookie and redirect to `location`.
-    ValidQuery {
-        location: String,
-        cookie: String,
-    },
     Missing,
     Wrong,
 }
 
 impl Guard {
+    /// Whom the token with SHA-256 `digest` stands for (the sign-in form).
+    pub(super) fn principal_of_token(&self, digest: &str) -> Option<Principal> {
+        Self::find(&self.tokens, digest)
+    }
+
     /// Whom a token's digest stands for, comparing against every token.
     fn find(list: &[(String, Principal)], digest: &str) -> Option<Principal> {
         // No early exit: every configured digest is compared.
@@ -198,15 +200,6 @@ impl Guard {
                 None => Credential::Wrong,
             };
         }
-        if let Some((given, rest)) = query_token(req) {
-            if req.method() != Method::GET || Self::find(&self.tokens, &sha256_hex(given.as_bytes())).is_none() {
-                return Credential::Wrong;
-            }
-            // One leading slash: `//host` would redirect to another site.
-            let path = format!("/{}", req.uri().path().trim_start_matches('/'));
-            let location = if rest.is_empty() { path.to_string() } else { format!("{path}?{rest}") };
-            return Credential::ValidQuery { location, cookie: cookie_value(&given) };
-        }
         match cookie_from(headers) {
             Some(c) => match Self::find(&self.cookies, &sha256_hex(c.as_bytes())) {
                 Some(principal) => Credential::Valid { principal, session: Some(c) },
@@ -215,21 +208,6 @@ impl Guard {
             None => Credential::Missing,
         }
     }
-}
-
-/// The `token` query parameter (percent-decoding is not needed: tokens are
-/// printable ASCII) and the rest of the query without it.
-fn query_token(req: &Request) -> Option<(String, String)> {
-    let query = req.uri().query()?;
-    let mut token = None;
-    let mut rest = Vec::new();
-    for pair in query.split('&') {
-        match pair.split_once('=') {
-            Some(("token", v)) => token = Some(v.to_string()),
-            _ => rest.push(pair),
-        }
-    }
-    token.map(|t| (t, rest.join("&")))
 }
 
 fn cookie_from(headers: &HeaderMap) -> Option<String> {
@@ -251,6 +229,9 @@ pub async fn check(State(guard): State<Arc<Guard>>, req: Request, next: Next) ->
              another name, add it to [dashboard] allowed_hosts in the orchestrator's config.\n",
         );
     }
+    if req.uri().path() == login::PATH && !guard.tokens.is_empty() {
+        return login::handle(&guard, req).await;
+    }
     match guard.credential(&req) {
         Credential::Valid { principal, session } => {
             let mut req = req;
@@ -266,25 +247,27 @@ pub async fn check(State(guard): State<Arc<Guard>>, req: Request, next: Next) ->
             req.extensions_mut().insert(principal);
             next.run(req).await
         }
-        Credential::ValidQuery { location, cookie } => {
-            let cookie = format!("{COOKIE}={cookie}; HttpOnly; SameSite=Strict; Path=/");
-            let mut r = StatusCode::SEE_OTHER.into_response();
-            if let (Ok(l), Ok(c)) = (HeaderValue::from_str(&location), HeaderValue::from_str(&cookie)) {
-                r.headers_mut().insert(header::LOCATION, l);
-                r.headers_mut().insert(header::SET_COOKIE, c);
-            }
-            r
-        }
         Credential::Missing | Credential::Wrong => {
-            let mut r = refuse(
-                StatusCode::UNAUTHORIZED,
-                "this dashboard needs a token ([dashboard] token_env or [dashboard.tenants.<tenant>] token_env): \
-                 send `Authorization: Bearer <token>`, or open any page once in the browser with ?token=<token>\n",
-            );
+            let mut r = if wants_page(&req) {
+                let next = req.uri().path_and_query().map(|p| p.as_str()).unwrap_or("/");
+                login::form_page(StatusCode::UNAUTHORIZED, next, None)
+            } else {
+                refuse(
+                    StatusCode::UNAUTHORIZED,
+                    "this dashboard needs a token ([dashboard] token_env or [dashboard.tenants.<tenant>] token_env): \
+                     send `Authorization: Bearer <token>`, or sign in once in the browser at /login\n",
+                )
+            };
             r.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer realm=\"flotilla\""));
             r
         }
     }
+}
+
+/// A browser asking for a page (the sign-in form is the answer to a 401).
+fn wants_page(req: &Request) -> bool {
+    req.method() == Method::GET
+        && req.headers().get(header::ACCEPT).and_then(|v| v.to_str().ok()).is_some_and(|a| a.contains("text/html"))
 }
 
 /// Methods that change nothing (the dashboard's GET routes only read).

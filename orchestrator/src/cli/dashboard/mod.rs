@@ -15,6 +15,7 @@
 //! | `GET /jobs/<id>/events` (also `/api/jobs/<id>/events`) | SSE of one job's job and progress events, from its first to its last |
 //! | `POST /actions/submit`, `/actions/jobs/<id>/cancel`, `/actions/approvals/<call id>` | the pages' forms ([`forms`]) |
 //! | `/api/*` | the JSON API ([`api`], docs/HTTP_API.md) |
+//! | `GET /login`, `POST /login` | the sign-in form that sets a browser's cookie ([`login`]) |
 //!
 //! It shows every tenant, so [`guard`] sits in front of every route: it
 //! answers only its own host names (against DNS rebinding), with tokens
@@ -34,6 +35,7 @@ mod api;
 mod csrf;
 mod forms;
 mod guard;
+mod login;
 mod view;
 
 use std::convert::Infallible;
@@ -47,7 +49,7 @@ use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
 use flotilla_bus::Bus;
-use flotilla_config::DashboardConfig;
+use flotilla_config::{DashboardConfig, FilesConfig};
 use flotilla_orchestrator::events::{Event, Scope};
 use flotilla_orchestrator::reader::JobsReader;
 use flotilla_protocol::ids::{JobId, TaskId};
@@ -68,26 +70,69 @@ struct Dash {
     bus: Bus,
     /// `[files] max_upload_bytes`: the most a submit's files may hold in all.
     max_upload: u64,
+    /// `[files] max_file_bytes`: the most one file of a submit may hold.
+    max_file: u64,
+    /// One permit per `POST /api/jobs` body being read
+    /// (`[dashboard] max_concurrent_uploads`): each may buffer up to
+    /// [`Dash::submit_limit`] bytes, so together they stay bounded.
+    uploads: Arc<tokio::sync::Semaphore>,
+}
+
+/// `[dashboard] header_timeout_secs` unless set.
+const HEADER_TIMEOUT_SECS: u64 = 10;
+/// `[dashboard] max_connections` unless set.
+const MAX_CONNECTIONS: usize = 256;
+/// `[dashboard] max_concurrent_uploads` unless set.
+const MAX_CONCURRENT_UPLOADS: usize = 2;
+/// The largest body of any other route: forms, a cancel, a decision.
+const OTHER_BODY_LIMIT: usize = 1 << 20;
+
+/// The serve loop's bounds from `[dashboard]` (src/cli/http_serve.rs);
+/// a zero is refused, naming its key.
+pub fn serve_limits(config: &DashboardConfig) -> anyhow::Result<crate::cli::http_serve::Limits> {
+    let secs = positive("[dashboard] header_timeout_secs", config.header_timeout_secs, HEADER_TIMEOUT_SECS)?;
+    let max_connections = positive("[dashboard] max_connections", config.max_connections, MAX_CONNECTIONS)?;
+    Ok(crate::cli::http_serve::Limits {
+        header_timeout: std::time::Duration::from_secs(secs),
+        max_connections,
+        connections_key: "[dashboard] max_connections",
+    })
+}
+
+fn positive<T: Copy + Default + PartialEq>(key: &str, set: Option<T>, default: T) -> anyhow::Result<T> {
+    match set {
+        Some(v) if v == T::default() => anyhow::bail!("{key} = 0: give at least 1, or leave it out"),
+        Some(v) => Ok(v),
+        None => Ok(default),
+    }
 }
 
 /// The dashboard's routes behind its [`guard`], for serving on `addr` (the
 /// binary binds it: docs/OPERATIONS.md, "Dashboard"). Writes go as job API
-/// requests over `bus`; a submit's files are limited to `max_upload` bytes.
-/// Fails when `config`'s access rules cannot be met (a token required or
-/// named but not set).
+/// requests over `bus`; a submit's files are limited by `files`'
+/// `max_upload_bytes` in all and `max_file_bytes` each. Fails when
+/// `config`'s access rules cannot be met (a token required or named but not
+/// set) or one of its limits is zero.
 pub fn router(
     addr: SocketAddr,
     config: &DashboardConfig,
     reader: JobsReader,
     bus: Bus,
-    max_upload: u64,
+    files: &FilesConfig,
 ) -> anyhow::Result<axum::Router> {
     let guard = Arc::new(guard::Guard::from_config(config, addr)?);
-    let state = Dash { reader, bus, max_upload };
-    // base64 makes a submit's files a third larger; room for the JSON around them.
-    let body_limit = usize::try_from(max_upload.saturating_mul(4) / 3).unwrap_or(usize::MAX).saturating_add(1 << 20);
+    let uploads =
+        positive("[dashboard] max_concurrent_uploads", config.max_concurrent_uploads, MAX_CONCURRENT_UPLOADS)?;
+    let state = Dash {
+        reader,
+        bus,
+        max_upload: files.max_upload_bytes,
+        max_file: files.max_file_bytes,
+        uploads: Arc::new(tokio::sync::Semaphore::new(uploads)),
+    };
+    // `POST /api/jobs` reads its body itself, within its own limit (api.rs).
     Ok(routes(state)
-        .layer(axum::extract::DefaultBodyLimit::max(body_limit))
+        .layer(axum::extract::DefaultBodyLimit::max(OTHER_BODY_LIMIT))
         .layer(axum::middleware::from_fn_with_state(guard, guard::check)))
 }
 
@@ -319,4 +364,19 @@ async fn job_events(
         Some((item, (events, terminal)))
     });
     Ok(sse(events))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn serve_limits_default_when_unset_and_a_zero_names_its_key() {
+        let limits = serve_limits(&DashboardConfig::default()).unwrap();
+        assert_eq!(limits.header_timeout, std::time::Duration::from_secs(HEADER_TIMEOUT_SECS));
+        assert_eq!(limits.max_connections, MAX_CONNECTIONS);
+        let cfg = DashboardConfig { max_connections: Some(0), ..DashboardConfig::default() };
+        let e = serve_limits(&cfg).unwrap_err().to_string();
+        assert!(e.contains("[dashboard] max_connections = 0"), "{e}");
+    }
 }

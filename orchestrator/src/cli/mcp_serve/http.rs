@@ -12,6 +12,8 @@
 //!    name, the listen address or an `--allowed-host` (403 otherwise), and
 //!    whose `Origin`, when a browser sends one, names one of those hosts over
 //!    http or https (the same rule as the dashboard's Host check).
+//! 3. A session belongs to the credential that opened it
+//!    (src/cli/mcp_serve/sessions.rs).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -26,6 +28,7 @@ use rmcp::transport::streamable_http_server::session::local::LocalSessionManager
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 
 use super::oauth::ResourceServer;
+use super::sessions::{Owner, Sessions};
 use super::{JobTools, ServeArgs};
 
 /// Names every server answers to.
@@ -106,9 +109,9 @@ impl Access {
     }
 
     /// Whom `req` acts for: `Some(None)` when no token is configured (the
-    /// server's `--tenant`), `Some(Some(tenant))` for a known token, `None`
-    /// for a missing or unknown one.
-    fn caller(&self, req: &Request) -> Option<Option<Tenant>> {
+    /// server's `--tenant`), `Some(Some((tenant, digest)))` for a known
+    /// token, `None` for a missing or unknown one.
+    fn caller(&self, req: &Request) -> Option<Option<(Tenant, String)>> {
         if self.tokens.is_empty() {
             return Some(None);
         }
@@ -123,7 +126,7 @@ impl Access {
         let mut found = None;
         for (digest, tenant) in &self.tokens {
             if same_digest(&sent, digest) {
-                found = Some(tenant.clone());
+                found = Some((tenant.clone(), digest.clone()));
             }
         }
         found.map(Some)
@@ -151,8 +154,9 @@ fn same_digest(a: &str, b: &str) -> bool {
 /// 401 unless the request carries a token; marks it with its [`Caller`].
 async fn check(State(access): State<Arc<Access>>, mut req: Request, next: Next) -> Response {
     if let Some(caller) = access.caller(&req) {
-        if let Some(tenant) = caller {
+        if let Some((tenant, digest)) = caller {
             req.extensions_mut().insert(Caller(tenant));
+            req.extensions_mut().insert(Owner(format!("token {digest}")));
         }
         return next.run(req).await;
     }
@@ -167,6 +171,7 @@ pub async fn serve(
     access: Access,
     oauth: Option<ResourceServer>,
     tenant: &Tenant,
+    limits: crate::cli::http_serve::Limits,
 ) -> anyhow::Result<()> {
     let stop = tokio_util::sync::CancellationToken::new();
     let config = StreamableHttpServerConfig::default()
@@ -175,7 +180,10 @@ pub async fn serve(
         .with_cancellation_token(stop.child_token());
     let service =
         StreamableHttpService::new(move || Ok(tools.clone()), Arc::new(LocalSessionManager::default()), config);
-    let mcp = axum::Router::new().route_service("/mcp", service);
+    let sessions = Arc::new(Sessions::default());
+    let mcp = axum::Router::new()
+        .route_service("/mcp", service)
+        .layer(axum::middleware::from_fn_with_state(sessions, super::sessions::bind));
     let (app, auth) = match oauth {
         Some(rs) => {
             let (doc, paths) = (axum::Json(rs.metadata()), rs.metadata_paths());
@@ -196,12 +204,11 @@ pub async fn serve(
         .map_err(|e| anyhow::anyhow!("cannot listen on {listen}: {e} (pick another with --listen)"))?;
     let bound = listener.local_addr()?;
     eprintln!("flotilla mcp serve: MCP on http://{bound}/mcp, default tenant {tenant}, {auth}");
-    axum::serve(listener, app)
-        .with_graceful_shutdown(async move {
-            shutdown_signal().await;
-            stop.cancel();
-        })
-        .await?;
+    let shutdown = async move {
+        shutdown_signal().await;
+        stop.cancel();
+    };
+    crate::cli::http_serve::serve(listener, app, limits, shutdown).await;
     Ok(())
 }
 
@@ -236,6 +243,8 @@ mod tests {
             oauth_scopes: vec![],
             oauth_tenant_claim: String::new(),
             oauth_tenants: vec![],
+            header_timeout_secs: 10,
+            max_connections: 256,
         }
     }
 

@@ -15,6 +15,7 @@ mod http;
 mod oauth;
 mod resources;
 mod schema;
+mod sessions;
 mod tasks;
 mod tools;
 mod wait;
@@ -32,7 +33,7 @@ pub use tools::JobTools;
 #[derive(ClapArgs, Debug)]
 pub struct ServeArgs {
     /// Speak MCP on stdin/stdout (for a host that starts this command).
-    #[arg(long, conflicts_with_all = ["listen", "token_env", "tenant_tokens", "allowed_hosts", "oauth_issuer"])]
+    #[arg(long, conflicts_with_all = ["listen", "token_env", "tenant_tokens", "allowed_hosts", "oauth_issuer", "header_timeout_secs", "max_connections"])]
     pub stdio: bool,
     /// Streamable HTTP address; the endpoint is `/mcp`.
     #[arg(long, default_value = "127.0.0.1:8765")]
@@ -80,6 +81,13 @@ pub struct ServeArgs {
     /// A tenant tokens may act for besides `--tenant`; repeatable.
     #[arg(long = "oauth-tenant", value_name = "TENANT", requires = "oauth_issuer")]
     pub oauth_tenants: Vec<String>,
+    /// Seconds an HTTP connection may take to send a request's headers, also
+    /// the longest an idle keep-alive connection stays open.
+    #[arg(long, value_name = "SECS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
+    pub header_timeout_secs: u64,
+    /// HTTP connections open at once; one more is answered 503.
+    #[arg(long, value_name = "N", default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_connections: u64,
 }
 
 /// Runs until the transport closes (stdio) or Ctrl-C / SIGTERM (HTTP).
@@ -97,7 +105,14 @@ pub async fn run(settings: &Settings, tenant: &Tenant, args: ServeArgs) -> anyho
                 .map_err(|e| anyhow::anyhow!("MCP over stdio: the host's initialize failed: {e}"))?;
             service.waiting().await.map_err(|e| anyhow::anyhow!("MCP over stdio ended abnormally: {e}"))?;
         }
-        Some(access) => http::serve(tools, args.listen, access, oauth, tenant).await?,
+        Some(access) => {
+            let limits = crate::cli::http_serve::Limits {
+                header_timeout: std::time::Duration::from_secs(args.header_timeout_secs),
+                max_connections: usize::try_from(args.max_connections).unwrap_or(usize::MAX),
+                connections_key: "flotilla mcp serve --max-connections",
+            };
+            http::serve(tools, args.listen, access, oauth, tenant, limits).await?
+        }
     }
     Ok(0)
 }

@@ -25,11 +25,13 @@ use axum::extract::{Request, State};
 use axum::http::{StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use flotilla_agent::digest::sha256_hex;
 use flotilla_protocol::ids::Tenant;
 use serde_json::{Map, Value, json};
 
 use super::ServeArgs;
 use super::http::Caller;
+use super::sessions::Owner;
 
 /// Where RFC 9728 puts protected-resource metadata.
 const WELL_KNOWN: &str = "/.well-known/oauth-protected-resource";
@@ -93,10 +95,12 @@ impl ResourceServer {
                 .push(Tenant::new(t).map_err(|e| anyhow::anyhow!("--oauth-tenant {t:?} is not a tenant name: {e}"))?);
         }
         let http = reqwest::Client::builder().timeout(INTROSPECTION_TIMEOUT).build()?;
+        no_credentials_in("--oauth-issuer", &issuer)?;
         let introspection = match &args.oauth_introspection_url {
             Some(url) => url.clone(),
             None => discover(&http, &issuer).await?,
         };
+        no_credentials_in("the introspection endpoint (--oauth-introspection-url)", &introspection)?;
         Ok(Some(Self {
             issuer,
             resource,
@@ -143,8 +147,9 @@ impl ResourceServer {
         }
     }
 
-    /// The tenant `token` acts for, after asking the AS about it.
-    async fn authorize(&self, token: &str) -> Result<Tenant, Refusal> {
+    /// The tenant `token` acts for and whom it stands for (its subject, else
+    /// its client), after asking the AS about it.
+    async fn authorize(&self, token: &str) -> Result<(Tenant, Owner), Refusal> {
         let mut form = reqwest::Url::parse("http://form.invalid/").expect("a constant URL");
         form.query_pairs_mut().append_pair("token", token).append_pair("token_type_hint", "access_token");
         let reply = self
@@ -156,20 +161,29 @@ impl ResourceServer {
             .body(form.query().unwrap_or_default().to_string())
             .send()
             .await
-            .map_err(|e| Refusal::Unavailable(format!("token introspection at {} failed: {e}", self.introspection)))?;
+            .map_err(|e| self.unavailable(&format!("failed: {}", e.without_url())))?;
         let status = reply.status();
         if !status.is_success() {
-            return Err(Refusal::Unavailable(format!(
-                "token introspection at {} answered HTTP {status}: check this server's client credentials",
-                self.introspection
-            )));
+            return Err(self.unavailable(&format!("answered HTTP {status}: check this server's client credentials")));
         }
         let claims: Map<String, Value> = reply
             .json()
             .await
-            .map_err(|e| Refusal::Unavailable(format!("token introspection answered no JSON object: {e}")))?;
+            .map_err(|e| self.unavailable(&format!("answered no JSON object: {}", e.without_url())))?;
         let now = time::OffsetDateTime::now_utc().unix_timestamp();
-        self.decide(&claims, now)
+        let tenant = self.decide(&claims, now)?;
+        let subject = ["sub", "client_id", "username"].iter().find_map(|k| claims.get(*k).and_then(Value::as_str));
+        // A token naming nobody shares its sessions with no other token.
+        let who = subject.map(str::to_string).unwrap_or_else(|| format!("token {}", sha256_hex(token.as_bytes())));
+        let owner = Owner(format!("oauth {tenant} {who}"));
+        Ok((tenant, owner))
+    }
+
+    /// A 503 whose log line names the endpoint without its path, query or
+    /// any secret in them (the caller is not told: it may be anyone).
+    fn unavailable(&self, what: &str) -> Refusal {
+        let at = flotilla_config::url_policy::redact(&self.introspection);
+        Refusal::Unavailable(format!("token introspection at {at} {what}"))
     }
 
     /// The checks on an introspection answer, at unix time `now`.
@@ -234,10 +248,28 @@ impl ResourceServer {
             Refusal::Forbidden(why) => (StatusCode::FORBIDDEN, why).into_response(),
             Refusal::Unavailable(why) => {
                 tracing::warn!("{why}");
-                (StatusCode::SERVICE_UNAVAILABLE, why).into_response()
+                let body = "the authorization server could not check this token now: retry shortly \
+                            (the reason is in this server's log)";
+                (StatusCode::SERVICE_UNAVAILABLE, [(header::RETRY_AFTER, "5")], body).into_response()
             }
         }
     }
+}
+
+/// Refuses a URL with credentials in it (`user:pass@`): they would travel
+/// in every request and show up wherever the URL is named; the client
+/// credentials have their own flags.
+fn no_credentials_in(what: &str, url: &str) -> anyhow::Result<()> {
+    let parsed = reqwest::Url::parse(url)
+        .map_err(|e| anyhow::anyhow!("{what} {:?} is not a URL: {e}", flotilla_config::redact_url(url)))?;
+    if !parsed.username().is_empty() || parsed.password().is_some() {
+        anyhow::bail!(
+            "{what} {:?} carries credentials (user:pass@): leave them out and give this server's client id and \
+             secret in the environment (--oauth-client-id-env, --oauth-client-secret-env)",
+            flotilla_config::url_policy::redact(url)
+        );
+    }
+    Ok(())
 }
 
 /// The AS's introspection endpoint from its RFC 8414 metadata, whose
@@ -279,8 +311,9 @@ pub async fn check(State(rs): State<Arc<ResourceServer>>, mut req: Request, next
         return rs.refuse(Refusal::Unauthorized { sent: false, why });
     };
     match rs.authorize(&token).await {
-        Ok(tenant) => {
+        Ok((tenant, owner)) => {
             req.extensions_mut().insert(Caller(tenant));
+            req.extensions_mut().insert(owner);
             next.run(req).await
         }
         Err(refusal) => rs.refuse(refusal),
