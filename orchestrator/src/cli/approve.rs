@@ -97,8 +97,15 @@ pub async fn run(settings: &Settings, tenant: &Tenant, args: Args, json: bool) -
     };
     // No `authenticated_as`: the orchestrator records this tenant's job API
     // credential as the principal (docs/APPROVALS.md, "Who decided").
-    let req =
-        ApproveRequest { v: SCHEMA_VERSION, job_id, call_id: args.call_id, task_id, decision, by, authenticated_as: None };
+    let req = ApproveRequest {
+        v: SCHEMA_VERSION,
+        job_id,
+        call_id: args.call_id,
+        task_id,
+        decision,
+        by,
+        authenticated_as: None,
+    };
     let reply: ApiReply<ApproveReply> = api.bus().request(tenant, "approve", &req, Duration::from_secs(10)).await?;
     let reply = api_result(reply, "not recorded")?;
     if json {
