@@ -35,7 +35,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use async_nats::Message;
-use flotilla_bus::{Bus, Cancellations};
+use flotilla_bus::{Bus, BusError, Cancellations};
 use flotilla_config::Settings;
 use flotilla_protocol::ids::{JobId, SubagentType, Tenant};
 use flotilla_protocol::{
@@ -76,6 +76,48 @@ struct Service {
     tenants: flotilla_config::TenantsConfig,
     /// Each tenant's API request budget.
     buckets: RateBuckets,
+    /// Each tenant's unfinished jobs, as last counted.
+    queued: QueuedCounts,
+}
+
+/// How long a count of a tenant's unfinished jobs answers for its submits.
+const QUEUED_COUNT_FOR: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Each tenant's count of unfinished jobs for `[tenants] max_queued_jobs`:
+/// counted from the job index at most once per [`QUEUED_COUNT_FOR`] (one
+/// counter at a time per tenant; the others wait for its count), plus the
+/// jobs accepted since. A burst of a thousand submits so costs one index
+/// listing, not a thousand concurrent ones (each a JetStream consumer).
+#[derive(Default)]
+struct QueuedCounts(dashmap::DashMap<Tenant, Arc<tokio::sync::Mutex<Option<(std::time::Instant, usize)>>>>);
+
+impl QueuedCounts {
+    /// The tenant's unfinished jobs, counted by `count` when the last count is stale.
+    async fn get<F>(&self, tenant: &Tenant, count: impl FnOnce() -> F) -> Result<usize, BusError>
+    where
+        F: Future<Output = Result<usize, BusError>>,
+    {
+        let slot = self.0.entry(tenant.clone()).or_default().clone();
+        let mut last = slot.lock().await;
+        match *last {
+            Some((at, n)) if at.elapsed() < QUEUED_COUNT_FOR => Ok(n),
+            _ => {
+                let n = count().await?;
+                *last = Some((std::time::Instant::now(), n));
+                Ok(n)
+            }
+        }
+    }
+
+    /// One more unfinished job of `tenant` (a submit was accepted).
+    async fn accepted(&self, tenant: &Tenant) {
+        let slot = self.0.get(tenant).map(|s| s.clone());
+        if let Some(slot) = slot
+            && let Some((_, n)) = slot.lock().await.as_mut()
+        {
+            *n += 1;
+        }
+    }
 }
 
 /// A token bucket per tenant: `api_burst` requests at once, refilled at
@@ -150,6 +192,7 @@ impl Orchestrator {
             files: files_api,
             tenants: settings.tenants.clone(),
             buckets: RateBuckets::default(),
+            queued: QueuedCounts::default(),
         });
         Ok(Self { service, types: Arc::new(settings.subagents.keys().cloned().collect()) })
     }
@@ -278,7 +321,7 @@ impl Service {
             );
         }
         let max_queued = self.tenants.limits(tenant.as_str()).max_queued_jobs;
-        match self.jobs.unfinished_of(&tenant).await {
+        match self.queued.get(&tenant, || self.jobs.unfinished_of(&tenant)).await {
             Ok(n) if n >= max_queued => {
                 return ApiReply::error(
                     ErrorKind::Limit,
@@ -300,6 +343,7 @@ impl Service {
         if let Err(e) = self.jobs.insert(rec).await {
             return ApiReply::error(ErrorKind::Transient, format!("job not stored: {e}"));
         }
+        self.queued.accepted(&tenant).await;
         self.jobs.emit(id, JobEventKind::Submitted { input: req.input }).await;
         tracing::info!(job_id = %id, "job submitted");
         if !self.runner.start(id, tenant) {
@@ -445,6 +489,23 @@ mod tests {
         assert!(wait > std::time::Duration::ZERO && wait <= std::time::Duration::from_millis(100), "{wait:?}");
         assert!(buckets.take(&globex, 10.0, 3, t0).is_ok(), "another tenant's budget is its own");
         assert!(buckets.take(&acme, 10.0, 3, t0 + std::time::Duration::from_millis(100)).is_ok(), "refilled");
+    }
+
+    #[tokio::test]
+    async fn a_burst_of_submits_counts_the_unfinished_jobs_once_and_adds_the_accepted() {
+        let acme = Tenant::new("acme").unwrap();
+        let queued = QueuedCounts::default();
+        let listings = std::sync::atomic::AtomicUsize::new(0);
+        let count = || async {
+            listings.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            tokio::task::yield_now().await;
+            Ok(5)
+        };
+        let counts = futures::future::join_all((0..50).map(|_| queued.get(&acme, count))).await;
+        assert!(counts.iter().all(|n| matches!(n, Ok(5))), "{counts:?}");
+        assert_eq!(listings.load(std::sync::atomic::Ordering::SeqCst), 1, "one listing for 50 concurrent submits");
+        queued.accepted(&acme).await;
+        assert_eq!(queued.get(&acme, count).await.unwrap(), 6, "the accepted job counts until the next listing");
     }
 
     #[test]

@@ -254,6 +254,8 @@ async fn a_thousand_jobs_leave_no_job_in_memory_and_rss_flat() {
     let d = Deployment::start(2, |url| {
         let mut c = TestConfig::demo(url, 4, 0);
         c.section(&format!("[metrics]\norchestrator = \"127.0.0.1:{port}\"\n"));
+        // One tenant submitting a thousand jobs at once: above the default API rate.
+        c.section("[tenants]\napi_rate = 100000\napi_burst = 100000\nmax_queued_jobs = 100000\n");
         c
     })
     .await;

@@ -41,9 +41,12 @@ impl Default for TenantLimits {
             max_running_jobs: 8,
             max_queued_jobs: 1000,
             max_tasks_in_flight: 1024,
-            max_map_items: 10_000,
-            api_rate: 50.0,
-            api_burst: 200,
+            // The largest map Flotilla is measured at (docs/PERFORMANCE.md).
+            max_map_items: 100_000,
+            // Every `submit --wait` and `watch` polls about once a second; a
+            // tenant with a hundred of them open stays under this.
+            api_rate: 200.0,
+            api_burst: 1000,
         }
     }
 }

@@ -97,6 +97,14 @@ concurrency = {slots}
 [local]
 workers = {workers}
 state_dir = "state"
+# One tenant measured alone: its quotas must not be what the bench measures.
+[tenants]
+max_running_jobs = 1000
+max_queued_jobs = 1000000
+max_tasks_in_flight = 1000000
+max_map_items = 1000000
+api_rate = 1000000
+api_burst = 1000000
 "#
         );
         Self::launch(dir, &config, workers, None).await
