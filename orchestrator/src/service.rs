@@ -89,7 +89,10 @@ const QUEUED_COUNT_FOR: std::time::Duration = std::time::Duration::from_secs(1);
 /// jobs accepted since. A burst of a thousand submits so costs one index
 /// listing, not a thousand concurrent ones (each a JetStream consumer).
 #[derive(Default)]
-struct QueuedCounts(dashmap::DashMap<Tenant, Arc<tokio::sync::Mutex<Option<(std::time::Instant, usize)>>>>);
+struct QueuedCounts(dashmap::DashMap<Tenant, Arc<tokio::sync::Mutex<LastCount>>>);
+
+/// When a tenant's unfinished jobs were last counted, and the count since.
+type LastCount = Option<(std::time::Instant, usize)>;
 
 impl QueuedCounts {
     /// The tenant's unfinished jobs, counted by `count` when the last count is stale.
