@@ -4,7 +4,7 @@
 //! once), its todo list (`<job>.todos`, written when it changes), one key per
 //! task (`<job>.t.<task>`) and one per dispatch key (`<job>.k.<key>` -> task
 //! id), so every dispatch and report writes O(1) bytes in the job's size,
-//! whatever the size of its input and todo list (issue 12; key layout in
+//! whatever the size of its input and todo list (key layout in
 //! shared/bus/src/job_records.rs, docs/PROTOCOL.md). A [`JobRecord`] read
 //! from the store has all of it but the tasks, which come a page at a time.
 //!
@@ -16,7 +16,7 @@
 //! large, permission) are returned at once, and a header too large to store
 //! fires [`JobStore::oversized`] so the planner fails the job.
 //!
-//! Records written before issue 12 (one value with every task inline) are
+//! Records of the old layout (one value with every task inline) are
 //! still read: their inline tasks are served as they are.
 //!
 //! The bucket and the event stream sit behind [`JobBackend`]
@@ -142,7 +142,7 @@ impl JobStore {
 
     /// Reads a job record without its tasks (`tasks_total`, `task_counts`
     /// say how many): the live copy when running here, else the bucket. A
-    /// record from before issue 12 comes with its inline tasks.
+    /// record of the old layout (tasks inline) comes with its inline tasks.
     pub async fn get(&self, id: &JobId) -> Result<Option<JobRecord>, BusError> {
         if let Some(rec) = self.live.get(id).map(|r| r.clone()) {
             return Ok(Some(rec.look(Clone::clone)));
@@ -159,8 +159,8 @@ impl JobStore {
     }
 
     /// The stored record of `id` with its whole input and todo list, and
-    /// the revisions of its header and todos (records from before issue 12
-    /// hold both in the header).
+    /// the revisions of its header and todos (a record of the old layout, tasks
+    /// inline, holds both in the header).
     async fn stored(&self, id: &JobId) -> Result<Option<(JobRecord, u64, u64)>, BusError> {
         let Some((mut rec, revision)) = self.stored_header(id).await? else { return Ok(None) };
         let key = job_keys::input(id);
@@ -179,7 +179,7 @@ impl JobStore {
     /// Reads the live header of `id` without copying it, or the stored one
     /// when the job is not running here. Reading never keeps a job in
     /// memory: an event or status read after a job ended must not bring it
-    /// back (issue 16, bounded memory).
+    /// back (bounded memory).
     pub async fn read<R>(&self, id: &JobId, look: impl FnOnce(&JobRecord) -> R) -> Result<R, BusError> {
         if let Some(r) = self.live.get(id).map(|r| r.clone()) {
             return Ok(r.look(look));

@@ -1,8 +1,8 @@
 //! The narrow bus operations the orchestrator's task logic needs, as traits,
 //! so the `task` tool (planner/task_tool.rs), the report router (reports.rs)
 //! and the job store (jobs.rs) run over in-memory fakes in unit tests
-//! (fakes.rs) as well as over NATS (issue #11: the logic was bound to the
-//! concrete `Bus` and had one unit test). The NATS implementations are the
+//! (fakes.rs) as well as over NATS (bound to the concrete `Bus`, the
+//! logic could hardly be unit-tested). The NATS implementations are the
 //! typed bus stores of shared/bus/src (tasks.rs, reports.rs, workers.rs,
 //! buckets.rs); each impl here is one delegation, so the traits add no logic.
 

@@ -1,6 +1,6 @@
 //! A read-only handle on every tenant's jobs, for observers that live outside
 //! this library. The web dashboard is served by the `flotilla` binary
-//! (src/cli/dashboard/, issue 11: HTTP serving belongs to the binaries), yet
+//! (src/cli/dashboard/: HTTP serving belongs to the binaries), yet
 //! it shows what only the orchestrator's stores know; this handle is all it
 //! gets, so it can list and read jobs, workers and events but never change a job.
 

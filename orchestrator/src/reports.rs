@@ -111,7 +111,7 @@ pub struct ReportRouter {
 
 /// Every this many registrations, waiters whose call gave up (receiver
 /// dropped: a timeout or a cancelled job whose report never came) are
-/// dropped, so the map holds live waits plus at most this many (issue 16).
+/// dropped, so the map holds live waits plus at most this many.
 const SWEEP_EVERY: usize = 1024;
 
 impl ReportRouter {

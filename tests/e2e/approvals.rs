@@ -1,4 +1,4 @@
-//! Issue 4 item 6: human approval of tool calls through separate processes.
+//! Human approval of tool calls through separate processes.
 //! A scripted subagent calls `calculate_margin`, which its type lists under
 //! `interrupt_on`; the test answers with the `flotilla` CLI as a person would.
 
@@ -68,7 +68,7 @@ pub(crate) async fn cli(d: &Deployment, args: &[&str]) -> (i32, String, String) 
 }
 
 /// The requests `flotilla [--tenant T] approvals --json` lists (the API's
-/// `{"approvals": [...]}`; a bare array as printed before issue 17).
+/// `{"approvals": [...]}`; a bare array as printed by older versions).
 pub(crate) async fn listed(d: &Deployment, tenant: &str) -> Vec<Value> {
     let (code, out, err) = cli(d, &["--tenant", tenant, "approvals", "--json"]).await;
     assert_eq!(code, 0, "{err}");
@@ -235,7 +235,7 @@ args = '{"revenue": 100, "cost": 40}'
 content = "{% for r in results %}{% if r.ok %}{{ r.value.margin }}{% else %}{{ r.error.kind }}{% endif %};{% endfor %}"
 "#;
 
-/// Security review (issue 10): an approval is used once. A task redelivered
+/// Security review: an approval is used once. A task redelivered
 /// after its approved call ran replays that call, which must be a new
 /// question, not a free ride on the first answer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -273,7 +273,7 @@ async fn an_approval_is_used_once_and_a_replayed_call_asks_again() {
     assert_eq!(answer_of(&d, &mut log).await, "permission;0.6;", "the replay followed the second answer");
 }
 
-// Issue 11: an approval decision is audited exactly once, by the tool set
+// An approval decision is audited exactly once, by the tool set
 // that asked (shared/agent/src/tool/pipeline/approve.rs), with the decision's
 // outcome; the worker's bus gate used to write a second record of its own.
 
@@ -297,7 +297,7 @@ fn approvals(records: &[AuditRecord]) -> Vec<AuditOutcome> {
     records.iter().filter(|r| r.action == AuditAction::Approval).map(|r| r.outcome).collect()
 }
 
-/// The approval record's decision and reviewer (issue 17 item 4).
+/// The approval record's decision and reviewer.
 fn decided_by(records: &[AuditRecord]) -> Vec<(Option<&str>, Option<&str>)> {
     records
         .iter()
@@ -321,7 +321,7 @@ async fn one_approved_call_leaves_one_approval_record() {
     // `cli` runs with USER=tester: the default reviewer name.
     assert_eq!(decided_by(&records), vec![(Some("approve"), Some("tester"))], "{records:#?}");
 
-    // Issue 17 item 4: the planner's one `task` call is counted, in the
+    // The planner's one `task` call is counted, in the
     // planner's row and in the job's total with the subagent's one call.
     let rec = d.status(job).await;
     assert_eq!(rec.planner_usage.tool_calls, 1, "{:?}", rec.planner_usage);
@@ -394,7 +394,7 @@ fn shown_until(rx: &std::sync::mpsc::Receiver<String>, seen: &mut String, needle
     }
 }
 
-/// Issue 17: the live view (not only `--plain`) says a call waits for a
+/// The live view (not only `--plain`) says a call waits for a
 /// person, with the command that answers it, then the decision; and a job
 /// watched after it ended shows its task lines, not only the answer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,4 +1,4 @@
-//! Issue 17 item 4: cancelling a job settles its pending approvals. A call
+//! Cancelling a job settles its pending approvals. A call
 //! waiting for a person will never run once its job is cancelled, so its
 //! request leaves `flotilla approvals` and answering it is refused with the
 //! reason (orchestrator/src/approvals/cancel.rs, docs/APPROVALS.md).

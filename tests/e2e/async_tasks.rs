@@ -1,4 +1,4 @@
-//! Issue 12 item 5, asynchronous delegation, end to end: a scripted planner
+//! Asynchronous delegation, end to end: a scripted planner
 //! starts three tasks, checks them, messages one mid-run (its next model
 //! request carries the message), cancels one (its running subagent aborts and
 //! it ends `cancelled`), waits for the rest, and the job completes; a planner

@@ -1,4 +1,4 @@
-//! Issue 5 item 8: a corpus of malformed, oversized and unknown messages on the
+//! A corpus of malformed, oversized and unknown messages on the
 //! task and API subjects. Nothing crashes, each message is rejected with a
 //! reason (an error reply or a dead letter), and the system keeps working.
 

@@ -1,4 +1,4 @@
-//! Issue 12 item 6: a job that fails leaves nothing behind. Its queued tasks
+//! A job that fails leaves nothing behind. Its queued tasks
 //! leave the work queue and its running subagents stop and report
 //! `cancelled`, as an explicit cancel does, so no worker keeps spending on a
 //! job that has already ended.

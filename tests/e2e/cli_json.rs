@@ -1,4 +1,4 @@
-//! Issue 17 item 3: one consistent CLI. Under `--json` every client command
+//! One consistent CLI. Under `--json` every client command
 //! prints one JSON object (the API's reply shape; `watch` one object per
 //! event) and an error is `{"error": {"kind", "message"}}` on stdout with
 //! the exit-code table's code (docs/OPERATIONS.md, "Scripting with --json");

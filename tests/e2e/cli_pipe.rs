@@ -1,4 +1,4 @@
-//! Issue 11: the CLI in a shell pipeline. `flotilla watch <job> | head -1`
+//! The CLI in a shell pipeline. `flotilla watch <job> | head -1`
 //! and `flotilla submit --wait ... | head -1` used to panic ("failed printing
 //! to stdout: Broken pipe", exit 101) once `head` had its line and closed the
 //! pipe. Every command now stops at the first write nobody reads and exits 0

@@ -1,4 +1,4 @@
-//! Issue 17: a config is checked before anything runs on it.
+//! A config is checked before anything runs on it.
 //! `flotilla config check [--connect]` names each problem with its config key
 //! and fix (exit 2) and passes a good config (exit 0); `flotilla demo` with
 //! its MCP server binary missing fails naming the binary before it starts a

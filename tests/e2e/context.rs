@@ -1,4 +1,4 @@
-//! Issue 12 item 4, bounded planner context, and item 6, checkpoints that are
+//! Bounded planner context, and checkpoints that are
 //! never skipped: a planner whose conversation passes `[planner]
 //! context_tokens` compacts (a `compacted` job event), still completes with
 //! the right answer, and no request it sent was over the bound; a

@@ -185,7 +185,7 @@ fn kubernetes_docs() -> BTreeMap<String, Vec<Yaml>> {
     by_kind
 }
 
-/// Issue 13 item 3: KEDA scales each worker Deployment on its own queue (the
+/// KEDA scales each worker Deployment on its own queue (the
 /// stream and durable consumer Flotilla really uses, read from the NATS
 /// monitoring port the cluster serves), disruption budgets select real pods,
 /// and a pod's termination grace outlasts the worker's drain grace.

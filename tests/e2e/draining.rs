@@ -1,4 +1,4 @@
-//! Issue 13 item 2: a worker told to stop (SIGTERM) drains. It pulls no new
+//! A worker told to stop (SIGTERM) drains. It pulls no new
 //! task, announces `draining` in its heartbeats, lets running tasks finish
 //! within its grace and reports them itself; only what still runs when the
 //! grace is over goes back to the queue, to finish on another worker.

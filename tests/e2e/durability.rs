@@ -1,4 +1,4 @@
-//! Issue 5: long jobs survive worker, orchestrator and NATS failures; every
+//! Long jobs survive worker, orchestrator and NATS failures; every
 //! bad input gets a clear answer. Faults are injected into real processes.
 
 use std::collections::HashMap;

@@ -1,4 +1,4 @@
-//! Issue 13 item 1: several orchestrators share one prefix; each job is
+//! Several orchestrators share one prefix; each job is
 //! planned by the holder of its lease, and a dead orchestrator's jobs are
 //! taken over by another within `[planner] lease_ttl`, resumed from their
 //! checkpoints with no task dispatched or started twice.
@@ -152,7 +152,7 @@ async fn a_lease_has_one_holder_until_it_expires_or_is_released() {
     assert!(leases.acquire(&job, "c", ttl).await.unwrap().is_some());
 }
 
-/// Issue 13 item 2, orchestrator side: a stopped orchestrator (SIGTERM) stops
+/// Draining, orchestrator side: a stopped orchestrator (SIGTERM) stops
 /// its planners at a step boundary and gives its leases back, so another
 /// takes its job at once, not after the lease TTL.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,4 +1,4 @@
-//! Issue 4 (items 1-4, 7): job files over a real nats-server's Object Store,
+//! Job files over a real nats-server's Object Store,
 //! the built-in file tools, permissions and large-result eviction, driven
 //! through the same `ToolSet` the agents use.
 

@@ -1,4 +1,4 @@
-//! Issue 16: job history at fleet scale, against a real nats-server and a
+//! Job history at fleet scale, against a real nats-server and a
 //! real orchestrator with its dashboard.
 //!
 //! History is made fast: each finished job is written as the orchestrator's

@@ -1,4 +1,4 @@
-//! Issue 17 item 5: the HTTP API and the dashboard's actions against a real
+//! The HTTP API and the dashboard's actions against a real
 //! orchestrator and real workers (docs/HTTP_API.md, docs/OPERATIONS.md
 //! "Dashboard"): submit with a file, status, SSE and cancel over HTTP; the
 //! admin and tenant tokens; CSRF refusals of cross-site writes; and, in

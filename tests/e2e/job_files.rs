@@ -1,4 +1,4 @@
-//! Issue 4 through real processes: the planner and two worker processes share
+//! Job files through real processes: the planner and two worker processes share
 //! one job's files, and a report over 1 MiB travels by reference.
 
 use std::collections::HashSet;

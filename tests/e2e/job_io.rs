@@ -1,4 +1,4 @@
-//! Issue 12 item 2: a job's inputs and outputs as job files, end to end with
+//! A job's inputs and outputs as job files, end to end with
 //! real processes (nats-server, orchestrator, workers, the `flotilla` CLI).
 //!
 //! - `submit --file` uploads a JSONL file over 1 MiB (parts of 512 KiB,

@@ -1,4 +1,4 @@
-//! Issue 12 item 3: `map_tasks` end to end, with real processes: a map of
+//! `map_tasks` end to end, with real processes: a map of
 //! 20 000 items uploaded with `submit --file` completes and its results file
 //! (read back with `flotilla files get`) has one line per item; an
 //! orchestrator SIGKILLed mid-map resumes it with no task started twice; bad

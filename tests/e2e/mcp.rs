@@ -1,4 +1,4 @@
-//! Issue 3: MCP tools through rmcp, against real servers: the repo's
+//! MCP tools through rmcp, against real servers: the repo's
 //! finance-tools (stdio and Streamable HTTP), the npm reference server
 //! `@modelcontextprotocol/server-everything`, and a Python FastMCP server.
 //! Third-party servers come from `scripts/install-deps --test` (into

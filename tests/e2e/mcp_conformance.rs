@@ -1,4 +1,4 @@
-//! Issue 15: the official MCP conformance suite (`@modelcontextprotocol/
+//! The official MCP conformance suite (`@modelcontextprotocol/
 //! conformance` 0.1.16 from npm, run on Node 22 from npm, both installed by
 //! `scripts/install-deps --test`) in client mode, against
 //! `mcp-conformance-client`, a thin binary over Flotilla's own MCP client

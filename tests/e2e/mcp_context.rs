@@ -1,4 +1,4 @@
-//! Issue 3 item 6: app-controlled MCP context (docs/MCP.md). A subagent
+//! App-controlled MCP context (docs/MCP.md). A subagent
 //! type takes its system prompt from finance-tools' `analyst` prompt (argument
 //! rendered from the task description) and gets the `finance://rules/...`
 //! resource appended, through real worker, orchestrator, NATS and MCP server

@@ -1,4 +1,4 @@
-//! Issue 15 item 2: an MCP server's `elicitation/create` answered by a person
+//! An MCP server's `elicitation/create` answered by a person
 //! through Flotilla approvals (docs/APPROVALS.md, "Elicitation"). A real
 //! worker runs a scripted subagent that calls finance-tools' test tool
 //! `confirm_transfer`; the server asks `{approve, note = "none"}`; the test

@@ -1,4 +1,4 @@
-//! Issue 15 item 1, `flotilla mcp login` (docs/MCP.md "OAuth"), all real:
+//! `flotilla mcp login` (docs/MCP.md "OAuth"), all real:
 //! nats-server, orchestrator, worker, the `flotilla` CLI as a process, and
 //! `tests/fixtures/oauth_finance.py`, whose authorization server serves the
 //! authorization-code grant with PKCE and redirects at once (no person).

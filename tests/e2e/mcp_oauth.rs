@@ -1,4 +1,4 @@
-//! Issue 15 item 1: a worker uses a Streamable HTTP MCP server protected by
+//! A worker uses a Streamable HTTP MCP server protected by
 //! OAuth 2.1 (docs/MCP.md "OAuth"), all real: nats-server, orchestrator,
 //! worker, and `tests/fixtures/oauth_finance.py` (the Python SDK's FastMCP as
 //! resource server with protected-resource metadata and 401 challenges, and

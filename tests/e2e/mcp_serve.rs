@@ -1,4 +1,4 @@
-//! Issue 15 item 3: `flotilla mcp serve`, Flotilla's job API as an MCP server
+//! `flotilla mcp serve`, Flotilla's job API as an MCP server
 //! (docs/MCP.md, "Use Flotilla from an MCP host"), against a real
 //! nats-server, orchestrator and worker (the scripted model stands in for a
 //! paid API). The host is the official Python SDK's client
@@ -189,7 +189,7 @@ async fn an_mcp_host_submits_the_demo_job_and_reads_the_answer_over_http_and_lis
 }
 
 /// The official conformance suite's server scenarios for the handshake, ping
-/// and DNS-rebinding protection (issue 15) against `flotilla mcp serve` on
+/// and DNS-rebinding protection against `flotilla mcp serve` on
 /// loopback without a token, graded check by check from its `checks.json`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_conformance_suite_server_scenarios_pass_against_mcp_serve() {

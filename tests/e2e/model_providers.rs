@@ -1,4 +1,4 @@
-//! Issue 14 items 4-5: subagents on `provider = "anthropic"`, whole and
+//! Subagents on `provider = "anthropic"`, whole and
 //! streamed. The model is an endpoint in this process speaking the Messages
 //! API (tests/harness/chat_endpoint.rs answering with
 //! tests/harness/anthropic.rs); the tool is the real finance-tools MCP

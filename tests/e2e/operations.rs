@@ -1,4 +1,4 @@
-//! Issue 6: what an operator sees. Event order and content of the demo job
+//! What an operator sees. Event order and content of the demo job
 //! through `watch --json`, token and cost totals against the model calls,
 //! traceparent continuity from the planner's log to the workers' logs,
 //! Prometheus endpoints, the live worker set, and the dashboard in headless

@@ -1,4 +1,4 @@
-//! Issue 14: subagents that finish on small real models. The subagents'
+//! Subagents that finish on small real models. The subagents'
 //! model is an OpenAI-compatible endpoint in this process
 //! (tests/harness/chat_endpoint.rs) that behaves like the small local models
 //! that loop: every turn it calls `finance_gross_margin` with the same

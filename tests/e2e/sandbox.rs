@@ -1,4 +1,4 @@
-//! Issue 4 item 5: `execute` in a bubblewrap sandbox, through a real worker.
+//! `execute` in a bubblewrap sandbox, through a real worker.
 //! One subagent type has a sandbox and runs four commands in one turn; another
 //! has none, so `execute` does not exist for it.
 

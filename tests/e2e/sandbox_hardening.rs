@@ -1,4 +1,4 @@
-//! Issue #10 (security hardening), the `execute` sandbox: each test replays
+//! Security hardening of the `execute` sandbox: each test replays
 //! an attack through a real worker process and the real bubblewrap sandbox
 //! (docs/SANDBOX.md).
 

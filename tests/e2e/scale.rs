@@ -1,4 +1,4 @@
-//! Issue 12 item 1, "job state that scales": a job is a small header plus
+//! "Job state that scales": a job is a small header plus
 //! one KV key per task (orchestrator/src/jobs.rs), so a job of thousands of
 //! tasks completes (the single-value record stopped near 2 000 tasks, over
 //! the 1 MiB value limit), `status` pages through its tasks, and a job whose

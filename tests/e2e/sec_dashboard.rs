@@ -1,4 +1,4 @@
-//! Issue 10, item 5: the dashboard against a DNS-rebinding page and without
+//! The dashboard against a DNS-rebinding page and without
 //! its token, replayed against the real orchestrator process
 //! (docs/OPERATIONS.md, "Dashboard"). A rebinding page's requests carry the
 //! attacker's name in `Host`; they are sent here as such with reqwest.

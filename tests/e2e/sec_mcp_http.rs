@@ -1,4 +1,4 @@
-//! Issue 10: MCP over HTTP against a rebinding DNS server, with the real
+//! MCP over HTTP against a rebinding DNS server, with the real
 //! finance-tools HTTP server (docs/MCP.md, "HTTP security"). The resolver is
 //! the one a session checks addresses with; it answers the checked loopback
 //! address once, then the cloud-metadata address, as a rebinding server

@@ -1,4 +1,4 @@
-//! Issue 13 item 3: workers answer the standard NATS service API, so any NATS
+//! Workers answer the standard NATS service API, so any NATS
 //! tool discovers the fleet (`$SRV.PING|INFO|STATS`), also under the
 //! least-privilege worker role of deploy/nats/roles.conf.
 

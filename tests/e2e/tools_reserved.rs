@@ -1,4 +1,4 @@
-//! Issue #10: the reserved `/large_tool_results` directory over a real
+//! The reserved `/large_tool_results` directory over a real
 //! nats-server's Object Store (docs/TOOLS.md, "Reserved directory and
 //! checksums"): agents cannot write there, and a stored report whose bytes
 //! are replaced under the same name, straight in the bucket, is detected by

@@ -1,4 +1,4 @@
-//! Issue 13 item 4: a worker one release newer than the planner. Its report
+//! A worker one release newer than the planner. Its report
 //! says `"v": 1.1` and carries a field this build does not know; the planner
 //! consolidates it like any other (peer messages accept unknown fields and
 //! any minor version of their major, docs/PROTOCOL.md).

@@ -1,4 +1,4 @@
-//! Issue 2: planner -> NATS -> worker processes -> consolidated report.
+//! The walking skeleton: planner -> NATS -> worker processes -> consolidated report.
 
 use std::collections::{HashMap, HashSet};
 

@@ -2,7 +2,7 @@
 //! the orchestrator and every worker would use it, before anything is
 //! deployed, so a typo or a missing binary is found by the operator and not
 //! in a worker log after a job "completed" around tools that never existed
-//! (issue 17; docs/CONFIG.md, "Checking a config").
+//! (docs/CONFIG.md, "Checking a config").
 //!
 //! Each check is one line: `ok` or `problem`, the config key it concerns, what
 //! was found and, for a problem, the fix. The checks, one module each:

@@ -5,7 +5,7 @@
 //! the same events the plain and JSON outputs print, so the three never
 //! disagree about what happened. A job of thousands of tasks keeps only its
 //! latest [`FINISHED_LINES`] finished task lines on screen (the header counts
-//! them all), so the view stays one screen (issue 12).
+//! them all), so the view stays one screen.
 //!
 //! A task whose call waits for a person gets a line under it saying so, with
 //! the `flotilla approve` command to run, and then the decision

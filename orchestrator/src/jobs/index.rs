@@ -1,4 +1,4 @@
-//! Listing jobs through the job index (issue 16): the store files every job
+//! Listing jobs through the job index: the store files every job
 //! under `<tenant>.<status>.<job>` in the index bucket
 //! (shared/bus/src/job_index.rs) when it is created and each time its
 //! status changes, so `list` and `unfinished` read the keys under one

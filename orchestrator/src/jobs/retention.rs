@@ -1,4 +1,4 @@
-//! Retention of finished jobs (issue 16; docs/OPERATIONS.md, "What is kept
+//! Retention of finished jobs (docs/OPERATIONS.md, "What is kept
 //! how long"): a sweeper in the orchestrator deletes every job that ended
 //! (completed, failed, cancelled) and has not changed for `[jobs]
 //! retention_days`: its job files, every key of its records in the jobs

@@ -1,6 +1,6 @@
 //! Task entries of a job, one KV key each (`<job>.t.<task>`), found by their
 //! dispatch key through an index key (`<job>.k.<key>` -> task id), and the
-//! job header's counters that follow them (issue 12; docs/PROTOCOL.md).
+//! job header's counters that follow them (docs/PROTOCOL.md).
 //!
 //! A dispatch claims its index key first (KV create: of two racing
 //! dispatches with one key, one wins), then creates the entry, so a resumed
@@ -9,7 +9,7 @@
 //! an entry is read-modify-write conditional on the revision read. Nothing
 //! here keeps entries in memory: a 100 000-task job costs one header.
 //!
-//! A record from before issue 12 keeps its tasks inline in the header; they
+//! A record of the old layout (tasks inline) keeps its tasks inline in the header; they
 //! are read and changed there.
 
 use bytes::Bytes;
@@ -66,7 +66,7 @@ impl JobStore {
         Ok(Some((entry, rev)))
     }
 
-    /// An inline task of a record written before issue 12 (without copying
+    /// An inline task of a record of the old layout (without copying
     /// the record: this runs on every new dispatch key).
     async fn inline(&self, job: &JobId, find: impl Fn(&TaskEntry) -> bool) -> Result<Option<TaskEntry>, BusError> {
         if let Some(live) = self.live.get(job).map(|l| l.clone()) {
@@ -160,7 +160,7 @@ impl JobStore {
         }
     }
 
-    /// `update_task_and_header` for a task inline in a record from before issue 12.
+    /// `update_task_and_header` for a task inline in a record of the old layout (tasks inline).
     async fn update_inline(
         &self,
         job: &JobId,
@@ -248,7 +248,7 @@ impl JobStore {
 /// Task entries read at once while settling a job's open tasks.
 const SETTLE_PAGE: usize = 256;
 
-/// A page of inline tasks (records from before issue 12).
+/// A page of inline tasks (records of the old layout, tasks inline).
 fn page_of(mut tasks: Vec<TaskEntry>, after: Option<TaskId>, limit: usize) -> TaskPage {
     tasks.sort_by_key(|t| t.task_id);
     let start = after.map_or(0, |a| tasks.partition_point(|t| t.task_id <= a));
@@ -281,7 +281,7 @@ impl JobStore {
             return Ok(None);
         }
         let page = if limit == 0 { TaskPage::default() } else { self.tasks_page(job, after, limit).await? };
-        rec.tasks.clear(); // a record from before issue 12: its inline tasks come paged like any
+        rec.tasks.clear(); // a record of the old layout (tasks inline): its inline tasks come paged like any
         let mut used = protocol::encode(&rec).len();
         if used > REPLY_BUDGET {
             // Input and todos alone are too large for a reply: send their heads.

@@ -1,6 +1,6 @@
 //! The job store over the in-memory bucket of orchestrator/src/fakes.rs:
 //! O(1) writes per task, paging, dispatch keys across a restart, records
-//! from before issue 12, and permanent write errors failing fast.
+//! of the old layout (tasks inline), and permanent write errors failing fast.
 
 use std::sync::Arc;
 
@@ -199,7 +199,7 @@ async fn a_page_ends_early_rather_than_outgrow_a_message() {
     assert!(pages > 1, "1.5 MB of summaries take more than one reply");
 }
 
-/// Issue 12 item 6: a job's outcome is written through an outage longer than
+/// A job's outcome is written through an outage longer than
 /// one write's retry budget, and given up only when told to stop.
 #[tokio::test(start_paused = true)]
 async fn an_outcome_is_retried_through_a_long_outage_until_stored_or_stopped() {

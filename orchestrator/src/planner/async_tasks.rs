@@ -1,4 +1,4 @@
-//! Asynchronous delegation (issue 12 item 5; docs/TOOLS.md, "Planner
+//! Asynchronous delegation (docs/TOOLS.md, "Planner
 //! tools"): `start_task` returns a task id at once, `check_tasks`,
 //! `wait_tasks`, `cancel_task` and `message_task` follow and steer the
 //! tasks while the planner keeps working. The blocking `task` tool

@@ -604,7 +604,7 @@ fn outcome_of_report(report: &TaskReport) -> TaskOutcome {
 mod tests {
     //! Dispatch over the in-memory fakes of orchestrator/src/fakes.rs, through
     //! the `task` tool (start + wait) and directly: dispatch, re-attach after a
-    //! restart, consolidation once, cancel, and a type nobody serves (issue #11 item 4).
+    //! restart, consolidation once, cancel, and a type nobody serves.
 
     use flotilla_protocol::ids::{JobId, Tenant};
     use flotilla_protocol::{JobEvent, JobRecord, Usage};
@@ -780,7 +780,7 @@ mod tests {
         assert_eq!(rig.router.waiting(), 0, "the waiter is dropped");
     }
 
-    /// Issue 13 item 5: the orchestrator died after its publish landed but
+    /// Republish on resume: the orchestrator died after its publish landed but
     /// before it marked the entry published, and the worker has reported
     /// since: the replay consolidates that report and publishes nothing.
     #[tokio::test]
@@ -866,7 +866,7 @@ mod tests {
         assert_eq!(err.kind, ErrorKind::Transient);
         assert!(err.message.contains("no worker serves finance"), "{}", err.message);
         // Only this call's task: the job's other queued tasks of the type
-        // keep their own deadlines (issue 13 item 5).
+        // keep their own deadlines.
         let task = rig.record().await.tasks[0].task_id;
         assert_eq!(rig.queue.withdrawn(), [(rig.job, task)]);
         assert_eq!(rig.router.waiting(), 0);

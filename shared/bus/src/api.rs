@@ -74,7 +74,7 @@ impl Bus {
     /// Sends `payload` (an encoded reply) to a request's `reply_to` inbox.
     /// A reply larger than the server's max_payload (which the server would
     /// drop, leaving the client to time out) is replaced by a `limit` error
-    /// reply that says so (issue 16).
+    /// reply that says so.
     pub async fn reply(&self, reply_to: async_nats::Subject, payload: Bytes) -> Result<(), BusError> {
         let max = self.client.server_info().max_payload;
         let payload = if payload.len() > max { oversized_reply(payload.len(), max) } else { payload };

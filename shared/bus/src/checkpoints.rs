@@ -5,8 +5,8 @@
 //! to tasks in flight instead of dispatching them again.
 //!
 //! A conversation that fits one KV value (NATS max_payload) is the value of
-//! its job's key in `<prefix>_checkpoints`. A larger one is never skipped
-//! (issue 12): it is written to the job files bucket as the object
+//! its job's key in `<prefix>_checkpoints`. A larger one is never skipped:
+//! it is written to the job files bucket as the object
 //! `checkpoints/<job>` (outside every job's `<job>/` prefix, so no file tool
 //! or `flotilla files` lists it), and the KV value becomes a small pointer
 //! naming the object, its size and its sha256; [`Checkpoints::load`] follows

@@ -1,4 +1,4 @@
-//! The job index, KV bucket `<prefix>_jobs_index` (issue 16): one key per
+//! The job index, KV bucket `<prefix>_jobs_index`: one key per
 //! job, `<tenant>.<status>.<job id>` -> its `JobSummary` when last moved, so
 //! a listing by tenant and status reads only the keys under that filter
 //! instead of every key of the jobs bucket (which holds a header, the input,

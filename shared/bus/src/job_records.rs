@@ -1,5 +1,5 @@
 //! Job records in the `<prefix>_jobs` KV bucket: per job a small header and
-//! one key per task, so every write is O(1) in the job's size (issue 12):
+//! one key per task, so every write is O(1) in the job's size:
 //!
 //! | key | value |
 //! |---|---|

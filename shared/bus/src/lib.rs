@@ -91,7 +91,7 @@ pub use flotilla_agent::retry::{Backoff, Retryable, retry};
 /// reports no separate [`source`](std::error::Error::source): async-nats
 /// errors already print their own causes in their message, so a chain
 /// printer (anyhow's `{:#}`) walking a kept source would repeat every cause
-/// ("no responders: no responders", issue 17). [`BusError::kind`] reads the
+/// ("no responders: no responders"). [`BusError::kind`] reads the
 /// cause from the field.
 #[derive(Debug)]
 pub struct BusError {
@@ -245,7 +245,7 @@ impl Bus {
                     ));
                 }
                 Err(e) if tokio::time::Instant::now() < deadline => {
-                    // An operator starting services before NATS sees why they wait (issue 17).
+                    // An operator starting services before NATS sees why they wait.
                     if tokio::time::Instant::now() >= next_warning {
                         tracing::warn!(url = %redact_url(&config.url), error = %e, "waiting for NATS");
                         next_warning = tokio::time::Instant::now() + Duration::from_secs(10);

@@ -1,4 +1,4 @@
-//! `[jobs]`: how long finished jobs are kept (issue 16; docs/OPERATIONS.md,
+//! `[jobs]`: how long finished jobs are kept (docs/OPERATIONS.md,
 //! "What is kept how long").
 
 use std::time::Duration;

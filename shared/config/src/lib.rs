@@ -66,7 +66,7 @@ pub const ENV_PREFIX: &str = "FLOTILLA";
 pub enum ConfigError {
     /// The file or environment could not be read or parsed. `cause` is in
     /// the message and deliberately not a `source`: a chain printer would
-    /// print it twice on one line (issue 17).
+    /// print it twice on one line.
     #[error("cannot load configuration{}: {cause}", path.as_ref().map(|p| format!(" from {}", p.display())).unwrap_or_default())]
     Load {
         /// The file, when there is one.

@@ -422,7 +422,7 @@ async fn a_stream_cut_short_still_yields_its_text_and_a_stream_error_is_reported
     assert!(err.message.contains("context length exceeded"), "{err}");
 }
 
-/// Issue 14 item 3: with `structured_outputs`, an agent's output schema goes
+/// With `structured_outputs`, an agent's output schema goes
 /// out as `response_format` (`json_schema`); without it, nothing is added.
 #[tokio::test]
 async fn an_output_schema_is_sent_as_response_format_only_when_enabled() {
@@ -447,7 +447,7 @@ async fn an_output_schema_is_sent_as_response_format_only_when_enabled() {
     assert!(bodies[1].get("response_format").is_none(), "{}", bodies[1]);
 }
 
-/// Issue 14 item 7: the token counts budgets and the bench use
+/// The token counts budgets and the bench use
 /// (`count_request`, and the scripted model's usage, which reports it) are
 /// an o200k_base count of the exact body the provider sends: counted here
 /// independently, with the tokenizer called directly on the bytes the

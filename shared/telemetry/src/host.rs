@@ -1,5 +1,5 @@
 //! The machine's name, looked up once per process. The one hostname lookup of
-//! Flotilla (issue 11): a worker's heartbeats, default worker id and metrics
+//! Flotilla: a worker's heartbeats, default worker id and metrics
 //! URL (workers/src/heartbeat.rs, workers/src/main.rs) and an orchestrator's
 //! lease holder id (orchestrator/src/service.rs) all name the host the same
 //! way, so an operator can match them to each other and to the machine.

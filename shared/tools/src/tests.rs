@@ -81,7 +81,7 @@ fn gate(approve: bool) -> Arc<Gate> {
     Arc::new(Gate { asked: AtomicUsize::new(0), approve })
 }
 
-/// Issue #10 item 4: 200 KB of "a", old = "a", a 20 KB `new` would be 4.1 GB.
+/// 200 KB of "a", old = "a", a 20 KB `new` would be 4.1 GB.
 #[tokio::test]
 async fn edit_replace_all_refuses_an_oversized_result_before_building_it() {
     let f = fixture(&[]);
@@ -143,7 +143,7 @@ async fn tampered_report_is_an_error_for_every_reader() {
     assert!(grep.message.contains("integrity check"), "{grep:?}");
 }
 
-/// Issue #10 item 7a: a denied path says `permission` whether or not it exists.
+/// A denied path says `permission` whether or not it exists.
 #[tokio::test]
 async fn ls_of_a_denied_path_does_not_reveal_existence() {
     let f = fixture(&[rule(&[Operation::Read], "/secrets/**", Mode::Deny)]);
@@ -159,7 +159,7 @@ async fn ls_of_a_denied_path_does_not_reveal_existence() {
     assert_eq!(f.run("ls", json!({"path": "/nothing"})).await.unwrap_err().kind, ErrorKind::NotFound);
 }
 
-/// Issue #10 item 7b: edit reads the file, so an interrupt read rule asks.
+/// Edit reads the file, so an interrupt read rule asks.
 #[tokio::test]
 async fn edit_under_an_interrupt_read_rule_asks_a_person() {
     let f = fixture(&[rule(&[Operation::Read], "/reports/**", Mode::Interrupt)]);
@@ -183,7 +183,7 @@ async fn edit_under_an_interrupt_read_rule_asks_a_person() {
     assert_eq!(g.asked.load(Ordering::SeqCst), 1);
 }
 
-/// Issue #10 item 7c: grep's decision on an interrupt path does not depend
+/// Grep's decision on an interrupt path does not depend
 /// on whether the file exists when it looks, so a file created between a
 /// check and the listing cannot be read unapproved.
 #[tokio::test]
@@ -208,7 +208,7 @@ async fn grep_on_an_interrupt_path_always_asks() {
     assert_eq!((tree["files"].clone(), g.asked.load(Ordering::SeqCst)), (json!([]), 0), "{tree}");
 }
 
-/// Issue #10 item 8: a pathological pattern over a large file stops at the
+/// A pathological pattern over a large file stops at the
 /// deadline with `truncated` and a note instead of holding a thread.
 #[test]
 fn grep_stops_at_the_deadline_with_truncated() {

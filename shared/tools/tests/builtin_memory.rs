@@ -1,5 +1,5 @@
-//! No tool input may make a worker allocate beyond its caps (issue #10 item
-//! 4, docs/TOOLS.md "Caps"): a worker runs under a memory limit, and a call
+//! No tool input may make a worker allocate beyond its caps
+//! (docs/TOOLS.md "Caps"): a worker runs under a memory limit, and a call
 //! that blows it aborts the process, the task is redelivered and aborts the
 //! next replica too.
 //!

@@ -1,4 +1,4 @@
-//! `flotilla bench --only load` (issue 16 item 4): many concurrent jobs
+//! `flotilla bench --only load`: many concurrent jobs
 //! through the real processes, then job listing against a long history.
 //!
 //! One deployment: the bench's nats-server, an orchestrator (`[planner]

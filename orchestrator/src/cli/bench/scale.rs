@@ -1,4 +1,4 @@
-//! `flotilla bench --only scale` (issue 12 item 7): whole jobs of 1 000 to
+//! `flotilla bench --only scale`: whole jobs of 1 000 to
 //! 100 000 tasks through real processes, each on a fresh deployment: the
 //! bench's own nats-server (with its monitoring port, for the byte count),
 //! an orchestrator and 2 workers, scripted zero-latency models. Jobs up to

@@ -24,8 +24,8 @@
 //! without CSRF proof ([`csrf`]); a non-loopback `listen` address needs a
 //! token (docs/OPERATIONS.md, "Dashboard").
 //!
-//! It lives in the `flotilla` binary, not the orchestrator library (issue 11:
-//! HTTP serving belongs to the binaries); all it reads comes through the
+//! It lives in the `flotilla` binary, not the orchestrator library
+//! (HTTP serving belongs to the binaries); all it reads comes through the
 //! library's read-only [`JobsReader`], all it changes goes through the job
 //! API on the bus ([`actions`]), and src/cli/endpoints.rs binds it.
 

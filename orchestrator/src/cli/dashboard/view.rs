@@ -144,7 +144,7 @@ pub struct JobView {
     planner_usage: UsageView,
     by_type: Vec<TypeUsageView>,
     todos: Vec<TodoView>,
-    /// One page of tasks (issue 12: a job may have 100 000).
+    /// One page of tasks (a job may have 100 000).
     tasks: Vec<TaskView>,
     tasks_total: u64,
     /// `(state, count)` for the states with tasks in them.

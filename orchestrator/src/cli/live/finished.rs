@@ -1,6 +1,6 @@
 //! `flotilla watch` of a job that had already ended, in a terminal: no event
 //! will come, so the picture the live view would have ended with is drawn
-//! once from the job record (issue 17: before, only the answer was printed).
+//! once from the job record (not only its answer).
 //! The lines follow the live view's (orchestrator/src/cli/live.rs): a header,
 //! the todos, and one collapsed line per task, the latest
 //! [`FINISHED_LINES`] of them; `flotilla status` has the whole record.

@@ -1,7 +1,7 @@
 //! The asynchronous tools and the wake-up loop over the in-memory fakes of
 //! orchestrator/src/fakes.rs (plus a fake [`TaskControl`]): start, check,
 //! wait, message, cancel (running and still queued), waking a planner that
-//! ended its turn, and resuming after a restart (issue 12 item 5).
+//! ended its turn, and resuming after a restart.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};

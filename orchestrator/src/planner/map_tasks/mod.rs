@@ -1,6 +1,6 @@
 //! `map_tasks(subagent_type, description, items)`: one task per line of a
 //! JSONL job file, for fan-outs far larger than a planner turn or its context
-//! can hold (issue 12 item 3; contract in docs/TOOLS.md, "map_tasks").
+//! can hold (contract in docs/TOOLS.md, "map_tasks").
 //!
 //! The planner's conversation gets one small aggregate result,
 //! `{"total", "completed", "failed", "results": "/maps/<id>.jsonl"}`; every

@@ -1,4 +1,4 @@
-//! Bounded context (issue 12, docs/CONFIG.md "Bounded context"): before each
+//! Bounded context (docs/CONFIG.md "Bounded context"): before each
 //! model call, when the request would exceed the run's `context_tokens`, the
 //! older turns are replaced by one summary the model writes in a separate call.
 //!

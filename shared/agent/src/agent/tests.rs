@@ -298,7 +298,7 @@ impl Tool for Keys {
     }
 }
 
-/// Issue 13 item 5: a call id reused in a later turn is a new call, with its
+/// A call id reused in a later turn is a new call, with its
 /// own idempotency (and dispatch) key, never an alias of the earlier one.
 #[tokio::test]
 async fn a_call_id_reused_in_a_later_turn_gets_its_own_key() {
@@ -342,7 +342,7 @@ fn repeating_agent(policy: ToolPolicy) -> (Agent, Arc<Repeats>, Arc<Slow>) {
     (Agent { model: model.clone(), tools: Arc::new(tools), limits, policy, output: None }, model, slow)
 }
 
-/// Issue 14 item 2: a model repeating one call ends after 3 model calls (of
+/// A model repeating one call ends after 3 model calls (of
 /// 10 allowed) with an error naming the call; the tool ran once and the
 /// repeat was answered with the earlier result and the note.
 #[tokio::test]
@@ -365,7 +365,7 @@ async fn a_model_repeating_a_call_is_stopped_after_three_turns() {
     assert_eq!(tool_texts, [r#"{"x":3}"#.to_string(), tool_policy::repeat_text(r#"{"x":3}"#)]);
 }
 
-/// Issue 14 item 1: with `stop_at_tools`, the tool's successful result is the
+/// With `stop_at_tools`, the tool's successful result is the
 /// answer after one model call; without loop detection and a stop, the same
 /// model uses every step.
 #[tokio::test]
@@ -393,7 +393,7 @@ fn schema_agent(script: &str) -> Agent {
     }
 }
 
-/// Issue 14 item 3: a valid answer passes as compact JSON; an invalid one
+/// A valid answer passes as compact JSON; an invalid one
 /// gets one repair turn (the model reads what is wrong), then a second miss
 /// fails the run with a validation error.
 #[tokio::test]
