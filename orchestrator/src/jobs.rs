@@ -142,7 +142,7 @@ impl JobStore {
 
     /// Reads a job record without its tasks (`tasks_total`, `task_counts`
     /// say how many): the live copy when running here, else the bucket. A
-    /// record of the old layout (tasks inline) comes with its inline tasks.
+    /// record of the old layout comes with its inline tasks.
     pub async fn get(&self, id: &JobId) -> Result<Option<JobRecord>, BusError> {
         if let Some(rec) = self.live.get(id).map(|r| r.clone()) {
             return Ok(Some(rec.look(Clone::clone)));

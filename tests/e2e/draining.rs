@@ -36,7 +36,7 @@ async fn a_sigterm_lets_the_running_task_finish_on_the_same_worker() {
     let mut beats = EventLog::subscribe(&d.raw.client, "flotilla.worker.heartbeat.*.w1").await;
     let job = d.submit(&regions(1)).await;
     log.until(TIMEOUT, "the task to start", is_started).await;
-    tokio::time::sleep(Duration::from_secs(1)).await; // 1 s into the 4 s task, as the issue asks
+    tokio::time::sleep(Duration::from_secs(1)).await; // 1 s into the 4 s task
     let stopping = terminate(d.workers.remove(0));
     beats.until(TIMEOUT, "a draining heartbeat", |_, v| v["state"] == "draining").await;
     let (code, _w) = stopping.await.unwrap();

@@ -9,8 +9,8 @@
 //! an entry is read-modify-write conditional on the revision read. Nothing
 //! here keeps entries in memory: a 100 000-task job costs one header.
 //!
-//! A record of the old layout (tasks inline) keeps its tasks inline in the header; they
-//! are read and changed there.
+//! A record of the old layout keeps its tasks inline in the header; they are
+//! read and changed there.
 
 use bytes::Bytes;
 use flotilla_bus::{BusError, Cas, job_keys, retry};
@@ -160,7 +160,7 @@ impl JobStore {
         }
     }
 
-    /// `update_task_and_header` for a task inline in a record of the old layout (tasks inline).
+    /// `update_task_and_header` for a task inline in a record of the old layout.
     async fn update_inline(
         &self,
         job: &JobId,
@@ -281,7 +281,7 @@ impl JobStore {
             return Ok(None);
         }
         let page = if limit == 0 { TaskPage::default() } else { self.tasks_page(job, after, limit).await? };
-        rec.tasks.clear(); // a record of the old layout (tasks inline): its inline tasks come paged like any
+        rec.tasks.clear(); // a record of the old layout: its inline tasks come paged like any
         let mut used = protocol::encode(&rec).len();
         if used > REPLY_BUDGET {
             // Input and todos alone are too large for a reply: send their heads.

@@ -1,5 +1,5 @@
-//! Asynchronous delegation (docs/TOOLS.md, "Planner
-//! tools"): `start_task` returns a task id at once, `check_tasks`,
+//! Asynchronous delegation (docs/TOOLS.md, "Asynchronous
+//! tasks"): `start_task` returns a task id at once, `check_tasks`,
 //! `wait_tasks`, `cancel_task` and `message_task` follow and steer the
 //! tasks while the planner keeps working. The blocking `task` tool
 //! (task_tool.rs) waits in its own call; these tasks are instead followed

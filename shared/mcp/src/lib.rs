@@ -18,10 +18,10 @@
 //! - [`hub`]: every server of a process; `mcp:<server>[/<tool>]` entries,
 //!   background recovery, health for heartbeats.
 //!
-//! What the seeds' Python adapters got wrong and this module does not: stdio
-//! calls without timeouts, one dead server dropping every tool, silent name
-//! overwrites (collisions are [`flotilla_agent::tool::ToolSet`] errors naming both
-//! sources), `structuredContent` lost on errors.
+//! Failures this module avoids: stdio calls without timeouts, one dead server
+//! dropping every tool, silent name overwrites (collisions are
+//! [`flotilla_agent::tool::ToolSet`] errors naming both sources),
+//! `structuredContent` lost on errors.
 
 #![deny(missing_docs)]
 

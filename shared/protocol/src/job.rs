@@ -243,7 +243,7 @@ impl TaskEntry {
 
 /// Everything known about a job. In the jobs bucket this is the job header
 /// (key `<job id>`): `tasks` is empty there and each task is its own key
-/// (`<job id>.t.<task id>`, docs/PROTOCOL.md). Records of the old layout (tasks inline)
+/// (`<job id>.t.<task id>`, docs/PROTOCOL.md). Records of the old layout
 /// carry every task inline in `tasks` and no counts; they are still read.
 /// A `status` reply carries one page of tasks in `tasks`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -262,7 +262,7 @@ pub struct JobRecord {
     /// The planner's current todo list.
     #[serde(default)]
     pub todos: Vec<Todo>,
-    /// Tasks in dispatch order: inline in records of the old layout (tasks inline),
+    /// Tasks in dispatch order: inline in records of the old layout,
     /// one page of them in a `status` reply, empty in a stored header.
     #[serde(default)]
     pub tasks: Vec<TaskEntry>,

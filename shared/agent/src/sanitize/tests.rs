@@ -22,7 +22,7 @@ const CASES: &[(&str, &[&str], &[&str])] = &[
     ("seed SUAMLK2ZNL35WSMW37E7UD4VZ7ELPKW7DHC3BWBSD2GCZ7IUQQXZIORRBU is invalid", &["SUAM"], &["is invalid"]),
     ("nats://bt0k@nats.example.com:4222 refused", &["bt0k"], &["refused"]),
     ("export OPENAI_API_KEY=sk-proj-abcdefghijklmnopqrstuvwxyz", &["sk-proj"], &["OPENAI_API_KEY"]),
-    // ---- secrets: review item 6 ----
+    // ---- secrets ----
     (r#"body {"token": "tk-9f8e7d6c5b4a", "ok": false}"#, &["tk-9f8e"], &[r#""token": [redacted]"#, "ok"]),
     ("login with token=abc123def456 failed", &["abc123def456"], &["token=[redacted]", "failed"]),
     ("env NATS_TOKEN=s3cretNatsT0ken set", &["s3cretNatsT0ken"], &["NATS_TOKEN=[redacted]"]),
@@ -96,7 +96,7 @@ const CASES: &[(&str, &[&str], &[&str])] = &[
         &["panicked", "src/main.rs", "core::panicking"],
         &["index out of bounds", "[stack trace removed]"],
     ),
-    // ---- internal addresses: review item 6 ----
+    // ---- internal addresses ----
     ("connect 10.0.3.7:5432 refused", &["10.0.3.7", "5432"], &["[internal address] refused"]),
     ("peer 192.168.1.20 and 172.20.0.3:4222 and 100.64.1.1 gone", &["192.168", "172.20", "100.64"], &["gone"]),
     ("fetch http://127.1:8080/admin failed", &["127.1", "8080"], &["[internal url] failed"]),
@@ -107,7 +107,7 @@ const CASES: &[(&str, &[&str], &[&str])] = &[
     ("dial tcp [::1]:4222: connection refused", &["::1"], &["connection refused"]),
     ("listening on localhost:8080 now", &["localhost"], &["now"]),
     ("see http://10.0.0.1. Then retry", &["10.0.0.1"], &["Then retry"]),
-    // ---- host paths: review item 6 ----
+    // ---- host paths ----
     ("cannot read /config/flotilla.toml: denied", &["/config", "flotilla.toml"], &["cannot read [path]: denied"]),
     ("cannot read /secrets/nats/worker.creds", &["secrets", "nats/", "worker", ".creds"], &["cannot read [path]"]),
     ("open /run/secrets/token and /certs/ca.pem", &["/run", "/certs", "ca.pem"], &["open [path] and [path]"]),
