@@ -304,24 +304,8 @@ async fn a_dashboard_port_in_use_stops_the_orchestrator_naming_the_key() {
 /// A finance subagent whose `calculate_margin` calls need a person's approval
 /// (the setup of tests/e2e/approvals.rs), with the dashboard on `port`.
 fn approvals_config(url: &str, port: u16) -> TestConfig {
-    use crate::approvals::{PLANNER, SUBAGENT};
-    let mut c = TestConfig::new(url);
-    c.scripted_model("planner", PLANNER).scripted_model("finance", SUBAGENT);
-    c.section(&format!(
-        r#"[planner]
-model = "planner"
-task_timeout = 120
-[subagents.finance]
-description = "Computes gross margins."
-model = "finance"
-tools = ["calculate_margin"]
-approval_timeout = 120
-[subagents.finance.interrupt_on.calculate_margin]
-decisions = ["approve", "reject", "edit"]
-[dashboard]
-listen = "127.0.0.1:{port}"
-"#
-    ));
+    let mut c = crate::approvals::config(url, r#"["approve", "reject", "edit"]"#, 120);
+    c.section(&format!("[dashboard]\nlisten = \"127.0.0.1:{port}\"\n"));
     c
 }
 

@@ -392,25 +392,8 @@ async fn an_mcp_session_answers_only_the_credential_that_opened_it() {
 /// A finance subagent whose `calculate_margin` calls need approval, and the
 /// dashboard on `port` with `tokens` (TOML lines of `[dashboard]`).
 fn approvals_config(url: &str, port: u16, tokens: &str) -> TestConfig {
-    use crate::approvals::{PLANNER, SUBAGENT};
-    let mut c = TestConfig::new(url);
-    c.scripted_model("planner", PLANNER).scripted_model("finance", SUBAGENT);
-    c.section(&format!(
-        r#"[planner]
-model = "planner"
-task_timeout = 120
-[subagents.finance]
-description = "Computes gross margins."
-model = "finance"
-tools = ["calculate_margin"]
-approval_timeout = 120
-[subagents.finance.interrupt_on.calculate_margin]
-decisions = ["approve", "reject", "edit"]
-[dashboard]
-listen = "127.0.0.1:{port}"
-{tokens}
-"#
-    ));
+    let mut c = crate::approvals::config(url, r#"["approve", "reject", "edit"]"#, 120);
+    c.section(&format!("[dashboard]\nlisten = \"127.0.0.1:{port}\"\n{tokens}\n"));
     c
 }
 
