@@ -29,7 +29,7 @@ use crate::security::{JOB, config, connect_as, finished, raw_as, refs, role_env,
 
 /// Creates a named consumer on `stream` filtered on `filter`, as `bus`'s
 /// credential would to read those messages; `Err` carries the server's answer.
-async fn open_consumer(bus: &RawNats, stream: &str, filter: &str) -> Result<(), String> {
+pub(crate) async fn open_consumer(bus: &RawNats, stream: &str, filter: &str) -> Result<(), String> {
     let name = format!("probe-{}", uuid::Uuid::now_v7().simple());
     let api = format!("$JS.API.CONSUMER.CREATE.{stream}.{name}");
     let config = pull::Config {

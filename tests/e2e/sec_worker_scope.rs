@@ -19,9 +19,6 @@
 //! Each attempt is refused, while the same job's `finance` task runs, reports
 //! and has its report file read as before.
 
-use std::time::Duration;
-
-use async_nats::jetstream::consumer::{DeliverPolicy, pull};
 use flotilla_agent::files::report_path;
 use flotilla_bus::Bus;
 use flotilla_config::FilesConfig;
@@ -80,20 +77,7 @@ fn assert_denied<T>(r: Result<T, String>, what: &str) {
 
 /// Creates a consumer on the follow-up messages stream filtered on `filter`.
 async fn follow_ups(bus: &RawNats, filter: &str) -> Result<(), String> {
-    let (stream, name) = ("FLOTILLA_MESSAGES", format!("probe-{}", uuid::Uuid::now_v7().simple()));
-    let api = format!("$JS.API.CONSUMER.CREATE.{stream}.{name}");
-    let config = pull::Config {
-        name: Some(name),
-        filter_subject: filter.to_string(),
-        deliver_policy: DeliverPolicy::All,
-        inactive_threshold: Duration::from_secs(10),
-        ..Default::default()
-    };
-    let create = bus.js.create_consumer_on_stream(config, stream);
-    bus.guarded(format!("consumer on {filter}"), create, |d| d.subject.starts_with(&api))
-        .await
-        .map(|_| ())
-        .map_err(|e| format!("{e:#}"))
+    crate::sec_roles::open_consumer(bus, "FLOTILLA_MESSAGES", filter).await
 }
 
 /// Publishes `body` on `subject` and waits for a stream's ack.
