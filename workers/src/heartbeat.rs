@@ -109,8 +109,15 @@ impl Beat {
             .types
             .iter()
             .map(|(ty, capacity)| {
-                let (in_flight, completed, failed) = self.metrics.load(ty);
-                TypeLoad { subagent_type: ty.clone(), capacity: *capacity, in_flight, completed, failed }
+                let load = self.metrics.load(ty);
+                TypeLoad {
+                    subagent_type: ty.clone(),
+                    capacity: *capacity,
+                    in_flight: load.in_flight,
+                    completed: load.completed,
+                    failed: load.failed,
+                    cancelled: load.cancelled,
+                }
             })
             .collect();
         WorkerHeartbeat {

@@ -80,8 +80,9 @@ impl WorkerMetrics {
         }
     }
 
-    /// `(in flight, reported, reported without completing)` of `ty`, for heartbeats.
-    pub fn load(&self, ty: &SubagentType) -> (u32, u64, u64) {
+    /// The load of `ty` for heartbeats: in flight, reported, and of the
+    /// reported how many failed (or were rejected) and how many were cancelled.
+    pub fn load(&self, ty: &SubagentType) -> Load {
         let in_flight = self.in_flight.get(&label(ty)).map(|g| g.get().max(0) as u32).unwrap_or(0);
         let count = |status: &str| {
             self.ended
@@ -89,9 +90,22 @@ impl WorkerMetrics {
                 .map(|c| c.get())
                 .unwrap_or(0)
         };
-        let failed = count("failed") + count("rejected") + count("cancelled");
-        (in_flight, count("completed") + failed, failed)
+        let (failed, cancelled) = (count("failed") + count("rejected"), count("cancelled"));
+        Load { in_flight, completed: count("completed") + failed + cancelled, failed, cancelled }
     }
+}
+
+/// One type's load, as [`WorkerMetrics::load`] counts it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Load {
+    /// Tasks running now.
+    pub in_flight: u32,
+    /// Tasks that ended with a report (whatever its status).
+    pub completed: u64,
+    /// Of those, failed or rejected.
+    pub failed: u64,
+    /// Of those, cancelled.
+    pub cancelled: u64,
 }
 
 fn label(ty: &SubagentType) -> TypeLabel {
@@ -119,22 +133,25 @@ mod tests {
         let m = Arc::new(WorkerMetrics::new());
         let ty = SubagentType::new("finance").unwrap();
         m.declare(&ty);
-        assert_eq!(m.load(&ty), (0, 0, 0));
+        assert_eq!(m.load(&ty), Load::default());
         let a = m.task_started(&ty);
         let b = m.task_started(&ty);
-        assert_eq!(m.load(&ty).0, 2);
+        assert_eq!(m.load(&ty).in_flight, 2);
         m.task_ended(&ty, "completed", Some(Duration::from_millis(5)));
         drop(a);
         m.task_ended(&ty, "failed", Some(Duration::from_millis(5)));
         drop(b);
         m.task_ended(&ty, HANDED_BACK, None);
-        assert_eq!(m.load(&ty), (0, 2, 1));
+        assert_eq!(m.load(&ty), Load { in_flight: 0, completed: 2, failed: 1, cancelled: 0 });
+        // A cancelled task is reported, but it is not a failure of the worker.
+        m.task_ended(&ty, "cancelled", Some(Duration::from_millis(5)));
+        assert_eq!(m.load(&ty), Load { in_flight: 0, completed: 3, failed: 1, cancelled: 1 });
         let text = flotilla_agent::metrics::render(&m.registry);
         assert!(
             text.contains("flotilla_worker_tasks_total{subagent_type=\"finance\",status=\"completed\"} 1"),
             "{text}"
         );
-        assert!(text.contains("flotilla_worker_task_duration_seconds_count{subagent_type=\"finance\"} 2"), "{text}");
+        assert!(text.contains("flotilla_worker_task_duration_seconds_count{subagent_type=\"finance\"} 3"), "{text}");
         assert!(text.contains("flotilla_worker_tasks_in_flight{subagent_type=\"finance\"} 0"), "{text}");
     }
 }

@@ -50,7 +50,7 @@ pub async fn run(settings: &Settings, tenant: &Tenant, args: Args, json: bool) -
 
 /// The human table, one line per record, oldest first.
 fn table(records: &[AuditRecord]) -> String {
-    let mut t = table::new(&["time", "action", "agent", "worker", "tool", "outcome", "ms", "args sha256", "trace"]);
+    let mut t = table::new(&["TIME", "ACTION", "AGENT", "WORKER", "TOOL", "OUTCOME", "MS", "ARGS SHA256", "TRACE"]);
     table::align_right(&mut t, &[6]);
     for r in records {
         let action = match r.action {
@@ -104,8 +104,9 @@ mod tests {
             record("w1", "write_file", None),
         ]);
         let lines: Vec<&str> = text.lines().collect();
-        let outcome = lines[0].find("outcome").unwrap();
-        let trace = lines[0].find("trace").unwrap();
+        assert!(lines[0].starts_with("TIME "), "an upper-case header like every other table: {text}");
+        let outcome = lines[0].find("OUTCOME").unwrap();
+        let trace = lines[0].find("TRACE").unwrap();
         assert_eq!(lines[1].find("error (validation)"), Some(outcome), "{text}");
         assert_eq!(lines[2].find("ok "), Some(outcome), "{text}");
         for row in &lines[1..] {

@@ -123,11 +123,12 @@ async fn ls(api: &ApiClient, job: JobId, prefix: Option<String>, json: bool) -> 
     Ok(0)
 }
 
-/// One line per file, no header (so `wc -l` counts files): size in bytes
+/// A header like every other table, then one line per file: size in bytes
 /// (right-aligned), last write (`-` when unknown), path; one table over
-/// every page, so the columns line up however long a value is.
+/// every page, so the columns line up however long a value is. Scripts read
+/// `--json`.
 fn ls_table(files: &[FileEntry]) -> String {
-    let mut t = table::new(&[]);
+    let mut t = table::new(&["SIZE", "MODIFIED", "PATH"]);
     for f in files {
         let modified = f.modified.map(render::time).unwrap_or_else(|| "-".into());
         t.add_row([f.size.to_string(), modified, f.path.clone()]);
@@ -326,11 +327,13 @@ mod tests {
         let text =
             ls_table(&[entry("/inputs/a.csv", 7, Some(at)), entry("/reports/0195-long-task-id.md", 1_234_567, None)]);
         let lines: Vec<&str> = text.lines().collect();
-        assert_eq!(lines.len(), 2, "no header: {text}");
-        assert!(lines[0].starts_with("      7  2026-01-02T03:04:05Z"), "{text}");
-        assert!(lines[1].starts_with("1234567  -"), "{text}");
+        assert_eq!(lines.len(), 3, "a header and one line per file: {text}");
+        assert!(lines[0].trim_start().starts_with("SIZE") && lines[0].contains("MODIFIED"), "{text}");
+        assert!(lines[1].starts_with("      7  2026-01-02T03:04:05Z"), "{text}");
+        assert!(lines[2].starts_with("1234567  -"), "{text}");
         let column = |l: &str| l.find('/').unwrap();
-        assert_eq!(column(lines[0]), column(lines[1]), "paths line up: {text}");
+        assert_eq!(column(lines[1]), column(lines[2]), "paths line up: {text}");
+        assert_eq!(lines[0].find("PATH"), Some(column(lines[1])), "{text}");
         assert!(text.ends_with(".md\n"), "{text}");
     }
 }

@@ -126,22 +126,34 @@ pub fn parse_time(s: &str) -> anyhow::Result<OffsetDateTime> {
 }
 
 /// The human table, one line per job (its input flattened to one line);
-/// TASKS is ended/dispatched, from the job header's counters.
+/// TASKS is completed/dispatched and UNSUCCESSFUL names the tasks that ended
+/// otherwise, from the job header's counters, so a job with a failed task
+/// never reads as all done.
 fn table(jobs: &[JobSummary]) -> String {
-    let mut t = table::new(&["JOB", "STATUS", "TASKS", "TOKENS", "CREATED", "INPUT"]);
-    table::align_right(&mut t, &[2, 3]);
+    let mut t = table::new(&["JOB", "STATUS", "TASKS", "UNSUCCESSFUL", "TOKENS", "CREATED", "INPUT"]);
+    table::align_right(&mut t, &[2, 4]);
     for j in jobs {
-        let created = j.created_at.format(&time::format_description::well_known::Rfc3339).unwrap_or_default();
         t.add_row([
             j.id.to_string(),
             j.status.as_str().into(),
-            format!("{}/{}", j.task_counts.ended(), j.tasks),
+            format!("{}/{}", j.task_counts.completed, j.tasks),
+            unsuccessful(&j.task_counts),
             j.usage.total_tokens().to_string(),
-            created.chars().take(19).collect(),
+            render::time(j.created_at),
             render::one_line(&j.input, 100),
         ]);
     }
     table::render(t, "")
+}
+
+/// "1 failed, 2 cancelled": the tasks that ended without completing.
+fn unsuccessful(c: &flotilla_protocol::TaskCounts) -> String {
+    [("failed", c.failed), ("rejected", c.rejected), ("cancelled", c.cancelled)]
+        .into_iter()
+        .filter(|(_, n)| *n > 0)
+        .map(|(what, n)| format!("{n} {what}"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 #[cfg(test)]
@@ -151,7 +163,7 @@ mod tests {
     fn job(status: &str, input: &str, tokens: u64) -> JobSummary {
         serde_json::from_value(serde_json::json!({
             "id": uuid::Uuid::now_v7(), "tenant": "default", "status": status, "input": input, "tasks": 12,
-            "usage": {"input_tokens": tokens}, "created_at": "2025-01-01T10:00:00Z", "updated_at": "2025-01-01T10:00:00Z",
+            "usage": {"input_tokens": tokens}, "created_at": "2025-01-01T10:00:00.123456Z", "updated_at": "2025-01-01T10:00:00Z",
         }))
         .expect("job summary")
     }
@@ -173,12 +185,28 @@ mod tests {
         let created = lines[0].find("CREATED").unwrap();
         let input = lines[0].find("INPUT").unwrap();
         for row in &lines[1..] {
-            assert_eq!(row.find("2025-01-01T10:00:00"), Some(created), "{text}");
+            assert_eq!(row.find("2025-01-01T10:00:00Z "), Some(created), "an RFC 3339 time, with its Z: {text}");
         }
         assert_eq!(lines[1].find("north: revenue 120 south: revenue 0"), Some(input), "{text}");
         // Numbers right-aligned under their titles.
         let tokens_end = lines[0].find("TOKENS").unwrap() + "TOKENS".len();
         assert_eq!(lines[1].find("1234567").map(|i| i + 7), Some(tokens_end), "{text}");
         assert_eq!(lines[2].find("5  2025").map(|i| i + 1), Some(tokens_end), "{text}");
+    }
+
+    #[test]
+    fn a_job_with_failed_or_cancelled_tasks_does_not_read_as_all_done() {
+        let mut failed = job("completed", "x", 1);
+        failed.tasks = 4;
+        failed.task_counts = serde_json::from_value(serde_json::json!({"completed": 3, "failed": 1})).unwrap();
+        let mut cancelled = job("cancelled", "y", 1);
+        cancelled.tasks = 200;
+        cancelled.task_counts =
+            serde_json::from_value(serde_json::json!({"completed": 10, "cancelled": 189, "rejected": 1})).unwrap();
+        let text = table(&[failed, cancelled]);
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines[1].contains("3/4") && lines[1].contains("1 failed"), "{text}");
+        assert!(!lines[1].contains("4/4"), "{text}");
+        assert!(lines[2].contains("10/200") && lines[2].contains("1 rejected, 189 cancelled"), "{text}");
     }
 }

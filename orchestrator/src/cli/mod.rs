@@ -101,7 +101,8 @@ pub async fn follow_job(api: &ApiClient, job: JobId, output: Output) -> anyhow::
     {
         seen += 1;
         match output {
-            Output::Text => writeln!(stdout, "{}", render::event(&ev))?,
+            Output::Text if render::shown_in_plain(&ev) => writeln!(stdout, "{}", render::event(&ev))?,
+            Output::Text => {}
             Output::Json => writeln!(stdout, "{}", ev.to_json())?,
             Output::Quiet => {}
         }

@@ -61,6 +61,13 @@ pub fn count(n: impl Into<u64>, noun: &str) -> String {
     if n == 1 { format!("1 {noun}") } else { format!("{n} {noun}s") }
 }
 
+/// Whether the plain output prints `e`. A running task's keep-alive
+/// heartbeat (every third of `ack_wait`) says nothing a person reads: it
+/// stays in `--json` for scripts and in the live view as liveness.
+pub fn shown_in_plain(e: &Event) -> bool {
+    !matches!(e, Event::Progress(p) if matches!(p.kind, ProgressKind::Heartbeat))
+}
+
 /// One line per event (todo lists take several).
 pub fn event(e: &Event) -> String {
     match e {
@@ -239,31 +246,45 @@ mod tests {
 
     /// An MCP server's question names the flags that answer it: its accept is
     /// given as `--content` (docs/APPROVALS.md, "Elicitation").
-    #[test]
-    fn an_elicitation_request_names_content_decline_and_cancel() {
-        use flotilla_protocol::{DecisionKind, ProgressEvent, ProgressKind, SCHEMA_VERSION};
-        let job = flotilla_protocol::ids::JobId::new();
-        let e = Event::Progress(ProgressEvent {
-            v: SCHEMA_VERSION,
+    fn progress(job: flotilla_protocol::ids::JobId, kind: ProgressKind) -> Event {
+        Event::Progress(flotilla_protocol::ProgressEvent {
+            v: flotilla_protocol::SCHEMA_VERSION,
             job_id: job,
             task_id: flotilla_protocol::ids::TaskId::new(),
             subagent_type: flotilla_protocol::ids::SubagentType::new("payments").unwrap(),
             worker_id: "w1".into(),
             attempt: 1,
             at: flotilla_protocol::now(),
-            kind: ProgressKind::ApprovalRequested {
+            kind,
+        })
+    }
+
+    #[test]
+    fn an_elicitation_request_names_content_decline_and_cancel() {
+        use flotilla_protocol::DecisionKind;
+        let job = flotilla_protocol::ids::JobId::new();
+        let e = progress(
+            job,
+            ProgressKind::ApprovalRequested {
                 call_id: "call_0_0-elicit".into(),
                 tool: "confirm_transfer".into(),
                 args_sha256: "ab".repeat(32),
                 decisions: DecisionKind::ELICITATION.to_vec(),
                 expires_at: flotilla_protocol::now(),
             },
-        });
+        );
         let line = event(&e);
         let want = format!(
             "approval needed: confirm_transfer (call_0_0-elicit); answer with `flotilla approve {job} call_0_0-elicit --content '<json>' | --decline | --cancel`"
         );
         assert!(line.ends_with(&want), "{line}");
+    }
+
+    #[test]
+    fn the_plain_output_leaves_out_keep_alive_heartbeats_only() {
+        let job = flotilla_protocol::ids::JobId::new();
+        assert!(!shown_in_plain(&progress(job, ProgressKind::Heartbeat)));
+        assert!(shown_in_plain(&progress(job, ProgressKind::Started)));
     }
 
     #[test]

@@ -50,7 +50,9 @@ pub async fn run(settings: &Settings, tenant: &Tenant, args: Args, json: bool) -
             let ev = ev?;
             match &mut view {
                 Some(v) => v.apply(&ev),
-                None => writeln!(stdout, "{}", if json { ev.to_json() } else { render::event(&ev) })?,
+                None if json => writeln!(stdout, "{}", ev.to_json())?,
+                None if render::shown_in_plain(&ev) => writeln!(stdout, "{}", render::event(&ev))?,
+                None => {}
             }
         }
         return Ok(0);

@@ -32,8 +32,8 @@ pub fn table(workers: &[WorkerHeartbeat], now: time::OffsetDateTime) -> String {
     if workers.is_empty() {
         return "no live workers (start one with `flotilla-worker --config <file>`)\n".into();
     }
-    let mut t = table::new(&["WORKER", "STATE", "HOST", "PID", "TYPE", "IN FLIGHT", "DONE", "FAILED", "SEEN", "MCP"]);
-    table::align_right(&mut t, &[3, 5, 6, 7, 8]);
+    let mut t = table::new(&["WORKER", "STATE", "HOST", "PID", "TYPE", "IN FLIGHT", "DONE", "FAILED", "CANCELLED", "SEEN", "MCP"]);
+    table::align_right(&mut t, &[3, 5, 6, 7, 8, 9]);
     for w in workers {
         let seen = format!("{}s", (now - w.at).whole_seconds().max(0));
         let mcp = w
@@ -54,6 +54,7 @@ pub fn table(workers: &[WorkerHeartbeat], now: time::OffsetDateTime) -> String {
                 format!("{}/{}", ty.in_flight, ty.capacity),
                 ty.completed.to_string(),
                 ty.failed.to_string(),
+                ty.cancelled.to_string(),
                 own(seen.clone()),
                 own(mcp.clone()),
             ]);
@@ -70,7 +71,7 @@ mod tests {
         let types: Vec<_> = types
             .iter()
             .map(
-                |t| serde_json::json!({"subagent_type": t, "capacity": 2, "in_flight": 1, "completed": 3, "failed": 0}),
+                |t| serde_json::json!({"subagent_type": t, "capacity": 2, "in_flight": 1, "completed": 3, "failed": 1, "cancelled": 2}),
             )
             .collect();
         serde_json::from_value(serde_json::json!({
@@ -99,5 +100,10 @@ mod tests {
         assert_eq!(lines[3].find("research"), Some(ty), "{text}");
         assert!(lines[3].starts_with(' ') && !lines[3].contains("running"), "{text}");
         assert!(lines[1].contains("1/2") && lines[1].contains("5s"), "{text}");
+        // Cancelled tasks have their own column, not FAILED's.
+        let failed_end = lines[0].find("FAILED").unwrap() + "FAILED".len();
+        let cancelled_end = lines[0].find("CANCELLED").unwrap() + "CANCELLED".len();
+        assert_eq!(lines[1][..failed_end].trim_end().chars().last(), Some('1'), "{text}");
+        assert_eq!(lines[1][..cancelled_end].trim_end().chars().last(), Some('2'), "{text}");
     }
 }

@@ -162,6 +162,7 @@ mod tests {
                     in_flight: 0,
                     completed: 0,
                     failed: 0,
+                    cancelled: 0,
                 })
                 .collect(),
             mcp_servers: vec![],

@@ -52,9 +52,14 @@ pub struct TypeLoad {
     /// Tasks of this type that ended with a report since the worker started.
     #[serde(default)]
     pub completed: u64,
-    /// Of those, how many did not complete (failed, rejected, cancelled).
+    /// Of those, how many failed or were refused (rejected).
     #[serde(default)]
     pub failed: u64,
+    /// Of those, how many were cancelled (by their job's cancel or a task
+    /// cancel): not failures of the worker. Absent from heartbeats of workers
+    /// older than this field, which counted them under `failed`.
+    #[serde(default)]
+    pub cancelled: u64,
 }
 
 /// Health of one MCP server as seen by the worker (filled from the MCP hub).
@@ -143,6 +148,7 @@ mod tests {
                 in_flight: 3,
                 completed: 7,
                 failed: 1,
+                cancelled: 2,
             }],
             mcp_servers: vec![],
             metrics_url: None,
