@@ -86,7 +86,8 @@ async fn publish(bus: &Bus, subject: String, body: &impl flotilla_protocol::Mess
 }
 
 fn heartbeat(worker: &str, ty: &SubagentType) -> WorkerHeartbeat {
-    let load = TypeLoad { subagent_type: ty.clone(), capacity: 64, in_flight: 0, completed: 0, failed: 0, cancelled: 0 };
+    let load =
+        TypeLoad { subagent_type: ty.clone(), capacity: 64, in_flight: 0, completed: 0, failed: 0, cancelled: 0 };
     WorkerHeartbeat {
         v: SCHEMA_VERSION,
         worker_id: worker.into(),

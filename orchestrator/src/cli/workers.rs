@@ -32,7 +32,19 @@ pub fn table(workers: &[WorkerHeartbeat], now: time::OffsetDateTime) -> String {
     if workers.is_empty() {
         return "no live workers (start one with `flotilla-worker --config <file>`)\n".into();
     }
-    let mut t = table::new(&["WORKER", "STATE", "HOST", "PID", "TYPE", "IN FLIGHT", "DONE", "FAILED", "CANCELLED", "SEEN", "MCP"]);
+    let mut t = table::new(&[
+        "WORKER",
+        "STATE",
+        "HOST",
+        "PID",
+        "TYPE",
+        "IN FLIGHT",
+        "DONE",
+        "FAILED",
+        "CANCELLED",
+        "SEEN",
+        "MCP",
+    ]);
     table::align_right(&mut t, &[3, 5, 6, 7, 8, 9]);
     for w in workers {
         let seen = format!("{}s", (now - w.at).whole_seconds().max(0));
