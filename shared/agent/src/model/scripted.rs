@@ -224,6 +224,18 @@ fn environment() -> Environment<'static> {
             .collect();
         Ok(jv(all))
     });
+    // `| string` as the formatter prints: lists and maps (and the booleans
+    // and nulls inside them) as JSON, not minijinja's Python-style form.
+    env.add_filter("string", |value: JValue| -> Result<String, minijinja::Error> {
+        use minijinja::value::ValueKind;
+        match value.kind() {
+            ValueKind::Seq | ValueKind::Map | ValueKind::Iterable => serde_json::to_string(&value)
+                .map_err(|e| minijinja::Error::new(minijinja::ErrorKind::BadSerialization, e.to_string())),
+            ValueKind::Bool => Ok(value.is_true().to_string()),
+            ValueKind::None => Ok("null".into()),
+            _ => Ok(value.to_string()),
+        }
+    });
     env.add_function("from_json", |text: String| -> Result<JValue, minijinja::Error> {
         let v: Value = serde_json::from_str(&text)
             .map_err(|e| minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, e.to_string()))?;
@@ -232,7 +244,7 @@ fn environment() -> Environment<'static> {
     env
 }
 
-/// Prints lists and maps as JSON (`{{ r.value }}` of a `map_tasks` result is
+/// Prints lists, maps, booleans and null as JSON (`{{ r.value }}` of a `map_tasks` result is
 /// `{"entries":[...]}`, which a later step or a reader can parse), anything
 /// else as minijinja does (docs/SCRIPTED.md, "Rendering values").
 fn json_formatter(
@@ -241,7 +253,10 @@ fn json_formatter(
     value: &JValue,
 ) -> Result<(), minijinja::Error> {
     use minijinja::value::ValueKind;
-    if !matches!(value.kind(), ValueKind::Seq | ValueKind::Map | ValueKind::Iterable) {
+    if !matches!(
+        value.kind(),
+        ValueKind::Seq | ValueKind::Map | ValueKind::Iterable | ValueKind::Bool | ValueKind::None
+    ) {
         return minijinja::escape_formatter(out, state, value);
     }
     let json = serde_json::to_string(value)
@@ -385,6 +400,26 @@ content = "{% for r in last %}{{ pairs[loop.index0][1] }}={% if r.ok %}{{ r.valu
         assert!(r.usage.output_tokens > 0);
     }
 
+    /// The demo's planner script (deploy/local/scripts/planner.toml) writes its
+    /// table when the fan-out's results were compacted away, as a long list
+    /// of regions makes them: each row says where its report is, instead of
+    /// the script failing on an index past the end of `results`.
+    #[tokio::test]
+    async fn the_demo_planner_writes_its_table_after_the_reports_were_compacted() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/local/scripts/planner.toml");
+        let m = ScriptedModel::load("planner", &path).unwrap();
+        let msgs = [
+            ChatMessage::User { content: "north: revenue 120, cost 75; south: revenue 80, cost 60".into() },
+            ChatMessage::User { content: "[Summary of earlier turns]".into() },
+        ];
+        // Turns 1 to 3 (todos, fan-out, todos) were summarised: turn 4 plays.
+        let step = ModelRequest { compacted_turns: 3, ..ModelRequest::new(&msgs, &[]) };
+        let table = m.complete(step).await.unwrap_or_else(|e| panic!("{e:?}")).content.unwrap();
+        let rows: Vec<&str> = table.lines().filter(|l| l.starts_with("| north") || l.starts_with("| south")).collect();
+        assert_eq!(rows.len(), 2, "{table}");
+        assert!(rows.iter().all(|r| r.contains("compacted out of the planner's context") && r.contains("/reports/")));
+    }
+
     /// A `map_tasks` result printed as is: JSON, not minijinja's Python-style
     /// `{'entries': [...]}` (docs/SCRIPTED.md, "Rendering values").
     #[tokio::test]
@@ -412,6 +447,27 @@ content = "{{ last[0].value }}|{{ last[0].value.entries }}|{{ last[0].value.entr
         assert_eq!(&parts[2..4], ["north", "1"], "strings and numbers print bare");
         assert_eq!(serde_json::from_str::<Value>(parts[4]).unwrap(), parsed, "tojson agrees");
         assert!(!text.contains('\''), "{text}");
+    }
+
+    /// `| string` of a map (a `grep` result, say) is JSON too, so `~` after it
+    /// builds JSON text, not `{'matches': [...], 'truncated': False}`.
+    #[tokio::test]
+    async fn the_string_filter_prints_lists_and_maps_as_json() {
+        let script = r#"
+[[turns]]
+content = "{{ 'got ' ~ (last[0].value | string) }}|{{ last[0].value.truncated | string }}|{{ 7 | string }}|{{ last[0].value.truncated }}|{{ last[0].value.none }}"
+"#;
+        let m = ScriptedModel::from_str("s", script).unwrap();
+        let value = r#"{"matches":["a:1"],"truncated":false,"none":null}"#;
+        let msgs = [
+            ChatMessage::User { content: "go".into() },
+            ChatMessage::Tool { tool_call_id: "c".into(), name: "grep".into(), content: value.into(), is_error: false },
+        ];
+        let text = m.complete(req(&msgs)).await.unwrap().content.unwrap();
+        let parts: Vec<&str> = text.split('|').collect();
+        let json = parts[0].strip_prefix("got ").unwrap_or_else(|| panic!("{text}"));
+        assert_eq!(serde_json::from_str::<Value>(json).unwrap(), serde_json::from_str::<Value>(value).unwrap());
+        assert_eq!(&parts[1..], ["false", "7", "false", "null"], "booleans and null as JSON: {text}");
     }
 
     #[test]
