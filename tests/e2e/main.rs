@@ -31,6 +31,7 @@ mod mcp_oauth;
 mod mcp_serve;
 mod model_providers;
 mod operations;
+mod readme;
 mod real_models;
 mod sandbox;
 mod sandbox_hardening;
