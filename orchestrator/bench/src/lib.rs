@@ -7,7 +7,8 @@
 //!
 //! A library of its own so that the `flotilla` binary stays commands and
 //! rendering. It drives the processes from outside, over the bus, as a
-//! client would: it must not depend on the worker crate or on the binary.
+//! client would: it must not depend on the worker crate, nor on the
+//! orchestrator package (whose `flotilla` binary depends on it).
 //!
 //! Scenarios:
 //! - `overhead`: per-task orchestration overhead, dispatch -> report, with a
@@ -66,14 +67,14 @@ fn wanted(args: &Options, name: &str) -> bool {
 /// Runs the selected scenarios; returns the rows of the table.
 pub async fn run(args: &Options) -> anyhow::Result<Vec<Row>> {
     let mut rows: Vec<Row> = Vec::new();
-    if wanted(&args, "overhead") {
+    if wanted(args, "overhead") {
         let rig = Rig::start(1, 4, 0).await?;
         let lat = overhead(&rig, args.tasks).await?;
         rows.push(("dispatch -> report, p50 (1 worker, sequential)".into(), ms(pct(&lat, 50.0)), "<= 2 ms".into()));
         rows.push(("dispatch -> report, p99".into(), ms(pct(&lat, 99.0)), String::new()));
         rig.stop();
     }
-    if wanted(&args, "throughput") {
+    if wanted(args, "throughput") {
         for workers in [1, 2] {
             let rig = Rig::start(workers, 8, 0).await?;
             let tps = throughput(&rig, args.tasks).await?;
@@ -85,7 +86,7 @@ pub async fn run(args: &Options) -> anyhow::Result<Vec<Row>> {
             rig.stop();
         }
     }
-    if wanted(&args, "fanout") {
+    if wanted(args, "fanout") {
         let rig = Rig::start(4, 5, 200).await?;
         let wall = rig.run_job(&setup::regions(20)).await?;
         rows.push((
@@ -95,7 +96,7 @@ pub async fn run(args: &Options) -> anyhow::Result<Vec<Row>> {
         ));
         rig.stop();
     }
-    if wanted(&args, "footprint") {
+    if wanted(args, "footprint") {
         let rig = Rig::start(1, 4, 0).await?;
         let (planner, subagent) = rig.first_call_tokens(&setup::regions(4)).await?;
         rows.push(("input tokens, first planner model call (demo job)".into(), planner.to_string(), "<= 1300".into()));
@@ -107,7 +108,7 @@ pub async fn run(args: &Options) -> anyhow::Result<Vec<Row>> {
         ));
         rig.stop();
     }
-    if wanted(&args, "mcp") {
+    if wanted(args, "mcp") {
         let settings = flotilla_config::Settings::load(None)?;
         rows.extend(mcp::measure(&settings, 500).await?);
     }
