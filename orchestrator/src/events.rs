@@ -3,8 +3,10 @@
 //! event that happened before they started.
 //!
 //! The one reader of the events stream: the CLI (`watch`, `submit --wait`,
-//! `demo`, `bench`) and the dashboard's Server-Sent Events both follow through
-//! it, so both see the same events with the same filters and permissions.
+//! `demo`) and the dashboard's Server-Sent Events both follow through it, so
+//! both see the same events with the same filters and permissions (`flotilla
+//! bench`, below the binary, reads every job's events the same way in
+//! orchestrator/bench/src/api.rs).
 
 use flotilla_bus::Bus;
 use flotilla_protocol::ids::{JobId, Tenant};

@@ -4,10 +4,10 @@
 
 use flotilla_protocol::ids::{JobId, Tenant};
 use flotilla_protocol::{AuditAction, AuditOutcome, AuditRecord, JobStatus};
-use flotilla_tests::{EventLog, TestConfig, proc::run_cli};
+use flotilla_testkit::{EventLog, TestConfig, proc::run_cli};
 use serde_json::Value;
 
-use crate::common::{Deployment, TIMEOUT};
+use flotilla_testkit::{Deployment, TIMEOUT};
 
 /// One finance task, then its report or why it failed (also used by
 /// tests/e2e/http_api.rs).
@@ -282,7 +282,7 @@ async fn an_approval_is_used_once_and_a_replayed_call_asks_again() {
 /// same connection, so every approval record is in the stream by then.
 async fn audit_after_the_call(d: &Deployment, job: JobId) -> Vec<AuditRecord> {
     let tenant = Tenant::default();
-    flotilla_tests::eventually(TIMEOUT, "the calculate_margin call record", || {
+    flotilla_testkit::eventually(TIMEOUT, "the calculate_margin call record", || {
         let (bus, tenant) = (d.bus.clone(), tenant.clone());
         async move {
             let records = flotilla_bus::audit::read(&bus, &tenant, &job).await.ok()?;
@@ -360,7 +360,7 @@ async fn an_expired_approval_is_one_rejected_record() {
 /// draws; everything it writes arrives on the returned channel.
 fn watch_in_a_terminal(d: &Deployment, job: JobId) -> (std::process::Child, std::sync::mpsc::Receiver<String>) {
     use std::io::Read;
-    let flotilla = flotilla_tests::proc::bin("flotilla");
+    let flotilla = flotilla_testkit::proc::bin("flotilla");
     let command = format!("stty cols 300 rows 50; exec {} watch {job} --config {}", flotilla.display(), d.config_arg());
     let mut child = std::process::Command::new("script")
         .args(["-qefc", &command, "/dev/null"])
@@ -437,7 +437,7 @@ async fn submit_wait_says_which_call_waits_for_a_person_and_how_to_answer() {
 
     let d = Deployment::start(1, |url| config(url, r#"["approve", "reject"]"#, 120)).await;
     d.orchestrator_ready().await;
-    let mut wait = Command::new(flotilla_tests::bin("flotilla"))
+    let mut wait = Command::new(flotilla_testkit::bin("flotilla"))
         .args(["--config", &d.config_arg(), "submit", "--wait", "margin: revenue 120, cost 75"])
         .env("USER", "tester")
         .stdin(Stdio::null())

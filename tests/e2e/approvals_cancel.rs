@@ -5,11 +5,11 @@
 
 use flotilla_protocol::ApprovalState;
 use flotilla_protocol::ids::JobId;
-use flotilla_tests::EventLog;
+use flotilla_testkit::EventLog;
 use serde_json::Value;
 
 use crate::approvals::{self, cli, config, request};
-use crate::common::{Deployment, TIMEOUT};
+use flotilla_testkit::{Deployment, TIMEOUT};
 
 async fn listed(d: &Deployment) -> Vec<Value> {
     approvals::listed(d, "default").await

@@ -19,13 +19,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use flotilla_protocol::{JobStatus, TaskStatus};
-use flotilla_tests::chat_endpoint::{Answer, ChatEndpoint, task_and_step, text_reply, tool_call_reply};
-use flotilla_tests::{EventLog, TestConfig};
+use flotilla_testkit::chat_endpoint::{Answer, ChatEndpoint, task_and_step, text_reply, tool_call_reply};
+use flotilla_testkit::{EventLog, TestConfig};
 use futures::StreamExt;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
-use crate::common::{Deployment, TIMEOUT};
+use flotilla_testkit::{Deployment, TIMEOUT};
 
 /// What a subagent reads first in a follow-up (workers/src/inbox.rs).
 const HEADER: &str = "[message from the planner]";
@@ -195,7 +195,7 @@ async fn three_started_tasks_are_checked_messaged_cancelled_and_awaited() {
     assert_eq!(rec.answer.as_deref(), Some("finished: 2 ended, 0 running"), "never woken: every outcome was shown");
     // Each task's follow-up consumer goes with the task, not after an expiry.
     let stream = d.bus.subjects.task_messages_stream();
-    flotilla_tests::eventually(Duration::from_secs(5), "the tasks' follow-up consumers to be deleted", || async {
+    flotilla_testkit::eventually(Duration::from_secs(5), "the tasks' follow-up consumers to be deleted", || async {
         let mut messages = d.raw.js.get_stream(&stream).await.ok()?;
         (messages.info().await.ok()?.state.consumer_count == 0).then_some(())
     })
@@ -299,7 +299,7 @@ async fn under_the_roles_a_worker_reads_follow_ups_and_a_client_cannot_touch_the
     use flotilla_config::NatsConfig;
     use flotilla_protocol::FollowUp;
     use flotilla_protocol::ids::{JobId, SubagentType, TaskId, Tenant};
-    use flotilla_tests::nats_conf::{ConfiguredNats, deploy_dir};
+    use flotilla_testkit::nats_conf::{ConfiguredNats, deploy_dir};
 
     let nats = ConfiguredNats::start("nats", &deploy_dir().join("nats/nats-local.conf"), &[]).await;
     let as_user = |user: &str, manage_topology: bool| NatsConfig {

@@ -5,10 +5,10 @@
 use std::time::Duration;
 
 use flotilla_protocol::ids::{JobId, Tenant};
-use flotilla_tests::{EventLog, TestConfig};
+use flotilla_testkit::{EventLog, TestConfig};
 use serde_json::{Value, json};
 
-use crate::common::{Deployment, TIMEOUT};
+use flotilla_testkit::{Deployment, TIMEOUT};
 
 fn valid_task() -> Value {
     json!({
@@ -141,7 +141,7 @@ async fn a_corpus_of_bad_messages_is_rejected_with_reasons_and_crashes_nothing()
     let err = d.raw.client.publish(subject.clone(), huge.into()).await.expect_err("refused");
     assert!(err.to_string().contains("payload"), "{err}");
 
-    let dead = flotilla_tests::eventually(TIMEOUT, "every bad task to be dead-lettered", || async {
+    let dead = flotilla_testkit::eventually(TIMEOUT, "every bad task to be dead-lettered", || async {
         let dl = d.dead_letters().await;
         (dl.len() >= tasks.len()).then_some(dl)
     })

@@ -6,11 +6,11 @@
 use std::time::Duration;
 
 use flotilla_protocol::JobStatus;
-use flotilla_tests::{EventLog, TestConfig, eventually};
+use flotilla_testkit::{EventLog, TestConfig, eventually};
 use serde_json::Value;
 
-use crate::common::{Deployment, TIMEOUT};
 use crate::durability::regions;
+use flotilla_testkit::{Deployment, TIMEOUT};
 
 fn is_started(s: &str, v: &Value) -> bool {
     s.contains(".progress.") && v["event"] == "started"
@@ -65,7 +65,7 @@ async fn submit_wait_ends_when_the_terminal_event_never_arrives() {
     d.orchestrator_ready().await;
     let cfg = d.config_arg();
     let wait = tokio::task::spawn_blocking(move || {
-        flotilla_tests::proc::run_cli(&["--config", &cfg, "submit", "--wait", &regions(1)], &[])
+        flotilla_testkit::proc::run_cli(&["--config", &cfg, "submit", "--wait", &regions(1)], &[])
     });
     let (code, out, err) = tokio::time::timeout(TIMEOUT, wait).await.expect("submit --wait returned").unwrap();
     assert_eq!(code, 0, "{out}{err}");

@@ -8,11 +8,11 @@
 //! `flotilla` / `flotilla-worker` binaries.
 
 use flotilla_protocol::JobRecord;
-use flotilla_tests::{NatsServer, TestConfig, bin, eventually};
+use flotilla_testkit::{NatsServer, TestConfig, bin, eventually};
 use serde_json::Value;
 
 use crate::approvals::{cli, config};
-use crate::common::{Deployment, TIMEOUT};
+use flotilla_testkit::{Deployment, TIMEOUT};
 
 /// `out` as one JSON object on one line (what `--json` promises).
 fn one_object(what: &str, out: &str) -> Value {
@@ -154,7 +154,7 @@ async fn submit_wait_prints_the_answer_and_the_id_on_stderr() {
     let run = |args: Vec<String>| {
         tokio::task::spawn_blocking(move || {
             let refs: Vec<&str> = args.iter().map(String::as_str).collect();
-            flotilla_tests::proc::run_cli(&refs, &[])
+            flotilla_testkit::proc::run_cli(&refs, &[])
         })
     };
     let args = ["--config", &cfg, "submit", "--wait", "north: revenue 120, cost 75"];
@@ -190,7 +190,7 @@ async fn submit_wait_on_a_failed_job_prints_the_error_only() {
     let args = ["--config".to_string(), d.config_arg(), "submit".into(), "--wait".into(), "anything".into()];
     let (code, out, err) = tokio::task::spawn_blocking(move || {
         let refs: Vec<&str> = args.iter().map(String::as_str).collect();
-        flotilla_tests::proc::run_cli(&refs, &[])
+        flotilla_testkit::proc::run_cli(&refs, &[])
     })
     .await
     .unwrap();
@@ -223,7 +223,7 @@ async fn errors_are_one_line_each_cause_once_in_both_binaries() {
     assert!(err.starts_with("error: ") && err.matches("unknown field `bogus`").count() == 1, "{err}");
 
     let (code, out, err) = tokio::task::spawn_blocking(move || {
-        flotilla_tests::proc::run_cli(&["--config", &bad.display().to_string(), "--json", "jobs"], &[])
+        flotilla_testkit::proc::run_cli(&["--config", &bad.display().to_string(), "--json", "jobs"], &[])
     })
     .await
     .unwrap();
@@ -235,7 +235,7 @@ async fn errors_are_one_line_each_cause_once_in_both_binaries() {
     let quiet = TestConfig::demo(&nats.url(), 1, 0);
     let cfg = quiet.write().display().to_string();
     let (code, _, err) = tokio::task::spawn_blocking(move || {
-        flotilla_tests::proc::run_cli(&["--config", &cfg, "status", "0190c0de-0000-7000-8000-000000000001"], &[])
+        flotilla_testkit::proc::run_cli(&["--config", &cfg, "status", "0190c0de-0000-7000-8000-000000000001"], &[])
     })
     .await
     .unwrap();

@@ -9,9 +9,9 @@
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Output, Stdio};
 
-use flotilla_tests::{TestConfig, bin};
+use flotilla_testkit::{TestConfig, bin};
 
-use crate::common::Deployment;
+use flotilla_testkit::Deployment;
 
 /// Runs `flotilla <args>` with stdout a pipe; reads the first line, closes
 /// the pipe (what `head -1` does) and waits. Returns the line and the output

@@ -10,8 +10,8 @@ use flotilla_bus::Bus;
 use flotilla_config::NatsConfig;
 use flotilla_protocol::JobStatus;
 use flotilla_protocol::ids::Tenant;
-use flotilla_tests::nats_conf::{ConfiguredNats, deploy_dir};
-use flotilla_tests::{Proc, free_port};
+use flotilla_testkit::nats_conf::{ConfiguredNats, deploy_dir};
+use flotilla_testkit::{Proc, free_port};
 
 use crate::security::{JOB, config, connect_as, finished, refs, role_env, submit};
 
@@ -51,12 +51,12 @@ async fn a_job_survives_losing_a_cluster_node() {
         ..Default::default()
     };
     let bus = Bus::connect(&admin, "test admin", Duration::from_secs(10)).await.expect("connect");
-    flotilla_tests::eventually(Duration::from_secs(150), "the cluster to accept R3 streams", || {
+    flotilla_testkit::eventually(Duration::from_secs(150), "the cluster to accept R3 streams", || {
         let bus = bus.clone();
         async move { bus.ensure_topology().await.ok() }
     })
     .await;
-    let raw = flotilla_tests::RawNats::connect(&admin).await;
+    let raw = flotilla_testkit::RawNats::connect(&admin).await;
     let tasks = raw.js.get_stream(bus.subjects.tasks_stream()).await.expect("tasks stream").cached_info().clone();
     assert_eq!(tasks.config.num_replicas, 3);
     assert_eq!(tasks.cluster.as_ref().map(|c| c.replicas.len()), Some(2), "a leader and two replicas");
@@ -92,7 +92,7 @@ async fn a_job_survives_losing_a_cluster_node() {
 
     // Both workers (one per node) are serving before the job starts, so both get tasks.
     let admin = connect_as(&nodes[0], "orchestrator").await;
-    flotilla_tests::eventually(Duration::from_secs(120), "both workers' heartbeats", || {
+    flotilla_testkit::eventually(Duration::from_secs(120), "both workers' heartbeats", || {
         let admin = admin.clone();
         async move { (admin.live_workers().await.ok()?.len() >= 2).then_some(()) }
     })
@@ -101,7 +101,7 @@ async fn a_job_survives_losing_a_cluster_node() {
     let client = connect_as(&nodes[0], "client-acme").await;
     let job = submit(&client, &acme, JOB).await;
     // Mid-job: once the first task has a report and the others are still running or queued.
-    flotilla_tests::eventually(Duration::from_secs(120), "the first task report", || {
+    flotilla_testkit::eventually(Duration::from_secs(120), "the first task report", || {
         let client = client.clone();
         let acme = acme.clone();
         async move {

@@ -12,11 +12,11 @@ use std::time::Duration;
 
 use flotilla_bus::Bus;
 use flotilla_config::NatsConfig;
-use flotilla_tests::proc::run_cli;
-use flotilla_tests::{NatsServer, Proc, TempDir, TestConfig, free_port};
+use flotilla_testkit::proc::run_cli;
+use flotilla_testkit::{NatsServer, Proc, TempDir, TestConfig, free_port};
 use serde_json::Value;
 
-use crate::common::TIMEOUT;
+use flotilla_testkit::TIMEOUT;
 
 /// `flotilla --config <path> <args>`.
 fn check(config: &std::path::Path, args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
@@ -83,7 +83,8 @@ async fn a_missing_mcp_command_is_named_with_its_fix() {
     let gone = TempDir::new("no-build");
     let missing = gone.path().join("target/debug/finance-tools");
     let mut config = TestConfig::demo("nats://127.0.0.1:4222", 1, 0);
-    config.section_replace(&flotilla_tests::bin("finance-tools").display().to_string(), &missing.display().to_string());
+    config
+        .section_replace(&flotilla_testkit::bin("finance-tools").display().to_string(), &missing.display().to_string());
     let (code, out, err) = check(&config.write(), &["config", "check", "--json"], &[]);
     assert_eq!(code, 2, "stdout: {out}\nstderr: {err}");
     let found = problems(&out);
@@ -152,7 +153,8 @@ async fn the_demo_with_its_mcp_binary_missing_fails_naming_it() {
     let missing = gone.path().join("target/debug/finance-tools");
     let port = free_port();
     let mut config = TestConfig::demo(&format!("nats://127.0.0.1:{port}"), 1, 0);
-    config.section_replace(&flotilla_tests::bin("finance-tools").display().to_string(), &missing.display().to_string());
+    config
+        .section_replace(&flotilla_testkit::bin("finance-tools").display().to_string(), &missing.display().to_string());
     config.section("[local]\nstate_dir = \"state\"\n");
     let path = config.write();
     let (code, out, err) = check(&path, &["demo"], &[]);
@@ -175,7 +177,7 @@ async fn up_says_it_is_up_once_every_worker_heartbeats() {
     config.section("[local]\nworkers = 2\nstate_dir = \"state\"\n");
     let path = config.write().display().to_string();
     let mut up = Proc::spawn("up", "flotilla", &["--config", &path, "up"], &[]);
-    flotilla_tests::eventually(TIMEOUT, "flotilla is up", || {
+    flotilla_testkit::eventually(TIMEOUT, "flotilla is up", || {
         let log = up.log();
         async move { log.contains("flotilla is up").then_some(()) }
     })

@@ -13,9 +13,9 @@ use flotilla_bus::{Bus, Checkpoints};
 use flotilla_config::{FilesConfig, NatsConfig};
 use flotilla_protocol::ids::JobId;
 use flotilla_protocol::{JobStatus, MAX_MESSAGE_BYTES};
-use flotilla_tests::{EventLog, NatsServer, RawNats, TestConfig, bin};
+use flotilla_testkit::{EventLog, NatsServer, RawNats, TestConfig, bin};
 
-use crate::common::{Deployment, TIMEOUT};
+use flotilla_testkit::{Deployment, TIMEOUT};
 
 const CONTEXT_TOKENS: u64 = 3000;
 

@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use flotilla_config::Settings;
-use flotilla_tests::TempDir;
-use flotilla_tests::nats_conf::{ROLE_USERS, deploy_dir};
+use flotilla_testkit::TempDir;
+use flotilla_testkit::nats_conf::{ROLE_USERS, deploy_dir};
 use yaml_rust2::{Yaml, YamlLoader};
 
 fn read(p: &Path) -> String {
@@ -307,7 +307,7 @@ fn systemd_units_have_their_sections_and_real_binaries() {
         assert_eq!(keys.get("[Service]NoNewPrivileges").map(String::as_str), Some("yes"));
         let exec = &keys["[Service]ExecStart"];
         let bin = exec.split_whitespace().next().unwrap().rsplit('/').next().unwrap();
-        flotilla_tests::bin(bin); // panics when the workspace builds no such binary
+        flotilla_testkit::bin(bin); // panics when the workspace builds no such binary
         assert!(exec.contains("--config"), "{exec}");
     }
 }

@@ -6,11 +6,11 @@
 use std::time::Duration;
 
 use flotilla_protocol::{JobStatus, TaskStatus};
-use flotilla_tests::{EventLog, Proc, TestConfig};
+use flotilla_testkit::{EventLog, Proc, TestConfig};
 use serde_json::Value;
 
-use crate::common::{Deployment, TIMEOUT};
 use crate::durability::regions;
+use flotilla_testkit::{Deployment, TIMEOUT};
 
 fn is_started(s: &str, v: &Value) -> bool {
     s.contains(".progress.") && v["event"] == "started"

@@ -5,10 +5,10 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use flotilla_protocol::{JobStatus, TaskStatus};
-use flotilla_tests::{EventLog, TestConfig, eventually, proc::run_cli};
+use flotilla_testkit::{EventLog, TestConfig, eventually, proc::run_cli};
 use serde_json::Value;
 
-use crate::common::{Deployment, TIMEOUT};
+use flotilla_testkit::{Deployment, TIMEOUT};
 
 /// `n` regions in the demo job format.
 pub fn regions(n: usize) -> String {
@@ -165,7 +165,7 @@ async fn cancel_stops_the_planner_queued_tasks_and_running_subagents() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_model_endpoint_that_stays_down_ends_in_a_failed_report_and_a_dead_letter() {
-    let dead_port = flotilla_tests::free_port();
+    let dead_port = flotilla_testkit::free_port();
     let d = Deployment::start(1, |url| {
         let mut c = TestConfig::demo(url, 2, 0);
         c.nats(5, 2);

@@ -8,11 +8,11 @@ use std::time::{Duration, Instant};
 
 use flotilla_protocol::ids::JobId;
 use flotilla_protocol::{JobStatus, TaskStatus};
-use flotilla_tests::{EventLog, Proc, TestConfig, eventually};
+use flotilla_testkit::{EventLog, Proc, TestConfig, eventually};
 use serde_json::Value;
 
-use crate::common::{Deployment, TIMEOUT};
 use crate::durability::regions;
+use flotilla_testkit::{Deployment, TIMEOUT};
 
 /// Lease TTL of these tests, seconds.
 const TTL: u64 = 3;
@@ -125,7 +125,7 @@ async fn three_orchestrators_killed_in_turn_complete_every_job_once() {
 /// holder whose lease was taken is told so on its next renewal.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lease_has_one_holder_until_it_expires_or_is_released() {
-    let nats = flotilla_tests::NatsServer::start().await;
+    let nats = flotilla_testkit::NatsServer::start().await;
     let config = flotilla_config::NatsConfig { url: nats.url(), ..Default::default() };
     let bus = flotilla_bus::Bus::connect(&config, "lease-test", Duration::from_secs(10)).await.unwrap();
     let leases = bus.leases().await.unwrap();

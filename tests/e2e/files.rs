@@ -15,7 +15,7 @@ use flotilla_config::permissions::{Mode, Operation, PermissionRule, Permissions}
 use flotilla_config::{FilesConfig, NatsConfig};
 use flotilla_protocol::ids::{JobId, TaskId};
 use flotilla_protocol::{ErrorKind, FileRef};
-use flotilla_tests::NatsServer;
+use flotilla_testkit::NatsServer;
 use flotilla_tools::{self as builtin, FileToolEnv};
 use futures::StreamExt;
 use serde_json::{Value, json};
@@ -124,7 +124,7 @@ async fn traversal_corpus_never_escapes_the_job() {
 
     // Zero escapes: every object in the bucket belongs to one of the two jobs,
     // and each job sees only its own files.
-    let raw = flotilla_tests::RawNats::connect(&NatsConfig { url: e.nats.url(), ..Default::default() }).await;
+    let raw = flotilla_testkit::RawNats::connect(&NatsConfig { url: e.nats.url(), ..Default::default() }).await;
     let store = raw.js.get_object_store(e.bus.subjects.files_bucket()).await.unwrap();
     let names: Vec<String> = store.list().await.unwrap().map(|i| i.unwrap().name).collect().await;
     assert_eq!(names.len(), 5, "{names:?}");

@@ -31,11 +31,11 @@ use flotilla_protocol::ids::{JobId, Tenant};
 use flotilla_protocol::{
     ApiReply, ErrorKind, JobRecord, JobStatus, ListReply, ListRequest, MAX_LIST_PAGE, SCHEMA_VERSION, StatusRequest,
 };
-use flotilla_tests::proc::run_cli;
-use flotilla_tests::{TempDir, TestConfig, eventually, free_port};
+use flotilla_testkit::proc::run_cli;
+use flotilla_testkit::{TempDir, TestConfig, eventually, free_port};
 use futures::StreamExt;
 
-use crate::common::{Deployment, TIMEOUT};
+use flotilla_testkit::{Deployment, TIMEOUT};
 
 /// Writes `n` completed jobs of the default tenant as the job store would.
 async fn write_finished(records: &JobRecords, index: &JobIndex, n: usize) -> Vec<JobId> {

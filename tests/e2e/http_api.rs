@@ -12,12 +12,12 @@ use std::time::Duration;
 use flotilla_protocol::files_api::{FilesLsReply, FilesLsRequest};
 use flotilla_protocol::ids::{JobId, Tenant};
 use flotilla_protocol::{ApiReply, JobStatus, SCHEMA_VERSION};
-use flotilla_tests::{EventLog, Proc, TestConfig, eventually, free_port};
+use flotilla_testkit::{EventLog, Proc, TestConfig, eventually, free_port};
 use reqwest::StatusCode;
 use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, ORIGIN};
 use serde_json::{Value, json};
 
-use crate::common::{Deployment, TIMEOUT};
+use flotilla_testkit::{Deployment, TIMEOUT};
 
 const ADMIN_TOKEN: &str = "e2e-admin-token-0123456789abcdef";
 const ACME_TOKEN: &str = "e2e-acme-token-0123456789abcdef";

@@ -5,9 +5,9 @@ use std::collections::HashSet;
 
 use flotilla_agent::digest::sha256_hex;
 use flotilla_protocol::{JobStatus, TaskStatus};
-use flotilla_tests::{EventLog, TestConfig};
+use flotilla_testkit::{EventLog, TestConfig};
 
-use crate::common::{Deployment, TIMEOUT};
+use flotilla_testkit::{Deployment, TIMEOUT};
 
 const SCRIBE: &str = r#"
 latency_ms = 300

@@ -16,11 +16,11 @@ use std::time::Duration;
 use flotilla_agent::digest::sha256_hex;
 use flotilla_protocol::ids::Tenant;
 use flotilla_protocol::{ApiReply, JobRecord, ListReply, ListRequest, SCHEMA_VERSION};
-use flotilla_tests::proc::run_cli;
-use flotilla_tests::{TempDir, TestConfig};
+use flotilla_testkit::proc::run_cli;
+use flotilla_testkit::{TempDir, TestConfig};
 use serde_json::Value;
 
-use crate::common::{Deployment, TIMEOUT};
+use flotilla_testkit::{Deployment, TIMEOUT};
 
 /// Items of the JSONL input: 20 000 lines, about 1.5 MB.
 const ITEMS: usize = 20_000;
@@ -101,7 +101,7 @@ async fn submitted_files_reach_the_agents_and_files_round_trip() {
     let items: String = (1..=ITEMS).map(item).collect();
     assert!(items.len() > 1024 * 1024, "over one NATS message: {} bytes", items.len());
     std::fs::write(&jsonl, &items).unwrap();
-    flotilla_tests::eventually(TIMEOUT, "the orchestrator to answer", || async {
+    flotilla_testkit::eventually(TIMEOUT, "the orchestrator to answer", || async {
         let req = ListRequest { v: SCHEMA_VERSION, status: None, limit: Some(1), ..Default::default() };
         let r: Result<ApiReply<ListReply>, _> =
             d.bus.request(&Tenant::default(), "list", &req, Duration::from_secs(2)).await;
@@ -240,7 +240,7 @@ async fn a_failed_upload_starts_no_job() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tenant_credentials_reach_files_only_through_the_api() {
     use crate::security::{JOB, refs, role_env, spawn_roles};
-    use flotilla_tests::nats_conf::{ConfiguredNats, deploy_dir};
+    use flotilla_testkit::nats_conf::{ConfiguredNats, deploy_dir};
 
     let nats = ConfiguredNats::start("nats", &deploy_dir().join("nats/nats-local.conf"), &[]).await;
     let config = crate::security::config(&nats.url());
@@ -261,7 +261,7 @@ async fn tenant_credentials_reach_files_only_through_the_api() {
     // The CLI does not wait for an orchestrator: retry until one answers.
     let file_arg = jsonl.display().to_string();
     let submit = ["--config", &cfg, "submit", "--wait", "--json", "--file", &file_arg, JOB];
-    let out = flotilla_tests::eventually(TIMEOUT, "a submit with files to succeed", || {
+    let out = flotilla_testkit::eventually(TIMEOUT, "a submit with files to succeed", || {
         let (code, out, _) = run_cli(&submit, &acme);
         async move { (code == 0).then_some(out) }
     })

@@ -9,7 +9,6 @@ mod clean_ends;
 mod cli_json;
 mod cli_pipe;
 mod cluster;
-mod common;
 mod config_check;
 mod context;
 mod deploy_manifests;

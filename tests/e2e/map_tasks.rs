@@ -10,53 +10,23 @@ use std::time::{Duration, Instant};
 
 use flotilla_protocol::JobStatus;
 use flotilla_protocol::ids::JobId;
-use flotilla_tests::{EventLog, TestConfig, eventually, proc::run_cli};
+use flotilla_testkit::scripts::{MAP_PLANNER, finance_margin, region_items};
+use flotilla_testkit::{EventLog, TestConfig, eventually, proc::run_cli};
 use futures::StreamExt;
 use serde_json::Value;
 
-use crate::common::{Deployment, TIMEOUT};
-
-/// One `map_tasks` call over `/inputs/regions.jsonl`; the answer is its
-/// aggregate result, or the error the planner got.
-const PLANNER: &str = r#"
-[[turns]]
-[[turns.calls]]
-tool = "map_tasks"
-args = '''{"subagent_type": "finance", "items": "/inputs/regions.jsonl", "description": "{% raw %}Compute the gross margin of region {{ item.region }}: revenue {{ item.revenue }}, cost {{ item.cost }}{% endraw %}"}'''
-[[turns]]
-content = "{% if last[0].ok %}{{ last[0].value | tojson }}{% else %}map failed: {{ last[0].error.message }}{% endif %}"
-"#;
-
-/// A finance subagent calling the native `calculate_margin` tool.
-const FINANCE: &str = r#"
-latency_ms = {latency}
-[vars]
-nums = "captures(input, 'revenue (-?[0-9]+(?:[.][0-9]+)?), cost (-?[0-9]+(?:[.][0-9]+)?)')"
-[[turns]]
-[[turns.calls]]
-tool = "calculate_margin"
-args = '{"revenue": {{ nums[0][1] }}, "cost": {{ nums[0][2] }}}'
-[[turns]]
-content = "{{ last[0].value.margin }}"
-"#;
+use flotilla_testkit::{Deployment, TIMEOUT};
 
 fn config(url: &str, latency_ms: u64, max_in_flight: usize) -> TestConfig {
     let mut c = TestConfig::new(url);
-    c.scripted_model("planner", PLANNER);
-    c.scripted_model("finance", &FINANCE.replace("{latency}", &latency_ms.to_string()));
+    c.scripted_model("planner", MAP_PLANNER);
+    c.scripted_model("finance", &finance_margin(latency_ms));
     c.section(&format!("[planner]\nmodel = \"planner\"\ntask_timeout = 900\nmax_in_flight = {max_in_flight}\n"));
     c.section(
         "[subagents.finance]\ndescription = \"Computes gross margins.\"\nmodel = \"finance\"\n\
          tools = [\"calculate_margin\"]\nconcurrency = 16\n",
     );
     c
-}
-
-/// `n` items, region `r<i>` with revenue `100 + i % 1000` and cost `50 + i % 1000`.
-fn regions(n: usize) -> String {
-    (0..n)
-        .map(|i| format!("{{\"region\":\"r{i}\",\"revenue\":{},\"cost\":{}}}\n", 100 + i % 1000, 50 + i % 1000))
-        .collect()
 }
 
 /// Submits a map job with `items` uploaded as `/inputs/regions.jsonl` by `flotilla submit --file`.
@@ -121,7 +91,7 @@ async fn a_map_of_20000_items_completes_with_one_results_line_per_item() {
     let d = Deployment::start(2, |url| config(url, 0, 256)).await;
     let mut log = EventLog::subscribe(&d.raw.client, "flotilla.job.*.*.event").await;
     let started = Instant::now();
-    let job = submit(&d, &regions(20_000)).await;
+    let job = submit(&d, &region_items(20_000)).await;
 
     let end = log.job_end(Duration::from_secs(900)).await;
     assert_eq!(end["event"], "completed", "{end}");
@@ -205,7 +175,7 @@ async fn an_orchestrator_killed_mid_map_resumes_it_and_starts_no_task_twice() {
     })
     .await;
     let mut watch = Watcher::subscribe(&d.raw.client).await;
-    let job = submit(&d, &regions(3_000)).await;
+    let job = submit(&d, &region_items(3_000)).await;
     watch.until(Duration::from_secs(300), "1 200 task starts", |t| t.starts.len() >= 1_200).await;
     d.orchestrator.as_mut().unwrap().kill();
     let (dispatched_before, ended_before) = {
@@ -238,7 +208,7 @@ async fn an_orchestrator_killed_mid_map_resumes_it_and_starts_no_task_twice() {
 async fn bad_items_are_a_validation_error_before_any_dispatch() {
     let d = Deployment::start(1, |url| config(url, 0, 256)).await;
     let mut log = EventLog::subscribe(&d.raw.client, "flotilla.job.>").await;
-    let mut items = regions(10);
+    let mut items = region_items(10);
     items.push_str("{\"region\": \"r10\", \"revenue\": \n");
     items.push_str("{\"region\": \"r11\", \"revenue\": 5}\n");
     let job = submit(&d, &items).await;

@@ -13,12 +13,12 @@ use flotilla_config::ToolRef;
 use flotilla_mcp::config::{self, McpServerSettings, RawMcpServer};
 use flotilla_mcp::{HealthStatus, McpHub};
 use flotilla_protocol::{ErrorKind, JobStatus};
-use flotilla_tests::config::demo_script;
-use flotilla_tests::proc::run_cli;
-use flotilla_tests::{EventLog, NatsServer, Proc, TempDir, TestConfig, bin, eventually, free_port};
+use flotilla_testkit::config::demo_script;
+use flotilla_testkit::proc::run_cli;
+use flotilla_testkit::{EventLog, NatsServer, Proc, TempDir, TestConfig, bin, eventually, free_port};
 use serde_json::{Value, json};
 
-use crate::common::{Deployment, TIMEOUT};
+use flotilla_testkit::{Deployment, TIMEOUT};
 
 const INSTALL_HINT: &str =
     "run `scripts/install-deps --test` (installs the MCP test servers into .flotilla/test-deps/)";

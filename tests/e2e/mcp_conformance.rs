@@ -12,7 +12,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use flotilla_tests::{TempDir, bin};
+use flotilla_testkit::{TempDir, bin};
 use futures::StreamExt;
 use serde_json::Value;
 

@@ -6,9 +6,9 @@
 //! tasks with errors naming the server and the resource.
 
 use flotilla_protocol::JobStatus;
-use flotilla_tests::{EventLog, TestConfig, bin};
+use flotilla_testkit::{EventLog, TestConfig, bin};
 
-use crate::common::{Deployment, TIMEOUT};
+use flotilla_testkit::{Deployment, TIMEOUT};
 
 /// Plans three tasks (one per type), then prints each outcome.
 const PLANNER: &str = r#"

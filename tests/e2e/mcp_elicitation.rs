@@ -16,11 +16,11 @@ use flotilla_mcp::McpHub;
 use flotilla_mcp::config::{self, RawMcpServer};
 use flotilla_protocol::ids::Tenant;
 use flotilla_protocol::{AuditAction, AuditRecord, JobStatus};
-use flotilla_tests::{EventLog, NatsServer, Proc, TestConfig, bin, eventually, free_port};
+use flotilla_testkit::{EventLog, NatsServer, Proc, TestConfig, bin, eventually, free_port};
 use serde_json::{Value, json};
 
 use crate::approvals::{cli, listed, request};
-use crate::common::{Deployment, TIMEOUT};
+use flotilla_testkit::{Deployment, TIMEOUT};
 
 const PLANNER: &str = r#"
 [[turns]]

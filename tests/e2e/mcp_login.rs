@@ -14,12 +14,12 @@
 use std::process::Stdio;
 
 use flotilla_protocol::JobStatus;
-use flotilla_tests::config::demo_script;
-use flotilla_tests::proc::run_cli;
-use flotilla_tests::{EventLog, Proc, TestConfig, bin, free_port};
+use flotilla_testkit::config::demo_script;
+use flotilla_testkit::proc::run_cli;
+use flotilla_testkit::{EventLog, Proc, TestConfig, bin, free_port};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt};
 
-use crate::common::{Deployment, TIMEOUT};
+use flotilla_testkit::{Deployment, TIMEOUT};
 
 const PLANNER: &str = r#"
 [[turns]]

@@ -14,11 +14,11 @@ use std::path::PathBuf;
 use std::process::Stdio;
 
 use flotilla_protocol::JobStatus;
-use flotilla_tests::config::demo_script;
-use flotilla_tests::{EventLog, Proc, TestConfig, free_port};
+use flotilla_testkit::config::demo_script;
+use flotilla_testkit::{EventLog, Proc, TestConfig, free_port};
 use tokio::io::AsyncBufReadExt;
 
-use crate::common::{Deployment, TIMEOUT};
+use flotilla_testkit::{Deployment, TIMEOUT};
 
 const SECRET: &str = "e2e-oauth-client-secret-Zq9w";
 const WRONG: &str = "e2e-oauth-wrong-secret-Kx7v";
@@ -73,7 +73,7 @@ pub(crate) async fn start_fixture(
             let _ = tx.send(l);
         }
     });
-    flotilla_tests::eventually(TIMEOUT, "the OAuth fixture to listen", || async move {
+    flotilla_testkit::eventually(TIMEOUT, "the OAuth fixture to listen", || async move {
         tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok().map(|_| ())
     })
     .await;

@@ -10,11 +10,11 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
-use flotilla_tests::proc::run_cli;
-use flotilla_tests::{Proc, TestConfig, bin, eventually, free_port};
+use flotilla_testkit::proc::run_cli;
+use flotilla_testkit::{Proc, TestConfig, bin, eventually, free_port};
 use serde_json::{Value, json};
 
-use crate::common::{Deployment, TIMEOUT};
+use flotilla_testkit::{Deployment, TIMEOUT};
 
 const JOB: &str = "Compute the gross margin of region north: revenue 120, cost 75.";
 const TOKEN: &str = "e2e-mcp-serve-token-0123456789";
@@ -202,7 +202,7 @@ async fn the_conformance_suite_server_scenarios_pass_against_mcp_serve() {
     let server = Proc::spawn("mcp-serve", "flotilla", &["--config", &cfg, "mcp", "serve", "--listen", &listen], &[]);
     eventually(TIMEOUT, "mcp serve to listen", || async { server.log().contains("MCP on http://").then_some(()) })
         .await;
-    let out = flotilla_tests::TempDir::new("conformance-server");
+    let out = flotilla_testkit::TempDir::new("conformance-server");
     for scenario in ["server-initialize", "ping", "dns-rebinding-protection", "tools-list"] {
         let dir = out.path().join(scenario);
         let run = tokio::process::Command::new(node())

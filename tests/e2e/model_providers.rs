@@ -1,7 +1,7 @@
 //! Subagents on `provider = "anthropic"`, whole and
 //! streamed. The model is an endpoint in this process speaking the Messages
-//! API (tests/harness/chat_endpoint.rs answering with
-//! tests/harness/anthropic.rs); the tool is the real finance-tools MCP
+//! API (tests/kit/src/chat_endpoint.rs answering with
+//! tests/kit/src/anthropic.rs); the tool is the real finance-tools MCP
 //! server; the planner is the scripted model; the workers are real
 //! processes using the real provider code.
 //!
@@ -16,16 +16,16 @@
 use std::sync::Arc;
 
 use flotilla_protocol::TaskStatus;
-use flotilla_tests::anthropic::{
+use flotilla_testkit::anthropic::{
     CACHE_CREATION_TOKENS, CACHE_READ_TOKENS, INPUT_TOKENS, OUTPUT_TOKENS, stream, streams, task_and_results, text,
     tool_use,
 };
-use flotilla_tests::chat_endpoint::{Answer, ChatEndpoint, Reply, stream_reply, text_reply, tool_call_reply};
-use flotilla_tests::planner_script::delegate_all;
-use flotilla_tests::{EventLog, TestConfig};
+use flotilla_testkit::chat_endpoint::{Answer, ChatEndpoint, Reply, stream_reply, text_reply, tool_call_reply};
+use flotilla_testkit::planner_script::delegate_all;
+use flotilla_testkit::{EventLog, TestConfig};
 use serde_json::{Value, json};
 
-use crate::common::{Deployment, TIMEOUT};
+use flotilla_testkit::{Deployment, TIMEOUT};
 
 const THINKING: &str = "Let me compute the margin.";
 

@@ -10,11 +10,11 @@ use std::process::Command;
 use std::time::Duration;
 
 use flotilla_protocol::{JobStatus, WorkerHeartbeat, WorkerState};
-use flotilla_tests::proc::run_cli;
-use flotilla_tests::{EventLog, Proc, TempDir, TestConfig, eventually, free_port};
+use flotilla_testkit::proc::run_cli;
+use flotilla_testkit::{EventLog, Proc, TempDir, TestConfig, eventually, free_port};
 use serde_json::Value;
 
-use crate::common::{Deployment, TIMEOUT};
+use flotilla_testkit::{Deployment, TIMEOUT};
 
 const DEMO_JOB: &str = "Compute the gross margin of each region and consolidate them into one table: \
                         north: revenue 120, cost 75; south: revenue 0, cost 30; east: revenue 250, cost 190; \

@@ -1,6 +1,6 @@
 //! Subagents that finish on small real models. The subagents'
 //! model is an OpenAI-compatible endpoint in this process
-//! (tests/harness/chat_endpoint.rs) that behaves like the small local models
+//! (tests/kit/src/chat_endpoint.rs) that behaves like the small local models
 //! that loop: every turn it calls `finance_gross_margin` with the same
 //! arguments, never trusting the 0.375 it got back. The tool is the real
 //! finance-tools MCP server; the planner is the scripted model.
@@ -19,12 +19,12 @@
 use std::sync::Arc;
 
 use flotilla_protocol::TaskStatus;
-use flotilla_tests::chat_endpoint::{Answer, ChatEndpoint, task_and_step, text_reply, tool_call_reply};
-use flotilla_tests::proc::run_cli;
-use flotilla_tests::{EventLog, TestConfig};
+use flotilla_testkit::chat_endpoint::{Answer, ChatEndpoint, task_and_step, text_reply, tool_call_reply};
+use flotilla_testkit::proc::run_cli;
+use flotilla_testkit::{EventLog, TestConfig};
 use serde_json::json;
 
-use crate::common::{Deployment, TIMEOUT};
+use flotilla_testkit::{Deployment, TIMEOUT};
 
 /// A planner script: one turn of `calls` (TOML `[[turns.calls]]` tables),
 /// then one answer line per result: `ok <value>` or `<kind>: <message>`,
@@ -199,7 +199,7 @@ async fn models_check_tells_a_tool_calling_endpoint_from_one_that_answers_text()
 /// demo's) skips them all and passes, so a CI step over it does not fail.
 #[test]
 fn models_check_passes_when_every_model_is_scripted() {
-    let cfg = flotilla_tests::nats_conf::deploy_dir().join("local/flotilla.toml").display().to_string();
+    let cfg = flotilla_testkit::nats_conf::deploy_dir().join("local/flotilla.toml").display().to_string();
     let (code, out, err) = run_cli(&["--config", &cfg, "models", "check"], &[]);
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("nothing to check: every [models.*] entry is scripted"), "{out}");

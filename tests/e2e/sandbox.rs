@@ -3,11 +3,11 @@
 //! has none, so `execute` does not exist for it.
 
 use flotilla_protocol::JobStatus;
-use flotilla_tests::{EventLog, TempDir, TestConfig};
+use flotilla_testkit::{EventLog, TempDir, TestConfig};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use crate::common::{Deployment, TIMEOUT};
+use flotilla_testkit::{Deployment, TIMEOUT};
 
 const PLANNER: &str = r#"
 [[turns]]

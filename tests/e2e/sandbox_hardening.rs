@@ -7,10 +7,10 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
 use flotilla_protocol::JobStatus;
-use flotilla_tests::{EventLog, TempDir, TestConfig, bin};
+use flotilla_testkit::{EventLog, TempDir, TestConfig, bin};
 use serde_json::Value;
 
-use crate::common::{Deployment, TIMEOUT};
+use flotilla_testkit::{Deployment, TIMEOUT};
 
 /// A planner that hands the job to `shell` once and then stops.
 const PLANNER: &str = r#"

@@ -12,11 +12,11 @@ use std::time::{Duration, Instant};
 
 use flotilla_protocol::ids::{JobId, TaskId, Tenant};
 use flotilla_protocol::{ApiReply, JobStatus, SCHEMA_VERSION, StatusReply, StatusRequest, TaskStatus};
-use flotilla_tests::{EventLog, TestConfig, proc::run_cli};
+use flotilla_testkit::{EventLog, TestConfig, proc::run_cli};
 use futures::StreamExt;
 
-use crate::common::Deployment;
 use crate::durability::regions;
+use flotilla_testkit::Deployment;
 
 /// Counts the bytes of every value written to the jobs bucket: each KV put is
 /// a message on `$KV.<bucket>.<key>`, so this is what the job store writes,
@@ -193,7 +193,7 @@ concurrency = 8
     .await;
     let job = d.submit("report everything").await;
     let d = &d;
-    let rec = flotilla_tests::eventually(Duration::from_secs(60), "the job to end", || async move {
+    let rec = flotilla_testkit::eventually(Duration::from_secs(60), "the job to end", || async move {
         d.status_opt(job).await.filter(|r| r.status.is_terminal())
     })
     .await;

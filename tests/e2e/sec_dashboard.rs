@@ -5,11 +5,11 @@
 
 use std::time::Duration;
 
-use flotilla_tests::{Proc, TestConfig, eventually, free_port};
+use flotilla_testkit::{Proc, TestConfig, eventually, free_port};
 use reqwest::StatusCode;
 use reqwest::header::{AUTHORIZATION, COOKIE, HOST, LOCATION, SET_COOKIE};
 
-use crate::common::{Deployment, TIMEOUT};
+use flotilla_testkit::{Deployment, TIMEOUT};
 
 const JOB: &str = "Compute the gross margin of region north: revenue 120, cost 75.";
 const TOKEN: &str = "e2e-dashboard-token-0123456789abcdef";

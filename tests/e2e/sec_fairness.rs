@@ -23,13 +23,13 @@ use flotilla_protocol::ids::{JobId, Tenant};
 use flotilla_protocol::{
     ApiReply, ErrorInfo, ErrorKind, ListReply, ListRequest, SCHEMA_VERSION, SubmitReply, SubmitRequest,
 };
-use flotilla_tests::nats_conf::{ConfiguredNats, deploy_dir};
-use flotilla_tests::{EventLog, RawNats, TestConfig, eventually, proc::run_cli};
+use flotilla_testkit::nats_conf::{ConfiguredNats, deploy_dir};
+use flotilla_testkit::{EventLog, RawNats, TestConfig, eventually, proc::run_cli};
 use serde_json::Value;
 
-use crate::common::{Deployment, TIMEOUT};
 use crate::durability::regions;
 use crate::security::{raw_as, spawn_roles};
+use flotilla_testkit::{Deployment, TIMEOUT};
 
 /// Tasks of one tenant in flight (`[tenants] max_tasks_in_flight`).
 const IN_FLIGHT: usize = 2;

@@ -14,14 +14,14 @@
 
 use std::time::Duration;
 
-use flotilla_tests::{EventLog, Proc, TestConfig, eventually, free_port};
+use flotilla_testkit::{EventLog, Proc, TestConfig, eventually, free_port};
 use reqwest::StatusCode;
 use reqwest::header::{AUTHORIZATION, LOCATION, ORIGIN, SET_COOKIE};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::common::{Deployment, TIMEOUT};
+use flotilla_testkit::{Deployment, TIMEOUT};
 
 const ADMIN_TOKEN: &str = "e2e-sec-http-admin-0123456789abcdef";
 const ACME_TOKEN: &str = "e2e-sec-http-acme-0123456789abcdef";

@@ -9,9 +9,9 @@
 use std::time::Duration;
 
 use flotilla_protocol::{ErrorKind, JobRecord, JobStatus};
-use flotilla_tests::TestConfig;
+use flotilla_testkit::TestConfig;
 
-use crate::common::Deployment;
+use flotilla_testkit::Deployment;
 
 /// A planner that writes a todo list of about 1.3 MB, then answers.
 const HUGE_TODOS: &str = r#"
@@ -40,7 +40,7 @@ async fn run(planner: &str) -> JobRecord {
     .await;
     let job = d.submit("plan a lot").await;
     let d = &d;
-    flotilla_tests::eventually(Duration::from_secs(60), "the job to end", || async move {
+    flotilla_testkit::eventually(Duration::from_secs(60), "the job to end", || async move {
         d.status_opt(job).await.filter(|r| r.status.is_terminal())
     })
     .await

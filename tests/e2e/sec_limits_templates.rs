@@ -20,11 +20,11 @@ use flotilla_protocol::ids::Tenant;
 use flotilla_protocol::{
     ApiReply, ErrorInfo, ErrorKind, ListReply, ListRequest, SCHEMA_VERSION, SubmitReply, SubmitRequest,
 };
-use flotilla_tests::proc::run_cli;
-use flotilla_tests::{EventLog, TestConfig, eventually};
+use flotilla_testkit::proc::run_cli;
+use flotilla_testkit::{EventLog, TestConfig, eventually};
 use serde_json::Value;
 
-use crate::common::{Deployment, TIMEOUT};
+use flotilla_testkit::{Deployment, TIMEOUT};
 
 /// Two `map_tasks` calls in one turn, each with a hostile template (in
 /// `{% raw %}` so the script does not render it itself); the answer holds

@@ -18,7 +18,7 @@ use flotilla_mcp::McpError;
 use flotilla_mcp::config::{self, McpServerSettings, RawMcpServer};
 use flotilla_mcp::session::Session;
 use flotilla_mcp::url_policy::Resolver;
-use flotilla_tests::{Proc, eventually, free_port};
+use flotilla_testkit::{Proc, eventually, free_port};
 
 fn settings(url: &str) -> McpServerSettings {
     let raw = RawMcpServer { url: Some(url.into()), ..Default::default() };

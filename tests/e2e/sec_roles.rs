@@ -21,9 +21,9 @@ use flotilla_agent::files::FilePath;
 use flotilla_config::FilesConfig;
 use flotilla_protocol::ids::{JobId, Tenant};
 use flotilla_protocol::{Decision, DecisionRecord, JobStatus, SCHEMA_VERSION};
-use flotilla_tests::RawNats;
-use flotilla_tests::nats_conf::{ConfiguredNats, deploy_dir};
-use flotilla_tests::proc::run_cli;
+use flotilla_testkit::RawNats;
+use flotilla_testkit::nats_conf::{ConfiguredNats, deploy_dir};
+use flotilla_testkit::proc::run_cli;
 
 use crate::security::{JOB, config, connect_as, finished, raw_as, refs, role_env, spawn_roles, submit};
 
@@ -171,7 +171,9 @@ async fn a_worker_started_first_opens_the_buckets_once_the_orchestrator_declares
             manage_topology,
             ..Default::default()
         };
-        async move { Bus::connect(&config, user, crate::common::TIMEOUT).await.unwrap_or_else(|e| panic!("{user}: {e:#}")) }
+        async move {
+            Bus::connect(&config, user, flotilla_testkit::TIMEOUT).await.unwrap_or_else(|e| panic!("{user}: {e:#}"))
+        }
     };
     let worker = connect("worker-finance", false).await;
     let raw_worker = raw_as(&nats, "worker-finance").await;
@@ -179,6 +181,6 @@ async fn a_worker_started_first_opens_the_buckets_once_the_orchestrator_declares
     let opening = tokio::spawn(async move { worker.cancellations().await.map(|_| ()) });
     let orchestrator = connect("orchestrator", true).await;
     orchestrator.ensure_topology().await.expect("the orchestrator declares the buckets");
-    let opened = tokio::time::timeout(crate::common::TIMEOUT, opening).await.expect("opened in time").unwrap();
+    let opened = tokio::time::timeout(flotilla_testkit::TIMEOUT, opening).await.expect("opened in time").unwrap();
     opened.expect("the worker opens the bucket the orchestrator declared");
 }

@@ -11,10 +11,10 @@ use flotilla_protocol::ids::{JobId, Tenant};
 use flotilla_protocol::{
     ApiReply, JobRecord, JobStatus, MAX_TASKS_PAGE, SCHEMA_VERSION, StatusRequest, SubmitReply, SubmitRequest,
 };
-use flotilla_tests::{EventLog, TempDir, TestConfig};
+use flotilla_testkit::{EventLog, TempDir, TestConfig};
 use serde_json::Value;
 
-use crate::common::{Deployment, TIMEOUT};
+use flotilla_testkit::{Deployment, TIMEOUT};
 
 /// A planner that hands the job to the subagent type named by its input
 /// (`hog` or else `shell`) once and answers with its report.
@@ -60,7 +60,7 @@ fn section(ty: &str, root: &Path) -> String {
 
 async fn submit(d: &Deployment, tenant: &Tenant, input: &str) -> JobId {
     let req = SubmitRequest { v: SCHEMA_VERSION, input: input.into(), files: vec![] };
-    flotilla_tests::eventually(TIMEOUT, "the orchestrator to accept a job", || {
+    flotilla_testkit::eventually(TIMEOUT, "the orchestrator to accept a job", || {
         let req = req.clone();
         async move {
             let r: Result<ApiReply<SubmitReply>, _> =
@@ -204,7 +204,7 @@ async fn one_tenant_at_its_process_limit_does_not_stop_another_tenants_execute()
     let mut acme_log = EventLog::subscribe(&d.raw.client, "flotilla.job.acme.>").await;
     let hog_job = submit(&d, &acme, "hog").await;
     let ((hog_uid, forks), go) =
-        flotilla_tests::eventually(TIMEOUT, "the hog to hold its processes", || async { held(root.path()) }).await;
+        flotilla_testkit::eventually(TIMEOUT, "the hog to hold its processes", || async { held(root.path()) }).await;
     assert!(forks > sb.max_processes / 2 && forks < sb.max_processes, "{forks} of {}", sb.max_processes);
 
     let r = run(&d, &globex, "probe").await;

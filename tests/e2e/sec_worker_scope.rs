@@ -27,12 +27,12 @@ use flotilla_protocol::{
     ApiReply, CancelRequest, FollowUp, JobRecord, SCHEMA_VERSION, TaskReport, TaskStatus, TypeLoad, Usage,
     WorkerHeartbeat,
 };
-use flotilla_tests::nats_conf::{ConfiguredNats, deploy_dir};
-use flotilla_tests::proc::run_cli;
-use flotilla_tests::{Proc, RawNats, TestConfig, eventually};
+use flotilla_testkit::nats_conf::{ConfiguredNats, deploy_dir};
+use flotilla_testkit::proc::run_cli;
+use flotilla_testkit::{Proc, RawNats, TestConfig, eventually};
 
-use crate::common::TIMEOUT;
 use crate::security::{FINANCE, connect_as, raw_as, refs, role_env, spawn_roles, status, submit};
+use flotilla_testkit::TIMEOUT;
 
 /// One finance task (served) and one research task (no worker serves it)
 /// in parallel; the job is cancelled by the test once the attacks are done.

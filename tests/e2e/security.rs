@@ -12,9 +12,9 @@ use flotilla_protocol::{
     ApiReply, AuditAction, AuditOutcome, ErrorKind, JobRecord, JobStatus, ListReply, ListRequest, SCHEMA_VERSION,
     StatusRequest, SubmitReply, SubmitRequest,
 };
-use flotilla_tests::nats_conf::{ConfiguredNats, deploy_dir, password};
-use flotilla_tests::proc::run_cli;
-use flotilla_tests::{Proc, RawNats, TestConfig};
+use flotilla_testkit::nats_conf::{ConfiguredNats, deploy_dir, password};
+use flotilla_testkit::proc::run_cli;
+use flotilla_testkit::{Proc, RawNats, TestConfig};
 use futures::StreamExt;
 
 const T: Duration = Duration::from_secs(10);
@@ -107,7 +107,7 @@ pub async fn connect_as(nats: &ConfiguredNats, user: &str) -> Bus {
 }
 
 /// A plain NATS client with `user`'s credential, for attempts no Flotilla
-/// process would make (tests/harness/raw.rs).
+/// process would make (tests/kit/src/raw.rs).
 pub async fn raw_as(nats: &ConfiguredNats, user: &str) -> RawNats {
     RawNats::connect(&config_as(nats, user)).await
 }
@@ -123,7 +123,7 @@ fn config_as(nats: &ConfiguredNats, user: &str) -> NatsConfig {
 
 pub async fn submit(bus: &Bus, tenant: &Tenant, input: &str) -> JobId {
     let req = SubmitRequest { v: SCHEMA_VERSION, input: input.into(), files: vec![] };
-    flotilla_tests::eventually(Duration::from_secs(120), "the orchestrator to accept a job", || {
+    flotilla_testkit::eventually(Duration::from_secs(120), "the orchestrator to accept a job", || {
         let req = req.clone();
         async move {
             let r: Result<ApiReply<SubmitReply>, _> = bus.request(tenant, "submit", &req, Duration::from_secs(5)).await;
@@ -140,7 +140,7 @@ pub async fn status(bus: &Bus, tenant: &Tenant, job: JobId) -> Result<JobRecord,
 }
 
 pub async fn finished(bus: &Bus, tenant: &Tenant, job: JobId) -> JobRecord {
-    flotilla_tests::eventually(Duration::from_secs(120), "the job to finish", || async move {
+    flotilla_testkit::eventually(Duration::from_secs(120), "the job to finish", || async move {
         // A request may fail while a cluster node is down: ask again.
         let req = StatusRequest { v: SCHEMA_VERSION, job_id: job, tasks_limit: None, tasks_after: None };
         let r: ApiReply<JobRecord> = bus.request(tenant, "status", &req, T).await.ok()?;
@@ -187,7 +187,7 @@ async fn roles_confine_every_process_and_audit_every_tool_call() {
     }
 
     // N tool calls -> N audit records: planner 1 write_todos + 3 task, workers 3 calculate_margin.
-    let records = flotilla_tests::eventually(Duration::from_secs(10), "7 audit records", || {
+    let records = flotilla_testkit::eventually(Duration::from_secs(10), "7 audit records", || {
         let acme = acme.clone();
         let t = acme_tenant.clone();
         async move { flotilla_bus::audit::read(&acme, &t, &job).await.ok().filter(|r| r.len() >= 7) }
@@ -290,7 +290,7 @@ async fn assert_subscription_denied(bus: &RawNats, subject: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_http_api_submits_under_the_orchestrator_role() {
     let nats = ConfiguredNats::start("nats", &deploy_dir().join("nats/nats-local.conf"), &[]).await;
-    let port = flotilla_tests::free_port();
+    let port = flotilla_testkit::free_port();
     let mut config = config(&nats.url());
     config.section(&format!(
         "[dashboard]\nlisten = \"127.0.0.1:{port}\"\n[dashboard.tenants.acme]\ntoken_env = \"E2E_ACME_TOKEN\"\n"
@@ -307,7 +307,7 @@ async fn the_http_api_submits_under_the_orchestrator_role() {
     flotilla_config::tls::install_crypto_provider();
     let http = reqwest::Client::builder().timeout(T).build().expect("http client");
     let url = format!("http://127.0.0.1:{port}/api/jobs");
-    let created: serde_json::Value = flotilla_tests::eventually(Duration::from_secs(60), "an HTTP submit", || {
+    let created: serde_json::Value = flotilla_testkit::eventually(Duration::from_secs(60), "an HTTP submit", || {
         let req = http.post(&url).bearer_auth(token).json(&serde_json::json!({"input": JOB}));
         async move {
             let r = req.send().await.ok()?;

@@ -5,11 +5,11 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use flotilla_tests::TestConfig;
+use flotilla_testkit::TestConfig;
 use futures::StreamExt;
 use serde_json::Value;
 
-use crate::common::{Deployment, TIMEOUT};
+use flotilla_testkit::{Deployment, TIMEOUT};
 
 /// Sends one request on `subject` and collects replies until `n` came in.
 async fn replies(client: &async_nats::Client, subject: &str, n: usize) -> Vec<Value> {
@@ -29,7 +29,7 @@ async fn workers_answer_srv_ping_info_and_stats_until_they_stop() {
     let mut d = Deployment::start(2, |url| TestConfig::demo(url, 2, 0)).await;
     let client = &d.raw.client;
     // Workers announce themselves once connected; wait until both answer.
-    let pings = flotilla_tests::eventually(TIMEOUT, "both workers to answer $SRV.PING", || async {
+    let pings = flotilla_testkit::eventually(TIMEOUT, "both workers to answer $SRV.PING", || async {
         let inbox = client.new_inbox();
         let mut sub = client.subscribe(inbox.clone()).await.ok()?;
         client.publish_with_reply("$SRV.PING.flotilla-worker", inbox, "".into()).await.ok()?;

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use flotilla_bus::Bus;
 use flotilla_config::{NatsConfig, NatsTlsConfig};
-use flotilla_tests::TempDir;
-use flotilla_tests::nats_conf::{ConfiguredNats, deploy_dir};
+use flotilla_testkit::TempDir;
+use flotilla_testkit::nats_conf::{ConfiguredNats, deploy_dir};
 use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair};
 
 pub struct Pki {
@@ -86,7 +86,7 @@ async fn mutual_tls_with_a_test_ca() {
     let config = NatsConfig { url: format!("tls://127.0.0.1:{}", nats.port), tls: tls.clone(), ..Default::default() };
     let bus = Bus::connect(&config, "tls-test", Duration::from_secs(10)).await.expect("mutual TLS connects");
     bus.ensure_topology().await.expect("JetStream works over TLS");
-    let raw = flotilla_tests::RawNats::connect(&config).await;
+    let raw = flotilla_testkit::RawNats::connect(&config).await;
     assert!(raw.client.server_info().tls_required, "the server asked for TLS");
 
     // Without the test CA the server certificate is not trusted: fail fast, say what to fix.

@@ -15,7 +15,7 @@ use flotilla_config::permissions::{Mode, Permissions};
 use flotilla_config::{FilesConfig, NatsConfig};
 use flotilla_protocol::ErrorKind;
 use flotilla_protocol::ids::{JobId, TaskId};
-use flotilla_tests::NatsServer;
+use flotilla_testkit::NatsServer;
 use flotilla_tools::{self as builtin, FileToolEnv};
 use futures::StreamExt;
 use serde_json::json;

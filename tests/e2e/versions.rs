@@ -5,10 +5,10 @@
 
 use flotilla_protocol::ids::{SubagentType, TaskId, Tenant};
 use flotilla_protocol::{JobStatus, TaskReport, TaskStatus, Usage};
-use flotilla_tests::{EventLog, TestConfig};
+use flotilla_testkit::{EventLog, TestConfig};
 use serde_json::json;
 
-use crate::common::{Deployment, TIMEOUT};
+use flotilla_testkit::{Deployment, TIMEOUT};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_newer_workers_report_with_unknown_fields_is_consolidated() {

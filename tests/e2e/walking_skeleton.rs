@@ -3,9 +3,9 @@
 use std::collections::{HashMap, HashSet};
 
 use flotilla_protocol::{JobStatus, TaskStatus};
-use flotilla_tests::{EventLog, TestConfig, proc::run_cli};
+use flotilla_testkit::{EventLog, TestConfig, proc::run_cli};
 
-use crate::common::{Deployment, TIMEOUT};
+use flotilla_testkit::{Deployment, TIMEOUT};
 
 const SIX_REGIONS: &str = "Gross margin table: a: revenue 120, cost 75; b: revenue 0, cost 30; c: revenue 250, cost 190; \
                            d: revenue 80, cost 20; e: revenue 100, cost 100; f: revenue 50, cost 60.";

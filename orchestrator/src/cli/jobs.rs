@@ -82,17 +82,6 @@ pub async fn run(settings: &Settings, tenant: &Tenant, args: Args, json: bool) -
     Ok(0)
 }
 
-/// Up to `limit` jobs with `status`, newest first, a page at a time (what
-/// `jobs --limit` does; `flotilla bench --only load` times it).
-pub(crate) async fn fetch_all(
-    client: &ApiClient,
-    status: Option<JobStatus>,
-    limit: usize,
-) -> anyhow::Result<Vec<JobSummary>> {
-    let first = ListRequest { v: SCHEMA_VERSION, status, limit: None, after: None, since: None };
-    Ok(pages(client, first, limit).await?.jobs)
-}
-
 /// Follows the pages of `first` until `limit` jobs or the last page; the
 /// reply's `next_after` is where a further listing would go on.
 async fn pages(client: &ApiClient, first: ListRequest, limit: usize) -> anyhow::Result<ListReply> {

@@ -97,11 +97,6 @@ impl Supervisor {
         (1..=workers).map(worker_id).collect()
     }
 
-    /// OS pid of the child called `name`.
-    pub fn pid(&self, name: &str) -> Option<u32> {
-        self.children.iter().find(|(n, _)| n == name).and_then(|(_, c)| c.id())
-    }
-
     /// Waits until any child exits; returns its name and status.
     pub async fn wait_any(&mut self) -> (String, std::io::Result<std::process::ExitStatus>) {
         let waits = self.children.iter_mut().map(|(n, c)| {

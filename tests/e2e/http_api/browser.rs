@@ -9,7 +9,7 @@ use std::io::{Read, Write};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use flotilla_tests::TempDir;
+use flotilla_testkit::TempDir;
 use serde_json::{Value, json};
 
 /// One browser with one page.

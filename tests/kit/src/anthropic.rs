@@ -1,5 +1,5 @@
 //! Answers in Anthropic's Messages API format for the endpoint of
-//! tests/harness/chat_endpoint.rs (an `anthropic` model's `base_url` is its
+//! tests/kit/src/chat_endpoint.rs (an `anthropic` model's `base_url` is its
 //! `root`): reading a request's task and tool results, and writing
 //! `tool_use` and text turns, whole or as the API's server-sent events.
 

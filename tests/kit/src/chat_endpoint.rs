@@ -7,7 +7,7 @@
 //! body with status 200 unless the answer function returns a [`Reply`] with
 //! another status, or server-sent events ([`Reply::sse`]) for a streaming
 //! request. The same server speaks Anthropic's Messages API when the answer
-//! function answers in that format (tests/harness/anthropic.rs): requests go
+//! function answers in that format (tests/kit/src/anthropic.rs): requests go
 //! to `{root}/v1/messages` instead of `{url}/chat/completions`.
 
 use std::sync::{Arc, Mutex};

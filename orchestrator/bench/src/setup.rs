@@ -1,19 +1,18 @@
-//! A throwaway deployment for one bench scenario: its own nats-server on a
-//! free port, orchestrator and workers from this build, config and scripts in
-//! a temp dir that is removed afterwards.
+//! A throwaway deployment for one bench scenario, from the dev and test kit
+//! (tests/kit/src/deployment.rs): its own nats-server on a free port (with
+//! its monitoring port), orchestrator and workers from this build, config
+//! and scripts in a temp dir, all killed and removed afterwards.
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use flotilla_bus::Bus;
-use flotilla_config::Settings;
-use flotilla_orchestrator::events::{self, Event, Scope};
+use flotilla_config::NatsConfig;
 use flotilla_protocol::{JobEventKind, ProgressKind};
+use flotilla_testkit::{Deployment, NatsServer, TestConfig};
 use futures::StreamExt;
 
-use crate::cli::client::ApiClient;
-use crate::cli::supervisor::Supervisor;
+use crate::api::{self, Event, JobApi};
 
 const PLANNER: &str = r#"
 latency_ms = {latency}
@@ -32,72 +31,58 @@ args = '''{"subagent_type": "finance", "description": {{ ("Compute the gross mar
 content = "{% for r in last %}{{ r.value }} {% endfor %}"
 "#;
 
-/// The zero-latency-capable finance subagent: one `calculate_margin` call, then its margin.
-pub const FINANCE: &str = r#"
-latency_ms = {latency}
-[vars]
-nums = "captures(input, 'revenue (-?[0-9]+(?:[.][0-9]+)?), cost (-?[0-9]+(?:[.][0-9]+)?)')"
-[[turns]]
-[[turns.calls]]
-tool = "calculate_margin"
-args = '{"revenue": {{ nums[0][1] }}, "cost": {{ nums[0][2] }}}'
-[[turns]]
-content = "{{ last[0].value.margin }}"
-"#;
-
 /// `n` regions in the demo's job format.
 pub fn regions(n: usize) -> String {
     let parts: Vec<String> = (0..n).map(|i| format!("r{i}: revenue {}, cost {}", 100 + i, 50 + i)).collect();
     format!("Gross margin of each region: {}.", parts.join("; "))
 }
 
-/// One running scenario.
-pub struct Rig {
-    sup: Supervisor,
-    dir: PathBuf,
-    /// Client connection to the rig's NATS.
-    bus: Bus,
-    settings: Settings,
-    /// A nats-server the scenario started itself (e.g. with monitoring on).
-    own_nats: Option<tokio::process::Child>,
-    /// The HTTP monitoring port of `own_nats`, when it has one.
-    pub monitor_port: Option<u16>,
-}
-
-impl Rig {
-    /// A client connection to the rig's NATS, for publishing tasks directly.
-    pub fn bus(&self) -> &Bus {
-        &self.bus
-    }
-
-    /// Starts nats-server, an orchestrator and `workers` workers with
-    /// `slots` concurrency, every model call taking `latency_ms`.
-    pub async fn start(workers: usize, slots: usize, latency_ms: u64) -> anyhow::Result<Self> {
-        let dir = std::env::temp_dir().join(format!("flotilla-bench-{}", uuid::Uuid::now_v7()));
-        std::fs::create_dir_all(&dir)?;
-        let port = free_port()?;
-        std::fs::write(dir.join("planner.toml"), PLANNER.replace("{latency}", &latency_ms.to_string()))?;
-        std::fs::write(dir.join("finance.toml"), FINANCE.replace("{latency}", &latency_ms.to_string()))?;
-        let config = format!(
-            r#"[nats]
-url = "nats://127.0.0.1:{port}"
-[models.planner]
-provider = "scripted"
-script = "planner.toml"
-[models.finance]
-provider = "scripted"
-script = "finance.toml"
-[planner]
+/// A config for the NATS server at `url` with the server's own redelivery
+/// settings (not the kit's short test ones), the scripted `planner` and a
+/// `finance` model whose calls take `latency_ms`, and the `finance` subagent
+/// with `slots` concurrency. `extra` is raw TOML after `[planner] model`:
+/// further planner keys, then any other tables.
+pub fn config(url: &str, planner: &str, latency_ms: u64, slots: usize, extra: &str) -> TestConfig {
+    let nats = NatsConfig::default();
+    let mut c = TestConfig::new(url);
+    c.nats(nats.ack_wait, nats.max_deliver);
+    c.scripted_model("planner", planner);
+    c.scripted_model("finance", &flotilla_testkit::scripts::finance_margin(latency_ms));
+    c.section(&format!(
+        r#"[planner]
 model = "planner"
+{extra}
 [subagents.finance]
 description = "Computes gross margins."
 model = "finance"
 tools = ["calculate_margin"]
 concurrency = {slots}
-[local]
-workers = {workers}
-state_dir = "state"
-# One tenant measured alone: its quotas must not be what the bench measures.
+"#
+    ));
+    c
+}
+
+/// One running scenario.
+pub struct Rig {
+    d: Deployment,
+}
+
+impl Rig {
+    /// A client connection to the rig's NATS, for publishing tasks directly.
+    pub fn bus(&self) -> &Bus {
+        &self.d.bus
+    }
+
+    /// The rig's nats-server (its monitoring port counts bytes).
+    pub fn nats(&self) -> &NatsServer {
+        &self.d.nats
+    }
+
+    /// Starts nats-server, an orchestrator and `workers` workers with
+    /// `slots` concurrency, every model call taking `latency_ms`.
+    pub async fn start(workers: usize, slots: usize, latency_ms: u64) -> anyhow::Result<Self> {
+        let planner = PLANNER.replace("{latency}", &latency_ms.to_string());
+        let tenants = r#"# One tenant measured alone: its quotas must not be what the bench measures.
 [tenants]
 max_running_jobs = 1000
 max_queued_jobs = 1000000
@@ -105,27 +90,19 @@ max_tasks_in_flight = 1000000
 max_map_items = 1000000
 api_rate = 1000000
 api_burst = 1000000
-"#
-        );
-        Self::launch(dir, &config, workers, None).await
+"#;
+        Self::launch(workers, |url| config(url, &planner, latency_ms, slots, tenants)).await
     }
 
-    /// Writes `config` as `<dir>/flotilla.toml` and starts its deployment
-    /// (nats-server too, unless `own_nats` already serves its url), then
-    /// waits until `workers` workers pull. The rig owns `dir` and `own_nats`.
-    pub async fn launch(
-        dir: PathBuf,
-        config: &str,
-        workers: usize,
-        own_nats: Option<tokio::process::Child>,
-    ) -> anyhow::Result<Self> {
-        let path = dir.join("flotilla.toml");
-        std::fs::write(&path, config)?;
-        let settings = Settings::load(Some(&path))?;
-        let sup = Supervisor::start(&settings, &path).await.context("bench deployment")?;
-        let bus = Bus::connect(&settings.nats, "flotilla-bench", Duration::from_secs(10)).await?;
-        bus.ensure_topology().await?;
-        let rig = Self { sup, dir, bus, settings, own_nats, monitor_port: None };
+    /// Starts nats-server, an orchestrator and `workers` workers (named
+    /// `worker-<i>`) on the config `make` writes for the server's url, then
+    /// waits until every worker pulls.
+    pub async fn launch(workers: usize, make: impl FnOnce(&str) -> TestConfig) -> anyhow::Result<Self> {
+        let mut d = Deployment::start(0, make).await;
+        for i in 1..=workers {
+            d.add_worker(&format!("worker-{i}"));
+        }
+        let rig = Self { d };
         rig.wait_ready(workers).await?;
         Ok(rig)
     }
@@ -135,38 +112,30 @@ api_burst = 1000000
         let api = self.api();
         let deadline = Instant::now() + Duration::from_secs(30);
         while api.list(None, 1).await.is_err() {
-            anyhow::ensure!(
-                Instant::now() < deadline,
-                "orchestrator did not start; logs in {}",
-                self.sup.log_dir().display()
-            );
+            anyhow::ensure!(Instant::now() < deadline, "orchestrator did not start; logs: {}", self.logs());
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         let ty = flotilla_protocol::ids::SubagentType::new("finance")?;
-        let queue = self.bus.tasks();
+        let queue = self.d.bus.tasks();
         loop {
             // The type's consumer appears once a worker has declared it.
             if queue.depth(&ty).await.is_ok_and(|d| d.waiting as usize >= workers) {
                 return Ok(());
             }
-            anyhow::ensure!(
-                Instant::now() < deadline,
-                "workers did not start; logs in {}",
-                self.sup.log_dir().display()
-            );
+            anyhow::ensure!(Instant::now() < deadline, "workers did not start; logs: {}", self.logs());
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
 
     /// The client of the job API.
-    pub fn api(&self) -> ApiClient {
-        ApiClient::new(self.bus.clone(), Default::default())
+    pub fn api(&self) -> JobApi {
+        JobApi::new(self.d.bus.clone())
     }
 
     /// Submits `input` and returns the wall time until the job completed.
     pub async fn run_job(&self, input: &str) -> anyhow::Result<Duration> {
         let api = self.api();
-        let mut events = std::pin::pin!(events::follow(&self.bus, Scope::All, false).await?);
+        let mut events = std::pin::pin!(api::follow_all(&self.d.bus, false).await?);
         let started = Instant::now();
         api.submit(input.to_string()).await?;
         while let Some(ev) = events.next().await {
@@ -183,7 +152,7 @@ api_burst = 1000000
 
     /// Input tokens of the first planner and first subagent model calls.
     pub async fn first_call_tokens(&self, input: &str) -> anyhow::Result<(u64, u64)> {
-        let mut events = std::pin::pin!(events::follow(&self.bus, Scope::All, true).await?);
+        let mut events = std::pin::pin!(api::follow_all(&self.d.bus, true).await?);
         self.api().submit(input.to_string()).await?;
         let (mut planner, mut subagent) = (None, None);
         while let Some(ev) = events.next().await {
@@ -209,36 +178,29 @@ api_burst = 1000000
     }
 
     /// A `/proc/<pid>/status` memory line (`VmRSS:`, `VmHWM:` for the peak)
-    /// of the child called `name`, in KiB.
+    /// of the process called `name` (`orchestrator`, `worker-<i>`), in KiB.
     pub fn memory_kib(&self, name: &str, key: &str) -> anyhow::Result<u64> {
-        let pid = self.sup.pid(name).with_context(|| format!("no {name}"))?;
+        let proc = self.d.orchestrator.iter().chain(&self.d.workers).find(|p| p.name == name);
+        let pid = proc.with_context(|| format!("no {name}"))?.pid();
         let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
         let line = status.lines().find(|l| l.starts_with(key)).with_context(|| format!("no {key}"))?;
         Ok(line.split_whitespace().nth(1).unwrap_or("0").parse()?)
     }
 
-    /// The rig's temp dir (config, scripts, state).
+    /// The rig's temp dir (config, scripts).
     pub fn dir(&self) -> &std::path::Path {
-        &self.dir
+        self.d.config.dir()
     }
 
-    /// Where the children's logs are.
-    pub fn log_dir(&self) -> &std::path::Path {
-        self.sup.log_dir()
+    /// The processes' log files (removed with the rig unless
+    /// `FLOTILLA_KEEP_TEST_DIRS` is set).
+    pub fn logs(&self) -> String {
+        let procs = self.d.orchestrator.iter().chain(&self.d.workers);
+        procs.map(|p| p.log_path().display().to_string()).collect::<Vec<_>>().join(", ")
     }
 
-    /// Stops every process and removes the temp dir.
-    pub async fn stop(mut self) {
-        let _ = &self.settings;
-        self.sup.stop(Duration::from_secs(10)).await;
-        if let Some(mut nats) = self.own_nats.take() {
-            let _ = nats.kill().await;
-        }
-        let _ = std::fs::remove_dir_all(&self.dir);
+    /// Kills every process and removes the temp dirs.
+    pub fn stop(self) {
+        drop(self.d);
     }
-}
-
-/// A free TCP port on loopback.
-pub fn free_port() -> anyhow::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }

@@ -21,14 +21,13 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use flotilla_orchestrator::events::{self, Event, Scope};
 use flotilla_protocol::ids::TaskId;
 use flotilla_protocol::{JobEventKind, JobStatus};
 use futures::StreamExt;
 
-use super::setup::{self, Rig};
-use super::{ms, pct};
-use crate::cli::client::ApiClient;
+use crate::api::{self, Event, JobApi};
+use crate::setup::{self, Rig};
+use crate::{Row, ms, pct};
 
 /// Workers and slots per worker.
 const WORKERS: usize = 2;
@@ -45,28 +44,17 @@ const RECENT_JOBS: usize = 100;
 const LISTINGS: usize = 5;
 
 /// Rows (measure, result, target) for the bench table.
-pub async fn measure(
-    jobs: usize,
-    tasks: usize,
-    rounds: usize,
-    history: &[usize],
-) -> anyhow::Result<Vec<(String, String, String)>> {
+pub async fn measure(jobs: usize, tasks: usize, rounds: usize, history: &[usize]) -> anyhow::Result<Vec<Row>> {
     let rig = Rig::start(WORKERS, SLOTS, 0).await?;
     let rows = run(&rig, jobs, tasks, rounds, history).await;
     if let Err(e) = &rows {
-        tracing::error!(error = %e, logs = %rig.log_dir().display(), "load bench failed");
+        tracing::error!(error = %e, logs = %rig.logs(), "load bench failed");
     }
-    rig.stop().await;
+    rig.stop();
     rows
 }
 
-async fn run(
-    rig: &Rig,
-    jobs: usize,
-    tasks: usize,
-    rounds: usize,
-    history: &[usize],
-) -> anyhow::Result<Vec<(String, String, String)>> {
+async fn run(rig: &Rig, jobs: usize, tasks: usize, rounds: usize, history: &[usize]) -> anyhow::Result<Vec<Row>> {
     let mut rows = Vec::new();
     let before = Memory::read(rig)?;
     let load = concurrent_jobs(rig, jobs, tasks).await?;
@@ -132,7 +120,7 @@ struct Load {
 
 /// Submits `jobs` demo jobs of `tasks` tasks and follows their events until all completed.
 async fn concurrent_jobs(rig: &Rig, jobs: usize, tasks: usize) -> anyhow::Result<Load> {
-    let mut events = std::pin::pin!(events::follow(rig.bus(), Scope::All, false).await?);
+    let mut events = std::pin::pin!(api::follow_all(rig.bus(), false).await?);
     let api = rig.api();
     let input = setup::regions(tasks);
     let started = Instant::now();
@@ -178,14 +166,14 @@ async fn concurrent_jobs(rig: &Rig, jobs: usize, tasks: usize) -> anyhow::Result
 }
 
 /// Median times of the short listings, the time of the full one, and how many jobs it returned.
-async fn listings(api: &ApiClient, stored: usize) -> anyhow::Result<(Duration, Duration, Duration, usize)> {
+async fn listings(api: &JobApi, stored: usize) -> anyhow::Result<(Duration, Duration, Duration, usize)> {
     let (mut newest, mut none) = (Vec::new(), Vec::new());
     for _ in 0..LISTINGS {
         newest.push(timed(api.list(None, 20)).await.context("listing the newest 20")?.0);
         none.push(timed(api.list(Some(JobStatus::Failed), 20)).await.context("listing failed jobs")?.0);
     }
     // Once: at 100 000 jobs it reads 100 000 headers.
-    let (all, jobs) = timed(crate::cli::jobs::fetch_all(api, None, stored + 1)).await.context("listing every job")?;
+    let (all, jobs) = timed(api.list_all(None, stored + 1)).await.context("listing every job")?;
     let listed = jobs.len();
     anyhow::ensure!(listed == stored, "the full listing returned {listed} of {stored} jobs");
     Ok((median(newest), median(none), all, listed))

@@ -12,7 +12,7 @@ use flotilla_mcp::McpHub;
 use flotilla_mcp::config::{self, McpServerSettings, McpTransport, RawMcpServer, SessionMode};
 use serde_json::json;
 
-use super::{ms, pct};
+use crate::{Row, ms, pct};
 
 /// The finance server: `[mcp_servers.finance]` when configured over stdio,
 /// else the `finance-tools` binary next to this one.
@@ -68,7 +68,7 @@ async fn latencies(server: McpServerSettings, calls: usize) -> anyhow::Result<Ve
 }
 
 /// Rows (measure, result, target) for the bench table.
-pub async fn measure(settings: &Settings, calls: usize) -> anyhow::Result<Vec<(String, String, String)>> {
+pub async fn measure(settings: &Settings, calls: usize) -> anyhow::Result<Vec<Row>> {
     let server = finance(settings)?;
     let persistent = latencies(McpServerSettings { session: SessionMode::Persistent, ..server.clone() }, calls).await?;
     let per_call_n = calls;

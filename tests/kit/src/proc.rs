@@ -5,10 +5,15 @@ use std::process::{Child, Command, Stdio};
 
 use crate::TempDir;
 
-/// Path of a workspace binary (`flotilla`, `flotilla-worker`, ...).
+/// Path of a workspace binary (`flotilla`, `flotilla-worker`, ...): next to
+/// the running executable (`flotilla bench`, in target/<profile>/), or one
+/// directory up from it (a test, in target/<profile>/deps/).
 pub fn bin(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("current exe");
-    // target/<profile>/deps/<test> -> target/<profile>/<name>
+    let beside = exe.with_file_name(name);
+    if beside.is_file() {
+        return beside;
+    }
     let dir = exe.parent().and_then(Path::parent).expect("target dir");
     let p = dir.join(name);
     assert!(p.is_file(), "{} not found: run `cargo build --bins` before the tests", p.display());
@@ -45,6 +50,11 @@ impl Proc {
     /// OS process id.
     pub fn pid(&self) -> u32 {
         self.child.as_ref().map(|c| c.id()).unwrap_or(0)
+    }
+
+    /// The file its stdout and stderr go to.
+    pub fn log_path(&self) -> &Path {
+        &self.log
     }
 
     /// Everything the process printed so far.

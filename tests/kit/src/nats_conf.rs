@@ -10,7 +10,7 @@ use crate::{TempDir, free_port};
 
 /// The repository's `deploy/` directory.
 pub fn deploy_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../deploy")
 }
 
 /// Test passwords for the users of `deploy/nats/roles.conf`, as

@@ -52,14 +52,26 @@ impl NatsServer {
     /// named `name` (its `out_msgs` in `/connz`): the work a request made a
     /// process read, counted by the server, whatever the machine's speed.
     pub async fn messages_sent_to(&self, name: &str) -> u64 {
-        flotilla_config::tls::install_crypto_provider();
-        let url = format!("http://127.0.0.1:{}/connz?limit=1024", self.monitor_port);
-        let connz: serde_json::Value =
-            reqwest::get(&url).await.expect("nats monitoring answers").json().await.expect("connz is JSON");
+        let connz = self.monitoring("connz?limit=1024").await;
         let conns = connz["connections"].as_array().expect("connz lists connections");
         let named: Vec<_> = conns.iter().filter(|c| c["name"] == name).collect();
         assert_eq!(named.len(), 1, "one connection named {name:?} in {connz}");
         named[0]["out_msgs"].as_u64().expect("out_msgs is a count")
+    }
+
+    /// Bytes every client has sent to the server so far (`in_bytes` in
+    /// `/varz`): what a workload wrote to NATS, counted by the server.
+    pub async fn bytes_received(&self) -> u64 {
+        let varz = self.monitoring("varz").await;
+        varz["in_bytes"].as_u64().unwrap_or_else(|| panic!("/varz has no in_bytes: {varz}"))
+    }
+
+    /// A page of the HTTP monitoring endpoint, as JSON.
+    async fn monitoring(&self, page: &str) -> serde_json::Value {
+        flotilla_config::tls::install_crypto_provider();
+        let url = format!("http://127.0.0.1:{}/{page}", self.monitor_port);
+        let reply = reqwest::get(&url).await.unwrap_or_else(|e| panic!("nats monitoring answers {url}: {e}"));
+        reply.json().await.unwrap_or_else(|e| panic!("{url} is JSON: {e}"))
     }
 
     /// Kills the server (SIGKILL), keeping its store.

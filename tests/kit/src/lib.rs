@@ -1,21 +1,29 @@
-//! Test harness: real `nats-server` (JetStream on) on a free loopback port,
-//! real `flotilla` and `flotilla-worker` processes, temp dirs, all cleaned up
-//! on drop. A failing test prints each process's log (see [`Proc::log`]).
+//! The dev and test kit: real `nats-server` (JetStream on) on a free loopback
+//! port, real `flotilla` and `flotilla-worker` processes of this build,
+//! scripted configs, a whole [`Deployment`], temp dirs, all cleaned up on
+//! drop. A failing test prints each process's log (see [`Proc::log`]). One
+//! kit serves the e2e tests (tests/e2e) and `flotilla bench`
+//! (orchestrator/bench), so both run the processes the same way.
 //!
 //! Binaries come from the workspace's target dir: run `cargo build --bins`
-//! before `cargo test` (the README's test command does).
+//! before `cargo test` (the README's test command does). The kit drives the
+//! processes only from outside, as an operator would: it must not depend on
+//! the orchestrator or worker crates, only on the protocol, config and bus.
 
 pub mod anthropic;
 pub mod chat_endpoint;
 pub mod config;
+pub mod deployment;
 pub mod events;
 pub mod nats;
 pub mod nats_conf;
 pub mod planner_script;
 pub mod proc;
 pub mod raw;
+pub mod scripts;
 
 pub use config::TestConfig;
+pub use deployment::{Deployment, TIMEOUT};
 pub use events::EventLog;
 pub use nats::NatsServer;
 pub use proc::{Proc, bin};

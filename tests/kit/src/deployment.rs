@@ -1,4 +1,6 @@
-//! A running deployment for tests: nats-server, orchestrator, workers.
+//! A running deployment of this build: nats-server, an orchestrator and
+//! workers, with a client connection, for the e2e tests and each scenario of
+//! `flotilla bench`. Everything is killed and removed on drop.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -9,8 +11,10 @@ use flotilla_protocol::ids::{JobId, Tenant};
 use flotilla_protocol::{
     ApiReply, JobRecord, MAX_TASKS_PAGE, SCHEMA_VERSION, StatusRequest, SubmitReply, SubmitRequest,
 };
-use flotilla_tests::{NatsServer, Proc, RawNats, TestConfig};
 
+use crate::{NatsServer, Proc, RawNats, TestConfig};
+
+/// How long a test waits for a deployment to do one thing.
 pub const TIMEOUT: Duration = Duration::from_secs(60);
 
 /// How long one status request may take: the CLI's own budget. A status
@@ -18,19 +22,22 @@ pub const TIMEOUT: Duration = Duration::from_secs(60);
 /// on a loaded 2-core machine took over 2 s.
 const STATUS_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// The processes of one deployment and a connection to its NATS.
 pub struct Deployment {
     /// Kept alive for the test; fault tests kill and restart it.
-    #[allow(dead_code)]
     pub nats: NatsServer,
     /// Kept alive so the config dir outlives the processes reading it.
-    #[allow(dead_code)]
     pub config: TestConfig,
+    /// The written config file.
     pub config_path: PathBuf,
+    /// The orchestrator process, while one runs.
     pub orchestrator: Option<Proc>,
+    /// The worker processes, in the order started.
     pub workers: Vec<Proc>,
+    /// A client connection of the same server, on the default prefix.
     pub bus: Bus,
     /// A plain NATS client of the same server, for observing subjects and
-    /// inspecting streams as any NATS client could (tests/harness/raw.rs).
+    /// inspecting streams as any NATS client could (tests/kit/src/raw.rs).
     pub raw: RawNats,
 }
 
@@ -59,16 +66,18 @@ impl Deployment {
     /// for tests that then talk to it through the CLI, which does not retry.
     pub async fn orchestrator_ready(&self) {
         let o = self.orchestrator.as_ref().expect("an orchestrator");
-        flotilla_tests::eventually(TIMEOUT, "the orchestrator to be ready", || async {
+        crate::eventually(TIMEOUT, "the orchestrator to be ready", || async {
             o.log().contains("orchestrator ready").then_some(())
         })
         .await;
     }
 
+    /// The config path as a `--config` argument.
     pub fn config_arg(&self) -> String {
         self.config_path.display().to_string()
     }
 
+    /// A worker with `--id id`.
     pub fn add_worker(&mut self, id: &str) {
         self.add_worker_with(id, &[]);
     }
@@ -81,6 +90,7 @@ impl Deployment {
         self.workers.push(Proc::spawn(id, "flotilla-worker", &args, &[]));
     }
 
+    /// Starts an orchestrator (`flotilla orchestrator`).
     pub fn start_orchestrator(&mut self) {
         let cfg = self.config_arg();
         self.orchestrator = Some(Proc::spawn("orchestrator", "flotilla", &["orchestrator", "--config", &cfg], &[]));
@@ -89,7 +99,7 @@ impl Deployment {
     /// Submits through the job API, retrying while the orchestrator starts.
     pub async fn submit(&self, input: &str) -> JobId {
         let req = SubmitRequest { v: SCHEMA_VERSION, input: input.into(), files: vec![] };
-        flotilla_tests::eventually(TIMEOUT, "the orchestrator to accept a job", || {
+        crate::eventually(TIMEOUT, "the orchestrator to accept a job", || {
             let req = req.clone();
             async move {
                 let r: Result<ApiReply<SubmitReply>, _> =
@@ -100,6 +110,7 @@ impl Deployment {
         .await
     }
 
+    /// The job record with its first page of tasks.
     pub async fn status(&self, job: JobId) -> JobRecord {
         let r: ApiReply<JobRecord> = self
             .bus

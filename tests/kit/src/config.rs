@@ -6,7 +6,7 @@ use crate::TempDir;
 
 /// The demo's scripts, shipped in deploy/local/scripts.
 pub fn demo_script(name: &str) -> String {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy/local/scripts").join(name);
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../deploy/local/scripts").join(name);
     std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
 }
 

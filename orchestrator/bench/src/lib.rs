@@ -1,7 +1,14 @@
-//! `flotilla bench`: measures Flotilla on this machine with real processes (a
-//! fresh nats-server, orchestrator and workers per scenario, all on loopback)
-//! and deterministic scripted models, and prints a table. Results and their
-//! setup are recorded in docs/PERFORMANCE.md.
+//! The scenarios of `flotilla bench`: they measure Flotilla on this machine
+//! with real processes (a fresh nats-server, orchestrator and workers per
+//! scenario, all on loopback, started by the dev and test kit, tests/kit)
+//! and deterministic scripted models, and return the rows of a table that
+//! the `flotilla` binary prints (orchestrator/src/cli/bench.rs). Results
+//! and their setup are recorded in docs/PERFORMANCE.md.
+//!
+//! A library of its own so that the `flotilla` binary stays commands and
+//! rendering. It drives the processes from outside, over the bus, as a
+//! client would: it must not depend on the worker crate, nor on the
+//! orchestrator package (whose `flotilla` binary depends on it).
 //!
 //! Scenarios:
 //! - `overhead`: per-task orchestration overhead, dispatch -> report, with a
@@ -16,6 +23,7 @@
 //! - `load`: many concurrent jobs, then listing against a long history
 //!   ([`load`]); only when named in `--only`.
 
+mod api;
 mod load;
 pub mod mcp;
 mod scale;
@@ -23,55 +31,50 @@ mod setup;
 
 use std::time::{Duration, Instant};
 
-use clap::Args as ClapArgs;
 use flotilla_protocol::ids::{JobId, SubagentType, TaskId};
 use flotilla_protocol::{self as protocol, TaskMessage};
 use futures::StreamExt;
 
 use setup::Rig;
 
-/// Measure orchestration overhead, throughput, fan-out and footprint.
-#[derive(ClapArgs, Debug)]
-pub struct Args {
+/// One row of the table: measure, result, target.
+pub type Row = (String, String, String);
+
+/// What to run, and how large (the flags of `flotilla bench`).
+#[derive(Clone, Debug)]
+pub struct Options {
     /// Tasks per overhead/throughput run.
-    #[arg(long, default_value_t = 300)]
     pub tasks: usize,
-    /// Only these scenarios (overhead, throughput, fanout, footprint, mcp;
-    /// scale and load run only when named here).
-    #[arg(long, value_delimiter = ',')]
+    /// Only these scenarios (all but scale and load when empty; scale and
+    /// load run only when named here).
     pub only: Vec<String>,
     /// Tasks per job of the `scale` scenario.
-    #[arg(long, value_delimiter = ',', default_values_t = [1_000, 10_000, 100_000])]
     pub scale_sizes: Vec<usize>,
     /// Concurrent jobs of the `load` scenario.
-    #[arg(long, default_value_t = 1_000)]
     pub load_jobs: usize,
     /// Tasks per job of the `load` scenario.
-    #[arg(long, default_value_t = 5)]
     pub load_tasks: usize,
     /// Times the `load` scenario runs its jobs (memory is read after each).
-    #[arg(long, default_value_t = 1)]
     pub load_rounds: usize,
     /// Finished jobs in history when the `load` scenario times listings.
-    #[arg(long, value_delimiter = ',', default_values_t = [10_000, 100_000])]
     pub load_history: Vec<usize>,
 }
 
-fn wanted(args: &Args, name: &str) -> bool {
+fn wanted(args: &Options, name: &str) -> bool {
     args.only.is_empty() || args.only.iter().any(|o| o == name)
 }
 
-/// Runs the selected scenarios and prints the table.
-pub async fn run(args: Args) -> anyhow::Result<i32> {
-    let mut rows: Vec<(String, String, String)> = Vec::new();
-    if wanted(&args, "overhead") {
+/// Runs the selected scenarios; returns the rows of the table.
+pub async fn run(args: &Options) -> anyhow::Result<Vec<Row>> {
+    let mut rows: Vec<Row> = Vec::new();
+    if wanted(args, "overhead") {
         let rig = Rig::start(1, 4, 0).await?;
         let lat = overhead(&rig, args.tasks).await?;
         rows.push(("dispatch -> report, p50 (1 worker, sequential)".into(), ms(pct(&lat, 50.0)), "<= 2 ms".into()));
         rows.push(("dispatch -> report, p99".into(), ms(pct(&lat, 99.0)), String::new()));
-        rig.stop().await;
+        rig.stop();
     }
-    if wanted(&args, "throughput") {
+    if wanted(args, "throughput") {
         for workers in [1, 2] {
             let rig = Rig::start(workers, 8, 0).await?;
             let tps = throughput(&rig, args.tasks).await?;
@@ -80,10 +83,10 @@ pub async fn run(args: Args) -> anyhow::Result<i32> {
                 format!("{tps:.0} tasks/s"),
                 String::new(),
             ));
-            rig.stop().await;
+            rig.stop();
         }
     }
-    if wanted(&args, "fanout") {
+    if wanted(args, "fanout") {
         let rig = Rig::start(4, 5, 200).await?;
         let wall = rig.run_job(&setup::regions(20)).await?;
         rows.push((
@@ -91,9 +94,9 @@ pub async fn run(args: Args) -> anyhow::Result<i32> {
             format!("{:.3} s", wall.as_secs_f64()),
             "<= 1.11 s".into(),
         ));
-        rig.stop().await;
+        rig.stop();
     }
-    if wanted(&args, "footprint") {
+    if wanted(args, "footprint") {
         let rig = Rig::start(1, 4, 0).await?;
         let (planner, subagent) = rig.first_call_tokens(&setup::regions(4)).await?;
         rows.push(("input tokens, first planner model call (demo job)".into(), planner.to_string(), "<= 1300".into()));
@@ -103,9 +106,9 @@ pub async fn run(args: Args) -> anyhow::Result<i32> {
             format!("{:.1} MiB", rig.worker_rss_kib()? as f64 / 1024.0),
             "<= 30 MiB".into(),
         ));
-        rig.stop().await;
+        rig.stop();
     }
-    if wanted(&args, "mcp") {
+    if wanted(args, "mcp") {
         let settings = flotilla_config::Settings::load(None)?;
         rows.extend(mcp::measure(&settings, 500).await?);
     }
@@ -115,13 +118,7 @@ pub async fn run(args: Args) -> anyhow::Result<i32> {
     if args.only.iter().any(|o| o == "load") {
         rows.extend(load::measure(args.load_jobs, args.load_tasks, args.load_rounds, &args.load_history).await?);
     }
-    let mut t = super::table::new(&["measure", "result", "target"]);
-    super::table::align_right(&mut t, &[1]);
-    for (m, r, target) in rows {
-        t.add_row([m, r, target]);
-    }
-    super::out::out!("{}", super::table::render(t, ""))?;
-    Ok(0)
+    Ok(rows)
 }
 
 fn ms(d: Duration) -> String {
