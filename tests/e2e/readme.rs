@@ -5,8 +5,8 @@
 
 use std::path::Path;
 
-use flotilla_tests::proc::run_cli;
-use flotilla_tests::{TempDir, free_port};
+use flotilla_testkit::proc::run_cli;
+use flotilla_testkit::{TempDir, free_port};
 use regex::Regex;
 
 fn readme() -> String {
