@@ -166,7 +166,7 @@ async fn run(args: Args) -> anyhow::Result<i32> {
     let grace = Duration::from_secs(args.grace.unwrap_or(settings.worker.grace));
     let result = worker::run(ctx, runtimes, grace).await;
     if let Some(s) = service {
-        let _ = s.stop().await;
+        s.stop().await;
     }
     heartbeats.finish().await;
     mcp.shutdown().await;
@@ -182,7 +182,7 @@ async fn run(args: Args) -> anyhow::Result<i32> {
 /// Answers the NATS service API as an instance of `flotilla-worker`, so NATS
 /// tooling discovers the fleet. Optional: a role without `$SRV` permissions
 /// (deploy/nats/roles.conf grants them) only loses the discovery.
-async fn announce(bus: &Bus, worker_id: &str, types: &[SubagentType]) -> Option<async_nats::service::Service> {
+async fn announce(bus: &Bus, worker_id: &str, types: &[SubagentType]) -> Option<flotilla_bus::Announcement> {
     let metadata = [
         ("worker_id", worker_id.to_string()),
         ("host", heartbeat::host_name()),
