@@ -174,7 +174,7 @@ impl Subagent<'_> {
         // The task's sandbox scratch dir lives exactly as long as this run.
         let scratch = match &rt.sandbox {
             Some(s) => s
-                .open(task.task_id, self.progress.clone())
+                .open(task.task_id, Arc::new(self.progress.clone()))
                 .await
                 .map_err(|e| tracing::error!(error = %e, "sandbox scratch dir not created; execute will fail"))
                 .ok(),
