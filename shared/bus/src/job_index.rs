@@ -165,7 +165,7 @@ impl JobIndex {
         let last = state.last_sequence;
         while let Ok(Some(m)) = tokio::time::timeout(LIST_IDLE, messages.next()).await {
             let m = m.map_err(|e| fail(e.into()))?;
-            let info = m.info().map_err(|e| fail(e.into()))?;
+            let info = m.info().map_err(fail)?;
             let (pending, published, seq) = (info.pending, info.published, info.stream_sequence);
             out.since_ms.get_or_insert((published.unix_timestamp_nanos() / 1_000_000) as u64);
             let deleted = m.headers.as_ref().and_then(|h| h.get("KV-Operation")).is_some();

@@ -195,7 +195,7 @@ pub(crate) async fn list_keys(
     // purged): when nothing more comes, the listing is complete.
     while let Ok(Some(m)) = tokio::time::timeout(LIST_IDLE, messages.next()).await {
         let m = m.map_err(|e| fail(e.into()))?;
-        let pending = m.info().map_err(|e| fail(e.into()))?.pending;
+        let pending = m.info().map_err(fail)?.pending;
         let deleted = m.headers.as_ref().and_then(|h| h.get("KV-Operation")).is_some();
         if !deleted && let Some(key) = m.subject.strip_prefix(prefix.as_str()) {
             out.push(key.to_string());
