@@ -571,6 +571,21 @@ mod tests {
         assert_eq!(e.kind(), BusErrorKind::Transient);
     }
 
+    /// A handshake failure is an I/O error carrying the TLS library's error;
+    /// any other I/O error, whatever it says, is not a TLS failure.
+    #[test]
+    fn tls_failures_are_told_by_the_tls_error_they_carry() {
+        use async_nats::{ConnectError, ConnectErrorKind};
+        let io = |e: Box<dyn std::error::Error + Send + Sync>| std::io::Error::new(std::io::ErrorKind::InvalidData, e);
+        let refused =
+            async_nats::rustls::Error::InvalidCertificate(async_nats::rustls::CertificateError::UnknownIssuer);
+        let handshake = ConnectError::with_source(ConnectErrorKind::Io, io(Box::new(refused)));
+        assert!(super::is_tls_error(&handshake));
+        let other = ConnectError::with_source(ConnectErrorKind::Io, io("tls handshake certificate".into()));
+        assert!(!super::is_tls_error(&other), "text decides nothing");
+        assert!(super::is_tls_error(&ConnectError::new(ConnectErrorKind::Tls)));
+    }
+
     #[test]
     fn urls_lose_their_credentials() {
         assert_eq!(super::redact_url("nats://u:secret@h:4222"), "nats://***@h:4222");
