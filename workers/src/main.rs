@@ -6,6 +6,9 @@
 //! codes"): 0 after a clean stop, 2 when it cannot start (usage,
 //! configuration, NATS, a required MCP server), 1 when serving failed after
 //! it started. Either error is one line on stderr, each cause once.
+//!
+//! This file is the arguments and the start-up wiring only; what a worker
+//! does is the `flotilla_worker` library (workers/src/lib.rs).
 
 use std::path::PathBuf;
 use std::sync::Arc;

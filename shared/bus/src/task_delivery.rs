@@ -66,6 +66,12 @@ impl TaskDelivery {
         self.msg.info().map(|i| i.delivered as u32).unwrap_or(1)
     }
 
+    /// Where the task is stored in the tasks stream: the same on every
+    /// delivery of it, unlike the delivery count.
+    pub fn stream_sequence(&self) -> Option<u64> {
+        self.msg.info().ok().map(|i| i.stream_sequence)
+    }
+
     /// The W3C trace context the publisher sent in the `traceparent` header.
     pub fn traceparent(&self) -> Option<String> {
         self.msg.headers.as_ref().and_then(|h| h.get(TRACEPARENT)).map(|v| v.to_string())
