@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use flotilla_bus::{BusError, Cas, job_keys};
+use flotilla_bus::{BusError, BusErrorKind, Cas, job_keys};
 use flotilla_protocol::ids::{JobId, SubagentType, TaskId, Tenant};
 use flotilla_protocol::{JobEvent, JobInput, JobRecord, JobTodos, TaskEntry, TaskMessage, TaskReport};
 use tokio::sync::watch;
@@ -115,10 +115,18 @@ impl FakeKv {
     fn store(&mut self, key: &str, value: Bytes) -> Result<Cas, BusError> {
         if self.outage > 0 {
             self.outage -= 1;
-            return Err(BusError::new(format!("cannot store {key}"), "timed out: didn't receive ack in time"));
+            return Err(BusError::with_kind(
+                BusErrorKind::Transient,
+                format!("cannot store {key}"),
+                "timed out: didn't receive ack in time",
+            ));
         }
         if self.max_value.is_some_and(|max| value.len() > max) {
-            return Err(BusError::new(format!("cannot store {key}"), "maximum payload exceeded"));
+            return Err(BusError::with_kind(
+                BusErrorKind::TooLarge,
+                format!("cannot store {key}"),
+                "maximum payload exceeded",
+            ));
         }
         self.revision += 1;
         self.written += value.len() as u64;

@@ -184,7 +184,10 @@ impl JobStore {
         if let Some(r) = self.live.get(id).map(|r| r.clone()) {
             return Ok(r.look(look));
         }
-        let (rec, _, _) = self.stored(id).await?.ok_or_else(|| BusError::new(format!("job {id}"), "not found"))?;
+        let (rec, _, _) = self
+            .stored(id)
+            .await?
+            .ok_or_else(|| BusError::with_kind(BusErrorKind::NotFound, format!("job {id}"), "not found"))?;
         Ok(look(&rec))
     }
 
@@ -194,8 +197,10 @@ impl JobStore {
         if let Some(r) = self.live.get(id).map(|r| r.clone()) {
             return Ok((r, false));
         }
-        let (rec, header, todos) =
-            self.stored(id).await?.ok_or_else(|| BusError::new(format!("job {id}"), "not found"))?;
+        let (rec, header, todos) = self
+            .stored(id)
+            .await?
+            .ok_or_else(|| BusError::with_kind(BusErrorKind::NotFound, format!("job {id}"), "not found"))?;
         let mut loaded = false;
         let live = self
             .live

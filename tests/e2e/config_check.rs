@@ -76,6 +76,30 @@ async fn an_unknown_tool_in_a_subagent_type_is_named_with_its_key() {
     assert!(found[0].1.contains("ledger"), "{found:?}");
 }
 
+/// What a worker checks only as it builds a type, checked before any worker
+/// starts: a `stop_at_tools` entry naming no tool of the type, and an
+/// `output_schema` that is no JSON Schema, each named with its key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_check_a_worker_makes_at_start_is_made_before_it_starts() {
+    let mut config = TestConfig::demo("nats://127.0.0.1:4222", 1, 0);
+    let typo = "stop_at_tools = [\"finance_gross_margn\"]\n";
+    config.section_replace("concurrency = 1\n", &format!("concurrency = 1\n{typo}"));
+    let (code, out, _) = check(&config.write(), &["--json", "config", "check"], &[]);
+    assert_eq!(code, 2, "{out}");
+    let found = problems(&out);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].0, "subagents.finance.stop_at_tools");
+    assert!(found[0].1.contains("finance_gross_margn") && found[0].1.contains("finance_gross_margin"), "{found:?}");
+
+    config.section_replace(typo, "output_schema = { type = 42 }\n");
+    let (code, out, _) = check(&config.write(), &["--json", "config", "check"], &[]);
+    assert_eq!(code, 2, "{out}");
+    let found = problems(&out);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].0, "subagents.finance.output_schema");
+    assert!(found[0].1.starts_with("not a JSON Schema"), "{found:?}");
+}
+
 /// A stdio MCP server whose command is not there: named with the path and
 /// the fix, and the entries using it are reported unresolved.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -55,18 +55,27 @@ pub struct ApprovalPolicy {
     timeout: Duration,
 }
 
+/// Every `interrupt_on` rule offers decisions on a tool call: an
+/// elicitation's decisions (accept, decline) answer an MCP server's question.
+pub fn check_decisions(ty: &str, config: &SubagentConfig) -> Result<(), crate::runtime::InvalidKey> {
+    for (name, rule) in &config.interrupt_on {
+        if let Some(d) = rule.decisions.iter().find(|d| DecisionKind::ELICITATION.contains(d)) {
+            return Err(crate::runtime::InvalidKey::new(
+                format!("subagents.{ty}.interrupt_on.{name}.decisions"),
+                format!("{d} answers an MCP server's question, not a tool call (use approve, reject, edit)"),
+            ));
+        }
+    }
+    Ok(())
+}
+
 impl ApprovalPolicy {
     /// The policy of `config`, gating its `interrupt_on` tools in `tools`.
     /// A key naming no tool of the type is an error: a typo must not switch
     /// approval off silently.
     pub fn apply(ty: &str, config: &SubagentConfig, tools: &mut ToolSet) -> anyhow::Result<Self> {
-        for (name, rule) in &config.interrupt_on {
-            if let Some(d) = rule.decisions.iter().find(|d| DecisionKind::ELICITATION.contains(d)) {
-                anyhow::bail!(
-                    "invalid config key `subagents.{ty}.interrupt_on.{name}.decisions`: {d} answers an MCP server's \
-                     question, not a tool call (use approve, reject, edit)"
-                );
-            }
+        check_decisions(ty, config)?;
+        for name in config.interrupt_on.keys() {
             tools.require_approval(name).map_err(|e| {
                 anyhow::anyhow!(
                     "invalid config key `subagents.{ty}.interrupt_on.{name}`: {e} (use the final tool name)"

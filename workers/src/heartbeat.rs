@@ -145,8 +145,40 @@ async fn send(bus: &Bus, hb: &WorkerHeartbeat) {
 
 /// The host name (`flotilla_telemetry::host::host_name`, the one lookup of
 /// the workspace), owned. The worker's heartbeats' `host`, its default id
-/// (`<host>-<pid>`, `workers/src/main.rs`) and the host of its metrics URL all
+/// ([`default_id`], `<host>-<pid>`) and the host of its metrics URL all
 /// use it, so they always name the same machine.
 pub fn host_name() -> String {
     flotilla_telemetry::host::host_name().to_string()
+}
+
+/// One MCP server's health as a heartbeat reports it.
+pub fn mcp_health_entry(h: flotilla_mcp::ServerHealth) -> flotilla_protocol::McpServerHealth {
+    use flotilla_mcp::HealthStatus;
+    let ok = h.status == HealthStatus::Up;
+    let detail = match h.status {
+        HealthStatus::Up => format!("{} {}: {} tools", h.transport, h.endpoint, h.tools),
+        HealthStatus::Pending => format!("{} {}: not contacted yet", h.transport, h.endpoint),
+        HealthStatus::Down => format!(
+            "{} {}: down ({} failures): {}",
+            h.transport,
+            h.endpoint,
+            h.consecutive_failures,
+            h.last_error.as_deref().unwrap_or("unknown error")
+        ),
+    };
+    flotilla_protocol::McpServerHealth { name: h.server, ok, detail: Some(detail) }
+}
+
+/// `<host>-<pid>`, with the host name the heartbeats carry.
+pub fn default_id() -> String {
+    format!("{}-{}", host_name(), std::process::id())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_default_worker_id_names_the_host_its_heartbeats_carry() {
+        let host = super::host_name();
+        assert_eq!(super::default_id(), format!("{host}-{}", std::process::id()));
+    }
 }

@@ -6,21 +6,9 @@
 //! codes"): 0 after a clean stop, 2 when it cannot start (usage,
 //! configuration, NATS, a required MCP server), 1 when serving failed after
 //! it started. Either error is one line on stderr, each cause once.
-
-mod approval;
-mod cancel;
-mod heartbeat;
-mod inbox;
-mod large_report;
-mod mcp_context;
-mod mcp_credentials;
-mod metrics;
-mod progress;
-mod runtime;
-mod sandbox;
-mod task;
-mod tools;
-mod worker;
+//!
+//! This file is the arguments and the start-up wiring only; what a worker
+//! does is the `flotilla_worker` library (workers/src/lib.rs).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -35,10 +23,11 @@ use flotilla_protocol::ids::SubagentType;
 use flotilla_telemetry::logging::{self as telemetry, LogFormat};
 use tokio_util::sync::CancellationToken;
 
-use crate::heartbeat::{Heartbeats, Identity};
-use crate::metrics::WorkerMetrics;
-use crate::runtime::SubagentRuntime;
-use crate::task::WorkerContext;
+use flotilla_worker::heartbeat::{self, Heartbeats, Identity};
+use flotilla_worker::metrics::WorkerMetrics;
+use flotilla_worker::runtime::SubagentRuntime;
+use flotilla_worker::task::WorkerContext;
+use flotilla_worker::{cancel, mcp_credentials, worker};
 
 /// Flotilla worker: runs isolated subagents for the task queues of its types.
 #[derive(Parser, Debug)]
@@ -112,13 +101,13 @@ async fn run(args: Args) -> anyhow::Result<i32> {
     if types.is_empty() {
         anyhow::bail!("nothing to serve: the config has no [subagents.<type>] sections (pass --config)");
     }
-    let worker_id = args.id.unwrap_or_else(default_id);
+    let worker_id = args.id.unwrap_or_else(heartbeat::default_id);
     let bus = Bus::connect(&settings.nats, &format!("flotilla-worker {worker_id}"), Duration::from_secs(30)).await?;
     bus.ensure_topology().await.context("cannot declare JetStream topology")?;
     let files = bus.job_files(&settings.files).await.context("cannot open the job files bucket")?;
     mcp_credentials::install(&bus, &settings).await?;
     let mcp = Arc::new(McpHub::new(&settings.mcp_servers));
-    let mcp_servers = discover_mcp(&settings, &types, &mcp).await?;
+    let mcp_servers = flotilla_worker::tools::discover_mcp(&settings, &types, &mcp).await?;
     let runtimes = types
         .iter()
         .map(|ty| SubagentRuntime::build(&settings, ty, &files, &mcp).map(Arc::new))
@@ -156,7 +145,8 @@ async fn run(args: Args) -> anyhow::Result<i32> {
         metrics.declare(ty);
     }
     let hub = mcp.clone();
-    let mcp_health: heartbeat::McpHealth = Arc::new(move || hub.health().into_iter().map(mcp_health_entry).collect());
+    let mcp_health: heartbeat::McpHealth =
+        Arc::new(move || hub.health().into_iter().map(heartbeat::mcp_health_entry).collect());
     let heartbeats =
         Heartbeats::start(bus.clone(), identity, metrics.clone(), Some(mcp_health), shutdown.clone()).await;
     let service = announce(&bus, &worker_id, &types).await;
@@ -166,7 +156,7 @@ async fn run(args: Args) -> anyhow::Result<i32> {
     let grace = Duration::from_secs(args.grace.unwrap_or(settings.worker.grace));
     let result = worker::run(ctx, runtimes, grace).await;
     if let Some(s) = service {
-        let _ = s.stop().await;
+        s.stop().await;
     }
     heartbeats.finish().await;
     mcp.shutdown().await;
@@ -182,7 +172,7 @@ async fn run(args: Args) -> anyhow::Result<i32> {
 /// Answers the NATS service API as an instance of `flotilla-worker`, so NATS
 /// tooling discovers the fleet. Optional: a role without `$SRV` permissions
 /// (deploy/nats/roles.conf grants them) only loses the discovery.
-async fn announce(bus: &Bus, worker_id: &str, types: &[SubagentType]) -> Option<async_nats::service::Service> {
+async fn announce(bus: &Bus, worker_id: &str, types: &[SubagentType]) -> Option<flotilla_bus::Announcement> {
     let metadata = [
         ("worker_id", worker_id.to_string()),
         ("host", heartbeat::host_name()),
@@ -195,49 +185,6 @@ async fn announce(bus: &Bus, worker_id: &str, types: &[SubagentType]) -> Option<
     announced.map_err(|e| tracing::warn!(error = %e, "not discoverable through $SRV")).ok()
 }
 
-/// Discovers the MCP servers the served types use. A server down now only
-/// loses its own tools (and is retried in the background), unless its config
-/// says `required = true`.
-async fn discover_mcp(
-    settings: &Settings,
-    types: &[SubagentType],
-    mcp: &McpHub,
-) -> anyhow::Result<std::collections::BTreeSet<String>> {
-    let names =
-        flotilla_mcp::servers_in(types.iter().filter_map(|ty| settings.subagents.get(ty)).flat_map(|c| c.tools.iter()));
-    for (name, result) in mcp.discover(&names).await {
-        if let Err(e) = result
-            && settings.mcp_servers.get(&name).is_none_or(|s| s.required)
-        {
-            anyhow::bail!("{e}");
-        }
-    }
-    Ok(names)
-}
-
-/// One MCP server's health as a heartbeat reports it.
-fn mcp_health_entry(h: flotilla_mcp::ServerHealth) -> flotilla_protocol::McpServerHealth {
-    use flotilla_mcp::HealthStatus;
-    let ok = h.status == HealthStatus::Up;
-    let detail = match h.status {
-        HealthStatus::Up => format!("{} {}: {} tools", h.transport, h.endpoint, h.tools),
-        HealthStatus::Pending => format!("{} {}: not contacted yet", h.transport, h.endpoint),
-        HealthStatus::Down => format!(
-            "{} {}: down ({} failures): {}",
-            h.transport,
-            h.endpoint,
-            h.consecutive_failures,
-            h.last_error.as_deref().unwrap_or("unknown error")
-        ),
-    };
-    flotilla_protocol::McpServerHealth { name: h.server, ok, detail: Some(detail) }
-}
-
-/// `<host>-<pid>`, with the host name the heartbeats carry.
-fn default_id() -> String {
-    format!("{}-{}", heartbeat::host_name(), std::process::id())
-}
-
 async fn shutdown_on_signal(token: CancellationToken) {
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
     tokio::select! {
@@ -246,13 +193,4 @@ async fn shutdown_on_signal(token: CancellationToken) {
     }
     tracing::info!("told to stop: draining");
     token.cancel();
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn the_default_worker_id_names_the_host_its_heartbeats_carry() {
-        let host = super::heartbeat::host_name();
-        assert_eq!(super::default_id(), format!("{host}-{}", std::process::id()));
-    }
 }

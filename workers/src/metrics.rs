@@ -47,6 +47,12 @@ pub struct WorkerMetrics {
     duration: Family<TypeLabel, Histogram, fn() -> Histogram>,
 }
 
+impl Default for WorkerMetrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl WorkerMetrics {
     /// Registers every family.
     pub fn new() -> Self {

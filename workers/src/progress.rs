@@ -119,6 +119,18 @@ impl AgentObserver for ProgressPublisher {
     async fn checkpoint(&self, _conversation: &Conversation) {}
 }
 
+/// The sandbox's `executed` events are the task's progress events.
+#[async_trait]
+impl flotilla_sandbox::ExecutionReporter for ProgressPublisher {
+    fn worker_id(&self) -> &str {
+        &self.worker_id
+    }
+
+    async fn emit(&self, kind: ProgressKind) {
+        ProgressPublisher::emit(self, kind).await
+    }
+}
+
 /// The shortest time between two `model_delta` events of a task.
 pub const DELTA_INTERVAL: Duration = Duration::from_millis(250);
 /// The most text one `model_delta` event carries, in characters.

@@ -1,6 +1,11 @@
 //! What a worker knows about each subagent type it serves, built once at start
 //! from static config: the model client and the tool set. Tasks share these;
 //! each task gets only a fresh conversation.
+//!
+//! The checks of a type's config that only building its runtime would make
+//! (`permissions`, `interrupt_on` decisions, `stop_at_tools`,
+//! `output_schema`) are [`validate`], a pure function, so `flotilla config
+//! check` makes the same ones before any worker starts.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,8 +23,9 @@ use flotilla_protocol::ids::SubagentType;
 use flotilla_tools::{self as builtin, FileToolEnv};
 use tokio::sync::Semaphore;
 
-use crate::approval::ApprovalPolicy;
-use crate::sandbox::{ExecuteTool, Sandbox};
+use flotilla_sandbox::{ExecuteTool, Sandbox};
+
+use crate::approval::{self, ApprovalPolicy};
 use crate::tools;
 
 /// One served subagent type.
@@ -64,9 +70,7 @@ impl SubagentRuntime {
             flotilla_model_anthropic::build(&config.model, model_settings)?,
             settings.price(&config.model),
         );
-        let permissions = Permissions::compile(&config.permissions, config.default_permission).map_err(|e| {
-            anyhow::anyhow!("invalid config key `subagents.{ty}.permissions[{}]`: {}", e.rule, e.message)
-        })?;
+        let permissions = permissions(ty.as_str(), &config)?;
         let builtins = Arc::new(FileToolEnv { files: files.clone(), permissions });
         // `execute` comes with the sandbox, listed in `tools` or not; config
         // validation refuses it without one (shared/config/src/lib.rs).
@@ -81,25 +85,14 @@ impl SubagentRuntime {
             None => None,
         };
         let approvals = Arc::new(ApprovalPolicy::apply(ty.as_str(), &config, &mut tools)?);
-        if let Some(unknown) = config.stop_at_tools.iter().find(|t| !tools.names().contains(t)) {
-            anyhow::bail!(
-                "invalid config key `subagents.{ty}.stop_at_tools`: no tool {unknown:?} in this type's tools \
-                 (tools: {})",
-                tools.names().join(", ")
-            );
-        }
+        check_stop_at_tools(ty.as_str(), &config, &tools.names())?;
         if let Some(max_bytes) = settings.files.large_result_bytes() {
             let exempt = builtin::READ_ONLY.iter().map(|s| s.to_string()).collect();
             tools.set_eviction(Eviction { files: files.clone(), max_bytes, exempt });
         }
         let report_budget = report_budget(settings.files.large_result_bytes());
         let mcp_context = crate::mcp_context::McpContext::build(ty.as_str(), &config, mcp)?;
-        let output_schema = match &config.output_schema {
-            Some(schema) => Some(Arc::new(OutputSchema::new(schema.clone()).map_err(|e| {
-                anyhow::anyhow!("invalid config key `subagents.{ty}.output_schema`: not a JSON Schema: {e}")
-            })?)),
-            None => None,
-        };
+        let output_schema = output_schema(ty.as_str(), &config)?;
         Ok(Self {
             ty: ty.clone(),
             slots: Arc::new(Semaphore::new(config.concurrency)),
@@ -134,10 +127,109 @@ impl SubagentRuntime {
     }
 }
 
+/// A config key of a subagent type whose value cannot work, and why. Prints
+/// as the worker reports it at start: "invalid config key `<key>`: <why>".
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("invalid config key `{key}`: {message}")]
+pub struct InvalidKey {
+    /// The key, e.g. `subagents.finance.stop_at_tools`.
+    pub key: String,
+    /// What is wrong with its value.
+    pub message: String,
+}
+
+impl InvalidKey {
+    /// The problem `message` of `key`.
+    pub fn new(key: impl Into<String>, message: impl Into<String>) -> Self {
+        Self { key: key.into(), message: message.into() }
+    }
+}
+
+/// The checks a worker makes as it builds the runtime of type `ty`, short of
+/// starting anything: its `permissions` compile, its `interrupt_on` rules
+/// offer tool-call decisions, its `stop_at_tools` name tools it has (`tools`:
+/// the names of its tool set, `execute` included when it has a sandbox) and
+/// its `output_schema` is a JSON Schema. The first problem is returned.
+pub fn validate(ty: &str, config: &SubagentConfig, tools: &[String]) -> Result<(), InvalidKey> {
+    permissions(ty, config)?;
+    approval::check_decisions(ty, config)?;
+    check_stop_at_tools(ty, config, tools)?;
+    output_schema(ty, config)?;
+    Ok(())
+}
+
+/// The type's file permissions, compiled.
+fn permissions(ty: &str, config: &SubagentConfig) -> Result<Permissions, InvalidKey> {
+    Permissions::compile(&config.permissions, config.default_permission)
+        .map_err(|e| InvalidKey::new(format!("subagents.{ty}.permissions[{}]", e.rule), e.message))
+}
+
+/// Every `stop_at_tools` entry names one of `tools`: a typo would let a run
+/// go on past the tool meant to end it.
+fn check_stop_at_tools(ty: &str, config: &SubagentConfig, tools: &[String]) -> Result<(), InvalidKey> {
+    match config.stop_at_tools.iter().find(|t| !tools.contains(t)) {
+        Some(unknown) => Err(InvalidKey::new(
+            format!("subagents.{ty}.stop_at_tools"),
+            format!("no tool {unknown:?} in this type's tools (tools: {})", tools.join(", ")),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// The type's `output_schema`, compiled.
+fn output_schema(ty: &str, config: &SubagentConfig) -> Result<Option<Arc<OutputSchema>>, InvalidKey> {
+    let Some(schema) = &config.output_schema else { return Ok(None) };
+    let compiled = OutputSchema::new(schema.clone())
+        .map_err(|e| InvalidKey::new(format!("subagents.{ty}.output_schema"), format!("not a JSON Schema: {e}")))?;
+    Ok(Some(Arc::new(compiled)))
+}
+
 /// Bytes of answer a report may carry inline: the eviction threshold when set,
 /// and never more than fits a message with room for the envelope (JSON
 /// escaping can double a string, hence the half).
 fn report_budget(large_result_bytes: Option<usize>) -> usize {
     let fits = MAX_MESSAGE_BYTES / 2 - 16 * 1024;
     large_result_bytes.map_or(fits, |b| b.min(fits))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(extra: &str) -> SubagentConfig {
+        let text = format!("description = \"d\"\nmodel = \"m\"\ntools = [\"read_file\"]\n{extra}");
+        toml::from_str(&text).expect("a subagent config")
+    }
+
+    fn tools() -> Vec<String> {
+        vec!["read_file".into(), "execute".into()]
+    }
+
+    #[test]
+    fn a_good_type_passes() {
+        let c = config("stop_at_tools = [\"execute\"]\noutput_schema = { type = \"object\" }");
+        assert_eq!(validate("t", &c, &tools()), Ok(()));
+    }
+
+    #[test]
+    fn a_stop_at_tool_the_type_lacks_is_named_with_its_key() {
+        let e = validate("t", &config("stop_at_tools = [\"submit\"]"), &tools()).unwrap_err();
+        assert_eq!(e.key, "subagents.t.stop_at_tools");
+        assert!(e.message.contains("\"submit\"") && e.message.contains("read_file, execute"), "{e}");
+        assert!(e.to_string().starts_with("invalid config key `subagents.t.stop_at_tools`: "), "{e}");
+    }
+
+    #[test]
+    fn an_output_schema_that_is_no_json_schema_is_named_with_its_key() {
+        let e = validate("t", &config("output_schema = { type = 42 }"), &tools()).unwrap_err();
+        assert_eq!(e.key, "subagents.t.output_schema");
+        assert!(e.message.starts_with("not a JSON Schema"), "{e}");
+    }
+
+    #[test]
+    fn an_elicitation_decision_on_a_tool_is_named_with_its_key() {
+        let c = config("[interrupt_on.read_file]\ndecisions = [\"accept\"]");
+        let e = validate("t", &c, &tools()).unwrap_err();
+        assert_eq!(e.key, "subagents.t.interrupt_on.read_file.decisions");
+    }
 }

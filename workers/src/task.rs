@@ -8,11 +8,12 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use async_nats::jetstream::{AckKind, Message};
 use flotilla_agent::agent::{Agent, Conversation, RunContext};
 use flotilla_agent::retry::Backoff;
-use flotilla_bus::{Bus, TRACEPARENT, retry};
-use flotilla_protocol::{self as protocol, ErrorInfo, ErrorKind, ProgressKind, TaskMessage, TaskReport, TaskStatus};
+use flotilla_bus::{Bus, TaskDelivery, retry};
+use flotilla_protocol::{
+    self as protocol, ErrorInfo, ErrorKind, ProgressKind, TaskMessage, TaskReport, TaskStatus, Usage,
+};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -40,17 +41,19 @@ pub struct WorkerContext {
     pub cancels: Arc<CancelWatch>,
 }
 
+/// What a run came to: the answer, or the error, with the usage spent either way.
+type Outcome = Result<(String, Usage), (ErrorInfo, Usage)>;
+
 /// Handles one delivery. Never panics on bad input: malformed messages are
 /// dead-lettered with their reason and terminated.
-pub async fn handle(ctx: Arc<WorkerContext>, rt: Arc<SubagentRuntime>, msg: Message) {
-    let attempt = msg.info().map(|i| i.delivered as u32).unwrap_or(1);
-    let task: TaskMessage = match protocol::decode(&msg.payload) {
+pub async fn handle(ctx: Arc<WorkerContext>, rt: Arc<SubagentRuntime>, delivery: TaskDelivery) {
+    let attempt = delivery.attempt();
+    let task: TaskMessage = match protocol::decode(delivery.payload()) {
         Ok(t) => t,
         Err(e) => {
-            tracing::warn!(subject = %msg.subject, error = %e, "malformed task message dead-lettered");
-            ctx.bus.dead_letter("task", msg.payload.clone(), &e.to_string()).await;
+            tracing::warn!(subject = %delivery.subject(), error = %e, "malformed task message dead-lettered");
             ctx.metrics.task_ended(&rt.ty, "dead_lettered", None);
-            let _ = msg.ack_with(AckKind::Term).await;
+            let _ = delivery.dead_letter(&e.to_string()).await;
             return;
         }
     };
@@ -62,16 +65,10 @@ pub async fn handle(ctx: Arc<WorkerContext>, rt: Arc<SubagentRuntime>, msg: Mess
             rt.ty.as_str()
         );
         tracing::warn!(%reason, "task dead-lettered");
-        ctx.bus.dead_letter("task", msg.payload.clone(), &reason).await;
-        let _ = msg.ack_with(AckKind::Term).await;
+        let _ = delivery.dead_letter(&reason).await;
         return;
     }
-    let traceparent = msg
-        .headers
-        .as_ref()
-        .and_then(|h| h.get(TRACEPARENT))
-        .map(|v| v.to_string())
-        .or_else(|| task.traceparent.clone());
+    let traceparent = delivery.traceparent().or_else(|| task.traceparent.clone());
     let span = tracing::info_span!(
         "task",
         job_id = %task.job_id,
@@ -80,13 +77,15 @@ pub async fn handle(ctx: Arc<WorkerContext>, rt: Arc<SubagentRuntime>, msg: Mess
         attempt,
         trace_id = traceparent.as_deref().and_then(flotilla_protocol::trace::trace_id).unwrap_or("-"),
     );
-    run(ctx, rt, msg, task, attempt, traceparent).instrument(span).await
+    run(ctx, rt, delivery, task, attempt, traceparent).instrument(span).await
 }
 
+/// One attempt of a decoded task: start (progress, cancel registration,
+/// keep-alive), run the subagent, then hand the task back or report and ack.
 async fn run(
     ctx: Arc<WorkerContext>,
     rt: Arc<SubagentRuntime>,
-    msg: Message,
+    delivery: TaskDelivery,
     task: TaskMessage,
     attempt: u32,
     traceparent: Option<String>,
@@ -94,7 +93,35 @@ async fn run(
     let started_at = protocol::now();
     let started = Instant::now();
     let _in_flight = ctx.metrics.task_started(&rt.ty);
-    let progress = ProgressPublisher {
+    let progress = progress_publisher(&ctx, &task, attempt);
+    let cancel = ctx.hand_back.child_token();
+    let _registration = ctx.cancels.register(task.job_id, task.task_id, cancel.clone());
+    // A task of an already cancelled job reports `cancelled` without starting.
+    let job_cancelled = cancel.is_cancelled() && !ctx.hand_back.is_cancelled();
+    if !job_cancelled {
+        tracing::info!("task started");
+        progress.emit(ProgressKind::Started).await;
+    }
+    let keepalive = keep_alive(&ctx, &delivery, &progress, cancel.clone());
+    let outcome = if job_cancelled {
+        Err((ErrorInfo::new(ErrorKind::Cancelled, cancelled_before_start(&ctx, &task)), Default::default()))
+    } else {
+        let run = Subagent { ctx: &ctx, rt: &rt, task: &task, progress: &progress, cancel: &cancel };
+        run.run(started_at, traceparent.as_deref()).await
+    };
+    keepalive.abort();
+    if handed_back(&ctx, &rt, &delivery, &outcome, attempt).await {
+        return;
+    }
+    let report = report(&ctx, &rt, &task, outcome, attempt, started_at, started).await;
+    progress.flush_deltas().await;
+    progress.emit(ProgressKind::Finished { status: report.status, usage: report.usage }).await;
+    store_report_and_ack(&ctx, &rt, &delivery, &task, &report, traceparent.as_deref(), started).await;
+}
+
+/// The progress publisher of one attempt.
+fn progress_publisher(ctx: &WorkerContext, task: &TaskMessage, attempt: u32) -> ProgressPublisher {
+    ProgressPublisher {
         bus: ctx.bus.clone(),
         tenant: task.tenant.clone(),
         job_id: task.job_id,
@@ -104,35 +131,38 @@ async fn run(
         attempt,
         metrics: ctx.metrics.agent.clone(),
         deltas: Default::default(),
-    };
-    let cancel = ctx.hand_back.child_token();
-    let _registration = ctx.cancels.register(task.job_id, task.task_id, cancel.clone());
-    // A task of an already cancelled job reports `cancelled` without starting.
-    let job_cancelled = cancel.is_cancelled() && !ctx.hand_back.is_cancelled();
-    if !job_cancelled {
-        tracing::info!("task started");
-        progress.emit(ProgressKind::Started).await;
     }
-    let keepalive = keep_alive(&ctx, &msg, &progress, cancel.clone());
+}
 
-    let mut limits = rt.limits();
-    if let Some(deadline) = task.deadline {
-        let left = (deadline - started_at).try_into().unwrap_or(Duration::ZERO);
-        limits.timeout = limits.timeout.min(left);
-    }
-    // App-controlled MCP context (resources, prompt), before the subagent starts.
-    let system = if job_cancelled {
-        Ok(String::new())
-    } else {
-        crate::mcp_context::system_prompt(rt.mcp_context.as_ref(), &rt.config, &task, &cancel).await
-    };
-    let outcome = if job_cancelled {
-        Err((ErrorInfo::new(ErrorKind::Cancelled, cancelled_before_start(&ctx, &task)), Default::default()))
-    } else if limits.timeout.is_zero() {
-        Err((ErrorInfo::new(ErrorKind::Timeout, "task deadline passed before it started"), Default::default()))
-    } else if let Err(e) = &system {
-        Err((e.clone(), Default::default()))
-    } else {
+/// The subagent run of one attempt that started.
+struct Subagent<'a> {
+    ctx: &'a WorkerContext,
+    rt: &'a SubagentRuntime,
+    task: &'a TaskMessage,
+    progress: &'a ProgressPublisher,
+    cancel: &'a CancellationToken,
+}
+
+impl Subagent<'_> {
+    /// Runs a fresh subagent on the task within its limits (the task's
+    /// deadline included), with the MCP context, sandbox scratch dir, inbox
+    /// and approval gate of this attempt.
+    async fn run(&self, started_at: time::OffsetDateTime, traceparent: Option<&str>) -> Outcome {
+        let (ctx, rt, task) = (self.ctx, self.rt, self.task);
+        let mut limits = rt.limits();
+        if let Some(deadline) = task.deadline {
+            let left = (deadline - started_at).try_into().unwrap_or(Duration::ZERO);
+            limits.timeout = limits.timeout.min(left);
+        }
+        // App-controlled MCP context (resources, prompt), before the subagent starts.
+        let system = crate::mcp_context::system_prompt(rt.mcp_context.as_ref(), &rt.config, task, self.cancel).await;
+        if limits.timeout.is_zero() {
+            return Err((
+                ErrorInfo::new(ErrorKind::Timeout, "task deadline passed before it started"),
+                Default::default(),
+            ));
+        }
+        let system = system.map_err(|e| (e, Usage::default()))?;
         let agent = Agent {
             model: rt.model.clone(),
             tools: rt.tools.clone(),
@@ -140,71 +170,95 @@ async fn run(
             policy: rt.tool_policy(),
             output: rt.output_schema.clone(),
         };
-        let mut conv = Conversation::new(system.as_deref().unwrap_or_default(), &task.description);
+        let mut conv = Conversation::new(&system, &task.description);
         // The task's sandbox scratch dir lives exactly as long as this run.
         let scratch = match &rt.sandbox {
             Some(s) => s
-                .open(task.task_id, progress.clone())
+                .open(task.task_id, Arc::new(self.progress.clone()))
                 .await
                 .map_err(|e| tracing::error!(error = %e, "sandbox scratch dir not created; execute will fail"))
                 .ok(),
             None => None,
         };
         // Follow-up messages (`message_task`) reach the subagent before its next model call.
-        let inbox = crate::inbox::TaskInbox::open(&ctx.bus, &task).await;
-        let gate = BusApprovalGate::new(ctx.bus.clone(), rt.approvals.clone(), progress.clone(), task.tenant.clone());
+        let inbox = crate::inbox::TaskInbox::open(&ctx.bus, task).await;
+        let gate =
+            BusApprovalGate::new(ctx.bus.clone(), rt.approvals.clone(), self.progress.clone(), task.tenant.clone());
         let run_ctx = RunContext {
             job_id: task.job_id,
             task_id: Some(task.task_id),
             tenant: task.tenant.clone(),
-            traceparent: traceparent.clone(),
-            cancel: cancel.clone(),
+            traceparent: traceparent.map(str::to_string),
+            cancel: self.cancel.clone(),
             approvals: Some(Arc::new(gate)),
             inbox: Some(inbox.inbox()),
         };
-        let r = agent.run(&mut conv, &run_ctx, &progress).await;
+        let r = agent.run(&mut conv, &run_ctx, self.progress).await;
         if let Some(scratch) = scratch {
             scratch.close().await;
         }
-        r.map(|answer| (answer, conv.usage)).map_err(|e| (why_cancelled(&ctx, &task, e), conv.usage))
-    };
-    keepalive.abort();
+        r.map(|answer| (answer, conv.usage)).map_err(|e| (why_cancelled(ctx, task, e), conv.usage))
+    }
+}
 
+/// Whether the attempt ends without a report, the task handed back: the
+/// worker stops and the drain grace ran out, or a transient failure has
+/// attempts left. A transient failure on the last attempt is dead-lettered
+/// (and still reported).
+async fn handed_back(
+    ctx: &WorkerContext,
+    rt: &SubagentRuntime,
+    delivery: &TaskDelivery,
+    outcome: &Outcome,
+    attempt: u32,
+) -> bool {
     if ctx.hand_back.is_cancelled() {
         // Not the task's fault: the drain grace ran out; hand it to another worker.
         tracing::info!("worker stopping: task handed back");
         ctx.metrics.task_ended(&rt.ty, HANDED_BACK, None);
-        let _ = msg.ack_with(AckKind::Nak(None)).await;
-        return;
+        let _ = delivery.hand_back(None).await;
+        return true;
     }
-
     // Transient failures (a model endpoint down after its own retries) get
     // another attempt later, elsewhere if need be; the last attempt reports.
-    if let Err((e, _)) = &outcome
+    if let Err((e, _)) = outcome
         && e.kind == ErrorKind::Transient
     {
         if i64::from(attempt) < ctx.bus.config.max_deliver {
             let delay = Backoff::nth(Duration::from_secs(1), Duration::from_secs(60), attempt.saturating_sub(1));
             tracing::warn!(error = %e, ?delay, "transient failure; task handed back for another attempt");
-            let _ = msg.ack_with(AckKind::Nak(Some(delay))).await;
-            return;
+            let _ = delivery.hand_back(Some(delay)).await;
+            return true;
         }
         let reason = format!("gave up after {attempt} attempts: {}", e.message);
-        ctx.bus.dead_letter("task", msg.payload.clone(), &reason).await;
+        ctx.bus.dead_letter("task", delivery.payload().clone(), &reason).await;
     }
+    false
+}
 
+/// The report of a finished attempt; a long answer goes to the job files
+/// (`large_report.rs`), so does the partial work of a failed one.
+async fn report(
+    ctx: &WorkerContext,
+    rt: &SubagentRuntime,
+    task: &TaskMessage,
+    outcome: Outcome,
+    attempt: u32,
+    started_at: time::OffsetDateTime,
+    started: Instant,
+) -> TaskReport {
     let (status, summary, summary_file, error, usage) = match outcome {
-        Ok((answer, usage)) => match crate::large_report::offload(&rt, &task, answer).await {
+        Ok((answer, usage)) => match crate::large_report::offload(rt, task, answer).await {
             Ok((summary, file)) => (TaskStatus::Completed, summary, file, None, usage),
             Err(e) => (TaskStatus::Failed, String::new(), None, Some(e), usage),
         },
         Err((e, usage)) => {
             let status = if e.kind == ErrorKind::Cancelled { TaskStatus::Cancelled } else { TaskStatus::Failed };
-            crate::large_report::store_failure(&rt, &task, status.as_str(), &e).await;
+            crate::large_report::store_failure(rt, task, status.as_str(), &e).await;
             (status, String::new(), None, Some(e), usage)
         }
     };
-    let report = TaskReport {
+    TaskReport {
         v: protocol::SCHEMA_VERSION,
         job_id: task.job_id,
         task_id: task.task_id,
@@ -219,28 +273,38 @@ async fn run(
         started_at,
         finished_at: protocol::now(),
         duration_ms: started.elapsed().as_millis() as u64,
-    };
-    progress.flush_deltas().await;
-    progress.emit(ProgressKind::Finished { status, usage }).await;
+    }
+}
+
+/// Stores the report, then acks the task; a report that cannot be stored
+/// hands the task back for a redelivery.
+async fn store_report_and_ack(
+    ctx: &WorkerContext,
+    rt: &SubagentRuntime,
+    delivery: &TaskDelivery,
+    task: &TaskMessage,
+    report: &TaskReport,
+    traceparent: Option<&str>,
+    started: Instant,
+) {
     // Ride out a short NATS outage; the task stays ours meanwhile (ack_wait).
     // `Nats-Msg-Id` = `report:<task>` (shared/bus/src/reports.rs).
     let budget = Duration::from_secs(ctx.bus.config.ack_wait.max(2) / 2);
     let reports = ctx.bus.reports();
-    let stored =
-        retry("report publish", budget, || reports.publish(&task.tenant, &report, traceparent.as_deref())).await;
+    let stored = retry("report publish", budget, || reports.publish(&task.tenant, report, traceparent)).await;
     match stored {
         Ok(()) => {
             // A plain ack suffices: the report is already stored, so if this ack
             // is lost the redelivered task's second report is ignored by the planner.
-            if let Err(e) = msg.ack().await {
+            if let Err(e) = delivery.ack().await {
                 tracing::warn!(error = %e, "task ack failed after report was stored");
             }
-            ctx.metrics.task_ended(&rt.ty, status.as_str(), Some(started.elapsed()));
-            tracing::info!(status = status.as_str(), ms = report.duration_ms, "task finished");
+            ctx.metrics.task_ended(&rt.ty, report.status.as_str(), Some(started.elapsed()));
+            tracing::info!(status = report.status.as_str(), ms = report.duration_ms, "task finished");
         }
         Err(e) => {
             tracing::error!(error = %e, "report not stored; task will be redelivered");
-            let _ = msg.ack_with(AckKind::Nak(Some(Duration::from_secs(1)))).await;
+            let _ = delivery.hand_back(Some(Duration::from_secs(1))).await;
         }
     }
 }
@@ -249,12 +313,12 @@ async fn run(
 /// long model and tool calls keep the task while a dead worker loses it fast.
 fn keep_alive(
     ctx: &WorkerContext,
-    msg: &Message,
+    delivery: &TaskDelivery,
     progress: &ProgressPublisher,
     cancel: CancellationToken,
 ) -> tokio::task::AbortHandle {
     let every = Duration::from_millis(ctx.bus.config.ack_wait.max(1) * 1000 / 3);
-    let msg = msg.clone();
+    let delivery = delivery.clone();
     let progress = progress.clone();
     tokio::spawn(async move {
         let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
@@ -263,7 +327,7 @@ fn keep_alive(
                 _ = tick.tick() => {}
                 _ = cancel.cancelled() => return,
             }
-            if let Err(e) = msg.ack_with(AckKind::Progress).await {
+            if let Err(e) = delivery.progress().await {
                 tracing::warn!(error = %e, "in-progress ack failed");
             }
             progress.emit(ProgressKind::Heartbeat).await;

@@ -10,8 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use flotilla_agent::retry::Backoff;
-use flotilla_bus::{TOPOLOGY_BUDGET, retry};
-use futures::StreamExt;
+use flotilla_bus::{TOPOLOGY_BUDGET, TaskConsumer, retry};
 use tokio_util::task::TaskTracker;
 
 use crate::runtime::SubagentRuntime;
@@ -52,12 +51,7 @@ pub async fn run(ctx: Arc<WorkerContext>, runtimes: Vec<Arc<SubagentRuntime>>, g
     Ok(())
 }
 
-async fn consume(
-    ctx: Arc<WorkerContext>,
-    rt: Arc<SubagentRuntime>,
-    consumer: async_nats::jetstream::consumer::PullConsumer,
-    tracker: TaskTracker,
-) {
+async fn consume(ctx: Arc<WorkerContext>, rt: Arc<SubagentRuntime>, consumer: TaskConsumer, tracker: TaskTracker) {
     let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
     loop {
         let permit = tokio::select! {
@@ -68,32 +62,23 @@ async fn consume(
         if ctx.shutdown.is_cancelled() {
             return;
         }
-        let batch = consumer.batch().max_messages(1).expires(PULL_EXPIRES).messages().await;
-        let mut batch = match batch {
-            Ok(b) => b,
-            Err(e) => {
-                tracing::warn!(subagent_type = %rt.ty, error = %e, "pull failed; retrying");
-                tokio::time::sleep(backoff.next_delay()).await;
-                continue;
-            }
-        };
         // Not cut short on shutdown: a pull in flight (at most PULL_EXPIRES)
         // may still deliver one task, which then runs like any other during
         // the drain instead of waiting out ack_wait unacked.
-        match batch.next().await {
-            Some(Ok(msg)) => {
+        match consumer.next(PULL_EXPIRES).await {
+            Ok(Some(delivery)) => {
                 backoff.reset();
                 let (ctx, rt) = (ctx.clone(), rt.clone());
                 tracker.spawn(async move {
-                    task::handle(ctx, rt, msg).await;
+                    task::handle(ctx, rt, delivery).await;
                     drop(permit);
                 });
             }
-            Some(Err(e)) => {
-                tracing::debug!(subagent_type = %rt.ty, error = %e, "pull ended");
+            Ok(None) => {} // expired with no task: ask again
+            Err(e) => {
+                tracing::warn!(subagent_type = %rt.ty, error = %e, "pull failed; retrying");
                 tokio::time::sleep(backoff.next_delay()).await;
             }
-            None => {} // expired with no task: ask again
         }
     }
 }

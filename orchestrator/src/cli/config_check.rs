@@ -11,8 +11,8 @@
 //!   every `[subagents.<type>] tools` entry resolves to tools the server
 //!   really lists (the part `up` and `demo` also run at start, [`preflight`]);
 //! - [`local`]: the models the planner and subagent types use can be built
-//!   (API-key variables set, scripts readable) and each type's sandbox runs a
-//!   command (when it has `execute`);
+//!   (API-key variables set, scripts readable) and each type's sandbox starts
+//!   as its worker starts it (when it has `execute`, [`flotilla_sandbox::probe`]);
 //! - [`connect`] (with `--connect`): NATS answers with JetStream, and each
 //!   OpenAI-compatible model endpoint answers `GET <base_url>/models`.
 //!

@@ -281,7 +281,13 @@ mod tests {
         let attempts = Mutex::new(0);
         let too_large = |_: Snapshot| {
             *attempts.lock().unwrap() += 1;
-            async { Err(BusError::new("cannot store job", "maximum payload exceeded")) }
+            async {
+                Err(BusError::with_kind(
+                    flotilla_bus::BusErrorKind::TooLarge,
+                    "cannot store job",
+                    "maximum payload exceeded",
+                ))
+            }
         };
         let err = live.persist(Doc::Header, v, input, too_large, || async { Ok(0) }).await.unwrap_err();
         assert_eq!(err.kind(), flotilla_bus::BusErrorKind::TooLarge);

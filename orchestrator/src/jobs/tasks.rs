@@ -13,7 +13,7 @@
 //! read and changed there.
 
 use bytes::Bytes;
-use flotilla_bus::{BusError, Cas, job_keys, retry};
+use flotilla_bus::{BusError, BusErrorKind, Cas, job_keys, retry};
 use flotilla_protocol::ids::{JobId, TaskId, Tenant};
 use flotilla_protocol::{self as protocol, ErrorInfo, JobRecord, StatusReply, TaskEntry, TaskStatus};
 use futures::{StreamExt, TryStreamExt};
@@ -85,7 +85,9 @@ impl JobStore {
             let claimed = retry("task index write", WRITE_BUDGET, || self.backend.create(&index, id.clone())).await?;
             if claimed == Cas::Conflict {
                 let stored = retry("task index read", WRITE_BUDGET, || self.backend.entry(&index)).await?;
-                let (bytes, _) = stored.ok_or_else(|| BusError::new(format!("cannot read {index}"), "not found"))?;
+                let (bytes, _) = stored.ok_or_else(|| {
+                    BusError::with_kind(BusErrorKind::NotFound, format!("cannot read {index}"), "not found")
+                })?;
                 entry.task_id = parse_id(&bytes, &index)?;
                 // The entry is missing only when the orchestrator stopped between the two writes.
                 if let Some((existing, _)) = self.task_entry(job, &entry.task_id).await? {

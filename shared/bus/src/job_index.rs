@@ -132,10 +132,11 @@ impl JobIndex {
         window: u64,
     ) -> Result<RecentEntries, BusError> {
         let filter = index_filter(tenant, status);
-        let fail =
-            |e: &dyn std::fmt::Display| BusError::new(format!("cannot read the index tail of {filter}"), e.to_string());
+        let fail = |e: Box<dyn std::error::Error + Send + Sync>| {
+            BusError::new(format!("cannot read the index tail of {filter}"), e)
+        };
         let mut stream = self.kv.stream.clone();
-        let state = stream.info().await.map_err(|e| fail(&e))?.state.clone();
+        let state = stream.info().await.map_err(|e| fail(e.into()))?.state.clone();
         let start = state.last_sequence.saturating_sub(window).max(state.first_sequence).max(1);
         let mut out = RecentEntries { whole: start <= state.first_sequence, ..RecentEntries::default() };
         if state.messages == 0 {
@@ -153,18 +154,18 @@ impl JobIndex {
                 ..Default::default()
             })
             .await
-            .map_err(|e| fail(&e))?;
+            .map_err(|e| fail(e.into()))?;
         if consumer.cached_info().num_pending == 0 {
             return Ok(out);
         }
-        let mut messages = consumer.messages().await.map_err(|e| fail(&e))?;
+        let mut messages = consumer.messages().await.map_err(|e| fail(e.into()))?;
         // The count the consumer started with can shrink while it reads (a
         // moved entry's purge marker expires after a second): stop at the
         // last sequence seen at the start, or when nothing more comes.
         let last = state.last_sequence;
         while let Ok(Some(m)) = tokio::time::timeout(LIST_IDLE, messages.next()).await {
-            let m = m.map_err(|e| fail(&e))?;
-            let info = m.info().map_err(|e| fail(&e))?;
+            let m = m.map_err(|e| fail(e.into()))?;
+            let info = m.info().map_err(fail)?;
             let (pending, published, seq) = (info.pending, info.published, info.stream_sequence);
             out.since_ms.get_or_insert((published.unix_timestamp_nanos() / 1_000_000) as u64);
             let deleted = m.headers.as_ref().and_then(|h| h.get("KV-Operation")).is_some();
@@ -199,7 +200,7 @@ impl JobIndex {
     /// values reports how many it would deliver, and is deleted unread.
     pub async fn matching(&self, tenant: Option<&Tenant>, status: Option<JobStatus>) -> Result<u64, BusError> {
         let filter = index_filter(tenant, status);
-        let fail = |e: &dyn std::fmt::Display| BusError::new(format!("cannot count {filter}"), e.to_string());
+        let fail = |e: Box<dyn std::error::Error + Send + Sync>| BusError::new(format!("cannot count {filter}"), e);
         let name = format!("index-count-{}", uuid::Uuid::now_v7().simple());
         let consumer = self
             .kv
@@ -214,7 +215,7 @@ impl JobIndex {
                 ..Default::default()
             })
             .await
-            .map_err(|e| fail(&e))?;
+            .map_err(|e| fail(e.into()))?;
         let count = consumer.cached_info().num_pending;
         if let Err(e) = self.kv.stream.delete_consumer(&name).await {
             tracing::debug!(error = %e, "index count consumer not deleted; it expires by itself");

@@ -171,7 +171,7 @@ pub(crate) async fn list_keys(
     client: &async_nats::Client,
     filter: &str,
 ) -> Result<Vec<String>, BusError> {
-    let fail = |e: &dyn std::fmt::Display| BusError::new(format!("cannot list {filter}"), e.to_string());
+    let fail = |e: Box<dyn std::error::Error + Send + Sync>| BusError::new(format!("cannot list {filter}"), e);
     let prefix = kv.prefix.clone();
     let consumer = kv
         .stream
@@ -184,18 +184,18 @@ pub(crate) async fn list_keys(
             ..Default::default()
         })
         .await
-        .map_err(|e| fail(&e))?;
+        .map_err(|e| fail(e.into()))?;
     let mut out = Vec::new();
     if consumer.cached_info().num_pending == 0 {
         return Ok(out);
     }
-    let mut messages = consumer.messages().await.map_err(|e| fail(&e))?;
+    let mut messages = consumer.messages().await.map_err(|e| fail(e.into()))?;
     // The count the consumer started with can shrink while it reads (a
     // moved index entry's purge marker expires after a second, a key is
     // purged): when nothing more comes, the listing is complete.
     while let Ok(Some(m)) = tokio::time::timeout(LIST_IDLE, messages.next()).await {
-        let m = m.map_err(|e| fail(&e))?;
-        let pending = m.info().map_err(|e| fail(&e))?.pending;
+        let m = m.map_err(|e| fail(e.into()))?;
+        let pending = m.info().map_err(fail)?.pending;
         let deleted = m.headers.as_ref().and_then(|h| h.get("KV-Operation")).is_some();
         if !deleted && let Some(key) = m.subject.strip_prefix(prefix.as_str()) {
             out.push(key.to_string());

@@ -97,7 +97,8 @@ impl Leases {
     pub async fn release(&self, lease: &Lease) -> Result<(), BusError> {
         match self.kv.delete_expect_revision(lease.job.to_string(), Some(lease.revision)).await {
             Ok(()) => Ok(()),
-            Err(e) if e.to_string().contains("wrong last sequence") => Ok(()),
+            // Lost meanwhile: the key moved on, so there is nothing of ours to delete.
+            Err(e) if e.kind() == kv::DeleteErrorKind::WrongLastRevision => Ok(()),
             Err(e) => Err(BusError::new(format!("cannot release the lease of job {}", lease.job), e)),
         }
     }

@@ -10,7 +10,7 @@
 //! | name (prefix `flotilla`)   | kind                 | holds                                  | typed store (file) |
 //! |----------------------------|----------------------|----------------------------------------|--------------------|
 //! | `FLOTILLA_TASKS`           | stream, work queue   | `flotilla.task.>`                      | [`TaskQueue`]: publish (dedup id, traceparent), purge a job's tasks, consumer, depth, given-up tasks (`tasks.rs`) |
-//! | `flotilla-task-<type>`     | durable pull consumer| `flotilla.task.<type>.*`               | [`TaskQueue::consumer`] (`tasks.rs`) |
+//! | `flotilla-task-<type>`     | durable pull consumer| `flotilla.task.<type>.*`               | [`TaskQueue::consumer`] (`tasks.rs`) yields [`TaskDelivery`]s: progress, hand back, dead-letter, ack (`task_delivery.rs`) |
 //! | `FLOTILLA_REPORTS`         | stream, limits 7 d   | `flotilla.job.*.*.report.*`            | [`ReportStream`]: publish, stored report of a task, follow (`reports.rs`) |
 //! | `FLOTILLA_EVENTS`          | stream, limits 24 h  | `flotilla.job.*.*.event`, `.progress.*`| [`Bus::publish_event`]; [`EventStream`]: follow a filter with its stored count (`events.rs`) |
 //! | `FLOTILLA_MESSAGES`        | stream, limits 7 d   | `flotilla.job.*.*.message.*`           | [`TaskMessages`]: publish, follow one task's (`task_messages.rs`) |
@@ -42,6 +42,7 @@ mod cancellations;
 mod checkpoints;
 mod dead_letters;
 pub mod denials;
+mod error_kinds;
 mod events;
 mod files;
 mod history_seed;
@@ -51,6 +52,7 @@ mod leases;
 mod mcp_tokens;
 mod reports;
 mod service;
+mod task_delivery;
 mod task_messages;
 mod tasks;
 mod workers;
@@ -68,6 +70,8 @@ pub use job_records::{Cas, JobRecords, keys as job_keys};
 pub use leases::{Lease, Leases};
 pub use mcp_tokens::McpTokens;
 pub use reports::ReportStream;
+pub use service::Announcement;
+pub use task_delivery::{TaskConsumer, TaskDelivery};
 pub use task_messages::TaskMessages;
 pub use tasks::{GivenUp, QueueDepth, TaskQueue};
 pub use workers::TTL_INTERVALS;
@@ -91,14 +95,16 @@ pub use flotilla_agent::retry::{Backoff, Retryable, retry};
 /// reports no separate [`source`](std::error::Error::source): async-nats
 /// errors already print their own causes in their message, so a chain
 /// printer (anyhow's `{:#}`) walking a kept source would repeat every cause
-/// ("no responders: no responders"). [`BusError::kind`] reads the
-/// cause from the field.
+/// ("no responders: no responders"). The original error stays in the
+/// `source` field, and [`BusError::kind`] is decided from its type when the
+/// error is made (`error_kinds.rs`).
 #[derive(Debug)]
 pub struct BusError {
     /// What was being done.
     pub context: String,
     /// The underlying error.
     pub source: Box<dyn std::error::Error + Send + Sync>,
+    kind: BusErrorKind,
 }
 
 impl std::fmt::Display for BusError {
@@ -124,35 +130,28 @@ pub enum BusErrorKind {
 }
 
 impl BusError {
-    /// Wraps `source` with what was being done.
+    /// Wraps `source` with what was being done; the kind comes from the
+    /// source's type (an async-nats error's kind, a JetStream API error
+    /// code, a [`Denial`]). Any other source is transient.
     pub fn new(context: impl Into<String>, source: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
-        Self { context: context.into(), source: source.into() }
+        let source = source.into();
+        let kind = error_kinds::classify(source.as_ref());
+        Self { context: context.into(), source, kind }
     }
 
-    /// Classifies the error from its source chain. async-nats reports these
-    /// conditions through many per-operation error types (and JetStream API
-    /// error codes through their text), so the chain's text is what they share.
+    /// Wraps `source` of a kind the caller established itself (a key found
+    /// missing, a value measured too large), not from an async-nats error.
+    pub fn with_kind(
+        kind: BusErrorKind,
+        context: impl Into<String>,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> Self {
+        Self { context: context.into(), source: source.into(), kind }
+    }
+
+    /// What kind of failure this is.
     pub fn kind(&self) -> BusErrorKind {
-        let mut text = String::new();
-        let mut next: Option<&(dyn std::error::Error + 'static)> = Some(self.source.as_ref());
-        while let Some(e) = next {
-            if e.is::<Denial>() {
-                return BusErrorKind::Permission;
-            }
-            text.push_str(&e.to_string().to_ascii_lowercase());
-            text.push('\n');
-            next = e.source();
-        }
-        let has = |words: &[&str]| words.iter().any(|w| text.contains(w));
-        if has(&["max payload", "maximum payload", "message size exceeds", "exceeds maximum", "too large"]) {
-            BusErrorKind::TooLarge
-        } else if has(&["permission", "authorization violation"]) {
-            BusErrorKind::Permission
-        } else if has(&["not found"]) {
-            BusErrorKind::NotFound
-        } else {
-            BusErrorKind::Transient
-        }
+        self.kind
     }
 
     /// Whether trying again may succeed.
@@ -502,17 +501,24 @@ fn is_auth_error(e: &async_nats::ConnectError) -> bool {
     )
 }
 
-/// TLS failures surface as `Tls` or, from the handshake, as `Io` errors.
+/// TLS failures surface as `Tls` or, from the handshake, as `Io` errors
+/// carrying the TLS library's own error.
 fn is_tls_error(e: &async_nats::ConnectError) -> bool {
-    let text = e.to_string().to_ascii_lowercase();
+    use std::error::Error as _;
+    let from_handshake = || {
+        e.source()
+            .and_then(|s| s.downcast_ref::<std::io::Error>())
+            .and_then(|io| io.get_ref())
+            .is_some_and(|inner| inner.is::<async_nats::rustls::Error>())
+    };
     matches!(e.kind(), async_nats::ConnectErrorKind::Tls)
-        || (matches!(e.kind(), async_nats::ConnectErrorKind::Io)
-            && ["certificate", "tls", "handshake"].iter().any(|w| text.contains(w)))
+        || (matches!(e.kind(), async_nats::ConnectErrorKind::Io) && from_handshake())
 }
 
 fn checked(payload: Bytes, what: &str) -> Result<Bytes, BusError> {
     if payload.len() > MAX_MESSAGE_BYTES {
-        return Err(BusError::new(
+        return Err(BusError::with_kind(
+            BusErrorKind::TooLarge,
             format!("{what} not sent"),
             format!("{} bytes exceeds the {} byte message limit", payload.len(), MAX_MESSAGE_BYTES),
         ));
@@ -525,23 +531,6 @@ pub use flotilla_config::redact_url;
 #[cfg(test)]
 mod tests {
     use crate::{BusError, BusErrorKind};
-
-    #[test]
-    fn errors_are_classified_so_only_transient_ones_are_retried() {
-        let kind = |source: &str| BusError::new("cannot store job", source.to_string()).kind();
-        assert_eq!(kind("max payload size exceeded"), BusErrorKind::TooLarge);
-        assert_eq!(
-            kind("jetstream error: message size exceeds maximum allowed (code 500, error code 10054)"),
-            BusErrorKind::TooLarge
-        );
-        assert_eq!(kind("Permissions Violation for Publish to \"$KV.x\""), BusErrorKind::Permission);
-        assert_eq!(kind("jetstream error: stream not found (code 404, error code 10059)"), BusErrorKind::NotFound);
-        assert_eq!(kind("timed out: didn't receive ack in time"), BusErrorKind::Transient);
-        assert_eq!(kind("connection closed"), BusErrorKind::Transient);
-        let denial = super::Denial::parse("Permissions Violation for Publish to \"flotilla.api.x.submit\"").unwrap();
-        assert_eq!(BusError::new("request", denial).kind(), BusErrorKind::Permission);
-        assert!(!BusError::new("x", "max payload size exceeded".to_string()).is_transient());
-    }
 
     /// An async-nats error: its message names its cause, and it also keeps
     /// that cause as its source.
@@ -579,7 +568,22 @@ mod tests {
             chain(&e),
             "no orchestrator is listening (flotilla.api.default.status): no responders: connection refused"
         );
-        assert_eq!(e.kind(), BusErrorKind::Transient, "the kind still reads the cause");
+        assert_eq!(e.kind(), BusErrorKind::Transient);
+    }
+
+    /// A handshake failure is an I/O error carrying the TLS library's error;
+    /// any other I/O error, whatever it says, is not a TLS failure.
+    #[test]
+    fn tls_failures_are_told_by_the_tls_error_they_carry() {
+        use async_nats::{ConnectError, ConnectErrorKind};
+        let io = |e: Box<dyn std::error::Error + Send + Sync>| std::io::Error::new(std::io::ErrorKind::InvalidData, e);
+        let refused =
+            async_nats::rustls::Error::InvalidCertificate(async_nats::rustls::CertificateError::UnknownIssuer);
+        let handshake = ConnectError::with_source(ConnectErrorKind::Io, io(Box::new(refused)));
+        assert!(super::is_tls_error(&handshake));
+        let other = ConnectError::with_source(ConnectErrorKind::Io, io("tls handshake certificate".into()));
+        assert!(!super::is_tls_error(&other), "text decides nothing");
+        assert!(super::is_tls_error(&ConnectError::new(ConnectErrorKind::Tls)));
     }
 
     #[test]

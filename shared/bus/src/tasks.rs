@@ -2,7 +2,8 @@
 //! type, so publishing a task, purging a job's queued tasks and declaring a
 //! type's consumer each exist once: the planner's `task` tool, job
 //! cancellation (orchestrator/src/service.rs), the dead-letter watcher and the
-//! workers all go through [`TaskQueue`].
+//! workers all go through [`TaskQueue`]. What a worker does with a task it
+//! received is in `task_delivery.rs`.
 
 use std::time::Duration;
 
@@ -10,6 +11,7 @@ use async_nats::jetstream::consumer;
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
 
+use crate::task_delivery::TaskConsumer;
 use crate::{Bus, BusError};
 use flotilla_protocol::TaskMessage;
 use flotilla_protocol::ids::{JobId, SubagentType};
@@ -86,8 +88,9 @@ impl TaskQueue {
         Ok(purged.purged)
     }
 
-    /// The durable pull consumer shared by every worker serving `ty`.
-    pub async fn consumer(&self, ty: &SubagentType) -> Result<consumer::PullConsumer, BusError> {
+    /// The durable pull consumer shared by every worker serving `ty`, which
+    /// yields [`TaskDelivery`](crate::TaskDelivery)s.
+    pub async fn consumer(&self, ty: &SubagentType) -> Result<TaskConsumer, BusError> {
         let (s, config) = (&self.bus.subjects, &self.bus.config);
         let name = s.task_consumer(ty);
         let stream = s.tasks_stream();
@@ -104,9 +107,11 @@ impl TaskQueue {
             },
             &stream,
         );
-        self.bus
+        let consumer = self
+            .bus
             .guarded(format!("cannot declare consumer {name} on {stream}"), create, |d| d.subject.starts_with(&api))
-            .await
+            .await?;
+        Ok(TaskConsumer { bus: self.bus.clone(), consumer })
     }
 
     /// The depth of `ty`'s queue. Fails (kind

@@ -3,7 +3,12 @@
 //! exactly the tools its config lists; a task message has no way to add one.
 //! MCP entries resolve through the worker's [`McpHub`]; a name collision
 //! between any two sources is a startup error naming both.
+//!
+//! The one native tool, `calculate_margin`, is the demo's; it is built only
+//! with the `demo-tools` feature, and a worker without it refuses a type
+//! listing it at start.
 
+#[cfg(feature = "demo-tools")]
 mod calculate_margin;
 
 use std::sync::Arc;
@@ -15,11 +20,14 @@ use flotilla_config::ToolRef;
 use flotilla_mcp::McpHub;
 use flotilla_tools::{self as builtin, FileToolEnv};
 
+#[cfg(feature = "demo-tools")]
 pub use calculate_margin::CalculateMargin;
 
-/// The native tool `name`, one of `flotilla_config::tool_ref::NATIVE`.
+/// The native tool `name`, one of `flotilla_config::tool_ref::NATIVE`, when
+/// this build has it.
 fn native(name: &str) -> Option<Arc<dyn Tool>> {
     match name {
+        #[cfg(feature = "demo-tools")]
         "calculate_margin" => Some(Arc::new(CalculateMargin)),
         _ => None,
     }
@@ -62,11 +70,32 @@ pub fn build(
     Ok(set)
 }
 
+/// Discovers the MCP servers the served types use. A server down now only
+/// loses its own tools (and is retried in the background), unless its config
+/// says `required = true`.
+pub async fn discover_mcp(
+    settings: &flotilla_config::Settings,
+    types: &[flotilla_protocol::ids::SubagentType],
+    mcp: &McpHub,
+) -> anyhow::Result<std::collections::BTreeSet<String>> {
+    let names =
+        flotilla_mcp::servers_in(types.iter().filter_map(|ty| settings.subagents.get(ty)).flat_map(|c| c.tools.iter()));
+    for (name, result) in mcp.discover(&names).await {
+        if let Err(e) = result
+            && settings.mcp_servers.get(&name).is_none_or(|s| s.required)
+        {
+            anyhow::bail!("{e}");
+        }
+    }
+    Ok(names)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// Config accepts exactly the native names this build implements.
+    /// Config accepts exactly the native names a build with the demo tools implements.
+    #[cfg(feature = "demo-tools")]
     #[test]
     fn every_native_name_config_accepts_is_implemented() {
         for name in flotilla_config::tool_ref::NATIVE {
@@ -74,5 +103,13 @@ mod tests {
             assert_eq!(tool.spec().name, *name);
         }
         assert!(native("read_file").is_none());
+    }
+
+    /// Without the demo tools no native tool exists: a type listing one is
+    /// refused at start instead of running without it.
+    #[cfg(not(feature = "demo-tools"))]
+    #[test]
+    fn a_build_without_the_demo_tools_has_no_native_tool() {
+        assert!(flotilla_config::tool_ref::NATIVE.iter().all(|name| native(name).is_none()));
     }
 }

@@ -1,9 +1,10 @@
 //! MCP servers and `tools` entries, checked the way a worker builds its tool
-//! sets (workers/src/main.rs `discover_mcp`, workers/src/tools/mod.rs): the
+//! sets (`discover_mcp` and `build` of workers/src/tools/mod.rs): the
 //! same [`McpHub`] discovers the servers (the hub `flotilla mcp tools` uses,
 //! orchestrator/src/cli/mcp.rs), and each entry resolves through
-//! [`McpHub::tools_for`]. A stdio command that does not exist is named with
-//! its fix before anything is started.
+//! [`McpHub::tools_for`]; over the names found, the worker's own checks of a
+//! type ([`flotilla_worker::runtime::validate`]). A stdio command that does
+//! not exist is named with its fix before anything is started.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Component, Path, PathBuf};
@@ -147,6 +148,11 @@ fn type_tools(ty: &str, config: &SubagentConfig, hub: &McpHub, down: &BTreeSet<S
         return problems;
     }
     let names: Vec<String> = names.into_keys().collect();
+    // The checks the worker makes as it builds the type (stop_at_tools,
+    // output_schema, ...), over the tool names found here.
+    if let Err(e) = flotilla_worker::runtime::validate(ty, config, &names) {
+        return vec![Check::problem(e.key, e.message, "fix the key (docs/CONFIG.md lists every key)")];
+    }
     vec![Check::ok(key, format!("{} tools: {}", names.len(), names.join(", ")))]
 }
 

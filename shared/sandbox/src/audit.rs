@@ -1,14 +1,24 @@
 //! The audit record of every `execute` call (who ran what, the
 //! command's digest, exit status, duration). [`record`] is the one
 //! place an execution is reported: a structured log line under the
-//! `flotilla::audit` target and an `executed` progress event; a durable audit
-//! stream hooks in here too.
+//! `flotilla::audit` target and an `executed` progress event through the
+//! task's [`ExecutionReporter`]; a durable audit stream hooks in here too.
 
+use async_trait::async_trait;
 use flotilla_protocol::ProgressKind;
 use flotilla_protocol::ids::{JobId, SubagentType, TaskId, Tenant};
 
 use super::bubblewrap::Execution;
-use crate::progress::ProgressPublisher;
+
+/// Where the executions of one task's session are reported: the worker's
+/// progress events of that task. A trait so the sandbox needs no bus.
+#[async_trait]
+pub trait ExecutionReporter: Send + Sync {
+    /// The worker running the task, named in the audit record.
+    fn worker_id(&self) -> &str;
+    /// Publishes one progress event of the task.
+    async fn emit(&self, kind: ProgressKind);
+}
 
 /// Who ran which command, and what happened.
 #[derive(Clone, Debug)]
@@ -37,7 +47,7 @@ pub fn command_digest(command: &str) -> String {
 }
 
 /// Reports one execution.
-pub async fn record(audit: &ExecutionAudit, progress: &ProgressPublisher) {
+pub async fn record(audit: &ExecutionAudit, progress: &dyn ExecutionReporter) {
     let e = audit.execution.as_ref();
     let duration_ms = e.map(|e| e.duration.as_millis() as u64).unwrap_or(0);
     tracing::info!(

@@ -88,7 +88,7 @@ impl Tool for ExecuteTool {
             job_id: ctx.job_id,
             task_id: task,
             subagent_type: self.subagent_type.clone(),
-            worker_id: session.progress.worker_id.clone(),
+            worker_id: session.progress.worker_id().to_string(),
             call_id: ctx.call_id.clone(),
             command_sha256: audit::command_digest(command),
             execution: None,
@@ -96,17 +96,17 @@ impl Tool for ExecuteTool {
         let e = match run {
             Ok(e) => e,
             Err(SandboxError::Cancelled) => {
-                audit::record(&record, &session.progress).await;
+                audit::record(&record, session.progress.as_ref()).await;
                 return Err(ToolError::new(ErrorKind::Cancelled, "cancelled"));
             }
             Err(err) => {
                 tracing::error!(error = %err, "sandbox failed to start");
-                audit::record(&record, &session.progress).await;
+                audit::record(&record, session.progress.as_ref()).await;
                 return Err(ToolError::transient("the sandbox could not start; try again later"));
             }
         };
         record.execution = Some(e.clone());
-        audit::record(&record, &session.progress).await;
+        audit::record(&record, session.progress.as_ref()).await;
         if e.timed_out {
             return Err(ToolError::new(
                 ErrorKind::Timeout,

@@ -1,5 +1,11 @@
 //! Sandboxed command execution: the `execute` tool (docs/SANDBOX.md).
 //!
+//! A crate of its own so the worker runs it and `flotilla config check` asks
+//! the same code whether it works on a host ([`probe`]) instead of retyping
+//! its bubblewrap command line. It must not depend on the bus, MCP, the
+//! model providers or the worker: a task's progress reaches it through
+//! [`ExecutionReporter`].
+//!
 //! A subagent type gets `execute` only when its config has a
 //! `[subagents.<type>.sandbox]` section; without one the tool does not exist
 //! and a call to it is an unknown-tool error. Each task gets a private scratch
@@ -15,6 +21,7 @@
 //! - [`seccomp`]: the syscall filter bubblewrap installs.
 //! - [`uids`]: the host uid each task's sandboxes run as, one per running
 //!   task on the host.
+//! - [`probe`]: whether a sandbox config works on this host, with the fix.
 //!
 //! The scratch dirs live in one private dir per worker uid,
 //! `<scratch_root>/flotilla-sandbox-<uid>` (mode 0711): the worker creates it
@@ -26,6 +33,7 @@ pub mod audit;
 pub mod beneath;
 pub mod bubblewrap;
 pub mod execute;
+mod probe;
 pub mod seccomp;
 pub mod staging;
 pub mod uids;
@@ -40,10 +48,10 @@ use anyhow::{Context, bail};
 use flotilla_config::SandboxConfig;
 use flotilla_protocol::ids::TaskId;
 
+pub use audit::ExecutionReporter;
 pub use bubblewrap::{Bubblewrap, Limits, SandboxError};
 pub use execute::ExecuteTool;
-
-use crate::progress::ProgressPublisher;
+pub use probe::{ProbeError, probe};
 
 /// The sandbox of one subagent type on this worker.
 pub struct Sandbox {
@@ -65,7 +73,7 @@ pub struct Session {
     /// Host path of the task's scratch dir.
     pub scratch: PathBuf,
     /// Where the audit's progress events go.
-    pub progress: ProgressPublisher,
+    pub progress: Arc<dyn ExecutionReporter>,
     /// sha256 of each job file as last staged in or out, so unchanged files
     /// are not copied back.
     pub staged: tokio::sync::Mutex<HashMap<String, [u8; 32]>>,
@@ -135,7 +143,11 @@ impl Sandbox {
     /// Leases the task's uid and opens its scratch dir, owned by that uid
     /// (made off the async threads: clearing a stale dir may take long);
     /// [`SessionGuard::close`] removes it and frees the uid.
-    pub async fn open(self: &Arc<Self>, task: TaskId, progress: ProgressPublisher) -> anyhow::Result<SessionGuard> {
+    pub async fn open(
+        self: &Arc<Self>,
+        task: TaskId,
+        progress: Arc<dyn ExecutionReporter>,
+    ) -> anyhow::Result<SessionGuard> {
         let sandbox = self.clone();
         let (scratch, uid) = tokio::task::spawn_blocking(move || {
             let uid = sandbox.lease()?;

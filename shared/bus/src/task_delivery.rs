@@ -1,0 +1,107 @@
+//! One task as a worker receives it from its type's durable consumer, and
+//! the five things a worker may do with it, named for what they mean to the
+//! task instead of JetStream's ack kinds: keep it ([`TaskDelivery::progress`]),
+//! give it to another attempt later ([`TaskDelivery::hand_back`]), give up on
+//! it ([`TaskDelivery::dead_letter`]) or finish it ([`TaskDelivery::ack`]).
+//! The delivery count says which attempt this is (docs/RELIABILITY.md).
+
+use std::time::Duration;
+
+use async_nats::jetstream::consumer::PullConsumer;
+use async_nats::jetstream::{AckKind, Message};
+use bytes::Bytes;
+use futures::StreamExt;
+
+use crate::{Bus, BusError, TRACEPARENT};
+
+/// The durable consumer of one subagent type's tasks, shared by every
+/// replica serving the type ([`TaskQueue::consumer`](crate::TaskQueue::consumer)).
+pub struct TaskConsumer {
+    pub(crate) bus: Bus,
+    pub(crate) consumer: PullConsumer,
+}
+
+impl TaskConsumer {
+    /// Asks for one task, waiting up to `expires`; `None` when none came.
+    /// A worker asks only when it has a free slot, so it never holds a task
+    /// an idle replica could run.
+    pub async fn next(&self, expires: Duration) -> Result<Option<TaskDelivery>, BusError> {
+        let mut batch = self
+            .consumer
+            .batch()
+            .max_messages(1)
+            .expires(expires)
+            .messages()
+            .await
+            .map_err(|e| BusError::new("cannot ask for a task", e))?;
+        match batch.next().await {
+            Some(Ok(msg)) => Ok(Some(TaskDelivery { bus: self.bus.clone(), msg })),
+            Some(Err(e)) => Err(BusError::new("the pull for a task ended", e)),
+            None => Ok(None),
+        }
+    }
+}
+
+/// One delivery of a task message. Cheap to clone: clones answer for the
+/// same delivery (the keep-alive and the run share one).
+#[derive(Clone)]
+pub struct TaskDelivery {
+    bus: Bus,
+    msg: Message,
+}
+
+impl TaskDelivery {
+    /// The encoded task message.
+    pub fn payload(&self) -> &Bytes {
+        &self.msg.payload
+    }
+
+    /// The subject it was queued on (`<prefix>.task.<type>.<job>`).
+    pub fn subject(&self) -> &str {
+        self.msg.subject.as_str()
+    }
+
+    /// Which delivery of the task this is, from 1.
+    pub fn attempt(&self) -> u32 {
+        self.msg.info().map(|i| i.delivered as u32).unwrap_or(1)
+    }
+
+    /// Where the task is stored in the tasks stream: the same on every
+    /// delivery of it, unlike the delivery count.
+    pub fn stream_sequence(&self) -> Option<u64> {
+        self.msg.info().ok().map(|i| i.stream_sequence)
+    }
+
+    /// The W3C trace context the publisher sent in the `traceparent` header.
+    pub fn traceparent(&self) -> Option<String> {
+        self.msg.headers.as_ref().and_then(|h| h.get(TRACEPARENT)).map(|v| v.to_string())
+    }
+
+    /// Keeps the task: restarts its `ack_wait`, so a long run is not
+    /// redelivered while this worker is alive.
+    pub async fn progress(&self) -> Result<(), BusError> {
+        self.answer(AckKind::Progress, "in-progress ack").await
+    }
+
+    /// Gives the task back for another delivery, after `delay` when given
+    /// (at once otherwise), to this or another worker.
+    pub async fn hand_back(&self, delay: Option<Duration>) -> Result<(), BusError> {
+        self.answer(AckKind::Nak(delay), "hand-back").await
+    }
+
+    /// Gives up on the task: stores it on the dead-letter stream with
+    /// `reason` and tells JetStream never to deliver it again.
+    pub async fn dead_letter(&self, reason: &str) -> Result<(), BusError> {
+        self.bus.dead_letter("task", self.msg.payload.clone(), reason).await;
+        self.answer(AckKind::Term, "termination").await
+    }
+
+    /// Finishes the task: it leaves the work queue.
+    pub async fn ack(&self) -> Result<(), BusError> {
+        self.answer(AckKind::Ack, "ack").await
+    }
+
+    async fn answer(&self, kind: AckKind, what: &str) -> Result<(), BusError> {
+        self.msg.ack_with(kind).await.map_err(|e| BusError::new(format!("task {what} failed"), e))
+    }
+}
