@@ -8,6 +8,7 @@
 //! it started. Either error is one line on stderr, each cause once.
 
 mod approval;
+mod bus_adapters;
 mod cancel;
 mod heartbeat;
 mod inbox;
@@ -124,7 +125,7 @@ async fn run(args: Args) -> anyhow::Result<i32> {
         .map(|ty| SubagentRuntime::build(&settings, ty, &files, &mcp).map(Arc::new))
         .collect::<anyhow::Result<Vec<_>>>()?;
     // Every tool call and approval of every served type goes to the audit stream.
-    let audit = flotilla_bus::audit::BusAuditSink::new(bus.clone());
+    let audit = Arc::new(bus_adapters::BusAudit(flotilla_bus::audit::BusAuditSink::new(bus.clone())));
     for rt in &runtimes {
         rt.tools.set_auditor(flotilla_agent::audit::Auditor::new(audit.clone(), rt.ty.as_str(), &worker_id));
     }

@@ -72,7 +72,7 @@ impl ProgressPublisher {
 
 /// sha256 of a JSON value's text, hex encoded.
 pub fn digest(value: &serde_json::Value) -> String {
-    flotilla_agent::digest::sha256_hex(value.to_string().as_bytes())
+    flotilla_protocol::digest::sha256_hex(value.to_string().as_bytes())
 }
 
 #[async_trait]

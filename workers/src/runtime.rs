@@ -7,11 +7,11 @@ use std::time::Duration;
 
 use anyhow::Context;
 use flotilla_agent::agent::{ContextBudget, Limits, OutputSchema, ToolPolicy};
-use flotilla_agent::files::JobFiles;
 use flotilla_agent::model::{self, ChatModel};
 use flotilla_agent::tool::{Eviction, ToolSet};
 use flotilla_config::permissions::Permissions;
 use flotilla_config::{Settings, SubagentConfig};
+use flotilla_job_files::JobFiles;
 use flotilla_mcp::McpHub;
 use flotilla_protocol::MAX_MESSAGE_BYTES;
 use flotilla_protocol::ids::SubagentType;

@@ -10,9 +10,9 @@ use std::time::{Duration, Instant};
 
 use async_nats::jetstream::{AckKind, Message};
 use flotilla_agent::agent::{Agent, Conversation, RunContext};
-use flotilla_agent::retry::Backoff;
 use flotilla_bus::{Bus, TRACEPARENT, retry};
 use flotilla_protocol::{self as protocol, ErrorInfo, ErrorKind, ProgressKind, TaskMessage, TaskReport, TaskStatus};
+use flotilla_retry::Backoff;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 

@@ -8,10 +8,12 @@
 //! a panic, stack trace or host path: a defect becomes a `bug` error that
 //! carries only the trace id (the detail goes to the log).
 
+mod decisions;
 mod evict;
 mod pipeline;
 mod set;
 
+pub use decisions::{DecisionError, check_content, check_decision};
 pub use evict::{Eviction, LARGE_RESULTS_DIR};
 pub use pipeline::schema_problems;
 pub use set::{ToolOutcome, ToolSet, ToolSetError};
