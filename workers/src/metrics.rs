@@ -11,8 +11,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use flotilla_agent::metrics::{AgentMetrics, latency_histogram};
 use flotilla_protocol::ids::SubagentType;
+use flotilla_telemetry::metrics::{AgentMetrics, latency_histogram};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -129,7 +129,7 @@ mod tests {
         drop(b);
         m.task_ended(&ty, HANDED_BACK, None);
         assert_eq!(m.load(&ty), (0, 2, 1));
-        let text = flotilla_agent::metrics::render(&m.registry);
+        let text = flotilla_telemetry::metrics::render(&m.registry);
         assert!(
             text.contains("flotilla_worker_tasks_total{subagent_type=\"finance\",status=\"completed\"} 1"),
             "{text}"

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use flotilla_agent::agent::{ContextBudget, Limits, OutputSchema, ToolPolicy};
-use flotilla_agent::model::{self, ChatModel};
+use flotilla_agent::model::ChatModel;
 use flotilla_agent::tool::{Eviction, ToolSet};
 use flotilla_config::permissions::Permissions;
 use flotilla_config::{Settings, SubagentConfig};
@@ -60,8 +60,8 @@ impl SubagentRuntime {
             })?
             .clone();
         let model_settings = settings.model(&config.model)?;
-        let model = model::priced(
-            flotilla_model_anthropic::build(&config.model, model_settings)?,
+        let model = flotilla_models::priced(
+            flotilla_models::build(&config.model, model_settings)?,
             settings.price(&config.model),
         );
         let permissions = Permissions::compile(&config.permissions, config.default_permission).map_err(|e| {

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use flotilla_agent::agent::{Agent, ContextBudget, Conversation, Limits, RunContext, ToolPolicy};
-use flotilla_agent::model::{self, ChatModel};
+use flotilla_agent::model::ChatModel;
 use flotilla_agent::tool::{Eviction, ToolSet};
 use flotilla_bus::{Bus, BusError, BusErrorKind, Cancellations, Checkpoints};
 use flotilla_config::permissions::Permissions;
@@ -61,8 +61,8 @@ impl Planner {
         files: JobFiles,
     ) -> anyhow::Result<Self> {
         let config = settings.planner()?.clone();
-        let model = model::priced(
-            flotilla_model_anthropic::build(&config.model, settings.model(&config.model)?)?,
+        let model = flotilla_models::priced(
+            flotilla_models::build(&config.model, settings.model(&config.model)?)?,
             settings.price(&config.model),
         );
         let types: BTreeMap<SubagentType, String> =

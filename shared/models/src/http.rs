@@ -1,5 +1,5 @@
 //! The HTTP side every model provider shares (this crate's `openai`,
-//! `shared/model-anthropic/src/lib.rs`): one reqwest client per model, the
+//! `shared/models/src/anthropic.rs`): one reqwest client per model, the
 //! retry loop, and how failures become [`ModelError`]s. A provider only
 //! builds its body and reads its wire format.
 //!
