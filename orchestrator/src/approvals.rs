@@ -17,7 +17,8 @@ mod cancel;
 
 pub use cancel::cancel_job;
 
-use flotilla_bus::{ApprovalStore, Bus, DecisionError, Versioned, Write, check_decision};
+use flotilla_agent::tool::{DecisionError, check_decision};
+use flotilla_bus::{ApprovalStore, Bus, Versioned, Write};
 use flotilla_protocol::ids::Tenant;
 use flotilla_protocol::{
     self as protocol, ApiReply, ApprovalState, ApprovalsReply, ApprovalsRequest, ApproveReply, ApproveRequest,

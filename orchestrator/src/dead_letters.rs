@@ -8,8 +8,8 @@
 //! The bus operations are the task queue's and the reports stream's
 //! (shared/bus/src/tasks.rs, shared/bus/src/reports.rs).
 
-use flotilla_agent::files::{JobFiles, report_path, unfinished_report};
 use flotilla_bus::{Bus, GivenUp};
+use flotilla_job_files::{JobFiles, report_path, unfinished_report};
 use flotilla_protocol::{self as protocol, ErrorInfo, ErrorKind, TaskMessage, TaskReport, TaskStatus, Usage};
 use futures::StreamExt;
 use tokio_util::sync::CancellationToken;

@@ -8,14 +8,14 @@
 //! every tenant's files (docs/SECURITY.md). The orchestrator checks that the
 //! job is the tenant's own (another tenant's job is `not_found`, as for
 //! `status`) and writes through [`JobFiles`], so the size cap and the
-//! reserved paths (shared/agent/src/files/reserved.rs) hold for clients as
+//! reserved paths (shared/job-files/src/reserved.rs) hold for clients as
 //! they do for agents: a client cannot overwrite a task's report.
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
-use flotilla_agent::digest::sha256_hex;
-use flotilla_agent::files::{FileError, FileMeta, FilePath, JobFiles, Upload};
 use flotilla_config::FilesConfig;
+use flotilla_job_files::{FileError, FileMeta, FilePath, JobFiles, Upload};
+use flotilla_protocol::digest::sha256_hex;
 use flotilla_protocol::files_api::{
     FILE_PART_BYTES, FileEntry, FilesCommitReply, FilesCommitRequest, FilesGetReply, FilesGetRequest, FilesLsReply,
     FilesLsRequest, FilesPutReply, FilesPutRequest, LS_PAGE, StagedFile,

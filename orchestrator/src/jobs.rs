@@ -95,7 +95,7 @@ pub struct JobStore {
     /// The jobs bucket, for deleting a whole job (jobs/retention.rs); `None` over the in-memory backend.
     records: Option<JobRecords>,
     /// Job files, deleted with a job past retention (set by [`JobStore::retain`]).
-    files: Arc<std::sync::OnceLock<flotilla_agent::files::JobFiles>>,
+    files: Arc<std::sync::OnceLock<flotilla_job_files::JobFiles>>,
     /// Scans behind the later pages of listings (jobs/list_cache.rs).
     list_cache: Arc<list_cache::ListCache>,
 }

@@ -28,6 +28,8 @@
 //! - [`reader`]: a read-only handle on jobs, workers and events
 //!   ([`service::Orchestrator::jobs_reader`]) for the web dashboard, which the
 //!   binary serves (src/cli/dashboard/): HTTP serving stays out of this library.
+//! - [`bus_adapters`]: the bus behind the agent's audit sink and the MCP
+//!   client's token store (the planner audits, `flotilla mcp login` stores).
 //! - [`events`]: the one reader of the events stream, shared by the CLI
 //!   (`watch`, `submit --wait`) and the dashboard's Server-Sent Events.
 //!
@@ -38,6 +40,7 @@
 #![deny(missing_docs)]
 
 mod approvals;
+pub mod bus_adapters;
 mod dead_letters;
 pub mod events;
 #[cfg(test)]

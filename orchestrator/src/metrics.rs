@@ -14,16 +14,16 @@
 //! | `flotilla_workers_live` | | workers with a live heartbeat |
 //! | `flotilla_worker_slots` | `subagent_type` | live capacity for the type |
 //! | `flotilla_worker_slots_busy` | `subagent_type` | of which in use |
-//! | `flotilla_model_*` | `agent="planner"` | see `flotilla_agent::metrics::AgentMetrics` |
+//! | `flotilla_model_*` | `agent="planner"` | see `flotilla_telemetry::metrics::AgentMetrics` |
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use flotilla_agent::metrics::AgentMetrics;
 use flotilla_bus::Bus;
 use flotilla_protocol::ids::SubagentType;
 use flotilla_protocol::{JobEventKind, WorkerState};
+use flotilla_telemetry::metrics::AgentMetrics;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;

@@ -21,14 +21,14 @@
 //! [`ConsolidatedReports`] vouches for `/reports/<task>.md` when the
 //! orchestrator reads it (the planner's file tools, `flotilla files get`):
 //! the file must be what the consolidated report says, not merely carry a
-//! checksum any worker credential could compute (shared/agent/src/files/reserved.rs).
+//! checksum any worker credential could compute (shared/job-files/src/reserved.rs).
 
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use dashmap::DashMap;
-use flotilla_agent::files::{ReportAnchor, report_path, unfinished_report};
 use flotilla_bus::{Bus, BusError};
+use flotilla_job_files::{ReportAnchor, report_path, unfinished_report};
 use flotilla_protocol::ids::{JobId, SubagentType, TaskId, Tenant};
 use flotilla_protocol::{ErrorInfo, ErrorKind, FileRef, TaskEntry, TaskReport, TaskStatus};
 use futures::StreamExt;
@@ -81,7 +81,7 @@ pub fn expected_report_sha256(entry: &TaskEntry) -> Option<String> {
             unfinished_report(&entry.task_id, status.as_str(), &error)
         }
     };
-    Some(flotilla_agent::digest::sha256_hex(text.as_bytes()))
+    Some(flotilla_protocol::digest::sha256_hex(text.as_bytes()))
 }
 
 /// A completed task's summary that is a JSON object or array, as that value:
@@ -191,7 +191,7 @@ pub fn completed_view(task_id: TaskId, summary: &str, report_file: Option<&FileR
             "path": report_path(&task_id).as_str(),
             "size_bytes": summary.len(),
             "lines": flotilla_protocol::line_count(summary),
-            "sha256": flotilla_agent::digest::sha256_hex(summary.as_bytes()),
+            "sha256": flotilla_protocol::digest::sha256_hex(summary.as_bytes()),
         }),
     };
     let (shown, cut) = flotilla_agent::tokens::truncate(summary, report_tokens);
@@ -263,7 +263,7 @@ mod view_tests {
     fn a_report_by_reference_keeps_the_workers_file() {
         let mut r = report("head of a huge answer");
         let path = format!("/reports/{}.md", r.task_id);
-        r.summary_file = Some(flotilla_agent::digest::describe_file(path.clone(), "head of a huge answer ..."));
+        r.summary_file = Some(flotilla_protocol::digest::describe_file(path.clone(), "head of a huge answer ..."));
         let v = completed_view(r.task_id, &r.summary, r.summary_file.as_ref(), 1000);
         assert_eq!((v["report_file"]["path"].as_str(), v["truncated"].as_bool()), (Some(path.as_str()), Some(true)));
         assert!(v["report_file"].get("head").is_none(), "no head or tail copies in the planner's context");

@@ -234,7 +234,7 @@ async fn a_checkpoint_over_the_kv_limit_goes_to_the_files_bucket_and_loads_whole
     // Large again, then the job ends: remove takes the pointer and the object.
     fresh.save(&job, &large).await.expect("large save");
     fresh.remove(&job).await;
-    assert_eq!(fresh.load(&job).await, None);
+    assert_eq!(fresh.load::<Conversation>(&job).await, None);
     let gone = objects.info(format!("checkpoints/{job}")).await;
     assert!(gone.is_err() || gone.unwrap().deleted, "remove took the object");
 }

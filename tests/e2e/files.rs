@@ -7,12 +7,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use flotilla_agent::digest::sha256_hex;
-use flotilla_agent::files::{FilePath, JobFiles};
 use flotilla_agent::tool::{ApprovalGate, Eviction, Tool, ToolContext, ToolError, ToolSet, ToolSpec};
 use flotilla_bus::Bus;
 use flotilla_config::permissions::{Mode, Operation, PermissionRule, Permissions};
 use flotilla_config::{FilesConfig, NatsConfig};
+use flotilla_job_files::{FilePath, JobFiles};
+use flotilla_protocol::digest::sha256_hex;
 use flotilla_protocol::ids::{JobId, TaskId};
 use flotilla_protocol::{ErrorKind, FileRef};
 use flotilla_testkit::NatsServer;

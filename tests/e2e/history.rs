@@ -204,7 +204,7 @@ async fn prune_deletes_the_tenants_finished_jobs_only() {
     let running = d.submit(JOB).await;
     // Every job has files; the pruned ones' go in one batch, the running one's stay.
     let files = d.bus.job_files(&FilesConfig::default()).await.unwrap();
-    let note = flotilla_agent::files::FilePath::parse("/notes.md").unwrap();
+    let note = flotilla_job_files::FilePath::parse("/notes.md").unwrap();
     for job in finished.iter().chain([&running]) {
         files.write(job, &note, b"kept until the job is pruned").await.unwrap();
     }

@@ -3,7 +3,7 @@
 
 use std::collections::HashSet;
 
-use flotilla_agent::digest::sha256_hex;
+use flotilla_protocol::digest::sha256_hex;
 use flotilla_protocol::{JobStatus, TaskStatus};
 use flotilla_testkit::{EventLog, TestConfig};
 

@@ -13,7 +13,7 @@
 
 use std::time::Duration;
 
-use flotilla_agent::digest::sha256_hex;
+use flotilla_protocol::digest::sha256_hex;
 use flotilla_protocol::ids::Tenant;
 use flotilla_protocol::{ApiReply, JobRecord, ListReply, ListRequest, SCHEMA_VERSION};
 use flotilla_testkit::proc::run_cli;

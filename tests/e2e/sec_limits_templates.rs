@@ -166,7 +166,7 @@ async fn one_tenant_over_its_staging_quota_is_refused_and_another_still_submits(
         parts: 2,
         path: "/inputs/data.txt".into(),
         size: all.len() as u64,
-        sha256: flotilla_agent::digest::sha256_hex(&all),
+        sha256: flotilla_protocol::digest::sha256_hex(&all),
     };
     let req = SubmitRequest { v: SCHEMA_VERSION, input: "use the data".into(), files: vec![file] };
     let reply: ApiReply<SubmitReply> =

@@ -17,8 +17,8 @@ use std::future::IntoFuture;
 use std::time::Duration;
 
 use async_nats::jetstream::consumer::{DeliverPolicy, pull};
-use flotilla_agent::files::FilePath;
 use flotilla_config::FilesConfig;
+use flotilla_job_files::FilePath;
 use flotilla_protocol::ids::{JobId, Tenant};
 use flotilla_protocol::{Decision, DecisionRecord, JobStatus, SCHEMA_VERSION};
 use flotilla_testkit::RawNats;

@@ -19,9 +19,9 @@
 //! Each attempt is refused, while the same job's `finance` task runs, reports
 //! and has its report file read as before.
 
-use flotilla_agent::files::report_path;
 use flotilla_bus::Bus;
 use flotilla_config::FilesConfig;
+use flotilla_job_files::report_path;
 use flotilla_protocol::ids::{JobId, SubagentType, TaskId, Tenant};
 use flotilla_protocol::{
     ApiReply, CancelRequest, FollowUp, JobRecord, SCHEMA_VERSION, TaskReport, TaskStatus, TypeLoad, Usage,

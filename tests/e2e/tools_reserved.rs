@@ -8,11 +8,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream::object_store::ObjectMetadata;
-use flotilla_agent::files::{FileError, FilePath};
 use flotilla_agent::tool::ToolContext;
 use flotilla_bus::Bus;
 use flotilla_config::permissions::{Mode, Permissions};
 use flotilla_config::{FilesConfig, NatsConfig};
+use flotilla_job_files::{FileError, FilePath};
 use flotilla_protocol::ErrorKind;
 use flotilla_protocol::ids::{JobId, TaskId};
 use flotilla_testkit::NatsServer;
@@ -54,7 +54,7 @@ async fn reserved_reports_refuse_writes_and_detect_tampering() {
     let path = FilePath::parse("/large_tool_results/t1/report").unwrap();
     let answer = "the real answer\n".repeat(100);
     files.write_reserved(&job, &path, answer.as_bytes()).await.unwrap();
-    let reference = flotilla_agent::digest::describe_file(path.as_str(), &answer);
+    let reference = flotilla_protocol::digest::describe_file(path.as_str(), &answer);
     assert_eq!(files.read_by_ref(&job, &reference).await.unwrap(), answer.as_bytes());
 
     // Someone with raw bucket access replaces the bytes, keeping the metadata.

@@ -21,7 +21,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use flotilla_agent::retry::Backoff;
 use flotilla_agent::tool::{
     ApprovalGate, ApprovalVerdict, ElicitationAnswer, ElicitationAsk, ElicitationVerdict, ToolContext, ToolError,
     ToolSet,
@@ -33,6 +32,7 @@ use flotilla_protocol::{
     self as protocol, ApprovalKind, ApprovalRecord, ApprovalRequest, ApprovalState, Decision, DecisionKind,
     DecisionRecord, ErrorKind, ProgressKind,
 };
+use flotilla_retry::Backoff;
 use futures::StreamExt;
 use serde_json::Value;
 use time::OffsetDateTime;
@@ -315,7 +315,7 @@ const REWATCH: (Duration, Duration) = (Duration::from_millis(200), Duration::fro
 
 /// The decision `watch` yields before `deadline` (`None` once it passed).
 /// A watch that fails or ends (the server ended the consumer) is opened
-/// again after the one backoff policy's pause (shared/agent/src/retry.rs),
+/// again after the one backoff policy's pause (shared/retry/src/lib.rs),
 /// never at once: a server that keeps ending watches must not spin the worker.
 async fn next_decision<S, W, Fut>(
     mut watch: W,
@@ -386,7 +386,7 @@ fn outcome(request: &ApprovalRequest, decision: &Decision) -> Result<Value, Tool
         )),
         // Elicitation answers (only allowed on elicitation requests, above).
         // Checked by the orchestrator too; the worker is the one that answers.
-        Decision::Accept { content } => match flotilla_bus::check_content(r, content) {
+        Decision::Accept { content } => match flotilla_agent::tool::check_content(r, content) {
             Ok(()) => Ok(content.clone()),
             Err(e) => Err(ToolError::validation(e.to_string())),
         },

@@ -9,11 +9,11 @@
 //! travels by reference: the report carries a [`FileRef`] to the file plus
 //! the answer's head.
 //!
-//! `/reports/<task id>.md` is reserved (shared/agent/src/files/reserved.rs):
+//! `/reports/<task id>.md` is reserved (shared/job-files/src/reserved.rs):
 //! no agent tool nor client can write it, and it is stored with its sha256,
 //! which every read checks, so another task cannot forge this report.
 
-use flotilla_agent::files::{FilePath, report_path, unfinished_report};
+use flotilla_job_files::{FilePath, report_path, unfinished_report};
 use flotilla_protocol::{ErrorInfo, ErrorKind, FileRef, TaskMessage};
 
 use crate::runtime::SubagentRuntime;
@@ -47,7 +47,7 @@ pub async fn offload(
             format!("the answer ({} bytes) is too large for a report and could not be stored: {e}", answer.len()),
         )
     })?;
-    let reference = flotilla_agent::digest::describe_file(path.as_str(), &answer);
+    let reference = flotilla_protocol::digest::describe_file(path.as_str(), &answer);
     tracing::info!(bytes = answer.len(), path = %path, "answer stored in job files; report carries a reference");
     Ok((reference.head.clone(), Some(reference)))
 }

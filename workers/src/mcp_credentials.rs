@@ -11,7 +11,9 @@ use anyhow::Context;
 use flotilla_bus::{Bus, McpTokens};
 use flotilla_config::mcp::OAuthGrant;
 use flotilla_config::{McpTransport, Settings};
-use flotilla_mcp::oauth::{BusCredentialStores, set_runtime};
+use flotilla_mcp::oauth::{StoredCredentialStores, set_runtime};
+
+use crate::bus_adapters::BusTokens;
 
 /// Installs the KV-backed credential stores of the config's
 /// `authorization_code` servers, before any session opens. Nothing to do
@@ -29,6 +31,6 @@ pub async fn install(bus: &Bus, settings: &Settings) -> anyhow::Result<()> {
         return Ok(());
     }
     let tokens = McpTokens::open(bus).await.context("cannot open the bucket of `flotilla mcp login` credentials")?;
-    set_runtime(None, Some(Arc::new(BusCredentialStores::new(tokens, servers))));
+    set_runtime(None, Some(Arc::new(StoredCredentialStores::new(Arc::new(BusTokens(tokens)), servers))));
     Ok(())
 }

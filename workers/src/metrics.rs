@@ -11,8 +11,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use flotilla_agent::metrics::{AgentMetrics, latency_histogram};
 use flotilla_protocol::ids::SubagentType;
+use flotilla_telemetry::metrics::{AgentMetrics, latency_histogram};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -152,7 +152,7 @@ mod tests {
         // A cancelled task is reported, but it is not a failure of the worker.
         m.task_ended(&ty, "cancelled", Some(Duration::from_millis(5)));
         assert_eq!(m.load(&ty), Load { in_flight: 0, completed: 3, failed: 1, cancelled: 1 });
-        let text = flotilla_agent::metrics::render(&m.registry);
+        let text = flotilla_telemetry::metrics::render(&m.registry);
         assert!(
             text.contains("flotilla_worker_tasks_total{subagent_type=\"finance\",status=\"completed\"} 1"),
             "{text}"

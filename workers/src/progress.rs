@@ -14,12 +14,12 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use flotilla_agent::agent::{AgentObserver, Conversation};
-use flotilla_agent::metrics::AgentMetrics;
 use flotilla_agent::model::ToolCall;
 use flotilla_agent::tool::ToolOutcome;
 use flotilla_bus::Bus;
 use flotilla_protocol::ids::{JobId, SubagentType, TaskId, Tenant};
 use flotilla_protocol::{self as protocol, ProgressEvent, ProgressKind, Usage};
+use flotilla_telemetry::metrics::AgentMetrics;
 
 /// Progress publisher of one task attempt.
 #[derive(Clone)]
@@ -72,7 +72,7 @@ impl ProgressPublisher {
 
 /// sha256 of a JSON value's text, hex encoded.
 pub fn digest(value: &serde_json::Value) -> String {
-    flotilla_agent::digest::sha256_hex(value.to_string().as_bytes())
+    flotilla_protocol::digest::sha256_hex(value.to_string().as_bytes())
 }
 
 #[async_trait]

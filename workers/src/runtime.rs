@@ -12,11 +12,11 @@ use std::time::Duration;
 
 use anyhow::Context;
 use flotilla_agent::agent::{ContextBudget, Limits, OutputSchema, ToolPolicy};
-use flotilla_agent::files::JobFiles;
-use flotilla_agent::model::{self, ChatModel};
+use flotilla_agent::model::ChatModel;
 use flotilla_agent::tool::{Eviction, ToolSet};
 use flotilla_config::permissions::Permissions;
 use flotilla_config::{Settings, SubagentConfig};
+use flotilla_job_files::JobFiles;
 use flotilla_mcp::McpHub;
 use flotilla_protocol::MAX_MESSAGE_BYTES;
 use flotilla_protocol::ids::SubagentType;
@@ -66,8 +66,8 @@ impl SubagentRuntime {
             })?
             .clone();
         let model_settings = settings.model(&config.model)?;
-        let model = model::priced(
-            flotilla_model_anthropic::build(&config.model, model_settings)?,
+        let model = flotilla_models::priced(
+            flotilla_models::build(&config.model, model_settings)?,
             settings.price(&config.model),
         );
         let permissions = permissions(ty.as_str(), &config)?;

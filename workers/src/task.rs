@@ -9,11 +9,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use flotilla_agent::agent::{Agent, Conversation, RunContext};
-use flotilla_agent::retry::Backoff;
 use flotilla_bus::{Bus, TaskDelivery, retry};
 use flotilla_protocol::{
     self as protocol, ErrorInfo, ErrorKind, ProgressKind, TaskMessage, TaskReport, TaskStatus, Usage,
 };
+use flotilla_retry::Backoff;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 

@@ -9,8 +9,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use flotilla_agent::retry::Backoff;
 use flotilla_bus::{TOPOLOGY_BUDGET, TaskConsumer, retry};
+use flotilla_retry::Backoff;
 use tokio_util::task::TaskTracker;
 
 use crate::runtime::SubagentRuntime;

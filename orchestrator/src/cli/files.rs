@@ -13,9 +13,9 @@ use anyhow::{Context, bail};
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use clap::{Args as ClapArgs, Subcommand};
-use flotilla_agent::digest::sha256_hex;
-use flotilla_agent::files::FilePath;
 use flotilla_config::Settings;
+use flotilla_job_files::FilePath;
+use flotilla_protocol::digest::sha256_hex;
 use flotilla_protocol::files_api::{
     FILE_PART_BYTES, FileEntry, FilesCommitReply, FilesCommitRequest, FilesGetReply, FilesGetRequest, FilesLsReply,
     FilesLsRequest, FilesPutReply, FilesPutRequest, StagedFile, UploadId,

@@ -10,7 +10,7 @@
 //! the browser's redirect on the configured `redirect_uri`, which must be a
 //! loopback `http` address (RFC 8252 section 7.3: nothing else on the
 //! network can receive the code). The code is exchanged with PKCE, and
-//! rmcp saves the credentials through [`BusCredentialStores`]. What is
+//! rmcp saves the credentials through [`StoredCredentialStores`]. What is
 //! printed afterwards names server, client, scopes and expiry, never a token.
 
 use std::collections::BTreeMap;
@@ -26,7 +26,8 @@ use flotilla_bus::{Bus, McpTokens};
 use flotilla_config::mcp::OAuthGrant;
 use flotilla_config::{McpTransport, Settings};
 use flotilla_mcp::McpHub;
-use flotilla_mcp::oauth::{Authorizer, BusCredentialStores, StoredSummary, set_runtime};
+use flotilla_mcp::oauth::{Authorizer, StoredCredentialStores, StoredSummary, set_runtime};
+use flotilla_orchestrator::bus_adapters::BusTokens;
 use tokio::sync::oneshot;
 
 use super::error::CliError;
@@ -98,7 +99,8 @@ pub async fn run(settings: &Settings, args: LoginArgs, json: bool) -> anyhow::Re
     // A name that cannot be a key, or a credential that may not read the
     // bucket, fails now rather than after the person signed in.
     tokens.get(server).await?;
-    let stores = BusCredentialStores::new(tokens.clone(), [server.clone()]).for_login();
+    let tokens = Arc::new(BusTokens(tokens));
+    let stores = StoredCredentialStores::new(tokens.clone(), [server.clone()]).for_login();
     let timeout = Duration::from_secs(args.timeout);
     let authorizer =
         Arc::new(Loopback { listener: Mutex::new(Some(listener)), redirect: redirect.clone(), timeout, json });
@@ -119,7 +121,7 @@ pub async fn run(settings: &Settings, args: LoginArgs, json: bool) -> anyhow::Re
         );
     }
 
-    let summary = StoredSummary::load(&tokens, server)
+    let summary = StoredSummary::load(tokens.as_ref(), server)
         .await
         .map_err(anyhow::Error::msg)?
         .ok_or_else(|| anyhow::anyhow!("signed in, but no credentials were stored for `{server}`"))?;

@@ -94,7 +94,7 @@ pub async fn run(settings: &Settings, args: Args, json: bool) -> anyhow::Result<
 
 async fn check(name: &str, settings: &ModelSettings) -> Checked {
     let started = Instant::now();
-    let outcome = match flotilla_model_anthropic::build(name, settings) {
+    let outcome = match flotilla_models::build(name, settings) {
         Ok(model) => ask(model).await.map_err(|e| e.to_string()).and_then(|r| judge(&r)),
         Err(e) => Err(format!("cannot build the client: {e}")),
     };

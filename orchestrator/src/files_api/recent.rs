@@ -14,7 +14,7 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use flotilla_agent::files::{FileMeta, FilePath};
+use flotilla_job_files::{FileMeta, FilePath};
 use flotilla_protocol::ids::JobId;
 
 /// Files kept at once.

@@ -21,8 +21,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use flotilla_agent::files::JobFiles;
 use flotilla_config::staging::StagingConfig;
+use flotilla_job_files::JobFiles;
 use flotilla_protocol::ErrorKind;
 use flotilla_protocol::files_api::UploadId;
 use flotilla_protocol::ids::Tenant;

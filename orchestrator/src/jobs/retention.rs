@@ -18,8 +18,8 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use flotilla_agent::files::JobFiles;
 use flotilla_bus::BusError;
+use flotilla_job_files::JobFiles;
 use flotilla_protocol::ids::{JobId, Tenant};
 use flotilla_protocol::{self as protocol, ApiReply, ErrorKind, JobStatus, PruneReply, PruneRequest};
 use time::OffsetDateTime;

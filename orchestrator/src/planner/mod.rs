@@ -15,12 +15,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use flotilla_agent::agent::{Agent, ContextBudget, Conversation, Limits, RunContext, ToolPolicy};
-use flotilla_agent::files::JobFiles;
-use flotilla_agent::model::{self, ChatModel};
+use flotilla_agent::model::ChatModel;
 use flotilla_agent::tool::{Eviction, ToolSet};
 use flotilla_bus::{Bus, BusError, BusErrorKind, Cancellations, Checkpoints};
 use flotilla_config::permissions::Permissions;
 use flotilla_config::{PlannerConfig, Settings, ToolRef};
+use flotilla_job_files::JobFiles;
 use flotilla_protocol::ids::{JobId, SubagentType};
 use flotilla_protocol::{ErrorInfo, ErrorKind, JobEventKind, JobRecord, JobStatus};
 use flotilla_tools::{self as builtin, FileToolEnv};
@@ -61,15 +61,15 @@ impl Planner {
         files: JobFiles,
     ) -> anyhow::Result<Self> {
         let config = settings.planner()?.clone();
-        let model = model::priced(
-            flotilla_model_anthropic::build(&config.model, settings.model(&config.model)?)?,
+        let model = flotilla_models::priced(
+            flotilla_models::build(&config.model, settings.model(&config.model)?)?,
             settings.price(&config.model),
         );
         let types: BTreeMap<SubagentType, String> =
             settings.subagents.iter().map(|(t, c)| (t.clone(), c.description.clone())).collect();
         let tools = ToolSet::new(Duration::from_secs(config.task_timeout + 60));
         // Every planner tool call goes to the audit stream (docs/SECURITY.md).
-        let audit = flotilla_bus::audit::BusAuditSink::new(bus.clone());
+        let audit = Arc::new(crate::bus_adapters::BusAudit(flotilla_bus::audit::BusAuditSink::new(bus.clone())));
         tools.set_auditor(flotilla_agent::audit::Auditor::new(audit, "planner", "orchestrator"));
         let mut tools = tools;
         tools.add(Arc::new(WriteTodos { jobs: jobs.clone() }), "planner")?;
@@ -310,7 +310,7 @@ impl Planner {
             policy: ToolPolicy { stop_at_tools: Vec::new(), loop_detection: self.config.loop_detection },
             output: None,
         };
-        let mut conv = match self.checkpoints.load(&rec.id).await {
+        let mut conv = match self.checkpoints.load::<Conversation>(&rec.id).await {
             Some(conv) => {
                 tracing::info!(job_id = %rec.id, steps = conv.steps, "resuming the planner from its checkpoint");
                 conv

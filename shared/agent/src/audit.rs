@@ -5,9 +5,10 @@
 //! every tool call and approval of a process.
 //!
 //! An [`Auditor`] knows who is calling (agent and process) and builds the
-//! [`AuditRecord`]; an [`AuditSink`] stores it. [`BusAuditSink`] publishes to
-//! the audit stream (`<prefix>.audit.<tenant>.<job>`): the publish is queued
-//! before the call's result goes back to the model and the stream's ack is
+//! [`AuditRecord`]; an [`AuditSink`] stores it. The bus's `BusAuditSink`,
+//! wired in by the binaries, publishes to the audit stream
+//! (`<prefix>.audit.<tenant>.<job>`): the publish is queued before the
+//! call's result goes back to the model and the stream's ack is
 //! awaited in the background, so auditing adds no round trip to a tool call; a
 //! missing ack is logged as an error with the record's trace id.
 
@@ -139,7 +140,7 @@ impl Auditor {
 /// Hex SHA-256 of `args` as canonical JSON (object keys sorted at every level).
 pub fn args_digest(args: &Value) -> String {
     let bytes = serde_json::to_vec(&canonical(args)).unwrap_or_default();
-    crate::digest::sha256_hex(&bytes)
+    flotilla_protocol::digest::sha256_hex(&bytes)
 }
 
 fn canonical(v: &Value) -> Value {

@@ -4,16 +4,16 @@
 //! - [`agent`]: the tool-call loop with its step, time and token limits.
 //! - [`tool`]: the `Tool` trait, the `ToolSet` pipeline every call passes
 //!   (validate, approve, time out, sanitize, evict, audit), the approval gate.
-//! - [`model`]: the `ChatModel` trait, the scripted and priced models (the
-//!   OpenAI-compatible provider is `flotilla-model-openai`).
+//! - [`model`]: the `ChatModel` trait and the scripted model (the HTTP
+//!   providers, the cost stamp and the factory are `flotilla-models`).
 //! - [`audit`]: audit records and the `AuditSink` they go to (the NATS sink is
 //!   the bus's).
 //! - [`sanitize`]: the one sanitizer of errors that leave a process.
-//! - [`files`]: job files over an `ObjectBackend` (the Object Store one is the
-//!   bus's), with their path, size and integrity rules.
 //! - [`tokens`]: token counts and truncation with the o200k_base tokenizer.
-//! - [`retry`]: the one backoff policy; [`digest`]: the one sha256 hex;
-//!   [`metrics`]: the agent's Prometheus families.
+//!
+//! Job files are `flotilla-job-files`, the backoff policy `flotilla-retry`,
+//! the sha256 hex `flotilla_protocol::digest`, the Prometheus families of
+//! agent runs `flotilla_telemetry::metrics`.
 //!
 //! How the crates fit together: docs/ARCHITECTURE.md.
 
@@ -21,11 +21,7 @@
 
 pub mod agent;
 pub mod audit;
-pub mod digest;
-pub mod files;
-pub mod metrics;
 pub mod model;
-pub mod retry;
 pub mod sanitize;
 pub mod tokens;
 pub mod tool;

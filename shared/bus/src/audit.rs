@@ -1,15 +1,13 @@
 //! The NATS side of the audit trail (docs/SECURITY.md#audit): the sink that
 //! publishes every `AuditRecord` to `<prefix>.audit.<tenant>.<job>`, and the
 //! reader behind `flotilla audit`. The records themselves and the `Auditor`
-//! that writes them live in the agent crate (`audit`).
+//! that writes them live in the agent crate (`audit`); the binaries plug this
+//! sink into the agent's `AuditSink` port, so the bus needs no agent crate.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
-
 use crate::{Bus, BusError};
-use flotilla_agent::audit::AuditSink;
 use flotilla_protocol::{self as protocol, AuditRecord};
 
 /// Publishes records to the audit stream.
@@ -22,11 +20,11 @@ impl BusAuditSink {
     pub fn new(bus: Bus) -> Arc<Self> {
         Arc::new(Self { bus })
     }
-}
 
-#[async_trait]
-impl AuditSink for BusAuditSink {
-    async fn write(&self, record: AuditRecord) {
+    /// Publishes one record. Never fails the audited call: the publish is
+    /// queued at once and the stream's ack awaited in the background; a
+    /// missing ack is logged with the record's trace id.
+    pub async fn write(&self, record: AuditRecord) {
         let subject = self.bus.subjects.audit(&record.tenant, &record.job_id);
         let trace_id = record.trace_id.clone().unwrap_or_else(|| "-".into());
         match self.bus.js.publish(subject.clone(), protocol::encode(&record).into()).await {

@@ -1,6 +1,8 @@
 //! Planner checkpoints: the conversation of every running job, saved after
 //! each model turn, each turn's tool results and each compaction, so a
-//! restarted orchestrator resumes a job where it stopped. Together with the
+//! restarted orchestrator resumes a job where it stopped. The store takes any
+//! serde value (the planner stores the agent's `Conversation`), so the bus
+//! needs nothing of the agent crate. Together with the
 //! task tool's call-id lookup in the job record, a resumed planner re-attaches
 //! to tasks in flight instead of dispatching them again.
 //!
@@ -20,8 +22,10 @@ use async_nats::jetstream::{kv, object_store};
 use tokio::io::AsyncReadExt;
 use tokio::sync::OnceCell;
 
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
 use crate::{Bus, BusError, retry};
-use flotilla_agent::agent::Conversation;
 use flotilla_protocol::MAX_MESSAGE_BYTES;
 use flotilla_protocol::ids::JobId;
 
@@ -112,7 +116,7 @@ impl Checkpoints {
     /// Saves `conv` for `job`: inline when it fits a KV value, otherwise as
     /// an object with a pointer. An error means the previous checkpoint is
     /// still the stored one.
-    pub async fn save(&self, job: &JobId, conv: &Conversation) -> Result<(), BusError> {
+    pub async fn save<T: Serialize>(&self, job: &JobId, conv: &T) -> Result<(), BusError> {
         let bytes = encode_checkpoint(conv)
             .map_err(|e| BusError::new(format!("the checkpoint of {job} is not serializable"), e))?;
         let large = bytes.len() > self.inline_max;
@@ -156,12 +160,12 @@ impl Checkpoints {
                 .map_err(|e| BusError::new(format!("cannot store the checkpoint object of {job}"), e))
         })
         .await?;
-        Ok(Pointer { checkpoint_object: name, size: bytes.len(), sha256: flotilla_agent::digest::sha256_hex(bytes) })
+        Ok(Pointer { checkpoint_object: name, size: bytes.len(), sha256: flotilla_protocol::digest::sha256_hex(bytes) })
     }
 
     /// The last checkpoint of `job`; `None` when there is none or it cannot
     /// be read (logged: the job then restarts its conversation).
-    pub async fn load(&self, job: &JobId) -> Option<Conversation> {
+    pub async fn load<T: DeserializeOwned>(&self, job: &JobId) -> Option<T> {
         let bytes = self.kv.get(job.to_string()).await.ok()??;
         let bytes = match Pointer::parse(&bytes) {
             Some(pointer) => match self.get_object(&pointer).await {
@@ -190,7 +194,7 @@ impl Checkpoints {
         let mut object = store.get(&pointer.checkpoint_object).await.map_err(|e| e.to_string())?;
         let mut bytes = Vec::with_capacity(pointer.size);
         object.read_to_end(&mut bytes).await.map_err(|e| e.to_string())?;
-        let digest = flotilla_agent::digest::sha256_hex(&bytes);
+        let digest = flotilla_protocol::digest::sha256_hex(&bytes);
         if bytes.len() != pointer.size || digest != pointer.sha256 {
             return Err(format!(
                 "object {} has {} bytes with sha256 {digest}, the pointer says {} bytes with {}",
@@ -225,7 +229,7 @@ impl Checkpoints {
 pub const CHECKPOINT_VERSION: u32 = 1;
 
 /// The stored form of a conversation: its JSON with `"v"` added.
-fn encode_checkpoint(conv: &Conversation) -> Result<Vec<u8>, serde_json::Error> {
+fn encode_checkpoint<T: Serialize>(conv: &T) -> Result<Vec<u8>, serde_json::Error> {
     let mut value = serde_json::to_value(conv)?;
     if let Some(fields) = value.as_object_mut() {
         fields.insert("v".into(), CHECKPOINT_VERSION.into());
@@ -237,7 +241,7 @@ fn encode_checkpoint(conv: &Conversation) -> Result<Vec<u8>, serde_json::Error> 
 /// before checkpoints were versioned), or any minor version (`1.1`) with
 /// fields this build does not know, which are ignored. A newer major
 /// version is refused rather than misread.
-fn decode_checkpoint(bytes: &[u8]) -> Result<Conversation, String> {
+fn decode_checkpoint<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
     let value: serde_json::Value = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
     let major = value.get("v").and_then(serde_json::Value::as_f64).map_or(CHECKPOINT_VERSION, |v| v.trunc() as u32);
     if major != CHECKPOINT_VERSION {
@@ -250,23 +254,36 @@ fn decode_checkpoint(bytes: &[u8]) -> Result<Conversation, String> {
 mod tests {
     use super::*;
 
+    /// A stand-in for the planner's conversation: an object with required fields.
+    #[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+    struct Conversation {
+        messages: Vec<String>,
+        steps: u32,
+    }
+
+    impl Conversation {
+        fn new(system: &str, user: &str) -> Self {
+            Self { messages: vec![system.into(), user.into()], steps: 0 }
+        }
+    }
+
     #[test]
     fn old_and_newer_minor_checkpoints_load_and_a_newer_major_is_refused() {
         let mut conv = Conversation::new("sys", "job");
         conv.steps = 3;
         let stored = encode_checkpoint(&conv).unwrap();
         assert_eq!(serde_json::from_slice::<serde_json::Value>(&stored).unwrap()["v"], 1);
-        assert_eq!(decode_checkpoint(&stored).unwrap(), conv);
+        assert_eq!(decode_checkpoint::<Conversation>(&stored).unwrap(), conv);
         // Written before versions: no "v".
         let old = serde_json::to_vec(&conv).unwrap();
-        assert_eq!(decode_checkpoint(&old).unwrap(), conv);
+        assert_eq!(decode_checkpoint::<Conversation>(&old).unwrap(), conv);
         // A newer minor version with a field this build does not know.
         let mut newer: serde_json::Value = serde_json::from_slice(&stored).unwrap();
         newer["v"] = serde_json::json!(1.1);
         newer["summary_cache"] = serde_json::json!({"turns": 2});
-        assert_eq!(decode_checkpoint(&serde_json::to_vec(&newer).unwrap()).unwrap(), conv);
+        assert_eq!(decode_checkpoint::<Conversation>(&serde_json::to_vec(&newer).unwrap()).unwrap(), conv);
         newer["v"] = serde_json::json!(2);
-        let e = decode_checkpoint(&serde_json::to_vec(&newer).unwrap()).unwrap_err();
+        let e = decode_checkpoint::<Conversation>(&serde_json::to_vec(&newer).unwrap()).unwrap_err();
         assert!(e.contains("version 2"), "{e}");
     }
 

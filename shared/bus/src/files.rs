@@ -1,5 +1,5 @@
 //! The job files' store: the JetStream Object Store bucket `<prefix>_files`
-//! behind [`JobFiles`] (shared/agent/src/files/mod.rs holds the rules). Objects are
+//! behind [`JobFiles`] (shared/job-files/src/lib.rs holds the rules). Objects are
 //! chunked, so files outlive processes, are visible on every host and may be
 //! larger than one NATS message.
 
@@ -15,8 +15,8 @@ use tokio::io::AsyncReadExt;
 
 use crate::denials::{Denials, GuardError};
 use crate::{Bus, BusError};
-use flotilla_agent::files::{JobFiles, ObjectBackend, ObjectInfo};
 use flotilla_config::FilesConfig;
+use flotilla_job_files::{JobFiles, ObjectBackend, ObjectInfo};
 
 /// The Object Store bucket, with the connection's denials (see [`put`](ObjectBackend::put)).
 struct ObjectStoreBackend {

@@ -84,7 +84,7 @@ pub mod keys {
             }
         }
         if out.len() > 160 {
-            out = format!("sha256={}", flotilla_agent::digest::sha256_hex(key.as_bytes()));
+            out = format!("sha256={}", flotilla_protocol::digest::sha256_hex(key.as_bytes()));
         }
         format!("{job}.k.{out}")
     }

@@ -58,9 +58,7 @@ mod tasks;
 mod workers;
 
 pub use api::ApiRequests;
-pub use approvals::{
-    APPROVAL_RETENTION, ApprovalStore, DecisionError, Versioned, Write, check_content, check_decision,
-};
+pub use approvals::{APPROVAL_RETENTION, ApprovalStore, Versioned, Write};
 pub use cancellations::{Cancellations, Cancelled};
 pub use checkpoints::Checkpoints;
 pub use events::{EventStream, RawEvent};
@@ -87,7 +85,7 @@ use flotilla_config::NatsConfig;
 use flotilla_protocol::subjects::Subjects;
 use flotilla_protocol::{self as protocol, MAX_MESSAGE_BYTES, Message};
 
-pub use flotilla_agent::retry::{Backoff, Retryable, retry};
+pub use flotilla_retry::{Backoff, Retryable, retry};
 
 /// A bus operation failed.
 ///
@@ -160,7 +158,7 @@ impl BusError {
     }
 }
 
-impl flotilla_agent::retry::Retryable for BusError {
+impl flotilla_retry::Retryable for BusError {
     fn is_transient(&self) -> bool {
         BusError::is_transient(self)
     }

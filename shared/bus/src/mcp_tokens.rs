@@ -7,7 +7,8 @@
 //!
 //! The value is rmcp's `StoredCredentials` as JSON, opaque here (this crate
 //! does not depend on the MCP client; shared/mcp/src/oauth/stored.rs reads
-//! it). It holds a refresh token: it is never logged, and errors name the
+//! it through its `TokenStore` port, which the binaries implement over this
+//! type in their `bus_adapters.rs`). It holds a refresh token: it is never logged, and errors name the
 //! server and bucket only.
 
 use async_nats::jetstream::kv;

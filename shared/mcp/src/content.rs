@@ -54,7 +54,7 @@ fn binary(kind: &str, mime_type: &str, data: &str) -> Value {
     if bytes <= INLINE_BINARY_MAX {
         json!({"type": kind, "mime_type": mime_type, "bytes": bytes, "data": data})
     } else {
-        let sha = flotilla_agent::digest::sha256_hex(data.as_bytes());
+        let sha = flotilla_protocol::digest::sha256_hex(data.as_bytes());
         json!({"type": kind, "mime_type": mime_type, "bytes": bytes, "sha256_of_base64": sha, "omitted": "too large to inline"})
     }
 }

@@ -108,8 +108,7 @@ impl ServerConn {
                     &format!("MCP server {} error", self.settings.name),
                     None,
                 ));
-                let wait =
-                    flotilla_agent::retry::Backoff::nth(Duration::from_secs(1), Duration::from_secs(60), s.failures);
+                let wait = flotilla_retry::Backoff::nth(Duration::from_secs(1), Duration::from_secs(60), s.failures);
                 s.next_retry = Some(Instant::now() + wait);
             }
         }

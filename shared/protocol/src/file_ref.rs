@@ -29,7 +29,7 @@ pub struct FileRef {
 
 impl FileRef {
     /// Describes `text`, stored at `path`, whose SHA-256 (lowercase hex) is
-    /// `sha256` (hashing is the caller's: this crate does no I/O and no crypto).
+    /// `sha256` (the caller's hash, usually [`crate::digest::sha256_hex`]).
     pub fn describe(path: impl Into<String>, text: &str, sha256: String) -> Self {
         let head: String = text.chars().take(HEAD_CHARS).collect();
         let total = text.chars().count();

@@ -1,6 +1,7 @@
 //! Flotilla's wire contract, with no I/O: typed ids ([`ids`]), every subject,
-//! stream and bucket name ([`subjects`]), W3C trace context ([`trace`]), and
-//! every message that crosses the bus, as versioned serde types.
+//! stream and bucket name ([`subjects`]), W3C trace context ([`trace`]), the
+//! one SHA-256 hex the contract's checksums and hashed keys use ([`digest`]),
+//! and every message that crosses the bus, as versioned serde types.
 //! Every other Flotilla crate depends on this one; it depends on nothing of
 //! Flotilla's (docs/ARCHITECTURE.md).
 //!
@@ -19,6 +20,7 @@
 
 #![deny(missing_docs)]
 
+pub mod digest;
 pub mod files_api;
 pub mod ids;
 pub mod path;

@@ -43,7 +43,7 @@ pub struct ExecutionAudit {
 
 /// sha256 of `command`, hex.
 pub fn command_digest(command: &str) -> String {
-    flotilla_agent::digest::sha256_hex(command.as_bytes())
+    flotilla_protocol::digest::sha256_hex(command.as_bytes())
 }
 
 /// Reports one execution.

@@ -17,8 +17,8 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use flotilla_agent::files::FilePath;
 use flotilla_config::permissions::{Mode, Operation};
+use flotilla_job_files::FilePath;
 use flotilla_protocol::ids::JobId;
 use flotilla_tools::FileToolEnv;
 use globset::{Glob, GlobSet, GlobSetBuilder};

@@ -1,5 +1,5 @@
-//! Serving Prometheus metrics over HTTP (`/metrics`), for the binaries; the
-//! metric families themselves are the agent crate's (`metrics`).
+//! Serving Prometheus metrics over HTTP (`/metrics`), for the binaries, and
+//! the metric families both binaries share ([`AgentMetrics`], `families.rs`).
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -7,7 +7,9 @@ use std::sync::Arc;
 
 use prometheus_client::registry::Registry;
 
-pub use flotilla_agent::metrics::*;
+mod families;
+
+pub use families::*;
 
 /// A metrics endpoint could not be opened.
 #[derive(Debug, thiserror::Error)]

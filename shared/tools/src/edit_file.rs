@@ -16,9 +16,9 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::{FileToolEnv, as_text, binary, file_error};
-use flotilla_agent::files::FilePath;
 use flotilla_agent::tool::{Tool, ToolContext, ToolError, ToolSpec};
 use flotilla_config::permissions::Operation;
+use flotilla_job_files::FilePath;
 
 pub(super) struct EditFile(pub Arc<FileToolEnv>);
 

@@ -22,9 +22,9 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::{FileToolEnv, MAX_PATTERN_BYTES, as_text, compile_glob, file_error};
-use flotilla_agent::files::FileMeta;
 use flotilla_agent::tool::{Tool, ToolContext, ToolError, ToolSpec};
 use flotilla_config::permissions::{Mode, Operation};
+use flotilla_job_files::FileMeta;
 
 /// Content matches returned at most.
 const MAX_MATCHES: usize = 200;
@@ -118,7 +118,7 @@ impl Tool for Grep {
             }
             let bytes = match env.files.read(&ctx.job_id, &f.path).await {
                 Ok(b) => b,
-                Err(flotilla_agent::files::FileError::NotFound(_)) => continue, // deleted meanwhile
+                Err(flotilla_job_files::FileError::NotFound(_)) => continue, // deleted meanwhile
                 Err(e) => return Err(file_error(e)),
             };
             let Some(text) = as_text(bytes) else { continue };

@@ -27,9 +27,9 @@ use std::sync::Arc;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use flotilla_agent::files::{FileError, FileMeta, FilePath, JobFiles, reserved_prefix};
 use flotilla_agent::tool::{Tool, ToolContext, ToolError};
 use flotilla_config::permissions::{Mode, Operation, Permissions};
+use flotilla_job_files::{FileError, FileMeta, FilePath, JobFiles, reserved_prefix};
 use flotilla_protocol::ErrorKind;
 
 pub use flotilla_config::builtin_tools::{ALL, READ_ONLY};

@@ -11,9 +11,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::grep::scan_for_test;
 use super::*;
-use flotilla_agent::files::{MemoryBackend, ObjectBackend};
 use flotilla_agent::tool::{ApprovalGate, ToolContext};
 use flotilla_config::permissions::PermissionRule;
+use flotilla_job_files::{MemoryBackend, ObjectBackend};
 use flotilla_protocol::ids::{JobId, TaskId};
 
 const CAP: u64 = 16 * 1024 * 1024;

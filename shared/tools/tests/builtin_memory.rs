@@ -14,9 +14,9 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use flotilla_agent::files::{FilePath, JobFiles};
 use flotilla_agent::tool::ToolContext;
 use flotilla_config::permissions::{Mode, Operation, PermissionRule, Permissions};
+use flotilla_job_files::{FilePath, JobFiles};
 use flotilla_protocol::ErrorKind;
 use flotilla_protocol::ids::{JobId, TaskId};
 use flotilla_tools::{self as builtin, FileToolEnv};

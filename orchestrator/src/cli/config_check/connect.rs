@@ -105,7 +105,7 @@ async fn reach_model(url: &str, auth: &Auth) -> Result<u16, (String, String)> {
             }
         }
         Auth::Anthropic(var) => {
-            req = req.header("anthropic-version", flotilla_model_anthropic::API_VERSION);
+            req = req.header("anthropic-version", flotilla_models::anthropic::API_VERSION);
             if let Some(k) = key(var) {
                 req = req.header("x-api-key", k);
             }
@@ -140,7 +140,7 @@ mod tests {
             axum::routing::get(|h: HeaderMap| async move {
                 let bearer = h.get("authorization").is_some_and(|v| v == "Bearer sk-good");
                 let anthropic = h.get("x-api-key").is_some_and(|v| v == "sk-good")
-                    && h.get("anthropic-version").is_some_and(|v| v == flotilla_model_anthropic::API_VERSION);
+                    && h.get("anthropic-version").is_some_and(|v| v == flotilla_models::anthropic::API_VERSION);
                 let ok = bearer || anthropic;
                 if ok { StatusCode::OK } else { StatusCode::UNAUTHORIZED }
             }),

@@ -38,14 +38,14 @@ pub fn used_models(settings: &Settings) -> BTreeSet<String> {
 }
 
 /// Each used model built as the orchestrator and workers build it
-/// (`flotilla_model_anthropic::build`, the factory of every provider): API-key variable set and non-empty,
+/// (`flotilla_models::build`, the factory of every provider): API-key variable set and non-empty,
 /// base URL absolute, script readable.
 pub fn models(settings: &Settings) -> Vec<Check> {
     let mut checks = Vec::new();
     for name in used_models(settings) {
         let Some(model) = settings.models.get(&name) else { continue };
         let key = format!("models.{name}");
-        checks.push(match flotilla_model_anthropic::build(&name, model) {
+        checks.push(match flotilla_models::build(&name, model) {
             Ok(_) => Check::ok(key, describe(model)),
             Err(e) => {
                 Check::problem(key, e.to_string(), "set what the message names (docs/CONFIG.md, [models.<name>])")

@@ -11,8 +11,8 @@ use std::time::Duration;
 use axum::http::StatusCode;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
-use flotilla_agent::digest::sha256_hex;
-use flotilla_agent::files::FilePath;
+use flotilla_job_files::FilePath;
+use flotilla_protocol::digest::sha256_hex;
 use flotilla_protocol::files_api::{FILE_PART_BYTES, FilesPutReply, FilesPutRequest, StagedFile, UploadId};
 use flotilla_protocol::ids::{JobId, TaskId, Tenant};
 use flotilla_protocol::{

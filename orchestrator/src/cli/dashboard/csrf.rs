@@ -30,7 +30,7 @@
 use axum::body::Body;
 use axum::extract::Request;
 use axum::http::{HeaderMap, header};
-use flotilla_agent::digest::sha256_hex;
+use flotilla_protocol::digest::sha256_hex;
 
 /// The form field and header carrying the token.
 pub const FIELD: &str = "csrf";

@@ -30,8 +30,8 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use flotilla_agent::digest::sha256_hex;
 use flotilla_config::DashboardConfig;
+use flotilla_protocol::digest::sha256_hex;
 use flotilla_protocol::ids::Tenant;
 
 use super::csrf::{self, Csrf, CsrfToken};

@@ -14,7 +14,7 @@
 use axum::extract::{FromRequest, Request};
 use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
-use flotilla_agent::digest::sha256_hex;
+use flotilla_protocol::digest::sha256_hex;
 use serde::Deserialize;
 
 use super::guard::{COOKIE, Guard, cookie_value};

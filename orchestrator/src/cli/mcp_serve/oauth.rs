@@ -25,7 +25,7 @@ use axum::extract::{Request, State};
 use axum::http::{StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use flotilla_agent::digest::sha256_hex;
+use flotilla_protocol::digest::sha256_hex;
 use flotilla_protocol::ids::Tenant;
 use serde_json::{Map, Value, json};
 

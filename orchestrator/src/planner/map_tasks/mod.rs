@@ -29,8 +29,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use flotilla_agent::files::{FilePath, JobFiles};
 use flotilla_agent::tool::{Tool, ToolContext, ToolError, ToolSpec};
+use flotilla_job_files::{FilePath, JobFiles};
 use flotilla_protocol::ErrorKind;
 use flotilla_protocol::ids::SubagentType;
 use serde::Deserialize;
@@ -96,7 +96,7 @@ impl Tool for MapTasks {
         let template = DescriptionTemplate::compile(&description).map_err(ToolError::validation)?;
         let path = FilePath::parse(&items).map_err(|e| ToolError::validation(format!("items {items:?}: {e}")))?;
         let bytes = self.files.read(&ctx.job_id, &path).await.map_err(|e| match e {
-            flotilla_agent::files::FileError::NotFound(_) => ToolError::validation(format!(
+            flotilla_job_files::FileError::NotFound(_) => ToolError::validation(format!(
                 "items file {path} not found: write the JSONL file first (or upload it with `flotilla submit --file`)"
             )),
             e => file_error(e),
@@ -263,6 +263,6 @@ fn validate(
 fn map_id(call_id: &str, args: &Value) -> String {
     let safe: String =
         call_id.chars().filter(|c| c.is_ascii_alphanumeric() || *c == '-' || *c == '_').take(64).collect();
-    let digest = flotilla_agent::digest::sha256_hex(args.to_string().as_bytes());
+    let digest = flotilla_protocol::digest::sha256_hex(args.to_string().as_bytes());
     if safe.is_empty() { format!("map-{}", &digest[..8]) } else { format!("{safe}-{}", &digest[..8]) }
 }

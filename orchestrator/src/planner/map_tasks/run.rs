@@ -9,10 +9,10 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use flotilla_agent::retry::Backoff;
 use flotilla_agent::tool::{ToolContext, ToolError};
 use flotilla_protocol::ids::TaskId;
 use flotilla_protocol::{ErrorInfo, ErrorKind};
+use flotilla_retry::Backoff;
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 

@@ -15,8 +15,8 @@
 //! restart: their dispatch key makes `Dispatcher::start` hand back the same
 //! task, whose report is then awaited or read back.
 
-use flotilla_agent::files::{FileError, FilePath, JobFiles};
 use flotilla_agent::tool::ToolError;
+use flotilla_job_files::{FileError, FilePath, JobFiles};
 use flotilla_protocol::ErrorKind;
 use flotilla_protocol::ids::JobId;
 use serde::{Deserialize, Serialize};
@@ -129,7 +129,7 @@ impl MapFiles {
         Ok(())
     }
 
-    /// Writes under the reserved `/maps` (shared/agent/src/files/reserved.rs):
+    /// Writes under the reserved `/maps` (shared/job-files/src/reserved.rs):
     /// no agent or client can forge a map's results or progress.
     async fn write(&self, raw: &str, bytes: &[u8]) -> Result<(), ToolError> {
         let path = self.path(raw)?;

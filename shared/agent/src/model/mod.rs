@@ -1,15 +1,17 @@
 //! Chat models. The agent loop talks to a [`ChatModel`]; providers translate
 //! to a wire format. Three ship: `openai` (any OpenAI-compatible
 //! `/chat/completions` endpoint with tool calling,
-//! `shared/model-openai/src/lib.rs`), `anthropic` (the Messages API,
-//! `shared/model-anthropic/src/lib.rs`) and [`scripted`] (deterministic
-//! turns from a file, for the demo and tests, no key needed).
+//! `shared/models/src/openai.rs`), `anthropic` (the Messages API,
+//! `shared/models/src/anthropic.rs`) and [`scripted`] (deterministic
+//! turns from a file, for the demo and tests, no key needed). The scripted
+//! model is kept here, not with the other providers in `flotilla-models`,
+//! because this crate's own tests of the loop and of compaction run on it;
+//! `flotilla_models::build` builds all three.
 //!
 //! Messages are provider-neutral: tool-call arguments are parsed JSON here and
 //! only become wire text inside a provider. A streaming provider hands text
 //! to the request's [`DeltaSink`] as it arrives (docs/MODELS.md).
 
-pub mod priced;
 pub mod scripted;
 pub mod wire;
 
@@ -19,7 +21,6 @@ use serde_json::Value;
 
 use crate::tool::ToolSpec;
 use flotilla_protocol::{ErrorKind, Usage};
-pub use priced::{Price, priced};
 pub use wire::count_request;
 
 /// One message of a conversation.

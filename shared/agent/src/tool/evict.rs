@@ -10,7 +10,7 @@
 //! exempt: their output is already bounded, and evicting a page of an evicted
 //! result would loop.
 //!
-//! `/large_tool_results` is reserved (shared/agent/src/files/reserved.rs):
+//! `/large_tool_results` is reserved (shared/job-files/src/reserved.rs):
 //! agents' writes there are refused, this layer writes through
 //! [`JobFiles::write_reserved`], and reads verify the stored sha256, so an
 //! evicted result cannot be swapped for forged text after the fact.
@@ -20,11 +20,11 @@ use std::collections::BTreeSet;
 use serde_json::{Value, json};
 
 use super::{ToolContext, ToolError, ToolOutcome};
-use crate::files::{FilePath, JobFiles};
+use flotilla_job_files::{FilePath, JobFiles};
 use flotilla_protocol::ErrorKind;
 
 /// Directory of evicted results (a reserved directory of the job files).
-pub use crate::files::LARGE_RESULTS_DIR;
+pub use flotilla_job_files::LARGE_RESULTS_DIR;
 
 /// Where and above which size results are evicted.
 #[derive(Clone)]
@@ -71,7 +71,7 @@ impl Eviction {
                 ),
             ));
         }
-        let reference = crate::digest::describe_file(path.as_str(), text);
+        let reference = flotilla_protocol::digest::describe_file(path.as_str(), text);
         Ok(json!({
             "evicted": reference,
             "note": "result too large for the conversation; it is stored at `evicted.path`: page it with read_file(path, offset, limit) or search it with grep",

@@ -7,11 +7,16 @@
 //! A tool never sees arguments that failed its schema, and the model never sees
 //! a panic, stack trace or host path: a defect becomes a `bug` error that
 //! carries only the trace id (the detail goes to the log).
+//!
+//! Which reviewer decisions a gated call accepts is decided once, for the
+//! orchestrator and the worker's gate alike, in `decisions.rs`.
 
+mod decisions;
 mod evict;
 mod pipeline;
 mod set;
 
+pub use decisions::{DecisionError, check_content, check_decision};
 pub use evict::{Eviction, LARGE_RESULTS_DIR};
 pub use pipeline::schema_problems;
 pub use set::{ToolOutcome, ToolSet, ToolSetError};

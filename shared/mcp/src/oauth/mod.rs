@@ -38,7 +38,7 @@ use rmcp::transport::auth::{
     ClientCredentialsConfig, JwtSigningAlgorithm, WWWAuthenticateParams,
 };
 pub use runtime::{Authorizer, CredentialStores, set_runtime};
-pub use stored::{BusCredentialStores, StoredSummary};
+pub use stored::{StoredCredentialStores, StoredSummary, TokenStore, TokenStoreError};
 
 use crate::config::{McpOAuth, McpServerSettings, OAuthClientAuth, OAuthGrant};
 use crate::error::McpError;

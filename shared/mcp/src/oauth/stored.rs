@@ -1,24 +1,43 @@
-//! rmcp's per-server [`CredentialStore`] over the `<prefix>_mcp_tokens` KV
-//! bucket ([`flotilla_bus::McpTokens`]): `flotilla mcp login` saves what a
-//! person's sign-in obtained, a worker loads it at its first session and
-//! saves refreshed tokens back, so every worker of a type shares one grant.
-//! The record is rmcp's `StoredCredentials` JSON; its tokens never leave
-//! rmcp's types except into the bucket ([`StoredSummary`] is what may be shown).
+//! rmcp's per-server [`CredentialStore`] over a [`TokenStore`]:
+//! `flotilla mcp login` saves what a person's sign-in obtained, a worker
+//! loads it at its first session and saves refreshed tokens back, so every
+//! worker of a type shares one grant. The record is rmcp's
+//! `StoredCredentials` JSON; its tokens never leave rmcp's types except into
+//! the store ([`StoredSummary`] is what may be shown).
+//!
+//! [`TokenStore`] is the port this crate defines so that it needs no NATS:
+//! the binaries wire it to the `<prefix>_mcp_tokens` KV bucket of the bus
+//! (`flotilla_bus::McpTokens`).
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use async_trait::async_trait;
-use flotilla_bus::McpTokens;
 use oauth2::TokenResponse;
 use rmcp::transport::auth::{AuthError, CredentialStore, StoredCredentials};
 
 use super::CredentialStores;
 
-/// The KV-backed stores of the named servers.
-pub struct BusCredentialStores {
-    tokens: McpTokens,
+/// Why a [`TokenStore`] operation failed, as the store tells it (it names the
+/// server and the store, never the record).
+pub type TokenStoreError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Where the credential records of `flotilla mcp login` are kept: one opaque
+/// record per MCP server name, shared by every process of a deployment.
+#[async_trait]
+pub trait TokenStore: Send + Sync {
+    /// The stored record of `server`, if any.
+    async fn get(&self, server: &str) -> Result<Option<Vec<u8>>, TokenStoreError>;
+    /// Replaces the record of `server`.
+    async fn put(&self, server: &str, record: Vec<u8>) -> Result<(), TokenStoreError>;
+    /// Removes the record of `server`.
+    async fn remove(&self, server: &str) -> Result<(), TokenStoreError>;
+}
+
+/// The credential stores of the named servers, over one [`TokenStore`].
+pub struct StoredCredentialStores {
+    tokens: Arc<dyn TokenStore>,
     servers: BTreeSet<String>,
     /// Loads find nothing until this process saves: a login always asks
     /// the person again (rmcp loads before every request, so the record it
@@ -26,9 +45,9 @@ pub struct BusCredentialStores {
     skip_stored: Arc<AtomicBool>,
 }
 
-impl BusCredentialStores {
+impl StoredCredentialStores {
     /// Stores for `servers` (the `authorization_code` servers this process uses).
-    pub fn new(tokens: McpTokens, servers: impl IntoIterator<Item = String>) -> Self {
+    pub fn new(tokens: Arc<dyn TokenStore>, servers: impl IntoIterator<Item = String>) -> Self {
         Self { tokens, servers: servers.into_iter().collect(), skip_stored: Arc::default() }
     }
 
@@ -39,7 +58,7 @@ impl BusCredentialStores {
     }
 }
 
-impl CredentialStores for BusCredentialStores {
+impl CredentialStores for StoredCredentialStores {
     fn for_server(&self, server: &str) -> Option<Arc<dyn CredentialStore>> {
         self.servers.contains(server).then(|| {
             Arc::new(ServerStore {
@@ -52,7 +71,7 @@ impl CredentialStores for BusCredentialStores {
 }
 
 struct ServerStore {
-    tokens: McpTokens,
+    tokens: Arc<dyn TokenStore>,
     server: String,
     skip_stored: Arc<AtomicBool>,
 }
@@ -76,7 +95,7 @@ impl CredentialStore for ServerStore {
 
     async fn save(&self, credentials: StoredCredentials) -> Result<(), AuthError> {
         let bytes = serde_json::to_vec(&credentials).map_err(internal)?;
-        self.tokens.put(&self.server, bytes.into()).await.map_err(internal)?;
+        self.tokens.put(&self.server, bytes).await.map_err(internal)?;
         self.skip_stored.store(false, Ordering::Relaxed);
         Ok(())
     }
@@ -101,7 +120,7 @@ pub struct StoredSummary {
 
 impl StoredSummary {
     /// The summary of the record of `server` in `tokens`, if there is one.
-    pub async fn load(tokens: &McpTokens, server: &str) -> Result<Option<Self>, String> {
+    pub async fn load(tokens: &dyn TokenStore, server: &str) -> Result<Option<Self>, String> {
         let Some(bytes) = tokens.get(server).await.map_err(|e| e.to_string())? else { return Ok(None) };
         let record: StoredCredentials =
             serde_json::from_slice(&bytes).map_err(|e| format!("the stored record is unreadable: {e}"))?;

@@ -11,10 +11,10 @@ use reqwest::Response;
 use serde::Deserialize;
 use serde_json::Value;
 
+use crate::http::Failure;
+use crate::sse::{SseEvent, SseReader};
+use crate::turn::Turn;
 use flotilla_agent::model::{ModelRequest, ModelResponse};
-use flotilla_model_openai::http::Failure;
-use flotilla_model_openai::sse::{SseEvent, SseReader};
-use flotilla_model_openai::turn::Turn;
 
 use super::{AnthropicModel, WireBlock, WireUsage, error_text};
 

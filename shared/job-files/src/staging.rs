@@ -12,8 +12,8 @@
 //! tenant is useless to it. Names never clash with job files, which all
 //! start with a job id.
 
-use super::{FileError, FileMeta, FilePath, JobFiles};
-use crate::digest::sha256_hex;
+use crate::{FileError, FileMeta, FilePath, JobFiles};
+use flotilla_protocol::digest::sha256_hex;
 use flotilla_protocol::files_api::UploadId;
 use flotilla_protocol::ids::{JobId, Tenant};
 

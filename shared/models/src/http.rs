@@ -1,5 +1,5 @@
 //! The HTTP side every model provider shares (this crate's `openai`,
-//! `shared/model-anthropic/src/lib.rs`): one reqwest client per model, the
+//! `shared/models/src/anthropic.rs`): one reqwest client per model, the
 //! retry loop, and how failures become [`ModelError`]s. A provider only
 //! builds its body and reads its wire format.
 //!
@@ -8,7 +8,7 @@
 //! - Failures map to an [`ErrorKind`] the agent loop can act on: 429, 5xx
 //!   (Anthropic's 529 "overloaded" included), 408, timeouts and connection
 //!   errors are `transient` and are retried here, up to `max_retries` times,
-//!   with the one [`Backoff`] of `shared/agent/src/retry.rs` (or the server's
+//!   with the one [`Backoff`] of `shared/retry/src/lib.rs` (or the server's
 //!   `Retry-After`, capped at 30 s); 401/403 are `permission`; other 4xx and
 //!   malformed bodies are `validation`.
 //! - Secrets stay out of errors and logs. The key is read once, at
@@ -31,8 +31,8 @@ use serde_json::Value;
 
 use crate::sse::{SseEvent, SseReader};
 use flotilla_agent::model::{ModelError, ModelRequest, ModelResponse};
-use flotilla_agent::retry::Backoff;
 use flotilla_protocol::ErrorKind;
+use flotilla_retry::Backoff;
 
 /// How much server text an error quotes.
 pub const MAX_QUOTED_CHARS: usize = 500;

@@ -12,22 +12,16 @@
 //!   flag never leaves the process (the model reads the error in the content).
 //! - Arguments a model wrote that are not valid JSON do not fail the call: they
 //!   are kept as a [`Value::String`] so the tool set's schema validation tells
-//!   the model what was wrong and it can try again ([`turn::parse_arguments`]).
+//!   the model what was wrong and it can try again ([`crate::turn::parse_arguments`]).
 //!   Sent back in a later turn, such a string goes out unchanged.
 //! - With `stream = true` the answer comes as server-sent events
-//!   ([`sse`]): text deltas go to the request's delta sink as they arrive,
+//!   ([`crate::sse`]): text deltas go to the request's delta sink as they arrive,
 //!   tool calls are assembled from their pieces, and the token counts come
 //!   from the last chunk (`stream_options.include_usage`).
-//! - HTTP, retries, error mapping and secret hygiene are [`http`], shared
-//!   with the Anthropic provider (`shared/model-anthropic/src/lib.rs`): keys
+//! - HTTP, retries, error mapping and secret hygiene are [`crate::http`],
+//!   shared with the Anthropic provider (`shared/models/src/anthropic.rs`): keys
 //!   never in errors or logs, URLs never quoted, no redirects, malformed
 //!   bodies are `validation`.
-
-pub mod http;
-pub mod sse;
-#[cfg(any(test, feature = "test-server"))]
-pub mod test_server;
-pub mod turn;
 
 use async_trait::async_trait;
 use reqwest::Response;
@@ -35,13 +29,13 @@ use reqwest::header::{AUTHORIZATION, HeaderMap};
 use serde::Deserialize;
 use serde_json::Value;
 
+use crate::http::{self, EndpointSpec, Failure, HttpEndpoint, WireFormat};
+use crate::sse::SseReader;
+use crate::turn::Turn;
 use flotilla_agent::model::wire::WireRequest;
 use flotilla_agent::model::{ChatModel, ModelError, ModelRequest, ModelResponse, count_output, count_sent};
 use flotilla_config::ModelSettings;
 use flotilla_protocol::{ErrorKind, Usage};
-use http::{EndpointSpec, Failure, HttpEndpoint, WireFormat};
-use sse::SseReader;
-use turn::Turn;
 
 #[cfg(test)]
 mod tests;
@@ -354,25 +348,4 @@ struct WireDeltaFunction {
     name: Option<String>,
     #[serde(default)]
     arguments: Option<Value>,
-}
-
-/// Builds an `openai` or `scripted` model configured as `name`. The
-/// binaries call `flotilla_model_anthropic::build`, which knows every
-/// provider and hands these two here.
-pub fn build(name: &str, settings: &ModelSettings) -> Result<std::sync::Arc<dyn ChatModel>, ModelError> {
-    Ok(match settings {
-        ModelSettings::OpenAi { .. } => std::sync::Arc::new(OpenAiModel::new(name, settings)?),
-        ModelSettings::Scripted { script } => {
-            std::sync::Arc::new(flotilla_agent::model::scripted::ScriptedModel::load(name, script)?)
-        }
-        _ => {
-            return Err(ModelError {
-                kind: ErrorKind::Bug,
-                model: name.into(),
-                message: "flotilla_model_openai::build builds openai and scripted models only; \
-                          build the others with flotilla_model_anthropic::build"
-                    .into(),
-            });
-        }
-    })
 }

@@ -5,6 +5,12 @@
 //! a value too large for its bucket or a permission the credential lacks
 //! fails at once, since no retry can fix it. Model calls, MCP reconnects,
 //! task pulls and redelivery delays use the same [`Backoff`].
+//!
+//! A crate of its own because the model providers, the MCP client, the bus
+//! and both binaries share the policy; it depends on nothing of
+//! Flotilla's and must not (it sits below every crate that retries).
+
+#![deny(missing_docs)]
 
 use std::future::Future;
 use std::time::Duration;

@@ -22,6 +22,13 @@
 //!
 //! Some directories are written only by the runtime and checked on every
 //! read (see [`reserved`]).
+//!
+//! A crate of its own because the agent loop (evicting large results), the
+//! file tools, the bus (the Object Store backend), the orchestrator and the
+//! workers all use the same rules. It depends on the wire contract only and
+//! must not depend on the agent or the bus (docs/ARCHITECTURE.md).
+
+#![deny(missing_docs)]
 
 pub use flotilla_protocol::path;
 pub mod reserved;
@@ -45,8 +52,8 @@ pub use reserved::{
     unfinished_report,
 };
 
-use crate::digest::sha256_hex;
 use flotilla_protocol::FileRef;
+use flotilla_protocol::digest::sha256_hex;
 use flotilla_protocol::ids::JobId;
 use reserved::CHECKSUM_KEY;
 
@@ -424,7 +431,7 @@ mod tests {
         let (job, path) = job_and("/large_tool_results/t1/report");
         let answer = "the real answer\n";
         files.write_reserved(&job, &path, answer.as_bytes()).await.unwrap();
-        let reference = crate::digest::describe_file(path.as_str(), answer);
+        let reference = flotilla_protocol::digest::describe_file(path.as_str(), answer);
         assert_eq!(files.read_by_ref(&job, &reference).await.unwrap(), answer.as_bytes());
         files.tamper(&job, &path, b"the forged answer\n").await;
         let e = files.read(&job, &path).await.unwrap_err();
@@ -481,7 +488,7 @@ mod tests {
         let files = JobFiles::in_memory(1024);
         let (job, path) = job_and("/reports/a.md");
         files.write(&job, &path, b"v1").await.unwrap();
-        let reference = crate::digest::describe_file(path.as_str(), "v1");
+        let reference = flotilla_protocol::digest::describe_file(path.as_str(), "v1");
         files.read_by_ref(&job, &reference).await.unwrap();
         files.write(&job, &path, b"v2").await.unwrap();
         assert!(matches!(files.read_by_ref(&job, &reference).await, Err(FileError::Tampered { .. })));

@@ -34,7 +34,7 @@
 use async_trait::async_trait;
 use flotilla_protocol::ids::{JobId, TaskId};
 
-use super::FilePath;
+use crate::FilePath;
 
 /// Vouches for report files from a record no worker credential can write
 /// (the orchestrator's job records, orchestrator/src/reports.rs).

@@ -182,7 +182,7 @@ fn text(text: &str) -> Option<Block<'_>> {
 }
 
 /// A call's arguments as a `tool_use` input, which must be an object: raw
-/// text a model once wrote (kept as a string, shared/model-openai/src/turn.rs)
+/// text a model once wrote (kept as a string, shared/models/src/turn.rs)
 /// goes back wrapped.
 fn input(arguments: &Value) -> Cow<'_, Value> {
     match arguments {

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
-use super::{ChatModel, ModelError, ModelRequest, ModelResponse};
+use flotilla_agent::model::{ChatModel, ModelError, ModelRequest, ModelResponse};
 
 pub use flotilla_config::Price;
 

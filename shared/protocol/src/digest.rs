@@ -1,4 +1,7 @@
 //! The one SHA-256 hex encoder: file checksums, argument digests, keys.
+//! It lives with the wire contract because the contract names its output
+//! (a [`FileRef`](crate::FileRef)'s `sha256`, hashed key tokens): pure
+//! computation, no I/O.
 
 use sha2::{Digest, Sha256};
 
@@ -7,9 +10,9 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
     Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// A [`FileRef`](flotilla_protocol::FileRef) describing `text` stored at `path`.
-pub fn describe_file(path: impl Into<String>, text: &str) -> flotilla_protocol::FileRef {
-    flotilla_protocol::FileRef::describe(path, text, sha256_hex(text.as_bytes()))
+/// A [`FileRef`](crate::FileRef) describing `text` stored at `path`.
+pub fn describe_file(path: impl Into<String>, text: &str) -> crate::FileRef {
+    crate::FileRef::describe(path, text, sha256_hex(text.as_bytes()))
 }
 
 #[cfg(test)]

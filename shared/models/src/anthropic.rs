@@ -1,19 +1,18 @@
 //! The `anthropic` provider: Anthropic's Messages API (`POST
-//! {base_url}/v1/messages`, docs/MODELS.md), and [`build`], the one factory
-//! the binaries call for every provider.
+//! {base_url}/v1/messages`, docs/MODELS.md).
 //!
 //! Why it looks like this:
 //!
 //! - Anthropic's API is not OpenAI-compatible: the body is [`wire`], the
 //!   answer is content blocks (`text`, `tool_use`) with a `stop_reason`, and
 //!   a streamed answer is named events ([`stream`]). Everything else is
-//!   shared with the `openai` provider through `flotilla_model_openai`:
+//!   shared with the `openai` provider:
 //!   the HTTP client, the retry loop (429, 529 "overloaded" and other 5xx
 //!   are retried honouring `retry-after`), the error mapping and the secret
-//!   hygiene of `shared/model-openai/src/http.rs` (the key goes out only as
+//!   hygiene of `shared/models/src/http.rs` (the key goes out only as
 //!   the sensitive `x-api-key` header and is scrubbed from quoted text; URLs
 //!   are never quoted; redirects are not followed; malformed bodies are
-//!   `validation`), and turn assembly (`shared/model-openai/src/turn.rs`).
+//!   `validation`), and turn assembly (`shared/models/src/turn.rs`).
 //! - Usage keeps the cache counts: Anthropic's `input_tokens` excludes the
 //!   tokens written to or read from the prompt cache, so ours is the sum of
 //!   all three, the same meaning as OpenAI's `prompt_tokens`, with the two
@@ -28,33 +27,21 @@ pub mod wire;
 #[cfg(test)]
 mod tests;
 
-use std::sync::Arc;
-
 use async_trait::async_trait;
 use reqwest::Response;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use serde::Deserialize;
 use serde_json::Value;
 
+use crate::http::{self, EndpointSpec, Failure, HttpEndpoint, WireFormat};
+use crate::turn::Turn;
 use flotilla_agent::model::{ChatModel, ModelError, ModelRequest, ModelResponse, ToolCall, count_output, count_sent};
 use flotilla_config::ModelSettings;
-use flotilla_model_openai::http::{self, EndpointSpec, Failure, HttpEndpoint, WireFormat};
-use flotilla_model_openai::turn::Turn;
 use flotilla_protocol::{ErrorKind, Usage};
 use wire::{MessagesRequest, Options};
 
 /// The API version every request names (`anthropic-version`).
 pub const API_VERSION: &str = "2023-06-01";
-
-/// Builds the model configured as `name`, whatever its provider: the
-/// binaries' one place that knows every provider (`openai` and `scripted`
-/// are built by `flotilla_model_openai::build`).
-pub fn build(name: &str, settings: &ModelSettings) -> Result<Arc<dyn ChatModel>, ModelError> {
-    match settings {
-        ModelSettings::Anthropic { .. } => Ok(Arc::new(AnthropicModel::new(name, settings)?)),
-        other => flotilla_model_openai::build(name, other),
-    }
-}
 
 /// A model behind the Messages API.
 #[derive(Debug)]

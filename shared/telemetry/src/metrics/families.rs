@@ -1,9 +1,9 @@
 //! Prometheus metrics common to the orchestrator and the workers: model and
-//! tool latency, tokens and cost per agent, plus serving a registry as
-//! `GET /metrics` (OpenMetrics text) with axum.
+//! tool latency, tokens and cost per agent, fed by each binary from its agent
+//! runs, and rendering a registry as OpenMetrics text.
 //!
 //! Each binary owns one [`Registry`], registers its own families next to
-//! [`AgentMetrics`] and serves it with [`serve`]. The endpoint is off unless
+//! [`AgentMetrics`] and serves it with [`serve`](super::serve). The endpoint is off unless
 //! an address is configured (`[metrics]` or `--metrics-addr`).
 
 use std::time::Duration;

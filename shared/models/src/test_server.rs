@@ -1,6 +1,5 @@
-//! A model endpoint for unit tests of the providers (this crate's tests and
-//! `shared/model-anthropic/src/tests.rs`, through the `test-server`
-//! feature): a real HTTP server on 127.0.0.1 that plays canned answers in
+//! A model endpoint for unit tests of the providers (`openai/tests.rs`,
+//! `anthropic/tests.rs`): a real HTTP server on 127.0.0.1 that plays canned answers in
 //! order (JSON, raw text or server-sent events) and records every request.
 
 use std::sync::{Arc, Mutex};
