@@ -33,6 +33,7 @@ mod file_ref;
 mod heartbeat;
 mod job;
 mod job_event;
+mod op;
 mod progress;
 mod report;
 mod resolve;
@@ -52,6 +53,7 @@ pub use file_ref::{FileRef, line_count};
 pub use heartbeat::{McpServerHealth, TypeLoad, WorkerHeartbeat, WorkerState};
 pub use job::{JobInput, JobRecord, JobStatus, JobTodos, TaskCounts, TaskEntry, TaskState};
 pub use job_event::{JobEvent, JobEventKind};
+pub use op::{OPERATIONS, Op};
 pub use progress::{ProgressEvent, ProgressKind};
 pub use report::{TaskReport, TaskStatus};
 pub use resolve::{
