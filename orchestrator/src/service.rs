@@ -212,10 +212,10 @@ impl Orchestrator {
         flotilla_telemetry::metrics::router(self.service.jobs.metrics().registry().clone(), refresh)
     }
 
-    /// A read-only handle on the jobs, workers and events, for the web
-    /// dashboard the binary serves (src/cli/dashboard/).
+    /// A read-only handle on every tenant's job records, for the web
+    /// dashboard the binary serves (the `flotilla-dashboard` crate).
     pub fn jobs_reader(&self) -> JobsReader {
-        JobsReader::new(self.service.bus.clone(), self.service.jobs.clone())
+        JobsReader::new(self.service.jobs.clone())
     }
 
     /// Resumes every unfinished job, then answers the job API until `shutdown`

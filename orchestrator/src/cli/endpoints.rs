@@ -35,8 +35,9 @@ pub async fn start(
         // The dashboard's writes are job API requests like the CLI's, on a
         // connection of their own (named so in the server's connection list).
         let bus = Bus::connect(&settings.nats, "flotilla-dashboard", Duration::from_secs(30)).await?;
+        let client = flotilla_client::Client::new(bus, Default::default());
         let router =
-            super::dashboard::router(addr, &settings.dashboard, orchestrator.jobs_reader(), bus, &settings.files)?;
+            super::dashboard::router(addr, &settings.dashboard, orchestrator.jobs_reader(), client, &settings.files)?;
         let limits = super::dashboard::serve_limits(&settings.dashboard)?;
         let what = "dashboard";
         let listen_error = |source| bind_error("[dashboard] listen", ListenError { what, addr, source });

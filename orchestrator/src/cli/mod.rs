@@ -7,7 +7,6 @@ pub mod approve;
 pub mod audit;
 pub mod bench;
 pub mod cancel;
-pub mod client;
 pub mod config_check;
 pub mod dashboard;
 pub mod demo;
@@ -15,7 +14,6 @@ pub mod endpoints;
 pub mod error;
 pub mod files;
 pub mod http_serve;
-pub mod jobref;
 pub mod jobs;
 pub mod live;
 pub mod mcp;
@@ -37,19 +35,19 @@ use std::io::Write;
 use std::time::Duration;
 
 use flotilla_bus::Bus;
+use flotilla_client::events::{self, Event, Scope};
 use flotilla_config::Settings;
-use flotilla_orchestrator::events::{self, Event, Scope};
 use flotilla_protocol::ids::{JobId, Tenant};
 use flotilla_protocol::{JobRecord, JobStatus};
 use futures::StreamExt;
 
-use client::ApiClient;
+use flotilla_client::Client;
 use out::outln;
 
 /// Connects as a short-lived client of `tenant`.
-pub async fn connect(settings: &Settings, tenant: &Tenant) -> anyhow::Result<ApiClient> {
+pub async fn connect(settings: &Settings, tenant: &Tenant) -> anyhow::Result<Client> {
     let bus = Bus::connect(&settings.nats, "flotilla-cli", Duration::from_secs(5)).await?;
-    Ok(ApiClient::new(bus, tenant.clone()))
+    Ok(Client::new(bus, tenant.clone()))
 }
 
 /// Output style of commands that follow events.
@@ -73,7 +71,7 @@ const STATUS_POLL: Duration = Duration::from_secs(2);
 const TAIL_WAIT: Duration = Duration::from_secs(2);
 
 /// Prints a job's events until it ends; returns its final record.
-pub async fn follow_job(api: &ApiClient, job: JobId, output: Output) -> anyhow::Result<JobRecord> {
+pub async fn follow_job(api: &Client, job: JobId, output: Output) -> anyhow::Result<JobRecord> {
     let current = api.status(job).await?;
     // A finished job is replayed from the events stream (kept 24 h), as far as
     // it is still there; a running one is followed until it ends.
@@ -119,7 +117,7 @@ pub async fn follow_job(api: &ApiClient, job: JobId, output: Output) -> anyhow::
 /// its events stream ended, or the job's status (asked every [`STATUS_POLL`])
 /// says it ended and no terminal event came within [`TAIL_WAIT`].
 pub struct EndWatch<'a> {
-    api: &'a ApiClient,
+    api: &'a Client,
     job: JobId,
     poll: Option<tokio::time::Interval>,
     ended_at: Option<tokio::time::Instant>,
@@ -127,7 +125,7 @@ pub struct EndWatch<'a> {
 
 impl<'a> EndWatch<'a> {
     /// `poll`: whether to ask for the status (not for a finished job's replay).
-    pub fn new(api: &'a ApiClient, job: JobId, poll: bool) -> Self {
+    pub fn new(api: &'a Client, job: JobId, poll: bool) -> Self {
         let poll = poll.then(|| tokio::time::interval_at(tokio::time::Instant::now() + STATUS_POLL, STATUS_POLL));
         Self { api, job, poll, ended_at: None }
     }

@@ -2,7 +2,7 @@
 //! --wait`, `status` and `jobs`. Every time a command prints is RFC 3339 in
 //! UTC ([`time`], [`time_ms`]), the form the JSON output carries too.
 
-use flotilla_orchestrator::events::Event;
+use flotilla_client::events::Event;
 use flotilla_protocol::{JobEventKind, JobRecord, ProgressKind, TaskCounts, TodoStatus, Usage};
 
 use super::table;

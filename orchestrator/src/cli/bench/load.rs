@@ -21,14 +21,14 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use flotilla_orchestrator::events::{self, Event, Scope};
+use flotilla_client::events::{self, Event, Scope};
 use flotilla_protocol::ids::TaskId;
 use flotilla_protocol::{JobEventKind, JobStatus};
 use futures::StreamExt;
 
 use super::setup::{self, Rig};
 use super::{ms, pct};
-use crate::cli::client::ApiClient;
+use flotilla_client::Client as ApiClient;
 
 /// Workers and slots per worker.
 const WORKERS: usize = 2;

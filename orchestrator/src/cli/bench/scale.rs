@@ -15,7 +15,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use flotilla_orchestrator::events::{self, Event, Scope};
+use flotilla_client::events::{self, Event, Scope};
 use flotilla_protocol::path::FilePath;
 use flotilla_protocol::{JobEventKind, TaskStatus};
 use futures::StreamExt;

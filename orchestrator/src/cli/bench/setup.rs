@@ -7,13 +7,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use flotilla_bus::Bus;
+use flotilla_client::events::{self, Event, Scope};
 use flotilla_config::Settings;
-use flotilla_orchestrator::events::{self, Event, Scope};
 use flotilla_protocol::{JobEventKind, ProgressKind};
 use futures::StreamExt;
 
-use crate::cli::client::ApiClient;
 use crate::cli::supervisor::Supervisor;
+use flotilla_client::Client as ApiClient;
 
 const PLANNER: &str = r#"
 latency_ms = {latency}

@@ -303,7 +303,7 @@ async fn workers(State(d): State<Dash>, Extension(who): Extension<Principal>) ->
             "the worker fleet is shown to the admin token only".into(),
         )));
     }
-    let workers = d.reader.live_workers().await.map_err(super::unavailable)?;
+    let workers = d.client.live_workers().await.map_err(super::unavailable)?;
     Ok(Json(workers).into_response())
 }
 

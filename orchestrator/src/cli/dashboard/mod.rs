@@ -48,9 +48,8 @@ use axum::http::StatusCode;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
-use flotilla_bus::Bus;
+use flotilla_client::{Client, Event, Scope};
 use flotilla_config::{DashboardConfig, FilesConfig};
-use flotilla_orchestrator::events::{Event, Scope};
 use flotilla_orchestrator::reader::JobsReader;
 use flotilla_protocol::ids::{JobId, TaskId};
 use flotilla_protocol::{JobRecord, JobStatus, ListReply, ProgressKind, StatusReply};
@@ -63,11 +62,12 @@ use guard::Principal;
 /// What every handler reads and writes through.
 #[derive(Clone)]
 struct Dash {
-    /// Job records of every tenant, live workers, the events stream (SSE).
+    /// Job records of every tenant.
     reader: JobsReader,
-    /// A client connection for the job API requests of the writes
-    /// ([`actions`]): the same requests the CLI sends.
-    bus: Bus,
+    /// The job-API client of the writes ([`actions`]: the same requests
+    /// the CLI sends, for the tenant each acts for), the workers listing and
+    /// the events stream (SSE).
+    client: Client,
     /// `[files] max_upload_bytes`: the most a submit's files may hold in all.
     max_upload: u64,
     /// `[files] max_file_bytes`: the most one file of a submit may hold.
@@ -109,7 +109,7 @@ fn positive<T: Copy + Default + PartialEq>(key: &str, set: Option<T>, default: T
 
 /// The dashboard's routes behind its [`guard`], for serving on `addr` (the
 /// binary binds it: docs/OPERATIONS.md, "Dashboard"). Writes go as job API
-/// requests over `bus`; a submit's files are limited by `files`'
+/// requests through `client`; a submit's files are limited by `files`'
 /// `max_upload_bytes` in all and `max_file_bytes` each. Fails when
 /// `config`'s access rules cannot be met (a token required or named but not
 /// set) or one of its limits is zero.
@@ -117,7 +117,7 @@ pub fn router(
     addr: SocketAddr,
     config: &DashboardConfig,
     reader: JobsReader,
-    bus: Bus,
+    client: Client,
     files: &FilesConfig,
 ) -> anyhow::Result<axum::Router> {
     let guard = Arc::new(guard::Guard::from_config(config, addr)?);
@@ -125,7 +125,7 @@ pub fn router(
         positive("[dashboard] max_concurrent_uploads", config.max_concurrent_uploads, MAX_CONCURRENT_UPLOADS)?;
     let state = Dash {
         reader,
-        bus,
+        client,
         max_upload: files.max_upload_bytes,
         max_file: files.max_file_bytes,
         uploads: Arc::new(tokio::sync::Semaphore::new(uploads)),
@@ -340,7 +340,7 @@ async fn all_events(State(d): State<Dash>, Extension(who): Extension<Principal>)
         Principal::Tenant(t) => Scope::Tenant(t),
         Principal::Admin | Principal::Anonymous => Scope::All,
     };
-    let events = d.reader.follow(scope, false).await.map_err(unavailable)?;
+    let events = d.client.follow(scope, false).await.map_err(unavailable)?;
     Ok(sse(events))
 }
 
@@ -352,7 +352,7 @@ async fn job_events(
     Path(id): Path<String>,
 ) -> Result<Response, Failure> {
     let rec = d.visible_job(&who, &id).await?;
-    let events = d.reader.follow(Scope::Job(rec.tenant, rec.id), true).await.map_err(unavailable)?;
+    let events = d.client.follow(Scope::Job(rec.tenant, rec.id), true).await.map_err(unavailable)?;
     // The stream ends right after the job's terminal event: nothing follows
     // it, so the response ends then instead of waiting for another event.
     let events = futures::stream::unfold((Box::pin(events), false), |(mut events, ended)| async move {

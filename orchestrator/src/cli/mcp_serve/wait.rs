@@ -8,13 +8,13 @@
 
 use std::time::Duration;
 
-use flotilla_orchestrator::events::{self, Event, Scope};
+use flotilla_client::events::{self, Event, Scope};
 use flotilla_protocol::ids::JobId;
 use rmcp::model::{ProgressNotificationParam, ProgressToken};
 use rmcp::{Peer, RoleServer};
 
-use crate::cli::client::ApiClient;
 use crate::cli::{EndWatch, render};
+use flotilla_client::Client;
 
 /// The longest a call may wait: MCP hosts commonly time a request out
 /// after 60 s.
@@ -25,12 +25,7 @@ pub type Progress = (ProgressToken, Peer<RoleServer>);
 
 /// Returns once `job` has ended or `within` has passed; how many of its
 /// events were seen (each one sent as progress when `progress` is given).
-pub async fn until_done(
-    api: &ApiClient,
-    job: JobId,
-    within: Duration,
-    progress: Option<Progress>,
-) -> anyhow::Result<u64> {
+pub async fn until_done(api: &Client, job: JobId, within: Duration, progress: Option<Progress>) -> anyhow::Result<u64> {
     if api.status(job).await?.status.is_terminal() {
         return Ok(0);
     }

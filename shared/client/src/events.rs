@@ -3,8 +3,9 @@
 //! event that happened before they started.
 //!
 //! The one reader of the events stream: the CLI (`watch`, `submit --wait`,
-//! `demo`, `bench`) and the dashboard's Server-Sent Events both follow through
-//! it, so both see the same events with the same filters and permissions.
+//! `demo`, `bench`), `mcp serve`'s waits and the dashboard's Server-Sent
+//! Events all follow through it, so all see the same events with the same
+//! filters and permissions.
 
 use flotilla_bus::Bus;
 use flotilla_protocol::ids::{JobId, Tenant};
@@ -41,6 +42,26 @@ pub enum Scope {
     Tenant(Tenant),
     /// Every job of every tenant, from now on (orchestrator credentials).
     All,
+}
+
+impl crate::Client {
+    /// Follows events of `scope` ([`follow`]).
+    pub async fn follow(
+        &self,
+        scope: Scope,
+        with_progress: bool,
+    ) -> anyhow::Result<impl Stream<Item = anyhow::Result<Event>> + use<>> {
+        follow(self.bus(), scope, with_progress).await
+    }
+
+    /// Follows events of `scope`, with how many were stored ([`follow_counted`]).
+    pub async fn follow_counted(
+        &self,
+        scope: Scope,
+        with_progress: bool,
+    ) -> anyhow::Result<(usize, impl Stream<Item = anyhow::Result<Event>> + use<>)> {
+        follow_counted(self.bus(), scope, with_progress).await
+    }
 }
 
 /// Follows events; job events only when `with_progress` is false.
