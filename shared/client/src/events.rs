@@ -116,3 +116,64 @@ pub async fn follow_counted(
     });
     Ok((stored, events))
 }
+
+/// How often a follower also asks for the job's status, so a terminal event
+/// it never receives (published while NATS was down, or before its consumer
+/// existed) cannot leave it waiting forever.
+const STATUS_POLL: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// After a status poll finds the job ended, how long the follower still
+/// waits for the events in flight (the terminal one among them).
+const TAIL_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The next event of a job's follower, or `None` once the job has ended:
+/// its events stream ended, or the job's status (asked every [`STATUS_POLL`])
+/// says it ended and no terminal event came within [`TAIL_WAIT`].
+pub struct EndWatch<'a> {
+    api: &'a crate::Client,
+    job: JobId,
+    poll: Option<tokio::time::Interval>,
+    ended_at: Option<tokio::time::Instant>,
+}
+
+impl<'a> EndWatch<'a> {
+    /// `poll`: whether to ask for the status (not for a finished job's replay).
+    pub fn new(api: &'a crate::Client, job: JobId, poll: bool) -> Self {
+        let poll = poll.then(|| tokio::time::interval_at(tokio::time::Instant::now() + STATUS_POLL, STATUS_POLL));
+        Self { api, job, poll, ended_at: None }
+    }
+
+    /// The next event of `events`, or `None` when the job is over.
+    pub async fn next<S>(&mut self, events: &mut S) -> anyhow::Result<Option<Event>>
+    where
+        S: Stream<Item = anyhow::Result<Event>> + Unpin,
+    {
+        loop {
+            let ended_at = self.ended_at;
+            let tail = async move {
+                match ended_at {
+                    Some(at) => tokio::time::sleep_until(at + TAIL_WAIT).await,
+                    None => std::future::pending().await,
+                }
+            };
+            let tick = async {
+                match (&mut self.poll, ended_at) {
+                    (Some(p), None) => p.tick().await,
+                    _ => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                ev = events.next() => return ev.transpose(),
+                _ = tick => {
+                    if self.api.status(self.job).await?.status.is_terminal() {
+                        self.ended_at = Some(tokio::time::Instant::now());
+                    }
+                }
+                _ = tail => {
+                    tracing::debug!(job = %self.job, "the job ended without its terminal event reaching this follower");
+                    return Ok(None);
+                }
+            }
+        }
+    }
+}

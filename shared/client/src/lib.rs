@@ -10,7 +10,9 @@
 //!   naming them) and checked downloads.
 //! - [`jobref`]: a job as a person names it (whole id or short id).
 //! - [`events`]: the one reader of the events stream (a job's events from
-//!   its first, or a tenant's from now on).
+//!   its first, or a tenant's from now on), and [`EndWatch`], which follows
+//!   a job until it ends even when its terminal event never arrives.
+//! - [`render`]: an event as the one line `flotilla watch` prints.
 //!
 //! It speaks to the orchestrator only through the bus (`flotilla-bus`) and
 //! the wire types (`flotilla-protocol`): it must not depend on the
@@ -23,8 +25,9 @@ mod client;
 pub mod events;
 mod files;
 pub mod jobref;
+pub mod render;
 
 pub use client::{Client, TIMEOUT, Unresolved, api_result};
-pub use events::{Event, Scope};
+pub use events::{EndWatch, Event, Scope};
 pub use files::{FILE_TIMEOUT, NewFile};
 pub use jobref::JobRef;

@@ -1,6 +1,6 @@
 //! `job_status` with `wait_seconds`: the call waits for the job to end (or
 //! the time to pass) by following the job's events, as `flotilla submit
-//! --wait` does (src/cli/mod.rs `follow_job`, `EndWatch`), and sends one MCP
+//! --wait` does (`EndWatch`, shared/client/src/events.rs), and sends one MCP
 //! progress notification per event when the host asked for progress (a
 //! `progressToken` in the request's `_meta`). The message is the event's
 //! line as `flotilla watch` prints it, so the host can show what the fleet
@@ -8,13 +8,10 @@
 
 use std::time::Duration;
 
-use flotilla_client::events::{self, Event, Scope};
+use flotilla_client::{Client, EndWatch, Event, Scope, render};
 use flotilla_protocol::ids::JobId;
 use rmcp::model::{ProgressNotificationParam, ProgressToken};
 use rmcp::{Peer, RoleServer};
-
-use crate::cli::{EndWatch, render};
-use flotilla_client::Client;
 
 /// The longest a call may wait: MCP hosts commonly time a request out
 /// after 60 s.
@@ -30,7 +27,7 @@ pub async fn until_done(api: &Client, job: JobId, within: Duration, progress: Op
         return Ok(0);
     }
     let scope = Scope::Job(api.tenant().clone(), job);
-    let (_, events) = events::follow_counted(api.bus(), scope, true).await?;
+    let (_, events) = api.follow_counted(scope, true).await?;
     let mut events = std::pin::pin!(events);
     let mut ends = EndWatch::new(api, job, true);
     let deadline = tokio::time::sleep(within.min(MAX_WAIT));
