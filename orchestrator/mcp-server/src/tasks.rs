@@ -9,7 +9,7 @@
 //! the job stays the durable truth: nothing is kept in this process, a
 //! restarted `mcp serve` answers for tasks created before, and a task is
 //! visible only to the tenant the job belongs to (the caller's credential,
-//! src/cli/mcp_serve/tools.rs `JobTools::api`).
+//! src/tools.rs `JobTools::api`).
 
 use flotilla_protocol::ids::JobId;
 use flotilla_protocol::{ErrorInfo, ErrorKind, JobRecord, JobStatus};

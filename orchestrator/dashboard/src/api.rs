@@ -1,7 +1,7 @@
 //! The HTTP API under `/api` (docs/HTTP_API.md; the OpenAPI document,
-//! src/cli/dashboard/openapi.json, is served at `GET /api/openapi.json`).
-//! Reads come from the read-only `JobsReader`, writes go through the job
-//! API (src/cli/dashboard/actions.rs); every reply and error is JSON, errors
+//! src/openapi.json, is served at `GET /api/openapi.json`).
+//! Reads come from the read-only [`crate::JobRecords`], writes go through the job
+//! API (src/actions.rs); every reply and error is JSON, errors
 //! as `{"error": {"kind", "message"}}` like the CLI's `--json` errors.
 
 use axum::extract::{Path, Query, State};

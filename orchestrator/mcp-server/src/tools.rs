@@ -5,7 +5,7 @@
 //! Every tool declares an output schema and returns structured content; a
 //! refusal by the job API is a tool error (`isError: true`) carrying its
 //! message, so the host's model can read why and correct itself. The
-//! handler also serves job files as resources (src/cli/mcp_serve/resources.rs).
+//! handler also serves job files as resources (src/resources.rs).
 
 use std::time::Duration;
 
@@ -134,7 +134,7 @@ impl JobTools {
 
 impl JobTools {
     /// The job API as the request's caller: the tenant its bearer token
-    /// stands for over HTTP (src/cli/mcp_serve/http.rs [`Caller`]), else the
+    /// stands for over HTTP (src/http.rs [`Caller`]), else the
     /// server's `--tenant`.
     fn api(&self, ctx: &RequestContext<RoleServer>) -> Client {
         let caller = ctx.extensions.get::<axum::http::request::Parts>().and_then(|p| p.extensions.get::<Caller>());
@@ -161,7 +161,7 @@ async fn resolve(api: &Client, raw: &str) -> Result<flotilla_protocol::ids::JobI
 }
 
 /// Uploads the files ([`Client::upload`]), as `flotilla submit --file` does
-/// for local files (src/cli/files.rs): every path is checked and the total
+/// for local files (orchestrator/src/cli/files.rs): every path is checked and the total
 /// capped at `max_upload` bytes before anything is sent.
 async fn upload(api: &Client, files: &[InputFile], max_upload: u64) -> anyhow::Result<Vec<StagedFile>> {
     let mut checked = Vec::with_capacity(files.len());
@@ -208,7 +208,7 @@ impl ServerHandler for JobTools {
     }
 
     /// `submit_job` for a host that declared the tasks extension answers
-    /// with a task handle (src/cli/mcp_serve/tasks.rs); every other call is
+    /// with a task handle (src/tasks.rs); every other call is
     /// the tool router's.
     async fn call_tool(
         &self,

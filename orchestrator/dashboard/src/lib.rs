@@ -24,10 +24,17 @@
 //! without CSRF proof ([`csrf`]); a non-loopback `listen` address needs a
 //! token (docs/OPERATIONS.md, "Dashboard").
 //!
-//! It lives in the `flotilla` binary, not the orchestrator library
-//! (HTTP serving belongs to the binaries); all it reads comes through the
-//! library's read-only [`JobsReader`], all it changes goes through the job
-//! API on the bus ([`actions`]), and src/cli/endpoints.rs binds it.
+//! A library the `flotilla` binary binds (orchestrator/src/cli/endpoints.rs),
+//! not part of the orchestrator library (HTTP serving belongs to the
+//! binaries): [`router`] returns the routes, [`serve_limits`] the serve
+//! loop's bounds (`flotilla-http-serve`). Every tenant's job records come
+//! through a read-only [`JobRecords`] the binary hands in (the
+//! orchestrator's job reader: the job API lists one tenant's jobs at a
+//! time); all it changes goes through the job API ([`actions`]), and the
+//! workers and events it shows come through the job-API client
+//! (`flotilla-client`). It must not depend on the orchestrator library.
+
+#![deny(missing_docs)]
 
 mod access;
 mod actions;
@@ -50,8 +57,7 @@ use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
 use flotilla_client::{Client, Event, Scope};
 use flotilla_config::{DashboardConfig, FilesConfig};
-use flotilla_orchestrator::reader::JobsReader;
-use flotilla_protocol::ids::{JobId, TaskId};
+use flotilla_protocol::ids::{JobId, TaskId, Tenant};
 use flotilla_protocol::{JobRecord, JobStatus, ListReply, ProgressKind, StatusReply};
 use futures::{Stream, StreamExt};
 use serde::Deserialize;
@@ -59,11 +65,31 @@ use serde::Deserialize;
 use csrf::CsrfToken;
 use guard::Principal;
 
+/// Every tenant's job records, read-only: what the dashboard lists and
+/// shows (the orchestrator's job store, handed in by the binary).
+#[async_trait::async_trait]
+pub trait JobRecords: Send + Sync + 'static {
+    /// One page of jobs, newest first: of `tenant` (every tenant's when
+    /// `None`), with `status` when given, older than `after` (the previous
+    /// page's `next_after`), at most `limit`.
+    async fn list(
+        &self,
+        tenant: Option<Tenant>,
+        status: Option<JobStatus>,
+        after: Option<JobId>,
+        limit: usize,
+    ) -> anyhow::Result<ListReply>;
+
+    /// Job `id`'s header with at most `limit` of its tasks after `after`,
+    /// whatever its tenant (`None` when there is no such job).
+    async fn status(&self, id: &JobId, after: Option<TaskId>, limit: usize) -> anyhow::Result<Option<StatusReply>>;
+}
+
 /// What every handler reads and writes through.
 #[derive(Clone)]
 struct Dash {
     /// Job records of every tenant.
-    reader: JobsReader,
+    reader: Arc<dyn JobRecords>,
     /// The job-API client of the writes ([`actions`]: the same requests
     /// the CLI sends, for the tenant each acts for), the workers listing and
     /// the events stream (SSE).
@@ -87,12 +113,12 @@ const MAX_CONCURRENT_UPLOADS: usize = 2;
 /// The largest body of any other route: forms, a cancel, a decision.
 const OTHER_BODY_LIMIT: usize = 1 << 20;
 
-/// The serve loop's bounds from `[dashboard]` (src/cli/http_serve.rs);
+/// The serve loop's bounds from `[dashboard]` (`flotilla-http-serve`);
 /// a zero is refused, naming its key.
-pub fn serve_limits(config: &DashboardConfig) -> anyhow::Result<crate::cli::http_serve::Limits> {
+pub fn serve_limits(config: &DashboardConfig) -> anyhow::Result<flotilla_http_serve::Limits> {
     let secs = positive("[dashboard] header_timeout_secs", config.header_timeout_secs, HEADER_TIMEOUT_SECS)?;
     let max_connections = positive("[dashboard] max_connections", config.max_connections, MAX_CONNECTIONS)?;
-    Ok(crate::cli::http_serve::Limits {
+    Ok(flotilla_http_serve::Limits {
         header_timeout: std::time::Duration::from_secs(secs),
         max_connections,
         connections_key: "[dashboard] max_connections",
@@ -116,7 +142,7 @@ fn positive<T: Copy + Default + PartialEq>(key: &str, set: Option<T>, default: T
 pub fn router(
     addr: SocketAddr,
     config: &DashboardConfig,
-    reader: JobsReader,
+    reader: Arc<dyn JobRecords>,
     client: Client,
     files: &FilesConfig,
 ) -> anyhow::Result<axum::Router> {
