@@ -16,7 +16,6 @@
 //!    (src/sessions.rs).
 
 use std::future::Future;
-use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::extract::{Request, State};
@@ -165,10 +164,10 @@ async fn check(State(access): State<Arc<Access>>, mut req: Request, next: Next) 
     (StatusCode::UNAUTHORIZED, [(header::WWW_AUTHENTICATE, "Bearer")], body).into_response()
 }
 
-/// Serves `/mcp` on `listen` until `shutdown` completes.
+/// Serves `/mcp` on `listener` (bound by the binary) until `shutdown` completes.
 pub async fn serve(
     tools: JobTools,
-    listen: SocketAddr,
+    listener: tokio::net::TcpListener,
     access: Access,
     oauth: Option<ResourceServer>,
     tenant: &Tenant,
@@ -201,9 +200,6 @@ pub async fn serve(
             (mcp.layer(axum::middleware::from_fn_with_state(Arc::new(access), check)), auth)
         }
     };
-    let listener = tokio::net::TcpListener::bind(listen)
-        .await
-        .map_err(|e| anyhow::anyhow!("cannot listen on {listen}: {e} (pick another with --listen)"))?;
     let bound = listener.local_addr()?;
     eprintln!("flotilla mcp serve: MCP on http://{bound}/mcp, default tenant {tenant}, {auth}");
     let shutdown = async move {

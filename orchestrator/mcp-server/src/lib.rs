@@ -3,8 +3,8 @@
 //! fleet and follow it (docs/MCP.md, "Use Flotilla from an MCP host"). It is
 //! a client of the job API (`flotilla-client`) like every CLI command, acting
 //! for `--tenant`; it holds no state of its own, so any number can run. The
-//! `flotilla` binary parses the flags ([`ServeArgs`]), connects and runs a
-//! [`Server`].
+//! `flotilla` binary parses the flags ([`ServeArgs`]), connects, binds the
+//! HTTP address and runs a [`Server`] on it (mini-redis style).
 //!
 //! A library so the binary only starts it: it must not depend on the
 //! orchestrator library or the bus directly, only on the job-API client.
@@ -117,33 +117,41 @@ impl Server {
         Ok(Self { args, tenant: tenant.clone(), guard, oauth })
     }
 
+    /// The HTTP address to bind (`--listen`), or `None` over stdio.
+    pub fn listen(&self) -> Option<SocketAddr> {
+        self.guard.as_ref().map(|_| self.args.listen)
+    }
+
     /// Serves the job API through `api` (uploads capped at `max_upload`
-    /// bytes, `[files] max_upload_bytes`) until the transport closes
-    /// (stdio) or `shutdown` completes (HTTP).
+    /// bytes, `[files] max_upload_bytes`): over stdio until the host closes
+    /// it, or, with the `listener` the binary bound on [`Server::listen`],
+    /// over Streamable HTTP until `shutdown` completes.
     pub async fn run(
         self,
         api: Client,
         max_upload: u64,
+        listener: Option<tokio::net::TcpListener>,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
         let tools = JobTools::new(api, max_upload);
-        match self.guard {
-            None => {
-                let service = tools
-                    .serve(rmcp::transport::stdio())
-                    .await
-                    .map_err(|e| anyhow::anyhow!("MCP over stdio: the host's initialize failed: {e}"))?;
-                service.waiting().await.map_err(|e| anyhow::anyhow!("MCP over stdio ended abnormally: {e}"))?;
-            }
-            Some(access) => {
+        match (self.guard, listener) {
+            (Some(access), Some(listener)) => {
                 let limits = flotilla_http_serve::Limits {
                     header_timeout: std::time::Duration::from_secs(self.args.header_timeout_secs),
                     max_connections: usize::try_from(self.args.max_connections).unwrap_or(usize::MAX),
                     connections_key: "flotilla mcp serve --max-connections",
                 };
-                http::serve(tools, self.args.listen, access, self.oauth, &self.tenant, limits, shutdown).await?
+                http::serve(tools, listener, access, self.oauth, &self.tenant, limits, shutdown).await
+            }
+            (Some(_), None) => anyhow::bail!("flotilla mcp serve over HTTP needs a bound listener"),
+            (None, _) => {
+                let service = tools
+                    .serve(rmcp::transport::stdio())
+                    .await
+                    .map_err(|e| anyhow::anyhow!("MCP over stdio: the host's initialize failed: {e}"))?;
+                service.waiting().await.map_err(|e| anyhow::anyhow!("MCP over stdio ended abnormally: {e}"))?;
+                Ok(())
             }
         }
-        Ok(())
     }
 }

@@ -115,12 +115,20 @@ pub async fn run(settings: &Settings, tenant: &Tenant, args: Args, json: bool) -
     Ok(code)
 }
 
-/// `flotilla mcp serve`: checks the server's setup, then connects and runs
-/// it (the `flotilla-mcp-server` crate) until the transport closes or
-/// Ctrl-C / SIGTERM.
+/// `flotilla mcp serve`: checks the server's setup, connects, binds its
+/// HTTP address (none over stdio) and runs it (the `flotilla-mcp-server`
+/// crate) until the transport closes or Ctrl-C / SIGTERM.
 async fn serve_mcp(settings: &Settings, tenant: &Tenant, args: flotilla_mcp_server::ServeArgs) -> anyhow::Result<i32> {
     let server = flotilla_mcp_server::Server::new(args, tenant).await?;
     let api = super::connect(settings, tenant).await?;
-    server.run(api, settings.files.max_upload_bytes, crate::shutdown_signal()).await?;
+    let listener = match server.listen() {
+        Some(listen) => Some(
+            tokio::net::TcpListener::bind(listen)
+                .await
+                .map_err(|e| anyhow::anyhow!("cannot listen on {listen}: {e} (pick another with --listen)"))?,
+        ),
+        None => None,
+    };
+    server.run(api, settings.files.max_upload_bytes, listener, crate::shutdown_signal()).await?;
     Ok(0)
 }
