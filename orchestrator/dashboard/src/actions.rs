@@ -9,9 +9,9 @@
 use std::time::Duration;
 
 use axum::http::StatusCode;
-use flotilla_agent::files::FilePath;
 use flotilla_client::{NewFile as Upload, TIMEOUT};
 use flotilla_protocol::ids::{JobId, TaskId, Tenant};
+use flotilla_protocol::path::FilePath;
 use flotilla_protocol::{
     ApprovalsReply, ApprovalsRequest, ApproveReply, ApproveRequest, CancelReply, CancelRequest, Decision, ErrorInfo,
     ErrorKind, JobRecord, Op, SCHEMA_VERSION,

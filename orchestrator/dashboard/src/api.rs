@@ -11,8 +11,8 @@ use axum::routing::{get, post};
 use axum::{Extension, Json};
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
-use flotilla_agent::files::FilePath;
 use flotilla_protocol::ids::{JobId, TaskId, Tenant};
+use flotilla_protocol::path::FilePath;
 use flotilla_protocol::{ApprovalsReply, ApproveReply, CancelReply, Decision, ListReply, StatusReply};
 use serde::Deserialize;
 

@@ -27,10 +27,10 @@
 //! configured): it skips them too, since nothing a page does can send a
 //! POST without `Origin` from a current browser.
 
+use crate::sha256_hex;
 use axum::body::Body;
 use axum::extract::Request;
 use axum::http::{HeaderMap, header};
-use flotilla_agent::digest::sha256_hex;
 
 /// The form field and header carrying the token.
 pub const FIELD: &str = "csrf";

@@ -26,11 +26,11 @@
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
+use crate::sha256_hex;
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use flotilla_agent::digest::sha256_hex;
 use flotilla_config::DashboardConfig;
 use flotilla_protocol::ids::Tenant;
 

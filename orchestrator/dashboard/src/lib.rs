@@ -392,6 +392,12 @@ async fn job_events(
     Ok(sse(events))
 }
 
+/// Lowercase hex SHA-256: tokens are compared, and kept, as digests.
+pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -11,10 +11,10 @@
 //! token to, and none is needed: the only thing another site could log a
 //! browser into is a token it knows, and same-origin proof stops that.
 
+use crate::sha256_hex;
 use axum::extract::{FromRequest, Request};
 use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
-use flotilla_agent::digest::sha256_hex;
 use serde::Deserialize;
 
 use super::guard::{COOKIE, Guard, cookie_value};

@@ -21,11 +21,11 @@
 
 use std::sync::Arc;
 
+use crate::sha256_hex;
 use axum::extract::{Request, State};
 use axum::http::{StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use flotilla_agent::digest::sha256_hex;
 use flotilla_protocol::ids::Tenant;
 use serde_json::{Map, Value, json};
 

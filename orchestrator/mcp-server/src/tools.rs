@@ -9,10 +9,10 @@
 
 use std::time::Duration;
 
-use flotilla_agent::files::FilePath;
 use flotilla_client::{Client, JobRef, NewFile};
 use flotilla_protocol::JobStatus;
 use flotilla_protocol::files_api::StagedFile;
+use flotilla_protocol::path::FilePath;
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::tool::ToolCallContext;
 use rmcp::handler::server::wrapper::{Json, Parameters};
