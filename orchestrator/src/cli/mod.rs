@@ -32,7 +32,7 @@ use std::io::Write;
 use std::time::Duration;
 
 use flotilla_bus::Bus;
-use flotilla_client::events::{self, Event, Scope};
+use flotilla_client::{Event, Scope};
 use flotilla_config::Settings;
 use flotilla_protocol::ids::{JobId, Tenant};
 use flotilla_protocol::{JobRecord, JobStatus};
@@ -67,7 +67,7 @@ pub async fn follow_job(api: &Client, job: JobId, output: Output) -> anyhow::Res
         return Ok(current);
     }
     let scope = Scope::Job(api.tenant().clone(), job);
-    let (stored, events) = events::follow_counted(api.bus(), scope, output != Output::Quiet).await?;
+    let (stored, events) = api.follow_counted(scope, output != Output::Quiet).await?;
     let mut events = std::pin::pin!(events);
     let limit = if finished { stored } else { usize::MAX };
     if finished {

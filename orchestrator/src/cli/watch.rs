@@ -6,7 +6,7 @@
 use std::io::{IsTerminal, Write};
 
 use clap::Args as ClapArgs;
-use flotilla_client::events::{self, Event, Scope};
+use flotilla_client::{Event, Scope};
 use flotilla_config::Settings;
 use flotilla_protocol::ids::{JobId, Tenant};
 use futures::StreamExt;
@@ -43,7 +43,7 @@ pub async fn run(settings: &Settings, tenant: &Tenant, args: Args, json: bool) -
         None => None,
     };
     let Some(job) = job else {
-        let mut events = std::pin::pin!(events::follow(api.bus(), Scope::Tenant(api.tenant().clone()), true).await?);
+        let mut events = std::pin::pin!(api.follow(Scope::Tenant(api.tenant().clone()), true).await?);
         let mut view = live.then(LiveView::new);
         let mut stdout = std::io::stdout();
         while let Some(ev) = events.next().await {
@@ -78,7 +78,7 @@ async fn follow_live(api: &Client, job: JobId) -> anyhow::Result<flotilla_protoc
         outln!("{}", super::live::finished(&current).trim_end())?;
         return Ok(current);
     }
-    let mut events = std::pin::pin!(events::follow(api.bus(), Scope::Job(api.tenant().clone(), job), true).await?);
+    let mut events = std::pin::pin!(api.follow(Scope::Job(api.tenant().clone(), job), true).await?);
     let mut view = LiveView::new();
     let mut ends = super::EndWatch::new(api, job, true);
     while let Some(ev) = ends.next(&mut events).await? {
