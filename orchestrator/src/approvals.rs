@@ -30,11 +30,7 @@ const MAX_TEXT: usize = 2000;
 
 /// `approvals`: open (pending, unexpired) requests of `tenant`, oldest first.
 /// A request of a cancelled job or task is settled as cancelled, not listed.
-pub async fn list(bus: &Bus, tenant: &Tenant, payload: &[u8]) -> ApiReply<ApprovalsReply> {
-    let req: ApprovalsRequest = match protocol::decode(payload) {
-        Ok(r) => r,
-        Err(e) => return ApiReply::error(ErrorKind::Validation, e.to_string()),
-    };
+pub async fn list(bus: &Bus, tenant: &Tenant, req: ApprovalsRequest) -> ApiReply<ApprovalsReply> {
     match open_requests(bus, tenant, req.job_id.as_ref()).await {
         Ok(mut approvals) => {
             approvals.sort_by_key(|r| r.requested_at);
@@ -66,11 +62,7 @@ async fn open_requests(
 }
 
 /// `approve`: records one decision.
-pub async fn decide(bus: &Bus, tenant: &Tenant, payload: &[u8]) -> ApiReply<ApproveReply> {
-    let req: ApproveRequest = match protocol::decode(payload) {
-        Ok(r) => r,
-        Err(e) => return ApiReply::error(ErrorKind::Validation, e.to_string()),
-    };
+pub async fn decide(bus: &Bus, tenant: &Tenant, req: ApproveRequest) -> ApiReply<ApproveReply> {
     let too_long = |s: &Option<String>| s.as_ref().is_some_and(|s| s.len() > MAX_TEXT);
     if too_long(&req.by) || matches!(&req.decision, protocol::Decision::Reject { reason } if too_long(reason)) {
         return ApiReply::error(

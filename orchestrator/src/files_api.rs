@@ -21,7 +21,7 @@ use flotilla_protocol::files_api::{
     FilesLsRequest, FilesPutReply, FilesPutRequest, LS_PAGE, StagedFile,
 };
 use flotilla_protocol::ids::{JobId, Tenant};
-use flotilla_protocol::{self as protocol, ApiReply, ErrorInfo, ErrorKind};
+use flotilla_protocol::{ApiReply, ErrorInfo, ErrorKind};
 
 use crate::jobs::JobStore;
 
@@ -69,12 +69,11 @@ impl FilesApi {
     }
 
     /// `files_ls`: the job's files, optionally under a path prefix.
-    pub(crate) async fn ls(&self, tenant: &Tenant, payload: &[u8]) -> ApiReply<FilesLsReply> {
-        reply(self.try_ls(tenant, payload).await)
+    pub(crate) async fn ls(&self, tenant: &Tenant, req: FilesLsRequest) -> ApiReply<FilesLsReply> {
+        reply(self.try_ls(tenant, req).await)
     }
 
-    async fn try_ls(&self, tenant: &Tenant, payload: &[u8]) -> Result<FilesLsReply, Refusal> {
-        let req: FilesLsRequest = decode(payload)?;
+    async fn try_ls(&self, tenant: &Tenant, req: FilesLsRequest) -> Result<FilesLsReply, Refusal> {
         self.owned(tenant, &req.job_id).await?;
         let prefix = req.prefix.unwrap_or_default();
         let files = self.files.list(&req.job_id).await.map_err(refusal)?;
@@ -83,12 +82,11 @@ impl FilesApi {
     }
 
     /// `files_get`: one part of a file, from the requested offset.
-    pub(crate) async fn get(&self, tenant: &Tenant, payload: &[u8]) -> ApiReply<FilesGetReply> {
-        reply(self.try_get(tenant, payload).await)
+    pub(crate) async fn get(&self, tenant: &Tenant, req: FilesGetRequest) -> ApiReply<FilesGetReply> {
+        reply(self.try_get(tenant, req).await)
     }
 
-    async fn try_get(&self, tenant: &Tenant, payload: &[u8]) -> Result<FilesGetReply, Refusal> {
-        let req: FilesGetRequest = decode(payload)?;
+    async fn try_get(&self, tenant: &Tenant, req: FilesGetRequest) -> Result<FilesGetReply, Refusal> {
         self.owned(tenant, &req.job_id).await?;
         let path = path(&req.path)?;
         let Read { bytes, sha256 } = self.read(&req.job_id, &path).await?;
@@ -125,12 +123,11 @@ impl FilesApi {
     }
 
     /// `files_put`: stores one part of an upload.
-    pub(crate) async fn put(&self, tenant: &Tenant, payload: &[u8]) -> ApiReply<FilesPutReply> {
-        reply(self.try_put(tenant, payload).await)
+    pub(crate) async fn put(&self, tenant: &Tenant, req: FilesPutRequest) -> ApiReply<FilesPutReply> {
+        reply(self.try_put(tenant, req).await)
     }
 
-    async fn try_put(&self, tenant: &Tenant, payload: &[u8]) -> Result<FilesPutReply, Refusal> {
-        let req: FilesPutRequest = decode(payload)?;
+    async fn try_put(&self, tenant: &Tenant, req: FilesPutRequest) -> Result<FilesPutReply, Refusal> {
         let bytes = STANDARD
             .decode(req.data.as_bytes())
             .map_err(|e| (ErrorKind::Validation, format!("part {} is not standard base64: {e}", req.index)))?;
@@ -149,12 +146,11 @@ impl FilesApi {
     }
 
     /// `files_commit`: assembles uploads into an existing job's files.
-    pub(crate) async fn commit(&self, tenant: &Tenant, payload: &[u8]) -> ApiReply<FilesCommitReply> {
-        reply(self.try_commit(tenant, payload).await)
+    pub(crate) async fn commit(&self, tenant: &Tenant, req: FilesCommitRequest) -> ApiReply<FilesCommitReply> {
+        reply(self.try_commit(tenant, req).await)
     }
 
-    async fn try_commit(&self, tenant: &Tenant, payload: &[u8]) -> Result<FilesCommitReply, Refusal> {
-        let req: FilesCommitRequest = decode(payload)?;
+    async fn try_commit(&self, tenant: &Tenant, req: FilesCommitRequest) -> Result<FilesCommitReply, Refusal> {
         let stored = match self.owned(tenant, &req.job_id).await {
             Ok(()) => self.store(tenant, &req.job_id, &req.files).await,
             Err(e) => Err(e),
@@ -259,10 +255,6 @@ fn whole_parts(f: &StagedFile) -> bool {
     u64::from(f.parts) == f.size.div_ceil(FILE_PART_BYTES as u64)
 }
 
-fn decode<T: protocol::Message>(payload: &[u8]) -> Result<T, Refusal> {
-    protocol::decode(payload).map_err(|e| (ErrorKind::Validation, e.to_string()))
-}
-
 fn path(raw: &str) -> Result<FilePath, Refusal> {
     FilePath::parse(raw).map_err(|e| (ErrorKind::Validation, format!("invalid path {raw:?}: {e}")))
 }
@@ -341,9 +333,8 @@ mod tests {
         FilesApi::new(JobFiles::in_memory(1 << 24), jobs, &config)
     }
 
-    fn put_req(upload: protocol::files_api::UploadId, index: u32, bytes: &[u8]) -> Vec<u8> {
-        let req = FilesPutRequest { v: protocol::SCHEMA_VERSION, upload, index, data: STANDARD.encode(bytes) };
-        serde_json::to_vec(&req).unwrap()
+    fn put_req(upload: flotilla_protocol::files_api::UploadId, index: u32, bytes: &[u8]) -> FilesPutRequest {
+        FilesPutRequest { v: flotilla_protocol::SCHEMA_VERSION, upload, index, data: STANDARD.encode(bytes) }
     }
 
     /// A part index near u32::MAX once overflowed the size check (a panic in
@@ -351,7 +342,7 @@ mod tests {
     #[tokio::test]
     async fn a_part_index_at_u32_max_is_a_limit_error() {
         let api = files_api(1 << 20, 1 << 20);
-        let reply = api.put(&Tenant::default(), &put_req(uuid::Uuid::new_v4(), u32::MAX, b"x")).await;
+        let reply = api.put(&Tenant::default(), put_req(uuid::Uuid::new_v4(), u32::MAX, b"x")).await;
         let e = reply.into_result().unwrap_err();
         assert_eq!(e.kind, ErrorKind::Limit, "{e}");
         assert!(e.message.contains("max_upload_bytes"), "{e}");
@@ -366,24 +357,24 @@ mod tests {
         let (acme, globex) = (Tenant::new("acme").unwrap(), Tenant::new("globex").unwrap());
         let (a, b) = (uuid::Uuid::new_v4(), uuid::Uuid::new_v4());
         for index in 0..2 {
-            api.put(&acme, &put_req(a, index, &part)).await.into_result().unwrap();
+            api.put(&acme, put_req(a, index, &part)).await.into_result().unwrap();
         }
         // The same part again replaces itself.
-        api.put(&acme, &put_req(a, 1, &part)).await.into_result().unwrap();
-        api.put(&acme, &put_req(b, 0, &part)).await.into_result().unwrap();
-        let e = api.put(&acme, &put_req(b, 1, &part)).await.into_result().unwrap_err();
+        api.put(&acme, put_req(a, 1, &part)).await.into_result().unwrap();
+        api.put(&acme, put_req(b, 0, &part)).await.into_result().unwrap();
+        let e = api.put(&acme, put_req(b, 1, &part)).await.into_result().unwrap_err();
         assert_eq!(e.kind, ErrorKind::Limit);
         assert!(e.message.contains("[files.staging] max_tenant_bytes"), "{e}");
         // Another tenant's quota is its own.
-        api.put(&globex, &put_req(uuid::Uuid::new_v4(), 0, &part)).await.into_result().unwrap();
+        api.put(&globex, put_req(uuid::Uuid::new_v4(), 0, &part)).await.into_result().unwrap();
 
         // An upload's parts count against max_upload_bytes as they arrive.
         let api = files_api(FILE_PART_BYTES as u64 * 3 / 2, 3 * FILE_PART_BYTES as u64);
         let c = uuid::Uuid::new_v4();
-        api.put(&acme, &put_req(c, 0, &part)).await.into_result().unwrap();
-        let e = api.put(&acme, &put_req(c, 1, &part)).await.into_result().unwrap_err();
+        api.put(&acme, put_req(c, 0, &part)).await.into_result().unwrap();
+        let e = api.put(&acme, put_req(c, 1, &part)).await.into_result().unwrap_err();
         assert!(e.message.contains("over [files] max_upload_bytes"), "{e}");
-        api.put(&acme, &put_req(c, 1, &part[..FILE_PART_BYTES / 2])).await.into_result().unwrap();
+        api.put(&acme, put_req(c, 1, &part[..FILE_PART_BYTES / 2])).await.into_result().unwrap();
     }
 
     /// Parts older than `[files.staging] max_age` count for nothing and go
@@ -393,11 +384,11 @@ mod tests {
         let part = vec![7u8; FILE_PART_BYTES];
         let api = files_api_aged(FILE_PART_BYTES as u64, FILE_PART_BYTES as u64, 0);
         let (acme, globex) = (Tenant::new("acme").unwrap(), Tenant::new("globex").unwrap());
-        api.put(&globex, &put_req(uuid::Uuid::new_v4(), 0, &part)).await.into_result().unwrap();
-        api.put(&acme, &put_req(uuid::Uuid::new_v4(), 0, &part)).await.into_result().unwrap();
+        api.put(&globex, put_req(uuid::Uuid::new_v4(), 0, &part)).await.into_result().unwrap();
+        api.put(&acme, put_req(uuid::Uuid::new_v4(), 0, &part)).await.into_result().unwrap();
         let left = api.files.staged_parts().await.unwrap();
         assert_eq!(left.iter().map(|p| p.tenant.as_str()).collect::<Vec<_>>(), ["acme"], "globex's part expired");
-        api.put(&acme, &put_req(uuid::Uuid::new_v4(), 0, &part)).await.into_result().unwrap();
+        api.put(&acme, put_req(uuid::Uuid::new_v4(), 0, &part)).await.into_result().unwrap();
         assert_eq!(api.files.staged_parts().await.unwrap().len(), 1, "the quota counts only live parts");
     }
 }

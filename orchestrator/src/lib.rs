@@ -25,13 +25,13 @@
 //! - `metrics`: Prometheus families fed by `jobs`, built as a router by the
 //!   service ([`service::Orchestrator::metrics_router`]); binding and serving
 //!   the socket is the binary's job (src/cli/endpoints.rs).
-//! - [`reader`]: a read-only handle on jobs, workers and events
-//!   ([`service::Orchestrator::jobs_reader`]) for the web dashboard, which the
-//!   binary serves (src/cli/dashboard/): HTTP serving stays out of this library.
+//! - [`reader`]: a read-only handle on every tenant's job records
+//!   ([`service::Orchestrator::jobs_reader`]) for the web dashboard (the
+//!   `flotilla-dashboard` crate, which the binary binds): HTTP serving stays
+//!   out of this library. Clients, the dashboard among them, send the job
+//!   API and follow job events through `flotilla-client`.
 //! - [`bus_adapters`]: the bus behind the agent's audit sink and the MCP
 //!   client's token store (the planner audits, `flotilla mcp login` stores).
-//! - [`events`]: the one reader of the events stream, shared by the CLI
-//!   (`watch`, `submit --wait`) and the dashboard's Server-Sent Events.
 //!
 //! The local all-in-one supervisor (`flotilla up`/`demo`) is not here: it
 //! starts the binaries themselves as child processes, so it lives in the
@@ -42,7 +42,6 @@
 mod approvals;
 pub mod bus_adapters;
 mod dead_letters;
-pub mod events;
 #[cfg(test)]
 mod fakes;
 mod files_api;

@@ -5,9 +5,12 @@
 //!
 //! - `flotilla orchestrator` runs the library's service and serves its HTTP
 //!   endpoints ([`cli::orchestrator`], [`cli::endpoints`]), the web dashboard
-//!   among them ([`cli::dashboard`], over the library's read-only job reader).
+//!   among them (the `flotilla-dashboard` crate, over the library's
+//!   read-only job reader).
+//! - `flotilla mcp serve` runs the `flotilla-mcp-server` crate ([`cli::mcp`]).
 //! - `flotilla up` / `flotilla demo` run a local deployment ([`cli::supervisor`]).
-//! - `submit`, `status`, `jobs`, `watch`, ... are clients of the bus ([`cli`]).
+//! - `submit`, `status`, `jobs`, `watch`, ... are clients of the job API
+//!   through `flotilla-client` ([`cli`]).
 
 mod cli;
 

@@ -1,30 +1,28 @@
-//! A read-only handle on every tenant's jobs, for observers that live outside
-//! this library. The web dashboard is served by the `flotilla` binary
-//! (src/cli/dashboard/: HTTP serving belongs to the binaries), yet
-//! it shows what only the orchestrator's stores know; this handle is all it
-//! gets, so it can list and read jobs, workers and events but never change a job.
+//! A read-only handle on every tenant's job records, for observers that live
+//! outside this library. The web dashboard (the `flotilla-dashboard` crate,
+//! bound by the `flotilla` binary: HTTP serving belongs to the binaries)
+//! shows every tenant's jobs, which the job API, one tenant's at a time,
+//! cannot list; this handle is all it gets of the job store, so it can list
+//! and read jobs but never change one. Workers and events it reads, and
+//! jobs it changes, through the job-API client (`flotilla-client`).
 
-use flotilla_bus::{Bus, BusError};
+use flotilla_bus::BusError;
 use flotilla_protocol::ids::{JobId, TaskId, Tenant};
-use flotilla_protocol::{JobStatus, ListReply, StatusReply, WorkerHeartbeat};
-use futures::Stream;
+use flotilla_protocol::{JobStatus, ListReply, StatusReply};
 
-use crate::events::{self, Event, Scope};
 use crate::jobs::{JobStore, ListQuery};
 
-/// Reads job records, live workers and job events; writes nothing.
+/// Reads job records; writes nothing.
 /// Obtained from [`crate::service::Orchestrator::jobs_reader`].
 #[derive(Clone)]
 pub struct JobsReader {
-    /// For the events stream and the workers bucket.
-    bus: Bus,
     /// Job records of every tenant.
     jobs: JobStore,
 }
 
 impl JobsReader {
-    pub(crate) fn new(bus: Bus, jobs: JobStore) -> Self {
-        Self { bus, jobs }
+    pub(crate) fn new(jobs: JobStore) -> Self {
+        Self { jobs }
     }
 
     /// One page of jobs, newest first: of `tenant` (every tenant's when
@@ -51,20 +49,5 @@ impl JobsReader {
         limit: usize,
     ) -> Result<Option<StatusReply>, BusError> {
         self.jobs.status(id, None, after, limit).await
-    }
-
-    /// The workers whose heartbeat is live.
-    pub async fn live_workers(&self) -> Result<Vec<WorkerHeartbeat>, BusError> {
-        self.bus.live_workers().await
-    }
-
-    /// Events of `scope` as [`events::follow`] reads them: a job's from its
-    /// first stored event, wider scopes from now on.
-    pub async fn follow(
-        &self,
-        scope: Scope,
-        with_progress: bool,
-    ) -> anyhow::Result<impl Stream<Item = anyhow::Result<Event>> + use<>> {
-        events::follow(&self.bus, scope, with_progress).await
     }
 }

@@ -212,10 +212,10 @@ impl Orchestrator {
         flotilla_telemetry::metrics::router(self.service.jobs.metrics().registry().clone(), refresh)
     }
 
-    /// A read-only handle on the jobs, workers and events, for the web
-    /// dashboard the binary serves (src/cli/dashboard/).
+    /// A read-only handle on every tenant's job records, for the web
+    /// dashboard the binary serves (the `flotilla-dashboard` crate).
     pub fn jobs_reader(&self) -> JobsReader {
-        JobsReader::new(self.service.bus.clone(), self.service.jobs.clone())
+        JobsReader::new(self.service.jobs.clone())
     }
 
     /// Resumes every unfinished job, then answers the job API until `shutdown`
@@ -284,36 +284,44 @@ impl Service {
             let _ = self.bus.reply(reply_to, encode(reply)).await;
             return;
         }
-        let payload = match op.as_str() {
-            "submit" => encode(self.submit(tenant, &msg.payload).await),
-            "status" => encode(self.status(&tenant, &msg.payload).await),
-            "list" => encode(self.list(&tenant, &msg.payload).await),
-            "cancel" => encode(self.cancel(&tenant, &msg.payload).await),
-            "prune" => encode(crate::jobs::prune_request(&self.jobs, &tenant, &msg.payload).await),
-            "approvals" => encode(crate::approvals::list(&self.bus, &tenant, &msg.payload).await),
-            "approve" => encode(crate::approvals::decide(&self.bus, &tenant, &msg.payload).await),
-            "resolve" => encode(self.resolve(&tenant, &msg.payload).await),
-            "files_ls" => encode(self.files.ls(&tenant, &msg.payload).await),
-            "files_get" => encode(self.files.get(&tenant, &msg.payload).await),
-            "files_put" => encode(self.files.put(&tenant, &msg.payload).await),
-            "files_commit" => encode(self.files.commit(&tenant, &msg.payload).await),
-            other => encode::<()>(ApiReply::error(
-                ErrorKind::NotFound,
-                format!(
-                    "unknown API operation {other:?}: use submit, status, list, cancel, prune, approvals, approve, resolve, files_ls, files_get, files_put or files_commit"
-                ),
-            )),
-        };
+        let payload = self.dispatch(&op, tenant, &msg.payload).await;
         if let Err(e) = self.bus.reply(reply_to, payload).await {
             tracing::warn!(error = %e, "API reply not sent");
         }
     }
 
-    async fn submit(&self, tenant: Tenant, payload: &[u8]) -> ApiReply<SubmitReply> {
-        let req: SubmitRequest = match protocol::decode(payload) {
-            Ok(r) => r,
-            Err(e) => return ApiReply::error(ErrorKind::Validation, e.to_string()),
-        };
+    /// The answer of operation `op`: its request decoded (a malformed one
+    /// is a validation error naming what is wrong), its handler run, its
+    /// reply encoded ([`handle`]).
+    async fn dispatch(&self, op: &str, tenant: Tenant, payload: &[u8]) -> bytes::Bytes {
+        use protocol::files_api::{FilesCommitRequest, FilesGetRequest, FilesLsRequest, FilesPutRequest};
+        use protocol::{ApprovalsRequest, ApproveRequest, Op, PruneRequest};
+        let t = &tenant;
+        match op {
+            SubmitRequest::OPERATION => handle(payload, |r| self.submit(tenant.clone(), r)).await,
+            StatusRequest::OPERATION => handle(payload, |r| self.status(t, r)).await,
+            ListRequest::OPERATION => handle(payload, |r| self.list(t, r)).await,
+            CancelRequest::OPERATION => handle(payload, |r| self.cancel(t, r)).await,
+            PruneRequest::OPERATION => handle(payload, |r| crate::jobs::prune_request(&self.jobs, t, r)).await,
+            ApprovalsRequest::OPERATION => handle(payload, |r| crate::approvals::list(&self.bus, t, r)).await,
+            ApproveRequest::OPERATION => handle(payload, |r| crate::approvals::decide(&self.bus, t, r)).await,
+            ResolveRequest::OPERATION => handle(payload, |r| self.resolve(t, r)).await,
+            FilesLsRequest::OPERATION => handle(payload, |r| self.files.ls(t, r)).await,
+            FilesGetRequest::OPERATION => handle(payload, |r| self.files.get(t, r)).await,
+            FilesPutRequest::OPERATION => handle(payload, |r| self.files.put(t, r)).await,
+            FilesCommitRequest::OPERATION => handle(payload, |r| self.files.commit(t, r)).await,
+            other => {
+                let (last, rest) = protocol::OPERATIONS.split_last().expect("the job API has operations");
+                let known = format!("{} or {last}", rest.join(", "));
+                encode::<()>(ApiReply::error(
+                    ErrorKind::NotFound,
+                    format!("unknown API operation {other:?}: use {known}"),
+                ))
+            }
+        }
+    }
+
+    async fn submit(&self, tenant: Tenant, req: SubmitRequest) -> ApiReply<SubmitReply> {
         if req.input.trim().is_empty() {
             return ApiReply::error(ErrorKind::Validation, "the job text is empty");
         }
@@ -355,11 +363,7 @@ impl Service {
         ApiReply::ok(SubmitReply { job_id: id })
     }
 
-    async fn cancel(&self, tenant: &Tenant, payload: &[u8]) -> ApiReply<CancelReply> {
-        let req: CancelRequest = match protocol::decode(payload) {
-            Ok(r) => r,
-            Err(e) => return ApiReply::error(ErrorKind::Validation, e.to_string()),
-        };
+    async fn cancel(&self, tenant: &Tenant, req: CancelRequest) -> ApiReply<CancelReply> {
         let rec = match self.jobs.get(&req.job_id).await {
             Ok(Some(rec)) if &rec.tenant == tenant => rec,
             Ok(_) => return ApiReply::error(ErrorKind::NotFound, format!("no job {}", req.job_id)),
@@ -397,11 +401,7 @@ impl Service {
         ApiReply::ok(CancelReply { job_id: rec.id, purged_tasks })
     }
 
-    async fn status(&self, tenant: &Tenant, payload: &[u8]) -> ApiReply<StatusReply> {
-        let req: StatusRequest = match protocol::decode(payload) {
-            Ok(r) => r,
-            Err(e) => return ApiReply::error(ErrorKind::Validation, e.to_string()),
-        };
+    async fn status(&self, tenant: &Tenant, req: StatusRequest) -> ApiReply<StatusReply> {
         let limit = req.tasks_limit.unwrap_or(protocol::DEFAULT_TASKS_PAGE).min(protocol::MAX_TASKS_PAGE);
         match self.jobs.status(&req.job_id, Some(tenant), req.tasks_after, limit).await {
             // Another tenant's job is indistinguishable from a missing one.
@@ -414,11 +414,7 @@ impl Service {
     /// The tenant's jobs whose id starts or ends with the request's short id, newest
     /// first, from the job index (one key listing of the tenant's entries:
     /// its cost follows the tenant's history, docs/PROTOCOL.md "Job API").
-    async fn resolve(&self, tenant: &Tenant, payload: &[u8]) -> ApiReply<ResolveReply> {
-        let req: ResolveRequest = match protocol::decode(payload) {
-            Ok(r) => r,
-            Err(e) => return ApiReply::error(ErrorKind::Validation, e.to_string()),
-        };
+    async fn resolve(&self, tenant: &Tenant, req: ResolveRequest) -> ApiReply<ResolveReply> {
         let prefix = match protocol::check_job_prefix(&req.prefix) {
             Ok(p) => p,
             Err(e) => return ApiReply::error(ErrorKind::Validation, e),
@@ -437,11 +433,7 @@ impl Service {
         }
     }
 
-    async fn list(&self, tenant: &Tenant, payload: &[u8]) -> ApiReply<ListReply> {
-        let req: ListRequest = match protocol::decode(payload) {
-            Ok(r) => r,
-            Err(e) => return ApiReply::error(ErrorKind::Validation, e.to_string()),
-        };
+    async fn list(&self, tenant: &Tenant, req: ListRequest) -> ApiReply<ListReply> {
         let query = ListQuery {
             status: req.status,
             since: req.since,
@@ -472,6 +464,21 @@ fn orchestrator_id() -> String {
     let host = flotilla_telemetry::host::host_name();
     let nonce = uuid::Uuid::new_v4().simple().to_string();
     format!("{host}-{}-{}", std::process::id(), &nonce[..6])
+}
+
+/// Decodes `payload` as an `O` request and answers it with `answer`; a
+/// request that does not decode is answered with a validation error. The one
+/// place where job API requests are decoded and replies encoded, so an
+/// operation is one request type ([`protocol::Op`]) and one handler.
+async fn handle<O, F>(payload: &[u8], answer: impl FnOnce(O) -> F) -> bytes::Bytes
+where
+    O: protocol::Op,
+    F: Future<Output = ApiReply<O::Reply>>,
+{
+    match protocol::decode::<O>(payload) {
+        Ok(req) => encode(answer(req).await),
+        Err(e) => encode::<O::Reply>(ApiReply::error(ErrorKind::Validation, e.to_string())),
+    }
 }
 
 fn encode<T: serde::Serialize + serde::de::DeserializeOwned>(reply: ApiReply<T>) -> bytes::Bytes {

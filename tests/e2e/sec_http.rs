@@ -1,11 +1,11 @@
 //! Flotilla's HTTP servers (the dashboard + HTTP API, `flotilla mcp serve`)
 //! against slow, many, oversized and misdirected clients, replayed against
 //! the real processes (docs/SECURITY.md, "HTTP servers"): half-sent headers
-//! and a connection flood (src/cli/http_serve.rs), an upload that never
-//! ends and one upload too many (src/cli/dashboard/api.rs), a login link
-//! carrying another tenant's token (src/cli/dashboard/login.rs), an OAuth
-//! introspection URL with secrets in it (src/cli/mcp_serve/oauth.rs), an MCP
-//! session used by another tenant's token (src/cli/mcp_serve/sessions.rs)
+//! and a connection flood (shared/http-serve), an upload that never
+//! ends and one upload too many (orchestrator/dashboard/src/api.rs), a login link
+//! carrying another tenant's token (orchestrator/dashboard/src/login.rs), an OAuth
+//! introspection URL with secrets in it (orchestrator/mcp-server/src/oauth.rs), an MCP
+//! session used by another tenant's token (orchestrator/mcp-server/src/sessions.rs)
 //! and a reviewer naming someone else (orchestrator/src/approvals.rs).
 //!
 //! Raw TCP is used where a client library would hide what is tested: a

@@ -1,17 +1,14 @@
 //! `flotilla approvals`: tool calls (and MCP servers' questions) waiting for
 //! a person, oldest first.
 
-use std::time::Duration;
-
 use clap::Args as ClapArgs;
 use flotilla_config::Settings;
 use flotilla_protocol::ids::Tenant;
-use flotilla_protocol::{ApiReply, ApprovalKind, ApprovalRequest, ApprovalsReply, ApprovalsRequest, SCHEMA_VERSION};
+use flotilla_protocol::{ApprovalKind, ApprovalRequest, ApprovalsRequest, SCHEMA_VERSION};
 
-use super::client::api_result;
-use super::jobref::JobRef;
 use super::out::{self, out, outln};
 use super::{connect, render, table};
+use flotilla_client::JobRef;
 
 /// List pending approval requests.
 #[derive(ClapArgs, Debug)]
@@ -30,8 +27,7 @@ pub async fn run(settings: &Settings, tenant: &Tenant, args: Args, json: bool) -
         None => None,
     };
     let req = ApprovalsRequest { v: SCHEMA_VERSION, job_id };
-    let reply: ApiReply<ApprovalsReply> = api.bus().request(tenant, "approvals", &req, Duration::from_secs(10)).await?;
-    let list = api_result(reply, "approvals")?;
+    let list = api.call(&req, "approvals").await?;
     if json {
         out::json(&list)?;
         return Ok(0);

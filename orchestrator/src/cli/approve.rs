@@ -3,22 +3,19 @@
 //! --decline | --cancel`: answers one approval request through the job API
 //! (docs/APPROVALS.md).
 
-use std::time::Duration;
-
 use clap::{ArgGroup, Args as ClapArgs};
 use flotilla_config::Settings;
 use flotilla_protocol::ids::JobId;
 use flotilla_protocol::ids::{TaskId, Tenant};
 use flotilla_protocol::{
-    ApiReply, ApprovalsReply, ApprovalsRequest, ApproveReply, ApproveRequest, Decision, SCHEMA_VERSION,
-    check_job_prefix, matches_short_id,
+    ApprovalsRequest, ApproveRequest, Decision, SCHEMA_VERSION, check_job_prefix, matches_short_id,
 };
 
-use super::client::{ApiClient, api_result};
 use super::connect;
 use super::error::CliError;
-use super::jobref::JobRef;
 use super::out::{self, outln};
+use flotilla_client::Client;
+use flotilla_client::JobRef;
 
 /// Answer an approval request.
 #[derive(ClapArgs, Debug)]
@@ -92,7 +89,7 @@ pub async fn run(settings: &Settings, tenant: &Tenant, args: Args, json: bool) -
     let api = connect(settings, tenant).await?;
     let job_id = api.resolve(&args.job).await?;
     let task_id = match &args.task {
-        Some(task) => Some(pending_task(&api, tenant, job_id, &args.call_id, task).await?),
+        Some(task) => Some(pending_task(&api, job_id, &args.call_id, task).await?),
         None => None,
     };
     // No `authenticated_as`: the orchestrator records this tenant's job API
@@ -106,8 +103,7 @@ pub async fn run(settings: &Settings, tenant: &Tenant, args: Args, json: bool) -
         by,
         authenticated_as: None,
     };
-    let reply: ApiReply<ApproveReply> = api.bus().request(tenant, "approve", &req, Duration::from_secs(10)).await?;
-    let reply = api_result(reply, "not recorded")?;
+    let reply = api.call(&req, "not recorded").await?;
     if json {
         out::json(&reply)?;
         return Ok(0);
@@ -131,20 +127,13 @@ pub async fn run(settings: &Settings, tenant: &Tenant, args: Args, json: bool) -
 /// The task named by `--task`: a whole id as given, else the one task of
 /// the job's pending requests for `call_id` whose id starts or ends with
 /// `task` (the short id `watch` and `status` display).
-async fn pending_task(
-    api: &ApiClient,
-    tenant: &Tenant,
-    job: JobId,
-    call_id: &str,
-    task: &str,
-) -> anyhow::Result<TaskId> {
+async fn pending_task(api: &Client, job: JobId, call_id: &str, task: &str) -> anyhow::Result<TaskId> {
     if let Ok(id) = task.trim().parse::<TaskId>() {
         return Ok(id);
     }
     let short = check_job_prefix(task).map_err(|e| CliError::new("validation", e.replace("job id", "task id")))?;
     let req = ApprovalsRequest { v: SCHEMA_VERSION, job_id: Some(job) };
-    let reply: ApiReply<ApprovalsReply> = api.bus().request(tenant, "approvals", &req, Duration::from_secs(10)).await?;
-    let pending = api_result(reply, "approvals")?;
+    let pending = api.call(&req, "approvals").await?;
     let mut tasks: Vec<TaskId> = pending
         .approvals
         .iter()

@@ -10,9 +10,9 @@ use flotilla_protocol::AuditRecord;
 use flotilla_protocol::ids::{JobId, Tenant};
 use serde::Serialize;
 
-use super::jobref::JobRef;
 use super::out::{self, out};
 use super::{connect, render, table};
+use flotilla_client::JobRef;
 
 /// Show the audit records of a job (tool calls and approvals).
 #[derive(ClapArgs, Debug)]

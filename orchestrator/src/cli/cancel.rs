@@ -5,8 +5,8 @@ use flotilla_config::Settings;
 use flotilla_protocol::ids::Tenant;
 
 use super::connect;
-use super::jobref::JobRef;
 use super::out::{self, outln};
+use flotilla_client::JobRef;
 
 /// Cancel a job: the planner stops, queued tasks leave the work queue, and
 /// every worker aborts the job's running subagents (they report `cancelled`).

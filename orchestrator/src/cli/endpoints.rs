@@ -6,14 +6,18 @@
 //!
 //! The library builds the metrics route ([`Orchestrator::metrics_router`]) and
 //! hands out a read-only [`Orchestrator::jobs_reader`]; the dashboard's routes
-//! (src/cli/dashboard/), its client connection, binding and serving sockets
-//! are the binary's business, so the library opens no port of its own.
+//! are the `flotilla-dashboard` crate's; its client connection, binding and
+//! serving sockets are the binary's business, so the library opens no port
+//! of its own.
 
 use std::time::Duration;
 
 use flotilla_bus::Bus;
 use flotilla_config::Settings;
+use flotilla_orchestrator::reader::JobsReader;
 use flotilla_orchestrator::service::Orchestrator;
+use flotilla_protocol::ids::{JobId, TaskId, Tenant};
+use flotilla_protocol::{JobStatus, ListReply, StatusReply};
 use flotilla_telemetry::metrics::ListenError;
 use tokio_util::sync::CancellationToken;
 
@@ -35,17 +39,39 @@ pub async fn start(
         // The dashboard's writes are job API requests like the CLI's, on a
         // connection of their own (named so in the server's connection list).
         let bus = Bus::connect(&settings.nats, "flotilla-dashboard", Duration::from_secs(30)).await?;
-        let router =
-            super::dashboard::router(addr, &settings.dashboard, orchestrator.jobs_reader(), bus, &settings.files)?;
-        let limits = super::dashboard::serve_limits(&settings.dashboard)?;
+        let client = flotilla_client::Client::new(bus, Default::default());
+        let records = std::sync::Arc::new(Records(orchestrator.jobs_reader()));
+        let router = flotilla_dashboard::router(addr, &settings.dashboard, records, client, &settings.files)?;
+        let limits = flotilla_dashboard::serve_limits(&settings.dashboard)?;
         let what = "dashboard";
         let listen_error = |source| bind_error("[dashboard] listen", ListenError { what, addr, source });
         let listener = tokio::net::TcpListener::bind(addr).await.map_err(listen_error)?;
         let bound = listener.local_addr().map_err(listen_error)?;
-        tokio::spawn(super::http_serve::serve(listener, router, limits, shutdown.cancelled_owned()));
+        tokio::spawn(flotilla_http_serve::serve(listener, router, limits, shutdown.cancelled_owned()));
         tracing::info!(url = %format!("http://{bound}/"), "dashboard");
     }
     Ok(())
+}
+
+/// The dashboard's view of every tenant's job records: the orchestrator's
+/// read-only job reader.
+struct Records(JobsReader);
+
+#[async_trait::async_trait]
+impl flotilla_dashboard::JobRecords for Records {
+    async fn list(
+        &self,
+        tenant: Option<Tenant>,
+        status: Option<JobStatus>,
+        after: Option<JobId>,
+        limit: usize,
+    ) -> anyhow::Result<ListReply> {
+        Ok(self.0.list(tenant, status, after, limit).await?)
+    }
+
+    async fn status(&self, id: &JobId, after: Option<TaskId>, limit: usize) -> anyhow::Result<Option<StatusReply>> {
+        Ok(self.0.status(id, after, limit).await?)
+    }
 }
 
 /// A listener that could not be opened, naming the config key that asked for it.

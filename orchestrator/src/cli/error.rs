@@ -20,8 +20,9 @@ use serde_json::{Value, json};
 /// Exit code of every command that failed with an error.
 pub const ERROR_EXIT: i32 = 2;
 
-/// An error the CLI itself finds, with its kind (e.g. an ambiguous job id
-/// prefix, which also lists its candidates).
+/// An error the CLI itself finds, with its kind (e.g. an ambiguous task id
+/// prefix, which also lists its candidates; an ambiguous job id prefix is
+/// the client's `Unresolved`).
 #[derive(Debug)]
 pub struct CliError {
     /// One of the kinds of [`kind_of`].
@@ -61,6 +62,9 @@ pub fn kind_of(e: &anyhow::Error) -> &'static str {
         if let Some(c) = cause.downcast_ref::<CliError>() {
             return c.kind;
         }
+        if let Some(r) = cause.downcast_ref::<flotilla_client::Unresolved>() {
+            return r.kind.as_str();
+        }
         if let Some(info) = cause.downcast_ref::<ErrorInfo>() {
             return info.kind.as_str();
         }
@@ -93,10 +97,13 @@ pub fn kind_of(e: &anyhow::Error) -> &'static str {
 /// job id prefix): what a command prints on stdout under `--json`.
 pub fn to_json(e: &anyhow::Error) -> Value {
     let mut error = json!({"kind": kind_of(e), "message": message(e)});
-    if let Some(c) = e.chain().find_map(|c| c.downcast_ref::<CliError>())
-        && !c.candidates.is_empty()
-    {
-        error["candidates"] = json!(c.candidates);
+    let candidates = e.chain().find_map(|c| {
+        c.downcast_ref::<CliError>()
+            .map(|c| &c.candidates)
+            .or_else(|| c.downcast_ref::<flotilla_client::Unresolved>().map(|r| &r.candidates))
+    });
+    if let Some(candidates) = candidates.filter(|c| !c.is_empty()) {
+        error["candidates"] = json!(candidates);
     }
     json!({ "error": error })
 }

@@ -1,39 +1,26 @@
-//! `flotilla files ls|get|put <job> ...`, and the uploads of `flotilla submit
-//! --file`: a job's files through the job API (`files_*` operations,
+//! `flotilla files ls|get|put <job> ...`, and the local files of `flotilla
+//! submit --file`: a job's files through the job API (`files_*` operations,
 //! orchestrator/src/files_api.rs; a client has no Object Store access,
-//! docs/SECURITY.md). Files travel in parts of at most
-//! [`FILE_PART_BYTES`], so any file up to `[files] max_file_bytes` fits
-//! through 1 MiB NATS messages; a download is checked against the sha256
-//! the orchestrator reports for the whole file.
+//! docs/SECURITY.md). The parts, uploads and checked downloads are the
+//! client's (shared/client/src/files.rs); this file reads and writes local
+//! files and prints.
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use anyhow::{Context, bail};
-use base64::Engine;
-use base64::engine::general_purpose::STANDARD;
 use clap::{Args as ClapArgs, Subcommand};
+use flotilla_client::{Client, FILE_TIMEOUT, JobRef, NewFile};
 use flotilla_config::Settings;
 use flotilla_job_files::FilePath;
-use flotilla_protocol::digest::sha256_hex;
 use flotilla_protocol::files_api::{
-    FILE_PART_BYTES, FileEntry, FilesCommitReply, FilesCommitRequest, FilesGetReply, FilesGetRequest, FilesLsReply,
-    FilesLsRequest, FilesPutReply, FilesPutRequest, StagedFile, UploadId,
+    FileEntry, FilesCommitReply, FilesCommitRequest, FilesLsReply, FilesLsRequest, StagedFile,
 };
 use flotilla_protocol::ids::{JobId, Tenant};
-use flotilla_protocol::{
-    ApiReply, Message, SCHEMA_VERSION, SubmitReply, SubmitRequest, check_job_prefix, matches_short_id,
-};
-use serde::Serialize;
-use serde::de::DeserializeOwned;
+use flotilla_protocol::{SCHEMA_VERSION, check_job_prefix, matches_short_id};
 
-use super::client::{ApiClient, api_result};
 use super::error::CliError;
-use super::jobref::JobRef;
 use super::out::{self, out, outln};
 use super::{connect, render, table};
-
-const TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Read and write a job's files (running or finished, within retention).
 #[derive(ClapArgs, Debug)]
@@ -88,7 +75,7 @@ pub async fn run(settings: &Settings, tenant: &Tenant, args: Args, json: bool) -
             let spec = LocalFile { local, path: job_path(&path)? };
             let staged = upload(&api, &[spec], settings.files.max_upload_bytes).await?;
             let req = FilesCommitRequest { v: SCHEMA_VERSION, job_id: job, files: staged };
-            let reply: FilesCommitReply = call(&api, "files_commit", &req).await.context("files put")?;
+            let reply: FilesCommitReply = api.call_within(&req, FILE_TIMEOUT, "refused").await.context("files put")?;
             if json {
                 out::json(&reply)?;
             } else {
@@ -103,12 +90,12 @@ pub async fn run(settings: &Settings, tenant: &Tenant, args: Args, json: bool) -
 
 /// Lists every page, then prints every file at once: `--json` one object,
 /// else [`ls_table`].
-async fn ls(api: &ApiClient, job: JobId, prefix: Option<String>, json: bool) -> anyhow::Result<i32> {
+async fn ls(api: &Client, job: JobId, prefix: Option<String>, json: bool) -> anyhow::Result<i32> {
     let mut all = Vec::new();
     let mut after = None;
     loop {
         let req = FilesLsRequest { v: SCHEMA_VERSION, job_id: job, prefix: prefix.clone(), after, limit: None };
-        let reply: FilesLsReply = call(api, "files_ls", &req).await?;
+        let reply: FilesLsReply = api.call_within(&req, FILE_TIMEOUT, "refused").await?;
         all.extend(reply.files);
         after = reply.next_after;
         if after.is_none() {
@@ -137,12 +124,12 @@ fn ls_table(files: &[FileEntry]) -> String {
     table::render(t, "")
 }
 
-async fn get(api: &ApiClient, job: JobId, path: &str, output: Option<&Path>, json: bool) -> anyhow::Result<i32> {
+async fn get(api: &Client, job: JobId, path: &str, output: Option<&Path>, json: bool) -> anyhow::Result<i32> {
     if json && output.is_none() {
         bail!("--json describes a file written with -o; without -o the file's bytes go to stdout");
     }
     let path = &report_path(api, job, path).await?;
-    let (bytes, sha256) = download(api, job, path).await?;
+    let (bytes, sha256) = api.download(job, path).await?;
     match output {
         Some(local) => {
             std::fs::write(local, &bytes).with_context(|| format!("writing {}", local.display()))?;
@@ -162,7 +149,7 @@ async fn get(api: &ApiClient, job: JobId, path: &str, output: Option<&Path>, jso
 
 /// `path`, or for `/reports/<short>.md` naming a task by the short id the
 /// CLI displays (or a prefix), the report of the one task whose id matches.
-async fn report_path(api: &ApiClient, job: JobId, path: &str) -> anyhow::Result<String> {
+async fn report_path(api: &Client, job: JobId, path: &str) -> anyhow::Result<String> {
     let Some(short) = path.strip_prefix("/reports/").and_then(|p| p.strip_suffix(".md")) else {
         return Ok(path.to_string());
     };
@@ -175,7 +162,7 @@ async fn report_path(api: &ApiClient, job: JobId, path: &str) -> anyhow::Result<
     loop {
         let req =
             FilesLsRequest { v: SCHEMA_VERSION, job_id: job, prefix: Some("/reports/".into()), after, limit: None };
-        let reply: FilesLsReply = call(api, "files_ls", &req).await?;
+        let reply: FilesLsReply = api.call_within(&req, FILE_TIMEOUT, "refused").await?;
         found.extend(reply.files.into_iter().map(|f| f.path).filter(|p| {
             p.strip_prefix("/reports/").and_then(|t| t.strip_suffix(".md")).is_some_and(|t| matches_short_id(t, &short))
         }));
@@ -193,30 +180,6 @@ async fn report_path(api: &ApiClient, job: JobId, path: &str) -> anyhow::Result<
         )
         .into()),
     }
-}
-
-/// The whole file at `path` of `job`, part by part, checked against the
-/// sha256 the orchestrator reports; also returns that sha256.
-pub async fn download(api: &ApiClient, job: JobId, path: &str) -> anyhow::Result<(Vec<u8>, String)> {
-    let mut bytes = Vec::new();
-    let mut expected: Option<String> = None;
-    loop {
-        let req =
-            FilesGetRequest { v: SCHEMA_VERSION, job_id: job, path: path.to_string(), offset: bytes.len() as u64 };
-        let part: FilesGetReply = call(api, "files_get", &req).await.with_context(|| format!("reading {path}"))?;
-        if expected.get_or_insert_with(|| part.sha256.clone()) != &part.sha256 {
-            bail!("{path} changed while it was being read; read it again");
-        }
-        bytes.extend(STANDARD.decode(part.data.as_bytes()).context("a part that is not base64")?);
-        if part.eof {
-            break;
-        }
-    }
-    let sha256 = expected.unwrap_or_default();
-    if sha256_hex(&bytes) != sha256 {
-        bail!("{path}: the bytes received do not match the file's sha256; read it again");
-    }
-    Ok((bytes, sha256))
 }
 
 /// A local file and the job path it goes to.
@@ -256,9 +219,9 @@ fn job_path(raw: &str) -> anyhow::Result<FilePath> {
 }
 
 /// Reads every local file (refusing more than `max_total` bytes in all,
-/// before anything is sent), then sends each one's parts with `files_put`.
+/// before anything is sent), then uploads them ([`Client::upload`]).
 /// Returns what a submit or `files_commit` names to store them.
-pub async fn upload(api: &ApiClient, files: &[LocalFile], max_total: u64) -> anyhow::Result<Vec<StagedFile>> {
+pub async fn upload(api: &Client, files: &[LocalFile], max_total: u64) -> anyhow::Result<Vec<StagedFile>> {
     let mut contents = Vec::with_capacity(files.len());
     let mut total = 0u64;
     for f in files {
@@ -272,38 +235,14 @@ pub async fn upload(api: &ApiClient, files: &[LocalFile], max_total: u64) -> any
         }
         contents.push(bytes);
     }
-    let mut staged = Vec::with_capacity(files.len());
-    for (f, bytes) in files.iter().zip(contents) {
-        let upload = UploadId::new_v4();
-        let parts = bytes.chunks(FILE_PART_BYTES);
-        let count = parts.len() as u32;
-        for (index, part) in parts.enumerate() {
-            let req = FilesPutRequest { v: SCHEMA_VERSION, upload, index: index as u32, data: STANDARD.encode(part) };
-            let _: FilesPutReply = call(api, "files_put", &req)
-                .await
-                .with_context(|| format!("uploading {} (part {} of {count})", f.local.display(), index + 1))?;
-        }
-        let (size, sha256) = (bytes.len() as u64, sha256_hex(&bytes));
-        staged.push(StagedFile { upload, parts: count, path: f.path.to_string(), size, sha256 });
-    }
-    Ok(staged)
+    let new: Vec<NewFile> =
+        files.iter().zip(contents).map(|(f, bytes)| NewFile { path: f.path.to_string(), bytes }).collect();
+    api.upload(&new).await
 }
 
 /// Submits a job whose `files` were uploaded by [`upload`].
-pub async fn submit(api: &ApiClient, input: String, files: Vec<StagedFile>) -> anyhow::Result<JobId> {
-    let req = SubmitRequest { v: SCHEMA_VERSION, input, files };
-    let reply: SubmitReply = call(api, "submit", &req).await.context("submit refused")?;
-    Ok(reply.job_id)
-}
-
-/// One typed request/reply; an error reply becomes an error with its kind.
-async fn call<Req: Message, Rep: Serialize + DeserializeOwned>(
-    api: &ApiClient,
-    op: &str,
-    req: &Req,
-) -> anyhow::Result<Rep> {
-    let reply: ApiReply<Rep> = api.bus().request(api.tenant(), op, req, TIMEOUT).await?;
-    api_result(reply, "refused")
+pub async fn submit(api: &Client, input: String, files: Vec<StagedFile>) -> anyhow::Result<JobId> {
+    api.submit_with_files(input, files).await
 }
 
 #[cfg(test)]

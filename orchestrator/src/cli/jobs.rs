@@ -9,14 +9,12 @@ use anyhow::Context;
 use clap::Args as ClapArgs;
 use flotilla_config::Settings;
 use flotilla_protocol::ids::{JobId, Tenant};
-use flotilla_protocol::{
-    ApiReply, JobStatus, JobSummary, ListReply, ListRequest, MAX_LIST_PAGE, PruneReply, PruneRequest, SCHEMA_VERSION,
-};
+use flotilla_protocol::{JobStatus, JobSummary, ListReply, ListRequest, MAX_LIST_PAGE, PruneRequest, SCHEMA_VERSION};
 use time::OffsetDateTime;
 
-use super::client::{ApiClient, api_result};
 use super::out::{self, out, outln};
 use super::{connect, render, table};
+use flotilla_client::Client;
 
 /// List jobs (or prune old ones: `jobs prune --before DATE`).
 #[derive(ClapArgs, Debug)]
@@ -62,8 +60,7 @@ pub async fn run(settings: &Settings, tenant: &Tenant, args: Args, json: bool) -
     let client = connect(settings, tenant).await?;
     if let Some(Command::Prune { before }) = args.command {
         let req = PruneRequest { v: SCHEMA_VERSION, before };
-        let reply: ApiReply<PruneReply> = client.bus().request(tenant, "prune", &req, PRUNE_TIMEOUT).await?;
-        let reply = api_result(reply, "prune refused")?;
+        let reply = client.call_within(&req, PRUNE_TIMEOUT, "prune refused").await?;
         if json {
             out::json(&reply)?;
         } else {
@@ -84,14 +81,13 @@ pub async fn run(settings: &Settings, tenant: &Tenant, args: Args, json: bool) -
 
 /// Follows the pages of `first` until `limit` jobs or the last page; the
 /// reply's `next_after` is where a further listing would go on.
-async fn pages(client: &ApiClient, first: ListRequest, limit: usize) -> anyhow::Result<ListReply> {
+async fn pages(client: &Client, first: ListRequest, limit: usize) -> anyhow::Result<ListReply> {
     let mut jobs: Vec<JobSummary> = Vec::new();
     let mut after = first.after;
     let mut next_after = None;
     while jobs.len() < limit {
         let req = ListRequest { limit: Some((limit - jobs.len()).min(MAX_LIST_PAGE)), after, ..first.clone() };
-        let reply: ApiReply<ListReply> = client.bus().request(client.tenant(), "list", &req, PAGE_TIMEOUT).await?;
-        let page = api_result(reply, "list")?;
+        let page = client.call_within(&req, PAGE_TIMEOUT, "list").await?;
         jobs.extend(page.jobs);
         next_after = page.next_after.filter(|next| Some(*next) != after);
         match next_after {

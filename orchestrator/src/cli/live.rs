@@ -20,7 +20,7 @@ pub use finished::finished;
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
-use flotilla_orchestrator::events::Event;
+use flotilla_client::events::Event;
 use flotilla_protocol::ids::{JobId, TaskId};
 use flotilla_protocol::{JobEventKind, ProgressKind, TaskStatus, Todo, Usage};
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};

@@ -13,7 +13,7 @@
 //! - `flotilla mcp login <server>`: sign in once to an `authorization_code`
 //!   server and store the credentials for the workers (src/cli/mcp_login.rs);
 //! - `flotilla mcp serve`: the other way round, Flotilla's job API as an MCP
-//!   server for MCP hosts (src/cli/mcp_serve/).
+//!   server for MCP hosts (the `flotilla-mcp-server` crate).
 //!
 //! `call` and `health` print JSON either way: indented for a person, one
 //! line under `--json` (docs/OPERATIONS.md, "Scripting with --json").
@@ -55,13 +55,13 @@ enum McpCommand {
     // Its help is LoginArgs' doc comment (src/cli/mcp_login.rs).
     Login(super::mcp_login::LoginArgs),
     /// Serve this tenant's job API as an MCP server (stdio or Streamable HTTP at /mcp).
-    Serve(Box<super::mcp_serve::ServeArgs>),
+    Serve(Box<flotilla_mcp_server::ServeArgs>),
 }
 
 /// Runs the subcommand; `json`: one JSON object on one line.
 pub async fn run(settings: &Settings, tenant: &Tenant, args: Args, json: bool) -> anyhow::Result<i32> {
     let args = match args.command {
-        McpCommand::Serve(serve) => return super::mcp_serve::run(settings, tenant, *serve).await,
+        McpCommand::Serve(serve) => return serve_mcp(settings, tenant, *serve).await,
         McpCommand::Login(login) => return super::mcp_login::run(settings, login, json).await,
         command => command,
     };
@@ -113,4 +113,22 @@ pub async fn run(settings: &Settings, tenant: &Tenant, args: Args, json: bool) -
     };
     hub.shutdown().await;
     Ok(code)
+}
+
+/// `flotilla mcp serve`: checks the server's setup, connects, binds its
+/// HTTP address (none over stdio) and runs it (the `flotilla-mcp-server`
+/// crate) until the transport closes or Ctrl-C / SIGTERM.
+async fn serve_mcp(settings: &Settings, tenant: &Tenant, args: flotilla_mcp_server::ServeArgs) -> anyhow::Result<i32> {
+    let server = flotilla_mcp_server::Server::new(args, tenant).await?;
+    let api = super::connect(settings, tenant).await?;
+    let listener = match server.listen() {
+        Some(listen) => Some(
+            tokio::net::TcpListener::bind(listen)
+                .await
+                .map_err(|e| anyhow::anyhow!("cannot listen on {listen}: {e} (pick another with --listen)"))?,
+        ),
+        None => None,
+    };
+    server.run(api, settings.files.max_upload_bytes, listener, crate::shutdown_signal()).await?;
+    Ok(0)
 }

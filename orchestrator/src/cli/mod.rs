@@ -7,20 +7,15 @@ pub mod approve;
 pub mod audit;
 pub mod bench;
 pub mod cancel;
-pub mod client;
 pub mod config_check;
-pub mod dashboard;
 pub mod demo;
 pub mod endpoints;
 pub mod error;
 pub mod files;
-pub mod http_serve;
-pub mod jobref;
 pub mod jobs;
 pub mod live;
 pub mod mcp;
 pub mod mcp_login;
-pub mod mcp_serve;
 pub mod models;
 pub mod orchestrator;
 pub mod out;
@@ -37,19 +32,18 @@ use std::io::Write;
 use std::time::Duration;
 
 use flotilla_bus::Bus;
+use flotilla_client::{Event, Scope};
 use flotilla_config::Settings;
-use flotilla_orchestrator::events::{self, Event, Scope};
 use flotilla_protocol::ids::{JobId, Tenant};
 use flotilla_protocol::{JobRecord, JobStatus};
-use futures::StreamExt;
 
-use client::ApiClient;
+use flotilla_client::{Client, EndWatch};
 use out::outln;
 
 /// Connects as a short-lived client of `tenant`.
-pub async fn connect(settings: &Settings, tenant: &Tenant) -> anyhow::Result<ApiClient> {
+pub async fn connect(settings: &Settings, tenant: &Tenant) -> anyhow::Result<Client> {
     let bus = Bus::connect(&settings.nats, "flotilla-cli", Duration::from_secs(5)).await?;
-    Ok(ApiClient::new(bus, tenant.clone()))
+    Ok(Client::new(bus, tenant.clone()))
 }
 
 /// Output style of commands that follow events.
@@ -63,17 +57,8 @@ pub enum Output {
     Quiet,
 }
 
-/// How often a follower also asks for the job's status, so a terminal event
-/// it never receives (published while NATS was down, or before its consumer
-/// existed) cannot leave it waiting forever.
-const STATUS_POLL: Duration = Duration::from_secs(2);
-
-/// After a status poll finds the job ended, how long the follower still
-/// waits for the events in flight (the terminal one among them).
-const TAIL_WAIT: Duration = Duration::from_secs(2);
-
 /// Prints a job's events until it ends; returns its final record.
-pub async fn follow_job(api: &ApiClient, job: JobId, output: Output) -> anyhow::Result<JobRecord> {
+pub async fn follow_job(api: &Client, job: JobId, output: Output) -> anyhow::Result<JobRecord> {
     let current = api.status(job).await?;
     // A finished job is replayed from the events stream (kept 24 h), as far as
     // it is still there; a running one is followed until it ends.
@@ -82,7 +67,7 @@ pub async fn follow_job(api: &ApiClient, job: JobId, output: Output) -> anyhow::
         return Ok(current);
     }
     let scope = Scope::Job(api.tenant().clone(), job);
-    let (stored, events) = events::follow_counted(api.bus(), scope, output != Output::Quiet).await?;
+    let (stored, events) = api.follow_counted(scope, output != Output::Quiet).await?;
     let mut events = std::pin::pin!(events);
     let limit = if finished { stored } else { usize::MAX };
     if finished {
@@ -114,58 +99,6 @@ pub async fn follow_job(api: &ApiClient, job: JobId, output: Output) -> anyhow::
         }
     }
     api.status(job).await
-}
-
-/// The next event of a job's follower, or `None` once the job has ended:
-/// its events stream ended, or the job's status (asked every [`STATUS_POLL`])
-/// says it ended and no terminal event came within [`TAIL_WAIT`].
-pub struct EndWatch<'a> {
-    api: &'a ApiClient,
-    job: JobId,
-    poll: Option<tokio::time::Interval>,
-    ended_at: Option<tokio::time::Instant>,
-}
-
-impl<'a> EndWatch<'a> {
-    /// `poll`: whether to ask for the status (not for a finished job's replay).
-    pub fn new(api: &'a ApiClient, job: JobId, poll: bool) -> Self {
-        let poll = poll.then(|| tokio::time::interval_at(tokio::time::Instant::now() + STATUS_POLL, STATUS_POLL));
-        Self { api, job, poll, ended_at: None }
-    }
-
-    /// The next event of `events`, or `None` when the job is over.
-    pub async fn next<S>(&mut self, events: &mut S) -> anyhow::Result<Option<Event>>
-    where
-        S: futures::Stream<Item = anyhow::Result<Event>> + Unpin,
-    {
-        loop {
-            let ended_at = self.ended_at;
-            let tail = async move {
-                match ended_at {
-                    Some(at) => tokio::time::sleep_until(at + TAIL_WAIT).await,
-                    None => std::future::pending().await,
-                }
-            };
-            let tick = async {
-                match (&mut self.poll, ended_at) {
-                    (Some(p), None) => p.tick().await,
-                    _ => std::future::pending().await,
-                }
-            };
-            tokio::select! {
-                ev = events.next() => return ev.transpose(),
-                _ = tick => {
-                    if self.api.status(self.job).await?.status.is_terminal() {
-                        self.ended_at = Some(tokio::time::Instant::now());
-                    }
-                }
-                _ = tail => {
-                    tracing::debug!(job = %self.job, "the job ended without its terminal event reaching this follower");
-                    return Ok(None);
-                }
-            }
-        }
-    }
 }
 
 /// Exit code for a finished job (docs/OPERATIONS.md, "Exit codes"): 0 when

@@ -7,9 +7,9 @@ use clap::Args as ClapArgs;
 use flotilla_config::Settings;
 use flotilla_protocol::ids::{TaskId, Tenant};
 
-use super::jobref::JobRef;
 use super::out::{self, out, outln};
 use super::{connect, render};
+use flotilla_client::JobRef;
 
 /// Show a job: status, task counts, todos, a page of tasks with their reports, usage, answer.
 #[derive(ClapArgs, Debug)]

@@ -19,9 +19,9 @@ use std::time::Duration;
 use clap::Args as ClapArgs;
 use flotilla_config::Settings;
 use flotilla_protocol::ids::{JobId, Tenant};
-use flotilla_protocol::{ApiReply, ApprovalsReply, ApprovalsRequest, DecisionKind, SCHEMA_VERSION};
+use flotilla_protocol::{ApiReply, ApprovalsRequest, DecisionKind, SCHEMA_VERSION};
 
-use super::client::ApiClient;
+use flotilla_client::Client;
 
 use super::out::{self, out, outln};
 use super::{Output, connect, exit_code, follow_job, render};
@@ -87,14 +87,13 @@ const APPROVAL_POLL: Duration = Duration::from_secs(2);
 /// with the command that answers it; runs until dropped. Asks the job API
 /// (the `approvals` operation) rather than following progress events, which
 /// a large job would flood the client with.
-async fn approval_notices(api: &ApiClient, job: JobId) -> std::convert::Infallible {
+async fn approval_notices(api: &Client, job: JobId) -> std::convert::Infallible {
     let mut told = HashSet::new();
     let mut tick = tokio::time::interval(APPROVAL_POLL);
     loop {
         tick.tick().await;
         let req = ApprovalsRequest { v: SCHEMA_VERSION, job_id: Some(job) };
-        let reply: Result<ApiReply<ApprovalsReply>, _> =
-            api.bus().request(api.tenant(), "approvals", &req, APPROVAL_POLL).await;
+        let reply = api.request(&req, APPROVAL_POLL).await;
         // A failed look is retried at the next tick: the notice is a courtesy, the job goes on.
         let Ok(Ok(pending)) = reply.map(ApiReply::into_result) else { continue };
         for r in pending.approvals {

@@ -131,7 +131,7 @@ const READY_POLL: Duration = Duration::from_millis(200);
 pub async fn until_ready(settings: &Settings, workers: &[String], budget: Duration) -> anyhow::Result<()> {
     let deadline = tokio::time::Instant::now() + budget;
     let bus = Bus::connect(&settings.nats, "flotilla up", budget).await?;
-    let api = super::client::ApiClient::new(bus, Tenant::default());
+    let api = flotilla_client::Client::new(bus, Tenant::default());
     let mut orchestrator = false;
     let mut waiting: BTreeSet<&str> = workers.iter().map(String::as_str).collect();
     loop {

@@ -6,17 +6,17 @@
 use std::io::{IsTerminal, Write};
 
 use clap::Args as ClapArgs;
+use flotilla_client::{Event, Scope};
 use flotilla_config::Settings;
-use flotilla_orchestrator::events::{self, Event, Scope};
 use flotilla_protocol::ids::{JobId, Tenant};
 use futures::StreamExt;
 
-use super::client::ApiClient;
 use super::error::CliError;
-use super::jobref::JobRef;
 use super::live::LiveView;
 use super::out::outln;
 use super::{Output, connect, exit_code, follow_job, render};
+use flotilla_client::Client;
+use flotilla_client::JobRef;
 
 /// Follow a job's events (todos, dispatched tasks, each subagent's model and
 /// tool calls, reports) until it ends; without a job id, follow all jobs.
@@ -43,7 +43,7 @@ pub async fn run(settings: &Settings, tenant: &Tenant, args: Args, json: bool) -
         None => None,
     };
     let Some(job) = job else {
-        let mut events = std::pin::pin!(events::follow(api.bus(), Scope::Tenant(api.tenant().clone()), true).await?);
+        let mut events = std::pin::pin!(api.follow(Scope::Tenant(api.tenant().clone()), true).await?);
         let mut view = live.then(LiveView::new);
         let mut stdout = std::io::stdout();
         while let Some(ev) = events.next().await {
@@ -74,13 +74,13 @@ pub async fn run(settings: &Settings, tenant: &Tenant, args: Args, json: bool) -
 }
 
 /// Draws the live view of `job` until it ends; returns its final record.
-async fn follow_live(api: &ApiClient, job: JobId) -> anyhow::Result<flotilla_protocol::JobRecord> {
+async fn follow_live(api: &Client, job: JobId) -> anyhow::Result<flotilla_protocol::JobRecord> {
     let current = api.status(job).await?;
     if current.status.is_terminal() {
         outln!("{}", super::live::finished(&current).trim_end())?;
         return Ok(current);
     }
-    let mut events = std::pin::pin!(events::follow(api.bus(), Scope::Job(api.tenant().clone(), job), true).await?);
+    let mut events = std::pin::pin!(api.follow(Scope::Job(api.tenant().clone(), job), true).await?);
     let mut view = LiveView::new();
     let mut ends = super::EndWatch::new(api, job, true);
     while let Some(ev) = ends.next(&mut events).await? {

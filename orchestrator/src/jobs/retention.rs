@@ -103,11 +103,7 @@ impl JobStore {
 }
 
 /// The `prune` API operation: deletes the tenant's finished jobs last changed before `before`.
-pub async fn prune_request(jobs: &JobStore, tenant: &Tenant, payload: &[u8]) -> ApiReply<PruneReply> {
-    let req: PruneRequest = match protocol::decode(payload) {
-        Ok(r) => r,
-        Err(e) => return ApiReply::error(ErrorKind::Validation, e.to_string()),
-    };
+pub async fn prune_request(jobs: &JobStore, tenant: &Tenant, req: PruneRequest) -> ApiReply<PruneReply> {
     match jobs.prune(Some(tenant), req.before).await {
         Ok(pruned) => ApiReply::ok(PruneReply { pruned }),
         Err(e) => ApiReply::error(ErrorKind::Transient, e.to_string()),

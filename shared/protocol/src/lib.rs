@@ -35,6 +35,7 @@ mod file_ref;
 mod heartbeat;
 mod job;
 mod job_event;
+mod op;
 mod progress;
 mod report;
 mod resolve;
@@ -54,6 +55,7 @@ pub use file_ref::{FileRef, line_count};
 pub use heartbeat::{McpServerHealth, TypeLoad, WorkerHeartbeat, WorkerState};
 pub use job::{JobInput, JobRecord, JobStatus, JobTodos, TaskCounts, TaskEntry, TaskState};
 pub use job_event::{JobEvent, JobEventKind};
+pub use op::{OPERATIONS, Op};
 pub use progress::{ProgressEvent, ProgressKind};
 pub use report::{TaskReport, TaskStatus};
 pub use resolve::{

@@ -6,11 +6,10 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use flotilla_bus::Bus;
+use flotilla_client::Client;
 use flotilla_config::NatsConfig;
 use flotilla_protocol::ids::{JobId, Tenant};
-use flotilla_protocol::{
-    ApiReply, JobRecord, MAX_TASKS_PAGE, SCHEMA_VERSION, StatusRequest, SubmitReply, SubmitRequest,
-};
+use flotilla_protocol::{JobRecord, MAX_TASKS_PAGE, SCHEMA_VERSION, StatusRequest, SubmitRequest};
 
 use crate::{NatsServer, Proc, RawNats, TestConfig};
 
@@ -102,8 +101,7 @@ impl Deployment {
         crate::eventually(TIMEOUT, "the orchestrator to accept a job", || {
             let req = req.clone();
             async move {
-                let r: Result<ApiReply<SubmitReply>, _> =
-                    self.bus.request(&Tenant::default(), "submit", &req, Duration::from_secs(5)).await;
+                let r = self.client().request(&req, Duration::from_secs(5)).await;
                 r.ok().map(|r| r.into_result().expect("submit refused").job_id)
             }
         })
@@ -112,17 +110,15 @@ impl Deployment {
 
     /// The job record with its first page of tasks.
     pub async fn status(&self, job: JobId) -> JobRecord {
-        let r: ApiReply<JobRecord> = self
-            .bus
-            .request(
-                &Tenant::default(),
-                "status",
-                &StatusRequest { v: SCHEMA_VERSION, job_id: job, tasks_limit: Some(MAX_TASKS_PAGE), tasks_after: None },
-                Duration::from_secs(10),
-            )
-            .await
-            .expect("status");
-        r.into_result().expect("status refused")
+        let req =
+            StatusRequest { v: SCHEMA_VERSION, job_id: job, tasks_limit: Some(MAX_TASKS_PAGE), tasks_after: None };
+        let r = self.client().request(&req, Duration::from_secs(10)).await.expect("status");
+        r.into_result().expect("status refused").job
+    }
+
+    /// The job API of the default tenant (`flotilla-client`).
+    pub fn client(&self) -> Client {
+        Client::new(self.bus.clone(), Tenant::default())
     }
 }
 
@@ -131,8 +127,8 @@ impl Deployment {
     pub async fn status_opt(&self, job: JobId) -> Option<JobRecord> {
         let req =
             StatusRequest { v: SCHEMA_VERSION, job_id: job, tasks_limit: Some(MAX_TASKS_PAGE), tasks_after: None };
-        let r: ApiReply<JobRecord> = self.bus.request(&Tenant::default(), "status", &req, STATUS_TIMEOUT).await.ok()?;
-        r.into_result().ok()
+        let r = self.client().request(&req, STATUS_TIMEOUT).await.ok()?;
+        r.into_result().ok().map(|r| r.job)
     }
 
     /// Every dead letter so far: (reason header, payload).

@@ -9,7 +9,7 @@
 //! the job stays the durable truth: nothing is kept in this process, a
 //! restarted `mcp serve` answers for tasks created before, and a task is
 //! visible only to the tenant the job belongs to (the caller's credential,
-//! src/cli/mcp_serve/tools.rs `JobTools::api`).
+//! src/tools.rs `JobTools::api`).
 
 use flotilla_protocol::ids::JobId;
 use flotilla_protocol::{ErrorInfo, ErrorKind, JobRecord, JobStatus};
@@ -19,7 +19,7 @@ use rmcp::model::{CallToolResult, CreateTaskResult, DetailedTask, JsonObject, Ta
 use rmcp::service::RequestContext;
 
 use super::schema::JobStatusResult;
-use crate::cli::client::ApiClient;
+use flotilla_client::Client;
 
 /// How often a host should poll `tasks/get`: jobs take seconds to hours, and
 /// each poll is one job API request.
@@ -40,7 +40,7 @@ pub fn created(job: &JobRecord) -> CreateTaskResult {
 /// The job `task_id` names, as the caller sees it; an id that is not a job of
 /// the caller's tenant is an unknown task (invalid params, as rmcp's own task
 /// manager answers).
-pub async fn job(api: &ApiClient, task_id: &str) -> Result<JobRecord, ErrorData> {
+pub async fn job(api: &Client, task_id: &str) -> Result<JobRecord, ErrorData> {
     let unknown = |why: String| ErrorData::invalid_params(format!("unknown task {task_id:?}: {why}"), None);
     let id: JobId = task_id.parse().map_err(|e| unknown(format!("not a job id ({e})")))?;
     api.status(id).await.map_err(|e| match e.downcast_ref::<ErrorInfo>() {

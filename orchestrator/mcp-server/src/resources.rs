@@ -1,7 +1,7 @@
 //! Job files as MCP resources: `flotilla://jobs/<job id>/files/<path>`
 //! (docs/MCP.md, "Use Flotilla from an MCP host"), so a host can read a
 //! job's reports and outputs once `job_status` names them. Read through the
-//! job API's `files_get` like `flotilla files get` (src/cli/files.rs), checked
+//! job API's `files_get` like `flotilla files get` (orchestrator/src/cli/files.rs), checked
 //! against the file's sha256. UTF-8 files come back as text, others as
 //! base64 blobs. The job id may be a unique prefix, as for the tools.
 
@@ -10,8 +10,8 @@ use base64::engine::general_purpose::STANDARD;
 use rmcp::ErrorData;
 use rmcp::model::{ReadResourceResult, ResourceContents, ResourceTemplate};
 
-use crate::cli::client::ApiClient;
-use crate::cli::jobref::JobRef;
+use flotilla_client::Client;
+use flotilla_client::JobRef;
 
 /// The URI scheme and prefix of job files.
 const PREFIX: &str = "flotilla://jobs/";
@@ -39,10 +39,10 @@ pub fn parse(uri: &str) -> Result<(JobRef, String), String> {
 }
 
 /// Reads the file `uri` names.
-pub async fn read(api: &ApiClient, uri: &str) -> Result<ReadResourceResult, ErrorData> {
+pub async fn read(api: &Client, uri: &str) -> Result<ReadResourceResult, ErrorData> {
     let (job, path) = parse(uri).map_err(|e| ErrorData::invalid_params(e, None))?;
     let id = api.resolve(&job).await.map_err(|e| not_found(uri, e))?;
-    let (bytes, _) = super::super::files::download(api, id, &path).await.map_err(|e| not_found(uri, e))?;
+    let (bytes, _) = api.download(id, &path).await.map_err(|e| not_found(uri, e))?;
     let contents = match String::from_utf8(bytes) {
         Ok(text) => ResourceContents::text(text, uri),
         Err(e) => ResourceContents::blob(STANDARD.encode(e.into_bytes()), uri),

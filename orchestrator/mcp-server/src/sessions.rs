@@ -5,7 +5,7 @@
 //! learnt the id could read the session's stream, call tools on it (as its
 //! own tenant, but in a session that is not its own) or `DELETE` it.
 //!
-//! The auth middleware (src/cli/mcp_serve/http.rs, oauth.rs) marks each
+//! The auth middleware (src/http.rs, oauth.rs) marks each
 //! request with its [`Owner`]; here a new session is recorded with the
 //! owner of the request that opened it, and a request naming a session of
 //! another owner, or one never handed out here, is answered exactly as

@@ -1,8 +1,13 @@
 //! `flotilla mcp serve`: Flotilla's job API as an MCP server, so an MCP host
 //! (Claude Desktop, Cursor, an IDE, another agent) can hand a long job to the
 //! fleet and follow it (docs/MCP.md, "Use Flotilla from an MCP host"). It is
-//! a client of the job API over the bus like every other CLI command, acting
-//! for `--tenant`; it holds no state of its own, so any number can run.
+//! a client of the job API (`flotilla-client`) like every CLI command, acting
+//! for `--tenant`; it holds no state of its own, so any number can run. The
+//! `flotilla` binary parses the flags ([`ServeArgs`]), connects, binds the
+//! HTTP address and runs a [`Server`] on it (mini-redis style).
+//!
+//! A library so the binary only starts it: it must not depend on the
+//! orchestrator library or the bus directly, only on the job-API client.
 //!
 //! One concept a file: the tools (`tools.rs`) and their schemas
 //! (`schema.rs`), waiting with progress (`wait.rs`), job files as resources
@@ -10,6 +15,8 @@
 //! the HTTP transport (`http.rs`, with its bearer token and DNS-rebinding
 //! checks, or OAuth resource-server mode in `oauth.rs`); stdio (`--stdio`, for a host that starts the
 //! command) is rmcp's own.
+
+#![deny(missing_docs)]
 
 mod http;
 mod oauth;
@@ -20,10 +27,11 @@ mod tasks;
 mod tools;
 mod wait;
 
+use std::future::Future;
 use std::net::SocketAddr;
 
 use clap::Args as ClapArgs;
-use flotilla_config::Settings;
+use flotilla_client::Client;
 use flotilla_protocol::ids::Tenant;
 use rmcp::ServiceExt;
 
@@ -90,29 +98,60 @@ pub struct ServeArgs {
     pub max_connections: u64,
 }
 
-/// Runs until the transport closes (stdio) or Ctrl-C / SIGTERM (HTTP).
-pub async fn run(settings: &Settings, tenant: &Tenant, args: ServeArgs) -> anyhow::Result<i32> {
-    // Checked before connecting, so a refused setup says why at once.
-    let guard = if args.stdio { None } else { Some(http::Access::new(&args, tenant)?) };
-    let oauth = oauth::ResourceServer::new(&args, tenant).await?;
-    let api = super::connect(settings, tenant).await?;
-    let tools = JobTools::new(api, settings.files.max_upload_bytes);
-    match guard {
-        None => {
-            let service = tools
-                .serve(rmcp::transport::stdio())
-                .await
-                .map_err(|e| anyhow::anyhow!("MCP over stdio: the host's initialize failed: {e}"))?;
-            service.waiting().await.map_err(|e| anyhow::anyhow!("MCP over stdio ended abnormally: {e}"))?;
-        }
-        Some(access) => {
-            let limits = crate::cli::http_serve::Limits {
-                header_timeout: std::time::Duration::from_secs(args.header_timeout_secs),
-                max_connections: usize::try_from(args.max_connections).unwrap_or(usize::MAX),
-                connections_key: "flotilla mcp serve --max-connections",
-            };
-            http::serve(tools, args.listen, access, oauth, tenant, limits).await?
+/// A server whose setup has been checked (tokens read, the OAuth
+/// authorization server's metadata fetched), ready to serve.
+pub struct Server {
+    args: ServeArgs,
+    tenant: Tenant,
+    /// The HTTP transport's access rules; `None` over stdio.
+    guard: Option<http::Access>,
+    oauth: Option<oauth::ResourceServer>,
+}
+
+impl Server {
+    /// Checks `args` for `tenant` before anything connects, so a refused
+    /// setup says why at once.
+    pub async fn new(args: ServeArgs, tenant: &Tenant) -> anyhow::Result<Self> {
+        let guard = if args.stdio { None } else { Some(http::Access::new(&args, tenant)?) };
+        let oauth = oauth::ResourceServer::new(&args, tenant).await?;
+        Ok(Self { args, tenant: tenant.clone(), guard, oauth })
+    }
+
+    /// The HTTP address to bind (`--listen`), or `None` over stdio.
+    pub fn listen(&self) -> Option<SocketAddr> {
+        self.guard.as_ref().map(|_| self.args.listen)
+    }
+
+    /// Serves the job API through `api` (uploads capped at `max_upload`
+    /// bytes, `[files] max_upload_bytes`): over stdio until the host closes
+    /// it, or, with the `listener` the binary bound on [`Server::listen`],
+    /// over Streamable HTTP until `shutdown` completes.
+    pub async fn run(
+        self,
+        api: Client,
+        max_upload: u64,
+        listener: Option<tokio::net::TcpListener>,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> anyhow::Result<()> {
+        let tools = JobTools::new(api, max_upload);
+        match (self.guard, listener) {
+            (Some(access), Some(listener)) => {
+                let limits = flotilla_http_serve::Limits {
+                    header_timeout: std::time::Duration::from_secs(self.args.header_timeout_secs),
+                    max_connections: usize::try_from(self.args.max_connections).unwrap_or(usize::MAX),
+                    connections_key: "flotilla mcp serve --max-connections",
+                };
+                http::serve(tools, listener, access, self.oauth, &self.tenant, limits, shutdown).await
+            }
+            (Some(_), None) => anyhow::bail!("flotilla mcp serve over HTTP needs a bound listener"),
+            (None, _) => {
+                let service = tools
+                    .serve(rmcp::transport::stdio())
+                    .await
+                    .map_err(|e| anyhow::anyhow!("MCP over stdio: the host's initialize failed: {e}"))?;
+                service.waiting().await.map_err(|e| anyhow::anyhow!("MCP over stdio ended abnormally: {e}"))?;
+                Ok(())
+            }
         }
     }
-    Ok(0)
 }

@@ -1,8 +1,8 @@
 //! The dashboard pages' HTML forms: submit on the jobs page, cancel and
 //! approve/reject/edit (accept/decline/cancel for an MCP server's question) on a job page. They post urlencoded forms to
 //! `/actions/*`, which the guard has already checked for CSRF
-//! (src/cli/dashboard/csrf.rs: same origin and the page's `csrf` field), do
-//! what the JSON API does (src/cli/dashboard/actions.rs) and redirect back
+//! (src/csrf.rs: same origin and the page's `csrf` field), do
+//! what the JSON API does (src/actions.rs) and redirect back
 //! to the job's page (303), so a reload never posts twice. A refusal is a
 //! short page with the reason and its status.
 

@@ -6,7 +6,7 @@
 //! a link another tenant sends (or any page on another site) cannot switch
 //! a browser into its tenant, where the person would then submit their jobs
 //! and files (login CSRF). The `POST` must be same-origin by `Origin` /
-//! `Sec-Fetch-Site` (src/cli/dashboard/csrf.rs): a page elsewhere can send
+//! `Sec-Fetch-Site` (src/csrf.rs): a page elsewhere can send
 //! the form but not make it count. There is no session yet to tie a CSRF
 //! token to, and none is needed: the only thing another site could log a
 //! browser into is a token it knows, and same-origin proof stops that.

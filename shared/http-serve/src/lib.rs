@@ -1,10 +1,14 @@
 //! The serve loop of Flotilla's own HTTP servers, the dashboard + HTTP API
-//! (src/cli/endpoints.rs) and `flotilla mcp serve --listen`
-//! (src/cli/mcp_serve/http.rs), against slow and many clients
-//! (docs/SECURITY.md, "HTTP servers"). `axum::serve` sets neither of the
-//! two bounds below, so a few hundred unauthenticated connections that never
-//! finish their headers would stay open for good; this loop drives each
-//! connection with hyper's HTTP/1 builder instead.
+//! (the `flotilla-dashboard` crate, bound by `flotilla orchestrator`) and
+//! `flotilla mcp serve --listen` (the `flotilla-mcp-server` crate), against
+//! slow and many clients (docs/SECURITY.md, "HTTP servers"). `axum::serve`
+//! sets neither of the two bounds below, so a few hundred unauthenticated
+//! connections that never finish their headers would stay open for good;
+//! this loop drives each connection with hyper's HTTP/1 builder instead.
+//!
+//! A crate of its own because both servers use it and neither should
+//! depend on the other: it must not depend on any Flotilla crate, only on
+//! hyper and axum's `Router`.
 //!
 //! - **Header-read timeout**: a connection must deliver a request's complete
 //!   headers within `header_timeout` of the server starting to wait for
@@ -20,6 +24,8 @@
 //!
 //! Shutdown is a parameter, as in mini-redis: when it completes, the loop
 //! stops accepting and in-flight requests finish (hyper's graceful shutdown).
+
+#![deny(missing_docs)]
 
 use std::future::Future;
 use std::pin::Pin;

@@ -2,7 +2,7 @@
 //! id the CLI and dashboard display (its last 8 characters), or a unique
 //! prefix of at least four characters, git-style (`flotilla status
 //! 0195f3a2`). Short ids are resolved by the orchestrator's `resolve`
-//! operation over this tenant's jobs ([`super::client::ApiClient::resolve`];
+//! operation over this tenant's jobs ([`crate::Client::resolve`];
 //! docs/PROTOCOL.md, "Job API"), so a client confined to its tenant's API
 //! subjects can use them. Text that can be neither (`abc`, `xyz1`) is refused
 //! while the command line is parsed, with the rule, not a UUID parser's

@@ -24,10 +24,17 @@
 //! without CSRF proof ([`csrf`]); a non-loopback `listen` address needs a
 //! token (docs/OPERATIONS.md, "Dashboard").
 //!
-//! It lives in the `flotilla` binary, not the orchestrator library
-//! (HTTP serving belongs to the binaries); all it reads comes through the
-//! library's read-only [`JobsReader`], all it changes goes through the job
-//! API on the bus ([`actions`]), and src/cli/endpoints.rs binds it.
+//! A library the `flotilla` binary binds (orchestrator/src/cli/endpoints.rs),
+//! not part of the orchestrator library (HTTP serving belongs to the
+//! binaries): [`router`] returns the routes, [`serve_limits`] the serve
+//! loop's bounds (`flotilla-http-serve`). Every tenant's job records come
+//! through a read-only [`JobRecords`] the binary hands in (the
+//! orchestrator's job reader: the job API lists one tenant's jobs at a
+//! time); all it changes goes through the job API ([`actions`]), and the
+//! workers and events it shows come through the job-API client
+//! (`flotilla-client`). It must not depend on the orchestrator library.
+
+#![deny(missing_docs)]
 
 mod access;
 mod actions;
@@ -48,11 +55,9 @@ use axum::http::StatusCode;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
-use flotilla_bus::Bus;
+use flotilla_client::{Client, Event, Scope};
 use flotilla_config::{DashboardConfig, FilesConfig};
-use flotilla_orchestrator::events::{Event, Scope};
-use flotilla_orchestrator::reader::JobsReader;
-use flotilla_protocol::ids::{JobId, TaskId};
+use flotilla_protocol::ids::{JobId, TaskId, Tenant};
 use flotilla_protocol::{JobRecord, JobStatus, ListReply, ProgressKind, StatusReply};
 use futures::{Stream, StreamExt};
 use serde::Deserialize;
@@ -60,14 +65,35 @@ use serde::Deserialize;
 use csrf::CsrfToken;
 use guard::Principal;
 
+/// Every tenant's job records, read-only: what the dashboard lists and
+/// shows (the orchestrator's job store, handed in by the binary).
+#[async_trait::async_trait]
+pub trait JobRecords: Send + Sync + 'static {
+    /// One page of jobs, newest first: of `tenant` (every tenant's when
+    /// `None`), with `status` when given, older than `after` (the previous
+    /// page's `next_after`), at most `limit`.
+    async fn list(
+        &self,
+        tenant: Option<Tenant>,
+        status: Option<JobStatus>,
+        after: Option<JobId>,
+        limit: usize,
+    ) -> anyhow::Result<ListReply>;
+
+    /// Job `id`'s header with at most `limit` of its tasks after `after`,
+    /// whatever its tenant (`None` when there is no such job).
+    async fn status(&self, id: &JobId, after: Option<TaskId>, limit: usize) -> anyhow::Result<Option<StatusReply>>;
+}
+
 /// What every handler reads and writes through.
 #[derive(Clone)]
 struct Dash {
-    /// Job records of every tenant, live workers, the events stream (SSE).
-    reader: JobsReader,
-    /// A client connection for the job API requests of the writes
-    /// ([`actions`]): the same requests the CLI sends.
-    bus: Bus,
+    /// Job records of every tenant.
+    reader: Arc<dyn JobRecords>,
+    /// The job-API client of the writes ([`actions`]: the same requests
+    /// the CLI sends, for the tenant each acts for), the workers listing and
+    /// the events stream (SSE).
+    client: Client,
     /// `[files] max_upload_bytes`: the most a submit's files may hold in all.
     max_upload: u64,
     /// `[files] max_file_bytes`: the most one file of a submit may hold.
@@ -87,12 +113,12 @@ const MAX_CONCURRENT_UPLOADS: usize = 2;
 /// The largest body of any other route: forms, a cancel, a decision.
 const OTHER_BODY_LIMIT: usize = 1 << 20;
 
-/// The serve loop's bounds from `[dashboard]` (src/cli/http_serve.rs);
+/// The serve loop's bounds from `[dashboard]` (`flotilla-http-serve`);
 /// a zero is refused, naming its key.
-pub fn serve_limits(config: &DashboardConfig) -> anyhow::Result<crate::cli::http_serve::Limits> {
+pub fn serve_limits(config: &DashboardConfig) -> anyhow::Result<flotilla_http_serve::Limits> {
     let secs = positive("[dashboard] header_timeout_secs", config.header_timeout_secs, HEADER_TIMEOUT_SECS)?;
     let max_connections = positive("[dashboard] max_connections", config.max_connections, MAX_CONNECTIONS)?;
-    Ok(crate::cli::http_serve::Limits {
+    Ok(flotilla_http_serve::Limits {
         header_timeout: std::time::Duration::from_secs(secs),
         max_connections,
         connections_key: "[dashboard] max_connections",
@@ -109,15 +135,15 @@ fn positive<T: Copy + Default + PartialEq>(key: &str, set: Option<T>, default: T
 
 /// The dashboard's routes behind its [`guard`], for serving on `addr` (the
 /// binary binds it: docs/OPERATIONS.md, "Dashboard"). Writes go as job API
-/// requests over `bus`; a submit's files are limited by `files`'
+/// requests through `client`; a submit's files are limited by `files`'
 /// `max_upload_bytes` in all and `max_file_bytes` each. Fails when
 /// `config`'s access rules cannot be met (a token required or named but not
 /// set) or one of its limits is zero.
 pub fn router(
     addr: SocketAddr,
     config: &DashboardConfig,
-    reader: JobsReader,
-    bus: Bus,
+    reader: Arc<dyn JobRecords>,
+    client: Client,
     files: &FilesConfig,
 ) -> anyhow::Result<axum::Router> {
     let guard = Arc::new(guard::Guard::from_config(config, addr)?);
@@ -125,7 +151,7 @@ pub fn router(
         positive("[dashboard] max_concurrent_uploads", config.max_concurrent_uploads, MAX_CONCURRENT_UPLOADS)?;
     let state = Dash {
         reader,
-        bus,
+        client,
         max_upload: files.max_upload_bytes,
         max_file: files.max_file_bytes,
         uploads: Arc::new(tokio::sync::Semaphore::new(uploads)),
@@ -340,7 +366,7 @@ async fn all_events(State(d): State<Dash>, Extension(who): Extension<Principal>)
         Principal::Tenant(t) => Scope::Tenant(t),
         Principal::Admin | Principal::Anonymous => Scope::All,
     };
-    let events = d.reader.follow(scope, false).await.map_err(unavailable)?;
+    let events = d.client.follow(scope, false).await.map_err(unavailable)?;
     Ok(sse(events))
 }
 
@@ -352,7 +378,7 @@ async fn job_events(
     Path(id): Path<String>,
 ) -> Result<Response, Failure> {
     let rec = d.visible_job(&who, &id).await?;
-    let events = d.reader.follow(Scope::Job(rec.tenant, rec.id), true).await.map_err(unavailable)?;
+    let events = d.client.follow(Scope::Job(rec.tenant, rec.id), true).await.map_err(unavailable)?;
     // The stream ends right after the job's terminal event: nothing follows
     // it, so the response ends then instead of waiting for another event.
     let events = futures::stream::unfold((Box::pin(events), false), |(mut events, ended)| async move {

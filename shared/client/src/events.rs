@@ -3,10 +3,9 @@
 //! event that happened before they started.
 //!
 //! The one reader of the events stream: the CLI (`watch`, `submit --wait`,
-//! `demo`) and the dashboard's Server-Sent Events both follow through it, so
-//! both see the same events with the same filters and permissions (`flotilla
-//! bench`, below the binary, reads every job's events the same way in
-//! orchestrator/bench/src/api.rs).
+//! `demo`, `bench`), `mcp serve`'s waits and the dashboard's Server-Sent
+//! Events all follow through it, so all see the same events with the same
+//! filters and permissions.
 
 use flotilla_bus::Bus;
 use flotilla_protocol::ids::{JobId, Tenant};
@@ -43,6 +42,26 @@ pub enum Scope {
     Tenant(Tenant),
     /// Every job of every tenant, from now on (orchestrator credentials).
     All,
+}
+
+impl crate::Client {
+    /// Follows events of `scope` ([`follow`]).
+    pub async fn follow(
+        &self,
+        scope: Scope,
+        with_progress: bool,
+    ) -> anyhow::Result<impl Stream<Item = anyhow::Result<Event>> + use<>> {
+        follow(self.bus(), scope, with_progress).await
+    }
+
+    /// Follows events of `scope`, with how many were stored ([`follow_counted`]).
+    pub async fn follow_counted(
+        &self,
+        scope: Scope,
+        with_progress: bool,
+    ) -> anyhow::Result<(usize, impl Stream<Item = anyhow::Result<Event>> + use<>)> {
+        follow_counted(self.bus(), scope, with_progress).await
+    }
 }
 
 /// Follows events; job events only when `with_progress` is false.
@@ -96,4 +115,65 @@ pub async fn follow_counted(
         }
     });
     Ok((stored, events))
+}
+
+/// How often a follower also asks for the job's status, so a terminal event
+/// it never receives (published while NATS was down, or before its consumer
+/// existed) cannot leave it waiting forever.
+const STATUS_POLL: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// After a status poll finds the job ended, how long the follower still
+/// waits for the events in flight (the terminal one among them).
+const TAIL_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The next event of a job's follower, or `None` once the job has ended:
+/// its events stream ended, or the job's status (asked every [`STATUS_POLL`])
+/// says it ended and no terminal event came within [`TAIL_WAIT`].
+pub struct EndWatch<'a> {
+    api: &'a crate::Client,
+    job: JobId,
+    poll: Option<tokio::time::Interval>,
+    ended_at: Option<tokio::time::Instant>,
+}
+
+impl<'a> EndWatch<'a> {
+    /// `poll`: whether to ask for the status (not for a finished job's replay).
+    pub fn new(api: &'a crate::Client, job: JobId, poll: bool) -> Self {
+        let poll = poll.then(|| tokio::time::interval_at(tokio::time::Instant::now() + STATUS_POLL, STATUS_POLL));
+        Self { api, job, poll, ended_at: None }
+    }
+
+    /// The next event of `events`, or `None` when the job is over.
+    pub async fn next<S>(&mut self, events: &mut S) -> anyhow::Result<Option<Event>>
+    where
+        S: Stream<Item = anyhow::Result<Event>> + Unpin,
+    {
+        loop {
+            let ended_at = self.ended_at;
+            let tail = async move {
+                match ended_at {
+                    Some(at) => tokio::time::sleep_until(at + TAIL_WAIT).await,
+                    None => std::future::pending().await,
+                }
+            };
+            let tick = async {
+                match (&mut self.poll, ended_at) {
+                    (Some(p), None) => p.tick().await,
+                    _ => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                ev = events.next() => return ev.transpose(),
+                _ = tick => {
+                    if self.api.status(self.job).await?.status.is_terminal() {
+                        self.ended_at = Some(tokio::time::Instant::now());
+                    }
+                }
+                _ = tail => {
+                    tracing::debug!(job = %self.job, "the job ended without its terminal event reaching this follower");
+                    return Ok(None);
+                }
+            }
+        }
+    }
 }

@@ -1,20 +1,18 @@
 //! The four tools of `flotilla mcp serve` (docs/MCP.md, "Use Flotilla from an
 //! MCP host"): each one is a job API request over the bus through
-//! [`ApiClient`], like every other CLI command, so an MCP host sees exactly
+//! [`Client`], like every other CLI command, so an MCP host sees exactly
 //! what `flotilla submit|status|cancel|jobs` would show for the same tenant.
 //! Every tool declares an output schema and returns structured content; a
 //! refusal by the job API is a tool error (`isError: true`) carrying its
 //! message, so the host's model can read why and correct itself. The
-//! handler also serves job files as resources (src/cli/mcp_serve/resources.rs).
+//! handler also serves job files as resources (src/resources.rs).
 
 use std::time::Duration;
 
-use base64::Engine;
-use base64::engine::general_purpose::STANDARD;
-use flotilla_job_files::FilePath;
-use flotilla_protocol::digest::sha256_hex;
-use flotilla_protocol::files_api::{FILE_PART_BYTES, FilesPutReply, FilesPutRequest, StagedFile, UploadId};
-use flotilla_protocol::{ApiReply, JobStatus, SCHEMA_VERSION, SubmitReply, SubmitRequest};
+use flotilla_client::{Client, JobRef, NewFile};
+use flotilla_protocol::JobStatus;
+use flotilla_protocol::files_api::StagedFile;
+use flotilla_protocol::path::FilePath;
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::tool::ToolCallContext;
 use rmcp::handler::server::wrapper::{Json, Parameters};
@@ -31,20 +29,16 @@ use super::schema::{
     CancelJobParams, CancelJobResult, InputFile, JobStatusParams, JobStatusResult, ListJobsParams, ListJobsResult,
     RESULT_VERSION, SubmitJobParams, SubmitJobResult,
 };
-use crate::cli::client::{ApiClient, api_result};
-use crate::cli::jobref::JobRef;
 
 /// Jobs listed when `list_jobs` is given no limit.
 const DEFAULT_LIST: usize = 20;
 /// The most `list_jobs` returns in one call.
 const MAX_LIST: usize = 200;
-/// How long one job API request may take (the CLI's budget, src/cli/files.rs).
-const TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The server: one tenant's job API as MCP tools.
 #[derive(Clone)]
 pub struct JobTools {
-    api: ApiClient,
+    api: Client,
     /// `[files] max_upload_bytes`: the most `submit_job` files may hold in all.
     max_upload: u64,
     tool_router: ToolRouter<Self>,
@@ -53,7 +47,7 @@ pub struct JobTools {
 #[tool_router(router = tool_router)]
 impl JobTools {
     /// Tools acting through `api`; uploads capped at `max_upload` bytes.
-    pub fn new(api: ApiClient, max_upload: u64) -> Self {
+    pub fn new(api: Client, max_upload: u64) -> Self {
         Self { api, max_upload, tool_router: Self::tool_router() }
     }
 
@@ -140,41 +134,36 @@ impl JobTools {
 
 impl JobTools {
     /// The job API as the request's caller: the tenant its bearer token
-    /// stands for over HTTP (src/cli/mcp_serve/http.rs [`Caller`]), else the
+    /// stands for over HTTP (src/http.rs [`Caller`]), else the
     /// server's `--tenant`.
-    fn api(&self, ctx: &RequestContext<RoleServer>) -> ApiClient {
+    fn api(&self, ctx: &RequestContext<RoleServer>) -> Client {
         let caller = ctx.extensions.get::<axum::http::request::Parts>().and_then(|p| p.extensions.get::<Caller>());
         match caller {
-            Some(Caller(tenant)) if tenant != self.api.tenant() => {
-                ApiClient::new(self.api.bus().clone(), tenant.clone())
-            }
+            Some(Caller(tenant)) if tenant != self.api.tenant() => self.api.for_tenant(tenant.clone()),
             _ => self.api.clone(),
         }
     }
 }
 
-/// Uploads `p.files` and submits the job (src/cli/files.rs does the same for
-/// `flotilla submit`).
-async fn submit(api: &ApiClient, p: SubmitJobParams, max_upload: u64) -> Result<SubmitJobResult, String> {
+/// Uploads `p.files` and submits the job (the client's one upload path,
+/// as `flotilla submit --file` does).
+async fn submit(api: &Client, p: SubmitJobParams, max_upload: u64) -> Result<SubmitJobResult, String> {
     let staged = upload(api, &p.files, max_upload).await.map_err(|e| format!("{e:#}"))?;
     let paths = staged.iter().map(|s| s.path.clone()).collect();
-    let req = SubmitRequest { v: SCHEMA_VERSION, input: p.input, files: staged };
-    let reply: ApiReply<SubmitReply> =
-        api.bus().request(api.tenant(), "submit", &req, TIMEOUT).await.map_err(|e| format!("{e:#}"))?;
-    let job = api_result(reply, "submit refused").map_err(|e| format!("{e:#}"))?;
-    Ok(SubmitJobResult { v: RESULT_VERSION, job_id: job.job_id.to_string(), status: "submitted".into(), files: paths })
+    let job = api.submit_with_files(p.input, staged).await.map_err(|e| format!("{e:#}"))?;
+    Ok(SubmitJobResult { v: RESULT_VERSION, job_id: job.to_string(), status: "submitted".into(), files: paths })
 }
 
-/// A job id or unique prefix, as `flotilla status` takes it (src/cli/jobref.rs).
-async fn resolve(api: &ApiClient, raw: &str) -> Result<flotilla_protocol::ids::JobId, String> {
+/// A job id or unique prefix, as `flotilla status` takes it ([`JobRef`]).
+async fn resolve(api: &Client, raw: &str) -> Result<flotilla_protocol::ids::JobId, String> {
     let job: JobRef = raw.parse()?;
     api.resolve(&job).await.map_err(|e| format!("{e:#}"))
 }
 
-/// Sends each file's parts with `files_put`, as `flotilla submit --file`
-/// does for local files (src/cli/files.rs): every path is checked and the
-/// total capped at `max_upload` bytes before anything is sent.
-async fn upload(api: &ApiClient, files: &[InputFile], max_upload: u64) -> anyhow::Result<Vec<StagedFile>> {
+/// Uploads the files ([`Client::upload`]), as `flotilla submit --file` does
+/// for local files (orchestrator/src/cli/files.rs): every path is checked and the total
+/// capped at `max_upload` bytes before anything is sent.
+async fn upload(api: &Client, files: &[InputFile], max_upload: u64) -> anyhow::Result<Vec<StagedFile>> {
     let mut checked = Vec::with_capacity(files.len());
     let mut total = 0u64;
     for f in files {
@@ -188,20 +177,12 @@ async fn upload(api: &ApiClient, files: &[InputFile], max_upload: u64) -> anyhow
             );
         }
     }
-    let mut staged = Vec::with_capacity(files.len());
-    for (f, path) in files.iter().zip(checked) {
-        let (upload, bytes) = (UploadId::new_v4(), f.content.as_bytes());
-        let parts = bytes.chunks(FILE_PART_BYTES);
-        let count = parts.len() as u32;
-        for (index, part) in parts.enumerate() {
-            let req = FilesPutRequest { v: SCHEMA_VERSION, upload, index: index as u32, data: STANDARD.encode(part) };
-            let reply: ApiReply<FilesPutReply> = api.bus().request(api.tenant(), "files_put", &req, TIMEOUT).await?;
-            api_result(reply, "file upload refused").map_err(|e| e.context(format!("uploading {path}")))?;
-        }
-        let (size, sha256) = (bytes.len() as u64, sha256_hex(bytes));
-        staged.push(StagedFile { upload, parts: count, path: path.to_string(), size, sha256 });
-    }
-    Ok(staged)
+    let new: Vec<NewFile> = files
+        .iter()
+        .zip(checked)
+        .map(|(f, path)| NewFile { path: path.to_string(), bytes: f.content.clone().into_bytes() })
+        .collect();
+    api.upload(&new).await
 }
 
 /// A job path from a tool argument: absolute as given, relative under `/inputs/`.
@@ -227,7 +208,7 @@ impl ServerHandler for JobTools {
     }
 
     /// `submit_job` for a host that declared the tasks extension answers
-    /// with a task handle (src/cli/mcp_serve/tasks.rs); every other call is
+    /// with a task handle (src/tasks.rs); every other call is
     /// the tool router's.
     async fn call_tool(
         &self,

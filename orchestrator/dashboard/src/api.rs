@@ -1,7 +1,7 @@
 //! The HTTP API under `/api` (docs/HTTP_API.md; the OpenAPI document,
-//! src/cli/dashboard/openapi.json, is served at `GET /api/openapi.json`).
-//! Reads come from the read-only `JobsReader`, writes go through the job
-//! API (src/cli/dashboard/actions.rs); every reply and error is JSON, errors
+//! src/openapi.json, is served at `GET /api/openapi.json`).
+//! Reads come from the read-only [`crate::JobRecords`], writes go through the job
+//! API (src/actions.rs); every reply and error is JSON, errors
 //! as `{"error": {"kind", "message"}}` like the CLI's `--json` errors.
 
 use axum::extract::{Path, Query, State};
@@ -11,8 +11,8 @@ use axum::routing::{get, post};
 use axum::{Extension, Json};
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
-use flotilla_job_files::FilePath;
 use flotilla_protocol::ids::{JobId, TaskId, Tenant};
+use flotilla_protocol::path::FilePath;
 use flotilla_protocol::{ApprovalsReply, ApproveReply, CancelReply, Decision, ListReply, StatusReply};
 use serde::Deserialize;
 
@@ -303,7 +303,7 @@ async fn workers(State(d): State<Dash>, Extension(who): Extension<Principal>) ->
             "the worker fleet is shown to the admin token only".into(),
         )));
     }
-    let workers = d.reader.live_workers().await.map_err(super::unavailable)?;
+    let workers = d.client.live_workers().await.map_err(super::unavailable)?;
     Ok(Json(workers).into_response())
 }
 

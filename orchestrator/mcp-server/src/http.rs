@@ -4,8 +4,8 @@
 //! 1. The bearer token, when `--token-env VAR` names one: every request must
 //!    send `Authorization: Bearer <token>` or gets 401 with
 //!    `WWW-Authenticate: Bearer`. Digests are compared in constant time, as
-//!    the dashboard does (src/cli/dashboard/guard.rs). With `--oauth-issuer`
-//!    the AS's access tokens are checked instead (src/cli/mcp_serve/oauth.rs).
+//!    the dashboard does (orchestrator/dashboard/src/guard.rs). With `--oauth-issuer`
+//!    the AS's access tokens are checked instead (src/oauth.rs).
 //!    Without either the server only starts on a loopback address, since
 //!    whoever reaches it can submit and cancel this tenant's jobs.
 //! 2. DNS rebinding: rmcp answers only requests whose `Host` is a loopback
@@ -13,9 +13,9 @@
 //!    whose `Origin`, when a browser sends one, names one of those hosts over
 //!    http or https (the same rule as the dashboard's Host check).
 //! 3. A session belongs to the credential that opened it
-//!    (src/cli/mcp_serve/sessions.rs).
+//!    (src/sessions.rs).
 
-use std::net::SocketAddr;
+use std::future::Future;
 use std::sync::Arc;
 
 use axum::extract::{Request, State};
@@ -37,7 +37,7 @@ const LOOPBACK_NAMES: &[&str] = &["localhost", "127.0.0.1", "::1"];
 const MIN_TOKEN_LEN: usize = 16;
 
 /// The tenant a request's token stands for, put in the request's extensions
-/// for the tools to act as (src/cli/mcp_serve/tools.rs `JobTools::api`).
+/// for the tools to act as (src/tools.rs `JobTools::api`).
 #[derive(Clone, Debug)]
 pub struct Caller(pub Tenant);
 
@@ -164,14 +164,15 @@ async fn check(State(access): State<Arc<Access>>, mut req: Request, next: Next) 
     (StatusCode::UNAUTHORIZED, [(header::WWW_AUTHENTICATE, "Bearer")], body).into_response()
 }
 
-/// Serves `/mcp` on `listen` until Ctrl-C or SIGTERM.
+/// Serves `/mcp` on `listener` (bound by the binary) until `shutdown` completes.
 pub async fn serve(
     tools: JobTools,
-    listen: SocketAddr,
+    listener: tokio::net::TcpListener,
     access: Access,
     oauth: Option<ResourceServer>,
     tenant: &Tenant,
-    limits: crate::cli::http_serve::Limits,
+    limits: flotilla_http_serve::Limits,
+    shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let stop = tokio_util::sync::CancellationToken::new();
     let config = StreamableHttpServerConfig::default()
@@ -199,29 +200,14 @@ pub async fn serve(
             (mcp.layer(axum::middleware::from_fn_with_state(Arc::new(access), check)), auth)
         }
     };
-    let listener = tokio::net::TcpListener::bind(listen)
-        .await
-        .map_err(|e| anyhow::anyhow!("cannot listen on {listen}: {e} (pick another with --listen)"))?;
     let bound = listener.local_addr()?;
     eprintln!("flotilla mcp serve: MCP on http://{bound}/mcp, default tenant {tenant}, {auth}");
     let shutdown = async move {
-        shutdown_signal().await;
+        shutdown.await;
         stop.cancel();
     };
-    crate::cli::http_serve::serve(listener, app, limits, shutdown).await;
+    flotilla_http_serve::serve(listener, app, limits, shutdown).await;
     Ok(())
-}
-
-/// Completes on Ctrl-C or SIGTERM.
-async fn shutdown_signal() {
-    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-        Ok(t) => t,
-        Err(_) => return std::future::pending().await,
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
-    }
 }
 
 #[cfg(test)]

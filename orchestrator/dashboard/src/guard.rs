@@ -12,7 +12,7 @@
 //!    (`[dashboard] token_env`, every tenant) or a tenant's
 //!    (`[dashboard.tenants.<tenant>] token_env`, that tenant only), sent as
 //!    `Authorization: Bearer <token>`, or the cookie a browser gets by
-//!    signing in at `/login` (src/cli/dashboard/login.rs: a same-origin form
+//!    signing in at `/login` (src/login.rs: a same-origin form
 //!    POST, never a link; a browser cannot add a header to the page's
 //!    `fetch` and `EventSource` requests; the cookie is `HttpOnly` and
 //!    `SameSite=Strict`). Anything else gets 401, for a browser's page the
@@ -21,7 +21,7 @@
 //!    token's content nor its length leaks through timing. The token decides
 //!    the request's [`Principal`], which the handlers read.
 //! 3. CSRF, for requests that change something and come from a browser
-//!    (src/cli/dashboard/csrf.rs).
+//!    (src/csrf.rs).
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;

@@ -1,34 +1,24 @@
 //! The dashboard's writes: submit (with files), cancel, the approvals list
 //! and approval decisions. Each is a request on the job API of the tenant
 //! it acts for (`<prefix>.api.<tenant>.<op>`, docs/PROTOCOL.md), exactly as
-//! the CLI sends it (src/cli/submit.rs, files.rs, cancel.rs, approve.rs), so
+//! the CLI sends it (orchestrator/src/cli/submit.rs, files.rs, cancel.rs, approve.rs) through the same client (`flotilla-client`), so
 //! the orchestrator's own checks apply; the dashboard never writes a store.
-//! Both the JSON API (src/cli/dashboard/api.rs) and the HTML forms
-//! (src/cli/dashboard/forms.rs) call these.
+//! Both the JSON API (src/api.rs) and the HTML forms
+//! (src/forms.rs) call these.
 
 use std::time::Duration;
 
 use axum::http::StatusCode;
-use base64::Engine;
-use base64::engine::general_purpose::STANDARD;
-use flotilla_job_files::FilePath;
-use flotilla_protocol::digest::sha256_hex;
-use flotilla_protocol::files_api::{FILE_PART_BYTES, FilesPutReply, FilesPutRequest, StagedFile, UploadId};
+use flotilla_client::{NewFile as Upload, TIMEOUT};
 use flotilla_protocol::ids::{JobId, TaskId, Tenant};
+use flotilla_protocol::path::FilePath;
 use flotilla_protocol::{
-    ApiReply, ApprovalsReply, ApprovalsRequest, ApproveReply, ApproveRequest, CancelReply, CancelRequest, Decision,
-    ErrorKind, JobRecord, Message, SCHEMA_VERSION, SubmitReply, SubmitRequest,
+    ApprovalsReply, ApprovalsRequest, ApproveReply, ApproveRequest, CancelReply, CancelRequest, Decision, ErrorInfo,
+    ErrorKind, JobRecord, Op, SCHEMA_VERSION,
 };
-use serde::Serialize;
-use serde::de::DeserializeOwned;
 
 use super::guard::Principal;
 use super::{Dash, Failure};
-
-/// The CLI's budget for one API request (src/cli/client.rs).
-const TIMEOUT: Duration = Duration::from_secs(10);
-/// An upload part may take longer (src/cli/files.rs).
-const FILE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A file sent with a submit: its job path and its bytes.
 pub struct NewFile {
@@ -50,17 +40,20 @@ pub fn status_of(kind: ErrorKind) -> StatusCode {
     }
 }
 
+/// A failed upload or submit: an error reply keeps its kind as the HTTP
+/// status and its message, anything else is the bus failing (503).
+fn refused(e: anyhow::Error) -> Failure {
+    match e.chain().find_map(|c| c.downcast_ref::<ErrorInfo>()) {
+        Some(info) => Failure(status_of(info.kind), info.message.clone()),
+        None => super::unavailable(format!("{e:#}")),
+    }
+}
+
 impl Dash {
     /// One typed request on `tenant`'s job API; an error reply keeps its kind
     /// as the HTTP status, a bus failure is 503.
-    async fn call<Req: Message, Rep: Serialize + DeserializeOwned>(
-        &self,
-        tenant: &Tenant,
-        op: &str,
-        req: &Req,
-        timeout: Duration,
-    ) -> Result<Rep, Failure> {
-        let reply: ApiReply<Rep> = self.bus.request(tenant, op, req, timeout).await.map_err(super::unavailable)?;
+    async fn call<O: Op>(&self, tenant: &Tenant, req: &O, timeout: Duration) -> Result<O::Reply, Failure> {
+        let reply = self.client.for_tenant(tenant.clone()).request(req, timeout).await.map_err(super::unavailable)?;
         reply.into_result().map_err(|e| Failure(status_of(e.kind), e.message))
     }
 
@@ -85,22 +78,11 @@ impl Dash {
             let msg = format!("the files come to {total} bytes, more than [files] max_upload_bytes ({max} bytes)");
             return Err(Failure(StatusCode::PAYLOAD_TOO_LARGE, msg));
         }
-        let mut staged = Vec::with_capacity(files.len());
-        for f in files {
-            let upload = UploadId::new_v4();
-            let parts = f.bytes.chunks(FILE_PART_BYTES);
-            let count = parts.len() as u32;
-            for (index, part) in parts.enumerate() {
-                let req =
-                    FilesPutRequest { v: SCHEMA_VERSION, upload, index: index as u32, data: STANDARD.encode(part) };
-                let _: FilesPutReply = self.call(tenant, "files_put", &req, FILE_TIMEOUT).await?;
-            }
-            let (size, sha256) = (f.bytes.len() as u64, sha256_hex(&f.bytes));
-            staged.push(StagedFile { upload, parts: count, path: f.path.to_string(), size, sha256 });
-        }
-        let req = SubmitRequest { v: SCHEMA_VERSION, input, files: staged };
-        let reply: SubmitReply = self.call(tenant, "submit", &req, TIMEOUT).await?;
-        Ok(reply.job_id)
+        let files: Vec<Upload> =
+            files.into_iter().map(|f| Upload { path: f.path.to_string(), bytes: f.bytes }).collect();
+        let client = self.client.for_tenant(tenant.clone());
+        let staged = client.upload(&files).await.map_err(refused)?;
+        client.submit_with_files(input, staged).await.map_err(refused)
     }
 
     /// Cancels job `id` for `who`, on the job's own tenant's API.
@@ -108,12 +90,12 @@ impl Dash {
         let rec = self.visible_job(who, id).await?;
         who.may_act(&rec.tenant)?;
         let req = CancelRequest { v: SCHEMA_VERSION, job_id: rec.id, reason };
-        self.call(&rec.tenant, "cancel", &req, TIMEOUT).await
+        self.call(&rec.tenant, &req, TIMEOUT).await
     }
 
     /// `tenant`'s pending approval requests (of one job when `job` is given).
     pub async fn approvals(&self, tenant: &Tenant, job: Option<JobId>) -> Result<ApprovalsReply, Failure> {
-        self.call(tenant, "approvals", &ApprovalsRequest { v: SCHEMA_VERSION, job_id: job }, TIMEOUT).await
+        self.call(tenant, &ApprovalsRequest { v: SCHEMA_VERSION, job_id: job }, TIMEOUT).await
     }
 
     /// Answers approval request `call_id` of `job` as `flotilla approve` does.
@@ -136,7 +118,7 @@ impl Dash {
             // From the request's credential (the guard), never its body.
             authenticated_as: Some(who.actor()),
         };
-        self.call(&rec.tenant, "approve", &req, TIMEOUT).await
+        self.call(&rec.tenant, &req, TIMEOUT).await
     }
 }
 

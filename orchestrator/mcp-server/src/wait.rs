@@ -1,6 +1,6 @@
 //! `job_status` with `wait_seconds`: the call waits for the job to end (or
 //! the time to pass) by following the job's events, as `flotilla submit
-//! --wait` does (src/cli/mod.rs `follow_job`, `EndWatch`), and sends one MCP
+//! --wait` does (`EndWatch`, shared/client/src/events.rs), and sends one MCP
 //! progress notification per event when the host asked for progress (a
 //! `progressToken` in the request's `_meta`). The message is the event's
 //! line as `flotilla watch` prints it, so the host can show what the fleet
@@ -8,13 +8,10 @@
 
 use std::time::Duration;
 
-use flotilla_orchestrator::events::{self, Event, Scope};
+use flotilla_client::{Client, EndWatch, Event, Scope, render};
 use flotilla_protocol::ids::JobId;
 use rmcp::model::{ProgressNotificationParam, ProgressToken};
 use rmcp::{Peer, RoleServer};
-
-use crate::cli::client::ApiClient;
-use crate::cli::{EndWatch, render};
 
 /// The longest a call may wait: MCP hosts commonly time a request out
 /// after 60 s.
@@ -25,17 +22,12 @@ pub type Progress = (ProgressToken, Peer<RoleServer>);
 
 /// Returns once `job` has ended or `within` has passed; how many of its
 /// events were seen (each one sent as progress when `progress` is given).
-pub async fn until_done(
-    api: &ApiClient,
-    job: JobId,
-    within: Duration,
-    progress: Option<Progress>,
-) -> anyhow::Result<u64> {
+pub async fn until_done(api: &Client, job: JobId, within: Duration, progress: Option<Progress>) -> anyhow::Result<u64> {
     if api.status(job).await?.status.is_terminal() {
         return Ok(0);
     }
     let scope = Scope::Job(api.tenant().clone(), job);
-    let (_, events) = events::follow_counted(api.bus(), scope, true).await?;
+    let (_, events) = api.follow_counted(scope, true).await?;
     let mut events = std::pin::pin!(events);
     let mut ends = EndWatch::new(api, job, true);
     let deadline = tokio::time::sleep(within.min(MAX_WAIT));
