@@ -34,15 +34,13 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use async_nats::Message;
-use flotilla_bus::{Bus, BusError, Cancellations};
+use flotilla_bus::{ApiRequest, Bus, BusError, Cancellations};
 use flotilla_config::Settings;
 use flotilla_protocol::ids::{JobId, SubagentType, Tenant};
 use flotilla_protocol::{
     self as protocol, ApiReply, CancelReply, CancelRequest, ErrorKind, JobEventKind, JobRecord, ListReply, ListRequest,
     ResolveReply, ResolveRequest, StatusReply, StatusRequest, SubmitReply, SubmitRequest,
 };
-use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
 
 use crate::dead_letters;
@@ -250,11 +248,11 @@ impl Orchestrator {
 }
 
 impl Service {
-    async fn answer(&self, msg: Message) {
-        let Some(reply_to) = msg.reply.clone() else {
+    async fn answer(&self, msg: ApiRequest) {
+        if !msg.wants_reply() {
             tracing::debug!(subject = %msg.subject, "API message without reply subject ignored");
             return;
-        };
+        }
         // `<prefix>.api.<tenant>.<op>`: NATS permissions decide who may use which tenant.
         let mut tokens = msg.subject.as_str().rsplit('.');
         let op = tokens.next().unwrap_or_default().to_string();
@@ -262,7 +260,7 @@ impl Service {
             Some(Ok(t)) => t,
             _ => {
                 let reply = ApiReply::<()>::error(ErrorKind::Validation, "invalid tenant in the API subject");
-                let _ = self.bus.reply(reply_to, encode(reply)).await;
+                let _ = self.bus.reply(&msg, encode(reply)).await;
                 return;
             }
         };
@@ -281,11 +279,11 @@ impl Service {
                 e.retryable = true;
             }
             tracing::debug!(%tenant, op, "job API request refused: over the tenant's rate");
-            let _ = self.bus.reply(reply_to, encode(reply)).await;
+            let _ = self.bus.reply(&msg, encode(reply)).await;
             return;
         }
         let payload = self.dispatch(&op, tenant, &msg.payload).await;
-        if let Err(e) = self.bus.reply(reply_to, payload).await {
+        if let Err(e) = self.bus.reply(&msg, payload).await {
             tracing::warn!(error = %e, "API reply not sent");
         }
     }

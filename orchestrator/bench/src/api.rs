@@ -1,8 +1,8 @@
 //! The job-API calls the bench makes, as typed requests over the rig's bus
 //! for the default tenant: the same requests as `flotilla submit --file` and
-//! `flotilla jobs --limit` (orchestrator/src/cli/files.rs, cli/jobs.rs), and
+//! `flotilla jobs --limit` (orchestrator/cli/src/commands/files.rs, cli/jobs.rs), and
 //! every job's events read from the events stream as `flotilla watch` reads
-//! them (orchestrator/src/events.rs), so the bench times what a client of
+//! them (shared/client/src/events.rs), so the bench times what a client of
 //! the API waits for. The bench cannot call the orchestrator library: the
 //! `flotilla` binary, in the same package, depends on the bench.
 

@@ -2,7 +2,7 @@
 //! with real processes (a fresh nats-server, orchestrator and workers per
 //! scenario, all on loopback, started by the dev and test kit, tests/kit)
 //! and deterministic scripted models, and return the rows of a table that
-//! the `flotilla` binary prints (orchestrator/src/cli/bench.rs). Results
+//! the `flotilla` binary prints (orchestrator/cli/src/commands/bench.rs). Results
 //! and their setup are recorded in docs/PERFORMANCE.md.
 //!
 //! A library of its own so that the `flotilla` binary stays commands and

@@ -109,7 +109,7 @@ async fn run(rig: &Rig, mode: Mode, n: usize) -> anyhow::Result<Measured> {
     let (input, files) = match mode {
         Mode::Task => (format!("Gross margin of {n} regions. tasks: {n}"), Vec::new()),
         Mode::Map => {
-            // Uploaded as `flotilla submit --file` does (orchestrator/src/cli/files.rs).
+            // Uploaded as `flotilla submit --file` does (orchestrator/cli/src/commands/files.rs).
             let local = rig.dir().join("regions.jsonl");
             std::fs::write(&local, region_items(n))?;
             let staged = api.upload(&local, &FilePath::parse("/inputs/regions.jsonl")?).await?;

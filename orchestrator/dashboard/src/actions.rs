@@ -1,7 +1,7 @@
 //! The dashboard's writes: submit (with files), cancel, the approvals list
 //! and approval decisions. Each is a request on the job API of the tenant
 //! it acts for (`<prefix>.api.<tenant>.<op>`, docs/PROTOCOL.md), exactly as
-//! the CLI sends it (orchestrator/src/cli/submit.rs, files.rs, cancel.rs, approve.rs) through the same client (`flotilla-client`), so
+//! the CLI sends it (orchestrator/cli/src/commands/submit.rs, files.rs, cancel.rs, approve.rs) through the same client (`flotilla-client`), so
 //! the orchestrator's own checks apply; the dashboard never writes a store.
 //! Both the JSON API (src/api.rs) and the HTML forms
 //! (src/forms.rs) call these.

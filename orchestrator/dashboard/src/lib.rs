@@ -24,7 +24,7 @@
 //! without CSRF proof ([`csrf`]); a non-loopback `listen` address needs a
 //! token (docs/OPERATIONS.md, "Dashboard").
 //!
-//! A library the `flotilla` binary binds (orchestrator/src/cli/endpoints.rs),
+//! A library the `flotilla` binary binds (orchestrator/cli/src/commands/endpoints.rs),
 //! not part of the orchestrator library (HTTP serving belongs to the
 //! binaries): [`router`] returns the routes, [`serve_limits`] the serve
 //! loop's bounds (`flotilla-http-serve`). Every tenant's job records come

@@ -1,7 +1,7 @@
 //! Job files as MCP resources: `flotilla://jobs/<job id>/files/<path>`
 //! (docs/MCP.md, "Use Flotilla from an MCP host"), so a host can read a
 //! job's reports and outputs once `job_status` names them. Read through the
-//! job API's `files_get` like `flotilla files get` (orchestrator/src/cli/files.rs), checked
+//! job API's `files_get` like `flotilla files get` (orchestrator/cli/src/commands/files.rs), checked
 //! against the file's sha256. UTF-8 files come back as text, others as
 //! base64 blobs. The job id may be a unique prefix, as for the tools.
 

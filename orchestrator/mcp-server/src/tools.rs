@@ -161,7 +161,7 @@ async fn resolve(api: &Client, raw: &str) -> Result<flotilla_protocol::ids::JobI
 }
 
 /// Uploads the files ([`Client::upload`]), as `flotilla submit --file` does
-/// for local files (orchestrator/src/cli/files.rs): every path is checked and the total
+/// for local files (orchestrator/cli/src/commands/files.rs): every path is checked and the total
 /// capped at `max_upload` bytes before anything is sent.
 async fn upload(api: &Client, files: &[InputFile], max_upload: u64) -> anyhow::Result<Vec<StagedFile>> {
     let mut checked = Vec::with_capacity(files.len());

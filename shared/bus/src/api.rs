@@ -13,7 +13,33 @@ use flotilla_protocol::ids::Tenant;
 use flotilla_protocol::{self as protocol, Message};
 
 /// The API requests of every tenant, delivered to one member of a queue group.
-pub type ApiRequests = async_nats::Subscriber;
+pub struct ApiRequests(async_nats::Subscriber);
+
+impl ApiRequests {
+    /// The next request; `None` once the subscription ended.
+    pub async fn next(&mut self) -> Option<ApiRequest> {
+        use futures::StreamExt;
+        let m = self.0.next().await?;
+        Some(ApiRequest { subject: m.subject.to_string(), payload: m.payload, reply_to: m.reply })
+    }
+}
+
+/// One job-API request as it arrived: `<prefix>.api.<tenant>.<operation>`,
+/// its payload, and the inbox its reply goes to ([`Bus::reply`]).
+pub struct ApiRequest {
+    /// The subject it was sent on.
+    pub subject: String,
+    /// The encoded request.
+    pub payload: Bytes,
+    reply_to: Option<async_nats::Subject>,
+}
+
+impl ApiRequest {
+    /// Whether the sender waits for a reply (a plain publish does not).
+    pub fn wants_reply(&self) -> bool {
+        self.reply_to.is_some()
+    }
+}
 
 impl Bus {
     /// Request/reply on the job API with a timeout, decoding the typed reply.
@@ -68,14 +94,18 @@ impl Bus {
         self.client
             .queue_subscribe(subject.clone(), queue.to_string())
             .await
+            .map(ApiRequests)
             .map_err(|e| BusError::new(format!("cannot subscribe to {subject}"), e))
     }
 
-    /// Sends `payload` (an encoded reply) to a request's `reply_to` inbox.
-    /// A reply larger than the server's max_payload (which the server would
-    /// drop, leaving the client to time out) is replaced by a `limit` error
-    /// reply that says so.
-    pub async fn reply(&self, reply_to: async_nats::Subject, payload: Bytes) -> Result<(), BusError> {
+    /// Sends `payload` (an encoded reply) to `request`'s reply inbox; a
+    /// request nobody waits for gets none. A reply larger than the server's
+    /// max_payload (which the server would drop, leaving the client to time
+    /// out) is replaced by a `limit` error reply that says so.
+    pub async fn reply(&self, request: &ApiRequest, payload: Bytes) -> Result<(), BusError> {
+        let Some(reply_to) = request.reply_to.clone() else {
+            return Ok(());
+        };
         let max = self.client.server_info().max_payload;
         let payload = if payload.len() > max { oversized_reply(payload.len(), max) } else { payload };
         self.client.publish(reply_to, payload).await.map_err(|e| BusError::new("API reply not sent", e))

@@ -2,7 +2,7 @@
 //! under `<prefix>.job.<tenant>.<job>.{event,progress.<task>}`. Publishing is
 //! [`Bus::publish_event`] (fire and forget: losing an observation changes no
 //! result); following a scope is [`EventStream::follow`], read by the CLI and
-//! the dashboard through orchestrator/src/events.rs.
+//! the dashboard through shared/client/src/events.rs.
 
 use async_nats::jetstream::consumer::{DeliverPolicy, pull};
 use bytes::Bytes;

@@ -50,6 +50,7 @@ mod job_index;
 mod job_records;
 mod leases;
 mod mcp_tokens;
+pub mod probe;
 mod reports;
 mod service;
 mod task_delivery;
@@ -57,7 +58,7 @@ mod task_messages;
 mod tasks;
 mod workers;
 
-pub use api::ApiRequests;
+pub use api::{ApiRequest, ApiRequests};
 pub use approvals::{APPROVAL_RETENTION, ApprovalStore, Versioned, Write};
 pub use cancellations::{Cancellations, Cancelled};
 pub use checkpoints::Checkpoints;

@@ -1,5 +1,5 @@
 //! The OpenAI `/chat/completions` request body, shared by the provider that
-//! sends it (`shared/model-openai/src/lib.rs`) and [`count_request`], which
+//! sends it (`shared/models/src/openai.rs`) and [`count_request`], which
 //! measures it with the tokenizer of [`crate::tokens`]: one serialisation, so
 //! what is counted is byte for byte what a model endpoint receives, JSON
 //! punctuation and tool schemas included (an upper bound on the prompt tokens

@@ -1,7 +1,7 @@
 //! `flotilla demo`: the whole system in one command. Starts the local
 //! deployment, submits `[local] demo_job`, shows its progress live, prints the
 //! consolidated answer and stops everything. The config's MCP servers and
-//! tools are checked first (orchestrator/src/cli/config_check.rs): with a
+//! tools are checked first (orchestrator/cli/src/commands/config_check.rs): with a
 //! server binary missing the demo fails naming it, instead of running a job
 //! whose every task meets an unknown tool.
 
@@ -12,8 +12,8 @@ use clap::Args as ClapArgs;
 use flotilla_config::Settings;
 
 use super::out::outln;
-use super::supervisor::Supervisor;
 use super::{Output, connect, exit_code, follow_job, render};
+use flotilla_local::Supervisor;
 
 /// Run the demo job through a local deployment and print its answer.
 #[derive(ClapArgs, Debug)]

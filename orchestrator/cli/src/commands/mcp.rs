@@ -11,7 +11,7 @@
 //! - `flotilla mcp health`: connect to every configured server and report
 //!   (`{"servers": [...]}`);
 //! - `flotilla mcp login <server>`: sign in once to an `authorization_code`
-//!   server and store the credentials for the workers (src/cli/mcp_login.rs);
+//!   server and store the credentials for the workers (src/commands/mcp_login.rs);
 //! - `flotilla mcp serve`: the other way round, Flotilla's job API as an MCP
 //!   server for MCP hosts (the `flotilla-mcp-server` crate).
 //!
@@ -52,7 +52,7 @@ enum McpCommand {
     },
     /// Connect to every configured server; print its health as JSON.
     Health,
-    // Its help is LoginArgs' doc comment (src/cli/mcp_login.rs).
+    // Its help is LoginArgs' doc comment (src/commands/mcp_login.rs).
     Login(super::mcp_login::LoginArgs),
     /// Serve this tenant's job API as an MCP server (stdio or Streamable HTTP at /mcp).
     Serve(Box<flotilla_mcp_server::ServeArgs>),

@@ -1,18 +1,18 @@
 //! `flotilla`: the command line of Flotilla, a thin layer over the
 //! orchestrator library (`flotilla_orchestrator`, src/lib.rs): argument
 //! parsing, configuration loading, logging and dispatch to one file per
-//! subcommand under src/cli/.
+//! subcommand under src/commands/.
 //!
 //! - `flotilla orchestrator` runs the library's service and serves its HTTP
-//!   endpoints ([`cli::orchestrator`], [`cli::endpoints`]), the web dashboard
+//!   endpoints ([`commands::orchestrator`], [`commands::endpoints`]), the web dashboard
 //!   among them (the `flotilla-dashboard` crate, over the library's
 //!   read-only job reader).
-//! - `flotilla mcp serve` runs the `flotilla-mcp-server` crate ([`cli::mcp`]).
-//! - `flotilla up` / `flotilla demo` run a local deployment ([`cli::supervisor`]).
+//! - `flotilla mcp serve` runs the `flotilla-mcp-server` crate ([`commands::mcp`]).
+//! - `flotilla up` / `flotilla demo` run a local deployment (`flotilla-local`, orchestrator/local/).
 //! - `submit`, `status`, `jobs`, `watch`, ... are clients of the job API
 //!   through `flotilla-client` ([`cli`]).
 
-mod cli;
+mod commands;
 
 use std::path::PathBuf;
 
@@ -51,40 +51,40 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Run the demo job through a local deployment and print its answer.
-    Demo(cli::demo::Args),
+    Demo(commands::demo::Args),
     /// Start nats-server (or reuse one), the orchestrator and workers locally.
-    Up(cli::up::Args),
+    Up(commands::up::Args),
     /// Run the orchestrator service (planner and job API).
     Orchestrator,
     /// Submit a job; prints its id (with --wait, its answer; the id on stderr).
-    Submit(cli::submit::Args),
+    Submit(commands::submit::Args),
     /// Show one job: status, todos, tasks and reports, usage, answer.
-    Status(cli::status::Args),
+    Status(commands::status::Args),
     /// List jobs.
-    Jobs(cli::jobs::Args),
+    Jobs(commands::jobs::Args),
     /// Follow a job's progress live (or every job).
-    Watch(cli::watch::Args),
+    Watch(commands::watch::Args),
     /// List live workers from their heartbeats.
-    Workers(cli::workers::Args),
+    Workers(commands::workers::Args),
     /// Cancel a job: planner, queued tasks and running subagents.
-    Cancel(cli::cancel::Args),
+    Cancel(commands::cancel::Args),
     /// List tool calls waiting for a person's approval.
-    Approvals(cli::approvals::Args),
+    Approvals(commands::approvals::Args),
     /// Approve, reject or edit a tool call waiting for approval.
-    Approve(cli::approve::Args),
+    Approve(commands::approve::Args),
     /// Measure overhead, throughput, fan-out and footprint on this machine.
-    Bench(cli::bench::Args),
+    Bench(commands::bench::Args),
     /// Read and write a job's files: ls, get, put.
-    Files(cli::files::Args),
+    Files(commands::files::Args),
     /// Show a job's audit trail: every tool call and approval.
-    Audit(cli::audit::Args),
+    Audit(commands::audit::Args),
     /// Debug MCP servers without a model: list tools, call one, check health.
-    Mcp(cli::mcp::Args),
+    Mcp(commands::mcp::Args),
     /// Check a config: `flotilla config check [--connect]`.
-    Config(cli::config_check::Args),
+    Config(commands::config_check::Args),
     /// Check model endpoints: `flotilla models check [name]` sends each one
     /// tiny tool-calling request (docs/MODELS.md).
-    Models(cli::models::Args),
+    Models(commands::models::Args),
     /// Print a shell completion script, e.g. `flotilla completions bash >
     /// ~/.local/share/bash-completion/completions/flotilla`.
     Completions {
@@ -128,7 +128,7 @@ fn main() {
     let code = match runtime.block_on(run(cli)) {
         Ok(code) => code,
         // The reader of stdout went away (`| head -1`): done, not an error.
-        Err(e) if cli::out::is_broken_pipe(&e) => 0,
+        Err(e) if commands::out::is_broken_pipe(&e) => 0,
         Err(e) => report(&e, json),
     };
     std::process::exit(code);
@@ -136,13 +136,13 @@ fn main() {
 
 /// Prints a failed command's error once, as one line on stderr or, under
 /// `--json`, as `{"error": {"kind", "message"}}` on stdout
-/// (src/cli/error.rs); returns the exit code of every error.
+/// (src/commands/error.rs); returns the exit code of every error.
 fn report(e: &anyhow::Error, json: bool) -> i32 {
-    if json && cli::out::json(&cli::error::to_json(e)).is_ok() {
-        return cli::error::ERROR_EXIT;
+    if json && commands::out::json(&commands::error::to_json(e)).is_ok() {
+        return commands::error::ERROR_EXIT;
     }
-    eprintln!("error: {}", cli::error::message(e));
-    cli::error::ERROR_EXIT
+    eprintln!("error: {}", commands::error::message(e));
+    commands::error::ERROR_EXIT
 }
 
 /// A command line clap refused: under `--json` the error object (kind
@@ -157,9 +157,9 @@ fn usage_error(e: clap::Error) -> ! {
     if !shown && std::env::args_os().any(|a| a == "--json") {
         let text = e.to_string();
         let first = text.lines().next().unwrap_or_default().trim_start_matches("error: ").to_string();
-        let error = cli::error::CliError::new("usage", first);
-        let _ = cli::out::json(&cli::error::to_json(&error.into()));
-        std::process::exit(cli::error::ERROR_EXIT);
+        let error = commands::error::CliError::new("usage", first);
+        let _ = commands::out::json(&commands::error::to_json(&error.into()));
+        std::process::exit(commands::error::ERROR_EXIT);
     }
     e.exit()
 }
@@ -175,39 +175,39 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
     match cli.command {
         Command::Demo(args) => {
             let path = local()?;
-            cli::demo::run(load(Some(&path), cli.mcp_config.as_deref())?, &path, args).await
+            commands::demo::run(load(Some(&path), cli.mcp_config.as_deref())?, &path, args).await
         }
-        Command::Bench(args) => cli::bench::run(args).await,
+        Command::Bench(args) => commands::bench::run(args).await,
         Command::Completions { shell } => {
             let mut script = Vec::new();
             clap_complete::generate(shell, &mut <Cli as clap::CommandFactory>::command(), "flotilla", &mut script);
-            cli::out::out!("{}", String::from_utf8_lossy(&script))?;
+            commands::out::out!("{}", String::from_utf8_lossy(&script))?;
             Ok(0)
         }
         Command::Up(args) => {
             let path = local()?;
-            cli::up::run(load(Some(&path), cli.mcp_config.as_deref())?, &path, args).await
+            commands::up::run(load(Some(&path), cli.mcp_config.as_deref())?, &path, args).await
         }
         Command::Config(args) => {
-            cli::config_check::run(local().ok().as_deref(), cli.mcp_config.as_deref(), cli.json, args).await
+            commands::config_check::run(local().ok().as_deref(), cli.mcp_config.as_deref(), cli.json, args).await
         }
         command => {
             let settings = load(cli.config.as_deref(), cli.mcp_config.as_deref())?;
             let (tenant, json) = (&cli.tenant, cli.json);
             match command {
-                Command::Orchestrator => cli::orchestrator::run(settings).await,
-                Command::Submit(a) => cli::submit::run(&settings, tenant, a, json).await,
-                Command::Status(a) => cli::status::run(&settings, tenant, a, json).await,
-                Command::Files(a) => cli::files::run(&settings, tenant, a, json).await,
-                Command::Jobs(a) => cli::jobs::run(&settings, tenant, a, json).await,
-                Command::Watch(a) => cli::watch::run(&settings, tenant, a, json).await,
-                Command::Workers(a) => cli::workers::run(&settings, tenant, a, json).await,
-                Command::Cancel(a) => cli::cancel::run(&settings, tenant, a, json).await,
-                Command::Approvals(a) => cli::approvals::run(&settings, tenant, a, json).await,
-                Command::Approve(a) => cli::approve::run(&settings, tenant, a, json).await,
-                Command::Audit(a) => cli::audit::run(&settings, tenant, a, json).await,
-                Command::Mcp(a) => cli::mcp::run(&settings, tenant, a, json).await,
-                Command::Models(a) => cli::models::run(&settings, a, json).await,
+                Command::Orchestrator => commands::orchestrator::run(settings).await,
+                Command::Submit(a) => commands::submit::run(&settings, tenant, a, json).await,
+                Command::Status(a) => commands::status::run(&settings, tenant, a, json).await,
+                Command::Files(a) => commands::files::run(&settings, tenant, a, json).await,
+                Command::Jobs(a) => commands::jobs::run(&settings, tenant, a, json).await,
+                Command::Watch(a) => commands::watch::run(&settings, tenant, a, json).await,
+                Command::Workers(a) => commands::workers::run(&settings, tenant, a, json).await,
+                Command::Cancel(a) => commands::cancel::run(&settings, tenant, a, json).await,
+                Command::Approvals(a) => commands::approvals::run(&settings, tenant, a, json).await,
+                Command::Approve(a) => commands::approve::run(&settings, tenant, a, json).await,
+                Command::Audit(a) => commands::audit::run(&settings, tenant, a, json).await,
+                Command::Mcp(a) => commands::mcp::run(&settings, tenant, a, json).await,
+                Command::Models(a) => commands::models::run(&settings, a, json).await,
                 Command::Demo(_)
                 | Command::Up(_)
                 | Command::Bench(_)

@@ -1,5 +1,5 @@
 //! `config check --connect`: what only the network can tell. NATS is reached
-//! once with the config's credentials and TLS (`flotilla_bus::auth`, as every
+//! once with the config's credentials and TLS (`flotilla_bus::probe`, as every
 //! process connects) and asked for the JetStream account; each used
 //! OpenAI-compatible model answers one cheap `GET <base_url>/models`.
 
@@ -22,30 +22,14 @@ pub async fn nats(settings: &Settings) -> Check {
 }
 
 async fn reach_nats(settings: &Settings) -> Result<String, (String, String)> {
-    let config = &settings.nats;
-    let servers = config
-        .url
-        .split(',')
-        .map(|u| u.trim().parse::<async_nats::ServerAddr>())
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| (format!("not a NATS URL: {e}"), "set [nats] url to nats://host:port".to_string()))?;
-    let opts = async_nats::ConnectOptions::new()
-        .name("flotilla config check")
-        .connection_timeout(TIMEOUT)
-        .custom_inbox_prefix(&config.inbox_prefix);
-    let opts = flotilla_bus::auth::apply(config, opts)
-        .await
-        .map_err(|e| (format!("cannot load the credentials: {e}"), "fix [nats.auth]".to_string()))?;
-    let client = tokio::time::timeout(TIMEOUT * 2, opts.connect(servers))
-        .await
-        .map_err(|_| ("no answer".to_string(), nats_fix()))?
-        .map_err(|e| (format!("cannot connect: {e}"), nats_fix()))?;
-    let js = async_nats::jetstream::new(client);
-    let account = tokio::time::timeout(TIMEOUT, js.query_account())
-        .await
-        .map_err(|_| ("JetStream did not answer".to_string(), jetstream_fix()))?
-        .map_err(|e| (format!("JetStream account info failed: {e}"), jetstream_fix()))?;
-    Ok(format!("JetStream on ({} streams, {} bytes stored)", account.streams, account.storage))
+    use flotilla_bus::probe::{self, ProbeError};
+    match probe::jetstream_account(&settings.nats, TIMEOUT).await {
+        Ok(a) => Ok(format!("JetStream on ({} streams, {} bytes stored)", a.streams, a.storage)),
+        Err(e @ ProbeError::BadUrl(_)) => Err((e.to_string(), "set [nats] url to nats://host:port".to_string())),
+        Err(e @ ProbeError::Credentials(_)) => Err((e.to_string(), "fix [nats.auth]".to_string())),
+        Err(e @ (ProbeError::NoAnswer | ProbeError::Connect(_))) => Err((e.to_string(), nats_fix())),
+        Err(e @ (ProbeError::JetStreamNoAnswer | ProbeError::JetStream(_))) => Err((e.to_string(), jetstream_fix())),
+    }
 }
 
 fn nats_fix() -> String {
@@ -58,7 +42,7 @@ fn jetstream_fix() -> String {
 
 /// Each used model's endpoint answers its list of models: `GET
 /// <base_url>/models` for `openai` (base URLs end in `/v1`), `GET
-/// <base_url>/v1/models` for `anthropic` (shared/model-anthropic/src/lib.rs).
+/// <base_url>/v1/models` for `anthropic` (shared/models/src/lib.rs).
 pub async fn models(settings: &Settings) -> Vec<Check> {
     let mut checks = Vec::new();
     for name in super::local::used_models(settings) {

@@ -1,14 +1,14 @@
 //! `flotilla watch` of a job that had already ended, in a terminal: no event
 //! will come, so the picture the live view would have ended with is drawn
 //! once from the job record (not only its answer).
-//! The lines follow the live view's (orchestrator/src/cli/live.rs): a header,
+//! The lines follow the live view's (orchestrator/cli/src/commands/live.rs): a header,
 //! the todos, and one collapsed line per task, the latest
 //! [`FINISHED_LINES`] of them; `flotilla status` has the whole record.
 
 use flotilla_protocol::{JobRecord, TaskEntry, TaskState};
 
 use super::FINISHED_LINES;
-use crate::cli::render::{one_line, short, task_counts, todo_mark};
+use crate::commands::render::{one_line, short, task_counts, todo_mark};
 
 /// Header, todos and the latest task lines of the ended job `r` (the answer
 /// or error is printed after it, as after a live view).

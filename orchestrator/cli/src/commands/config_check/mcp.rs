@@ -1,7 +1,7 @@
 //! MCP servers and `tools` entries, checked the way a worker builds its tool
 //! sets (`discover_mcp` and `build` of workers/src/tools/mod.rs): the
 //! same [`McpHub`] discovers the servers (the hub `flotilla mcp tools` uses,
-//! orchestrator/src/cli/mcp.rs), and each entry resolves through
+//! orchestrator/cli/src/commands/mcp.rs), and each entry resolves through
 //! [`McpHub::tools_for`]; over the names found, the worker's own checks of a
 //! type ([`flotilla_worker::runtime::validate`]). A stdio command that does
 //! not exist is named with its fix before anything is started.

@@ -1,7 +1,7 @@
 //! `flotilla up`: the local all-in-one mode. It checks the config's MCP
 //! servers and tools before starting anything (a missing server binary is
-//! named with its fix, orchestrator/src/cli/config_check.rs) and says "is up"
-//! only once every child is ready ([`super::supervisor::until_ready`]).
+//! named with its fix, orchestrator/cli/src/commands/config_check.rs) and says "is up"
+//! only once every child is ready ([`flotilla_local::until_ready`]).
 //! Each child logs to its own file under `<state_dir>/logs/`, so the
 //! terminal shows `up`'s own lines and a child that dies is named with the
 //! end of its log.
@@ -13,7 +13,7 @@ use clap::Args as ClapArgs;
 use flotilla_config::Settings;
 
 use super::out::outln;
-use super::supervisor::{Supervisor, until_ready};
+use flotilla_local::{Supervisor, until_ready};
 
 /// How long the children may take to become ready: MCP discovery alone may
 /// take a server's `init_timeout` (docs/MCP.md).

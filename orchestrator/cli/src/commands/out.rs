@@ -36,17 +36,17 @@ pub fn is_broken_pipe(e: &anyhow::Error) -> bool {
 /// `print!` that returns `io::Result<()>` instead of panicking.
 macro_rules! out {
     ($($arg:tt)*) => {
-        $crate::cli::out::write(format_args!($($arg)*))
+        $crate::commands::out::write(format_args!($($arg)*))
     };
 }
 
 /// `println!` that returns `io::Result<()>` instead of panicking.
 macro_rules! outln {
     () => {
-        $crate::cli::out::write(format_args!("\n"))
+        $crate::commands::out::write(format_args!("\n"))
     };
     ($($arg:tt)*) => {
-        $crate::cli::out::write(format_args!("{}\n", format_args!($($arg)*)))
+        $crate::commands::out::write(format_args!("{}\n", format_args!($($arg)*)))
     };
 }
 

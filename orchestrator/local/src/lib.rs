@@ -4,9 +4,10 @@
 //! worker processes as children, wait until every one is ready
 //! ([`until_ready`]), and stop them all cleanly.
 //!
-//! It lives in the `flotilla` binary, not in the orchestrator library: it
-//! starts the binaries themselves (this executable with `orchestrator`, and
-//! `flotilla-worker` next to it), so it only makes sense inside one.
+//! It is not part of the orchestrator library: it starts the binaries
+//! themselves (the running `flotilla` executable with `orchestrator`, and
+//! `flotilla-worker` next to it), so only the `flotilla` binary links it.
+//! It must not depend on the orchestrator or the worker library.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -171,11 +172,7 @@ async fn terminate(children: &mut [(String, Child)], grace: Duration) {
     }
 }
 
-/// Whether a NATS server answers at `url`.
-pub async fn reachable(url: &str) -> bool {
-    let opts = async_nats::ConnectOptions::new().connection_timeout(Duration::from_millis(500));
-    matches!(tokio::time::timeout(Duration::from_secs(2), opts.connect(url)).await, Ok(Ok(_)))
-}
+pub use flotilla_bus::probe::reachable;
 
 async fn start_nats(settings: &Settings, log_dir: &Path) -> anyhow::Result<Child> {
     let url = &settings.nats.url;

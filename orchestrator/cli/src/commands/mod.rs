@@ -22,7 +22,6 @@ pub mod out;
 pub mod render;
 pub mod status;
 pub mod submit;
-pub mod supervisor;
 pub mod table;
 pub mod up;
 pub mod watch;

@@ -1,5 +1,5 @@
 //! `flotilla submit`: start a job; prints its id at once. `--file` uploads
-//! local files into the job's files first (src/cli/files.rs): the job starts
+//! local files into the job's files first (src/commands/files.rs): the job starts
 //! only once every file is stored, and a failed upload starts no job.
 //!
 //! With `--wait`, stdout holds the outcome only (the answer, or with
