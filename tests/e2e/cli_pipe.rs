@@ -2,7 +2,7 @@
 //! and `flotilla submit --wait ... | head -1` used to panic ("failed printing
 //! to stdout: Broken pipe", exit 101) once `head` had its line and closed the
 //! pipe. Every command now stops at the first write nobody reads and exits 0
-//! without a word on stderr (`orchestrator/src/cli/out.rs`). Real processes:
+//! without a word on stderr (`orchestrator/cli/src/commands/out.rs`). Real processes:
 //! nats-server, orchestrator, workers and the `flotilla` binary, its stdout an
 //! OS pipe the test closes.
 

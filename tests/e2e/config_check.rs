@@ -6,7 +6,7 @@
 //! up` says "is up" only once the orchestrator answers and every worker has
 //! sent a heartbeat. Real processes: the `flotilla` binary, nats-server, the
 //! finance-tools MCP server, orchestrator and workers
-//! (orchestrator/src/cli/config_check.rs, orchestrator/src/cli/up.rs).
+//! (orchestrator/cli/src/commands/config_check.rs, orchestrator/cli/src/commands/up.rs).
 
 use std::time::Duration;
 
@@ -170,7 +170,7 @@ bwrap = \"bwrap\"
 /// `flotilla demo` whose MCP server binary is missing exits non-zero naming
 /// the binary and the fix, before it starts anything: no nats-server, no
 /// worker, not even the state dir's logs directory the supervisor creates
-/// first (orchestrator/src/cli/supervisor.rs).
+/// first (orchestrator/cli/src/commands/supervisor.rs).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_demo_with_its_mcp_binary_missing_fails_naming_it() {
     let gone = TempDir::new("no-build");
