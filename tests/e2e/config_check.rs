@@ -170,7 +170,7 @@ bwrap = \"bwrap\"
 /// `flotilla demo` whose MCP server binary is missing exits non-zero naming
 /// the binary and the fix, before it starts anything: no nats-server, no
 /// worker, not even the state dir's logs directory the supervisor creates
-/// first (orchestrator/cli/src/commands/supervisor.rs).
+/// first (orchestrator/local/src/lib.rs).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_demo_with_its_mcp_binary_missing_fails_naming_it() {
     let gone = TempDir::new("no-build");
