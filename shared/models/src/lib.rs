@@ -22,6 +22,7 @@ pub mod anthropic;
 pub mod http;
 pub mod openai;
 pub mod priced;
+pub mod probe;
 pub mod sse;
 #[cfg(test)]
 mod test_server;
