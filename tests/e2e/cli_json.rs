@@ -242,6 +242,12 @@ async fn errors_are_one_line_each_cause_once_in_both_binaries() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("no orchestrator is listening"), "{err}");
     assert_eq!(err.matches("no responders").count(), 1, "{err}");
+    // The same, told by its kind, not its text (what `flotilla demo` waits on).
+    let settings = flotilla_config::Settings::load(Some(&quiet.write())).expect("the config loads");
+    let bus = flotilla_bus::Bus::connect(&settings.nats, "test", std::time::Duration::from_secs(5)).await.unwrap();
+    let e = flotilla_client::Client::new(bus, Default::default()).submit("x".into()).await.unwrap_err();
+    let kind = e.chain().find_map(|c| c.downcast_ref::<flotilla_bus::BusError>()).map(|b| b.kind());
+    assert_eq!(kind, Some(flotilla_bus::BusErrorKind::NoResponders), "{e:#}");
 
     // A worker whose metrics port is taken names the flag that asked for it, once.
     let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("a port to take");

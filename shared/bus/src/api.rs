@@ -8,7 +8,7 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use crate::denials::{Denial, DenialKind, GuardError};
-use crate::{Bus, BusError, checked};
+use crate::{Bus, BusError, BusErrorKind, checked};
 use flotilla_protocol::ids::Tenant;
 use flotilla_protocol::{self as protocol, Message};
 
@@ -79,7 +79,7 @@ impl Bus {
                     // async-nats prints this one as "no responders: no responders"
                     // (its kind, then a source saying the same): the kind alone.
                     let hint = "no orchestrator is listening: start `flotilla orchestrator` or `flotilla up`";
-                    BusError::new(format!("{hint} ({subject})"), e.kind().to_string())
+                    BusError::with_kind(BusErrorKind::NoResponders, format!("{hint} ({subject})"), e.kind().to_string())
                 } else {
                     BusError::new(format!("request failed ({subject})"), e)
                 }

@@ -126,6 +126,9 @@ pub enum BusErrorKind {
     Permission,
     /// The stream, bucket or key does not exist.
     NotFound,
+    /// Nobody serves the subject: no orchestrator answers the job API.
+    /// Transient too: one may be starting (`flotilla demo` waits for it).
+    NoResponders,
 }
 
 impl BusError {
@@ -155,7 +158,7 @@ impl BusError {
 
     /// Whether trying again may succeed.
     pub fn is_transient(&self) -> bool {
-        self.kind() == BusErrorKind::Transient
+        matches!(self.kind(), BusErrorKind::Transient | BusErrorKind::NoResponders)
     }
 }
 

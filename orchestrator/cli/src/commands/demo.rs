@@ -57,7 +57,7 @@ async fn submit_and_follow(settings: &Settings, job: String) -> anyhow::Result<i
     let id = loop {
         match api.submit(job.clone()).await {
             Ok(id) => break id,
-            Err(e) if tokio::time::Instant::now() < deadline && e.to_string().contains("no orchestrator") => {
+            Err(e) if tokio::time::Instant::now() < deadline && no_orchestrator_yet(&e) => {
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
             Err(e) => return Err(e),
@@ -67,4 +67,11 @@ async fn submit_and_follow(settings: &Settings, job: String) -> anyhow::Result<i
     let rec = follow_job(&api, id, Output::Text).await?;
     outln!("\n{}", render::record(&rec))?;
     Ok(exit_code(&rec))
+}
+
+/// Whether `e` says nobody answers the job API yet (the orchestrator is
+/// still starting), by the bus error's kind.
+fn no_orchestrator_yet(e: &anyhow::Error) -> bool {
+    use flotilla_bus::{BusError, BusErrorKind};
+    e.chain().any(|c| c.downcast_ref::<BusError>().is_some_and(|b| b.kind() == BusErrorKind::NoResponders))
 }
