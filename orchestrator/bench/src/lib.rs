@@ -23,7 +23,6 @@
 //! - `load`: many concurrent jobs, then listing against a long history
 //!   ([`load`]); only when named in `--only`.
 
-mod api;
 mod load;
 pub mod mcp;
 mod scale;

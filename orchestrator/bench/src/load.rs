@@ -22,12 +22,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use flotilla_protocol::ids::TaskId;
-use flotilla_protocol::{JobEventKind, JobStatus};
+use flotilla_protocol::{JobEventKind, JobStatus, ListRequest, SCHEMA_VERSION};
 use futures::StreamExt;
 
-use crate::api::{self, Event, JobApi};
 use crate::setup::{self, Rig};
 use crate::{Row, ms, pct};
+use flotilla_client::Client;
+use flotilla_client::events::{self, Event, Scope};
 
 /// Workers and slots per worker.
 const WORKERS: usize = 2;
@@ -120,7 +121,7 @@ struct Load {
 
 /// Submits `jobs` demo jobs of `tasks` tasks and follows their events until all completed.
 async fn concurrent_jobs(rig: &Rig, jobs: usize, tasks: usize) -> anyhow::Result<Load> {
-    let mut events = std::pin::pin!(api::follow_all(rig.bus(), false).await?);
+    let mut events = std::pin::pin!(events::follow(rig.bus(), Scope::All, false).await?);
     let api = rig.api();
     let input = setup::regions(tasks);
     let started = Instant::now();
@@ -166,15 +167,16 @@ async fn concurrent_jobs(rig: &Rig, jobs: usize, tasks: usize) -> anyhow::Result
 }
 
 /// Median times of the short listings, the time of the full one, and how many jobs it returned.
-async fn listings(api: &JobApi, stored: usize) -> anyhow::Result<(Duration, Duration, Duration, usize)> {
+async fn listings(api: &Client, stored: usize) -> anyhow::Result<(Duration, Duration, Duration, usize)> {
     let (mut newest, mut none) = (Vec::new(), Vec::new());
     for _ in 0..LISTINGS {
         newest.push(timed(api.list(None, 20)).await.context("listing the newest 20")?.0);
         none.push(timed(api.list(Some(JobStatus::Failed), 20)).await.context("listing failed jobs")?.0);
     }
     // Once: at 100 000 jobs it reads 100 000 headers.
-    let (all, jobs) = timed(api.list_all(None, stored + 1)).await.context("listing every job")?;
-    let listed = jobs.len();
+    let every = ListRequest { v: SCHEMA_VERSION, ..Default::default() };
+    let (all, reply) = timed(api.list_pages(every, stored + 1)).await.context("listing every job")?;
+    let listed = reply.jobs.len();
     anyhow::ensure!(listed == stored, "the full listing returned {listed} of {stored} jobs");
     Ok((median(newest), median(none), all, listed))
 }

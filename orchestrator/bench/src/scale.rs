@@ -20,8 +20,9 @@ use flotilla_testkit::scripts::{MAP_PLANNER, region_items};
 use futures::StreamExt;
 
 use crate::Row;
-use crate::api::{self, Event};
 use crate::setup::{self, Rig};
+use flotilla_client::NewFile;
+use flotilla_client::events::{self, Event, Scope};
 
 /// Task fan-out by `task` stops here (one planner turn holds every call).
 const MAX_TASK_FANOUT: usize = 10_000;
@@ -110,16 +111,18 @@ async fn run(rig: &Rig, mode: Mode, n: usize) -> anyhow::Result<Measured> {
         Mode::Task => (format!("Gross margin of {n} regions. tasks: {n}"), Vec::new()),
         Mode::Map => {
             // Uploaded as `flotilla submit --file` does (orchestrator/cli/src/commands/files.rs).
-            let local = rig.dir().join("regions.jsonl");
-            std::fs::write(&local, region_items(n))?;
-            let staged = api.upload(&local, &FilePath::parse("/inputs/regions.jsonl")?).await?;
-            ("Gross margin of every region in /inputs/regions.jsonl".to_string(), vec![staged])
+            let file = NewFile {
+                path: FilePath::parse("/inputs/regions.jsonl")?.to_string(),
+                bytes: region_items(n).into_bytes(),
+            };
+            let staged = api.upload(&[file]).await?;
+            ("Gross margin of every region in /inputs/regions.jsonl".to_string(), staged)
         }
     };
-    let mut events = std::pin::pin!(api::follow_all(rig.bus(), false).await?);
+    let mut events = std::pin::pin!(events::follow(rig.bus(), Scope::All, false).await?);
     let before = rig.nats().bytes_received().await;
     let started = Instant::now();
-    api.submit_with(input, files).await?;
+    api.submit_with_files(input, files).await?;
     let (mut max_input_tokens, mut completed) = (0, 0);
     let answer = tokio::time::timeout(JOB_TIMEOUT, async {
         while let Some(ev) = events.next().await {

@@ -12,7 +12,8 @@ use flotilla_protocol::{JobEventKind, ProgressKind};
 use flotilla_testkit::{Deployment, NatsServer, TestConfig};
 use futures::StreamExt;
 
-use crate::api::{self, Event, JobApi};
+use flotilla_client::Client;
+use flotilla_client::events::{self, Event, Scope};
 
 const PLANNER: &str = r#"
 latency_ms = {latency}
@@ -128,14 +129,14 @@ api_burst = 1000000
     }
 
     /// The client of the job API.
-    pub fn api(&self) -> JobApi {
-        JobApi::new(self.d.bus.clone())
+    pub fn api(&self) -> Client {
+        Client::new(self.d.bus.clone(), Default::default())
     }
 
     /// Submits `input` and returns the wall time until the job completed.
     pub async fn run_job(&self, input: &str) -> anyhow::Result<Duration> {
         let api = self.api();
-        let mut events = std::pin::pin!(api::follow_all(&self.d.bus, false).await?);
+        let mut events = std::pin::pin!(events::follow(&self.d.bus, Scope::All, false).await?);
         let started = Instant::now();
         api.submit(input.to_string()).await?;
         while let Some(ev) = events.next().await {
@@ -152,7 +153,7 @@ api_burst = 1000000
 
     /// Input tokens of the first planner and first subagent model calls.
     pub async fn first_call_tokens(&self, input: &str) -> anyhow::Result<(u64, u64)> {
-        let mut events = std::pin::pin!(api::follow_all(&self.d.bus, true).await?);
+        let mut events = std::pin::pin!(events::follow(&self.d.bus, Scope::All, true).await?);
         self.api().submit(input.to_string()).await?;
         let (mut planner, mut subagent) = (None, None);
         while let Some(ev) = events.next().await {
@@ -185,11 +186,6 @@ api_burst = 1000000
         let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
         let line = status.lines().find(|l| l.starts_with(key)).with_context(|| format!("no {key}"))?;
         Ok(line.split_whitespace().nth(1).unwrap_or("0").parse()?)
-    }
-
-    /// The rig's temp dir (config, scripts).
-    pub fn dir(&self) -> &std::path::Path {
-        self.d.config.dir()
     }
 
     /// The processes' log files (removed with the rig unless

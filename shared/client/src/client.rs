@@ -9,7 +9,8 @@ use flotilla_bus::{Bus, BusError};
 use flotilla_protocol::ids::{JobId, TaskId, Tenant};
 use flotilla_protocol::{
     ApiReply, ApprovalsReply, ApprovalsRequest, CancelReply, CancelRequest, ErrorKind, JobRecord, JobStatus, ListReply,
-    ListRequest, Op, ResolveRequest, SCHEMA_VERSION, StatusReply, StatusRequest, SubmitRequest, WorkerHeartbeat,
+    ListRequest, MAX_LIST_PAGE, Op, ResolveRequest, SCHEMA_VERSION, StatusReply, StatusRequest, SubmitRequest,
+    WorkerHeartbeat,
 };
 
 use crate::jobref::JobRef;
@@ -104,6 +105,26 @@ impl Client {
     pub async fn list(&self, status: Option<JobStatus>, limit: usize) -> anyhow::Result<ListReply> {
         let req = ListRequest { v: SCHEMA_VERSION, status, limit: Some(limit), ..Default::default() };
         self.call(&req, "list").await
+    }
+
+    /// Follows the pages of `first` until `limit` jobs or the last page
+    /// (`flotilla jobs --limit`, timed by `flotilla bench --only load`); the
+    /// reply's `next_after` is where a further listing would go on.
+    pub async fn list_pages(&self, first: ListRequest, limit: usize) -> anyhow::Result<ListReply> {
+        let mut jobs = Vec::new();
+        let mut after = first.after;
+        let mut next_after = None;
+        while jobs.len() < limit {
+            let req = ListRequest { limit: Some((limit - jobs.len()).min(MAX_LIST_PAGE)), after, ..first.clone() };
+            let page = self.call(&req, "list").await?;
+            jobs.extend(page.jobs);
+            next_after = page.next_after.filter(|next| Some(*next) != after);
+            match next_after {
+                Some(next) => after = Some(next),
+                None => break,
+            }
+        }
+        Ok(ListReply { jobs, next_after })
     }
 
     /// The tenant's pending approval requests (of one job when `job_id` is given).

@@ -9,12 +9,11 @@ use anyhow::Context;
 use clap::Args as ClapArgs;
 use flotilla_config::Settings;
 use flotilla_protocol::ids::{JobId, Tenant};
-use flotilla_protocol::{JobStatus, JobSummary, ListReply, ListRequest, MAX_LIST_PAGE, PruneRequest, SCHEMA_VERSION};
+use flotilla_protocol::{JobStatus, JobSummary, ListRequest, PruneRequest, SCHEMA_VERSION};
 use time::OffsetDateTime;
 
 use super::out::{self, out, outln};
 use super::{connect, render, table};
-use flotilla_client::Client;
 
 /// List jobs (or prune old ones: `jobs prune --before DATE`).
 #[derive(ClapArgs, Debug)]
@@ -48,9 +47,6 @@ pub enum Command {
     },
 }
 
-/// How long one page may take.
-const PAGE_TIMEOUT: Duration = Duration::from_secs(10);
-
 /// How long a prune may take (it deletes job by job).
 const PRUNE_TIMEOUT: Duration = Duration::from_secs(300);
 
@@ -70,32 +66,13 @@ pub async fn run(settings: &Settings, tenant: &Tenant, args: Args, json: bool) -
     }
     let first =
         ListRequest { v: SCHEMA_VERSION, status: args.status, limit: None, after: args.after, since: args.since };
-    let listed = pages(&client, first, args.limit).await?;
+    let listed = client.list_pages(first, args.limit).await?;
     if json {
         out::json(&listed)?;
         return Ok(0);
     }
     out!("{}", table(&listed.jobs))?;
     Ok(0)
-}
-
-/// Follows the pages of `first` until `limit` jobs or the last page; the
-/// reply's `next_after` is where a further listing would go on.
-async fn pages(client: &Client, first: ListRequest, limit: usize) -> anyhow::Result<ListReply> {
-    let mut jobs: Vec<JobSummary> = Vec::new();
-    let mut after = first.after;
-    let mut next_after = None;
-    while jobs.len() < limit {
-        let req = ListRequest { limit: Some((limit - jobs.len()).min(MAX_LIST_PAGE)), after, ..first.clone() };
-        let page = client.call_within(&req, PAGE_TIMEOUT, "list").await?;
-        jobs.extend(page.jobs);
-        next_after = page.next_after.filter(|next| Some(*next) != after);
-        match next_after {
-            Some(next) => after = Some(next),
-            None => break,
-        }
-    }
-    Ok(ListReply { jobs, next_after })
 }
 
 /// An RFC 3339 time, or a date (midnight UTC).
