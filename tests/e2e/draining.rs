@@ -52,6 +52,48 @@ async fn a_sigterm_lets_the_running_task_finish_on_the_same_worker() {
     beats.until(TIMEOUT, "the last, stopping heartbeat", |_, v| v["state"] == "stopping").await;
 }
 
+/// A draining worker with a free slot has a pull in flight when the signal
+/// comes; a task dispatched after it must wait for another worker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_dispatched_after_a_sigterm_never_starts_on_the_draining_worker() {
+    // Two model calls of 2 s each: a task of about 4 s; two slots per worker.
+    let mut d = Deployment::start(0, |url| TestConfig::demo(url, 2, 2000)).await;
+    d.workers.push(worker(&d, "w1", "30"));
+    let mut log = EventLog::subscribe(&d.raw.client, "flotilla.job.>").await;
+    let mut beats = EventLog::subscribe(&d.raw.client, "flotilla.worker.heartbeat.*.w1").await;
+    let first = d.submit(&regions(1)).await;
+    log.until(TIMEOUT, "the first task to start", is_started).await;
+    let stopping = terminate(d.workers.remove(0));
+    beats.until(TIMEOUT, "a draining heartbeat", |_, v| v["state"] == "draining").await;
+    let second = d.submit(&regions(1)).await;
+    let dispatched = log
+        .until(TIMEOUT, "the second job's task to be dispatched", |s, v| {
+            s.contains(&second.to_string()) && v["event"] == "task_dispatched"
+        })
+        .await;
+    let task = dispatched["task_id"].as_str().expect("task id").to_string();
+    // Only now a worker that may take it: before the fix the draining one
+    // had already started it through its pull in flight.
+    d.workers.push(worker(&d, "w2", "30"));
+    let (code, _) = stopping.await.unwrap();
+    assert_eq!(code, Some(0), "the draining worker exits 0");
+    let job = second.to_string();
+    let end = log
+        .until(Duration::from_secs(60), "the second job to end", |s, v| {
+            s.contains(&job)
+                && s.ends_with(".event")
+                && ["completed", "failed", "cancelled"].contains(&v["event"].as_str().unwrap_or(""))
+        })
+        .await;
+    assert_eq!(end["event"], "completed", "{end}");
+    let rec = d.status(second).await;
+    assert_eq!(rec.tasks[0].worker_id.as_deref(), Some("w2"), "{:?}", rec.tasks[0]);
+    let on_w1 = log.events("started").into_iter().any(|v| v["task_id"] == task.as_str() && v["worker_id"] == "w1");
+    assert!(!on_w1, "the second task started on the draining worker");
+    let rec = d.status(first).await;
+    assert_eq!(rec.tasks[0].worker_id.as_deref(), Some("w1"), "the first task finished where it ran");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_grace_that_runs_out_hands_the_task_back_to_another_worker() {
     // A task of about 8 s; the worker gets 1 s of grace.

@@ -35,7 +35,8 @@ pub async fn run(ctx: Arc<WorkerContext>, runtimes: Vec<Arc<SubagentRuntime>>, g
     }
     tracing::info!(worker_id = %ctx.worker_id, "worker ready");
     ctx.shutdown.cancelled().await;
-    // Each loop ends at its next await point; none leaves a pulled task behind.
+    // Each loop ends at once, its pull dropped; none starts a task after the
+    // signal or leaves a pulled one behind.
     for l in loops {
         let _ = l.await;
     }
@@ -62,10 +63,21 @@ async fn consume(ctx: Arc<WorkerContext>, rt: Arc<SubagentRuntime>, consumer: Ta
         if ctx.shutdown.is_cancelled() {
             return;
         }
-        // Not cut short on shutdown: a pull in flight (at most PULL_EXPIRES)
-        // may still deliver one task, which then runs like any other during
-        // the drain instead of waiting out ack_wait unacked.
-        match consumer.next(PULL_EXPIRES).await {
+        // Cut short on shutdown: a task that arrives after the signal must not
+        // start on a draining worker. Dropping the pull ends its inbox's
+        // interest, so the server keeps the next task for another worker.
+        let pulled = tokio::select! {
+            pulled = consumer.next(PULL_EXPIRES) => pulled,
+            _ = ctx.shutdown.cancelled() => return,
+        };
+        match pulled {
+            Ok(Some(delivery)) if ctx.shutdown.is_cancelled() => {
+                // Delivered as the signal came: back to the queue at once.
+                if let Err(e) = delivery.hand_back(None).await {
+                    tracing::warn!(error = %e, "a task delivered during shutdown was not handed back; ack_wait redelivers it");
+                }
+                return;
+            }
             Ok(Some(delivery)) => {
                 backoff.reset();
                 let (ctx, rt) = (ctx.clone(), rt.clone());
