@@ -30,8 +30,6 @@
 //!   `flotilla-dashboard` crate, which the binary binds): HTTP serving stays
 //!   out of this library. Clients, the dashboard among them, send the job
 //!   API and follow job events through `flotilla-client`.
-//! - [`bus_adapters`]: the bus behind the agent's audit sink and the MCP
-//!   client's token store (the planner audits, `flotilla mcp login` stores).
 //!
 //! The local all-in-one supervisor (`flotilla up`/`demo`) is not here: it
 //! starts the binaries themselves as child processes, so it lives in the
@@ -40,7 +38,6 @@
 #![deny(missing_docs)]
 
 mod approvals;
-pub mod bus_adapters;
 mod dead_letters;
 #[cfg(test)]
 mod fakes;

@@ -22,7 +22,6 @@
 //! with the `demo-tools` feature.
 
 pub mod approval;
-pub mod bus_adapters;
 pub mod cancel;
 pub mod heartbeat;
 pub mod inbox;

@@ -113,7 +113,7 @@ async fn run(args: Args) -> anyhow::Result<i32> {
         .map(|ty| SubagentRuntime::build(&settings, ty, &files, &mcp).map(Arc::new))
         .collect::<anyhow::Result<Vec<_>>>()?;
     // Every tool call and approval of every served type goes to the audit stream.
-    let audit = Arc::new(flotilla_worker::bus_adapters::BusAudit(flotilla_bus::audit::BusAuditSink::new(bus.clone())));
+    let audit = Arc::new(flotilla_bus_adapters::BusAudit(flotilla_bus::audit::BusAuditSink::new(bus.clone())));
     for rt in &runtimes {
         rt.tools.set_auditor(flotilla_agent::audit::Auditor::new(audit.clone(), rt.ty.as_str(), &worker_id));
     }

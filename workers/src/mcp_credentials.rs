@@ -13,7 +13,7 @@ use flotilla_config::mcp::OAuthGrant;
 use flotilla_config::{McpTransport, Settings};
 use flotilla_mcp::oauth::{StoredCredentialStores, set_runtime};
 
-use crate::bus_adapters::BusTokens;
+use flotilla_bus_adapters::BusTokens;
 
 /// Installs the KV-backed credential stores of the config's
 /// `authorization_code` servers, before any session opens. Nothing to do

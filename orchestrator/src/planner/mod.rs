@@ -69,7 +69,7 @@ impl Planner {
             settings.subagents.iter().map(|(t, c)| (t.clone(), c.description.clone())).collect();
         let tools = ToolSet::new(Duration::from_secs(config.task_timeout + 60));
         // Every planner tool call goes to the audit stream (docs/SECURITY.md).
-        let audit = Arc::new(crate::bus_adapters::BusAudit(flotilla_bus::audit::BusAuditSink::new(bus.clone())));
+        let audit = Arc::new(flotilla_bus_adapters::BusAudit(flotilla_bus::audit::BusAuditSink::new(bus.clone())));
         tools.set_auditor(flotilla_agent::audit::Auditor::new(audit, "planner", "orchestrator"));
         let mut tools = tools;
         tools.add(Arc::new(WriteTodos { jobs: jobs.clone() }), "planner")?;

@@ -7,9 +7,9 @@
 //!
 //! The value is rmcp's `StoredCredentials` as JSON, opaque here (this crate
 //! does not depend on the MCP client; shared/mcp/src/oauth/stored.rs reads
-//! it through its `TokenStore` port, which the binaries implement over this
-//! type in their `bus_adapters.rs`). It holds a refresh token: it is never logged, and errors name the
-//! server and bucket only.
+//! it through its `TokenStore` port, implemented over this type in
+//! shared/bus-adapters/src/lib.rs). It holds a refresh token: it is never
+//! logged, and errors name the server and bucket only.
 
 use async_nats::jetstream::kv;
 use bytes::Bytes;

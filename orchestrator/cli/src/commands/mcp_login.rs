@@ -23,11 +23,11 @@ use axum::extract::State;
 use axum::http::Uri;
 use clap::Args as ClapArgs;
 use flotilla_bus::{Bus, McpTokens};
+use flotilla_bus_adapters::BusTokens;
 use flotilla_config::mcp::OAuthGrant;
 use flotilla_config::{McpTransport, Settings};
 use flotilla_mcp::McpHub;
 use flotilla_mcp::oauth::{Authorizer, StoredCredentialStores, StoredSummary, set_runtime};
-use flotilla_orchestrator::bus_adapters::BusTokens;
 use tokio::sync::oneshot;
 
 use super::error::CliError;

@@ -1,10 +1,10 @@
 //! The bus behind two ports that lower crates define without knowing NATS:
 //! the agent's [`AuditSink`] (records to the audit stream) and the MCP
 //! client's [`TokenStore`] (the `flotilla mcp login` credentials in the
-//! `<prefix>_mcp_tokens` KV bucket). Each impl is one delegation. The worker
-//! has the same two (workers/src/bus_adapters.rs): neither binary may depend
-//! on the other, and the bus may depend on neither the agent nor the MCP
-//! client (docs/ARCHITECTURE.md).
+//! `<prefix>_mcp_tokens` KV bucket). Each impl is one delegation. A crate
+//! of its own because the bus may depend on neither the agent nor the MCP
+//! client, and the orchestrator and the worker, which both wire them, may
+//! not depend on each other (docs/ARCHITECTURE.md).
 
 use std::sync::Arc;
 
