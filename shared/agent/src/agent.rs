@@ -76,6 +76,17 @@ impl Conversation {
         }
     }
 
+    /// The answer the conversation ends with: a last model turn of text
+    /// and no tool calls.
+    fn final_answer(&self) -> Option<String> {
+        match self.messages.last() {
+            Some(ChatMessage::Assistant { content: Some(text), tool_calls }) if tool_calls.is_empty() => {
+                Some(text.clone())
+            }
+            _ => None,
+        }
+    }
+
     /// Tool calls of the last model turn that have no results yet.
     fn pending_calls(&self) -> Vec<ToolCall> {
         match self.messages.last() {
@@ -197,6 +208,16 @@ impl Agent {
         observer: &dyn AgentObserver,
     ) -> Result<String, ErrorInfo> {
         let specs = self.tools.specs();
+        // A checkpoint taken after the answering turn (the process stopped
+        // before the answer was recorded elsewhere) resumes to that answer:
+        // the model is not asked, and billed, again. Follow-ups that arrived
+        // since still get their turn.
+        if let Some(answer) = conv.final_answer().filter(|_| self.output.is_none()) {
+            if !take_inbox(conv, ctx) {
+                return Ok(answer);
+            }
+            observer.checkpoint(conv).await;
+        }
         loop {
             let pending = conv.pending_calls();
             if !pending.is_empty() {

@@ -342,6 +342,25 @@ fn repeating_agent(policy: ToolPolicy) -> (Agent, Arc<Repeats>, Arc<Slow>) {
     (Agent { model: model.clone(), tools: Arc::new(tools), limits, policy, output: None }, model, slow)
 }
 
+/// A conversation checkpointed after its answering turn resumes to that
+/// answer without a model call; a follow-up that arrived since gets a turn.
+#[tokio::test]
+async fn a_conversation_that_ends_in_its_answer_resumes_without_a_model_call() {
+    let (agent, model, _) = repeating_agent(ToolPolicy { stop_at_tools: vec!["slow".into()], loop_detection: true });
+    let mut conv = Conversation::new("sys", "go");
+    conv.messages.push(ChatMessage::Assistant { content: Some("the table".into()), tool_calls: vec![] });
+    conv.steps = 4;
+    assert_eq!(agent.run(&mut conv, &ctx(), &NoObserver).await.unwrap(), "the table");
+    assert_eq!(model.0.load(Ordering::SeqCst), 0, "no model call: the answer was already there");
+    assert_eq!(conv.messages.len(), 3, "nothing added");
+
+    let inbox = Arc::new(MessageInbox::default());
+    inbox.push("one more region");
+    let with_inbox = RunContext { inbox: Some(inbox), ..ctx() };
+    agent.run(&mut conv, &with_inbox, &NoObserver).await.unwrap();
+    assert_eq!(model.0.load(Ordering::SeqCst), 1, "the follow-up got its model call");
+}
+
 /// A model repeating one call ends after 3 model calls (of
 /// 10 allowed) with an error naming the call; the tool ran once and the
 /// repeat was answered with the earlier result and the note.
