@@ -15,6 +15,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
+use flotilla_bus::probe::reachable;
 use flotilla_bus::{Bus, redact_url};
 use flotilla_config::Settings;
 use flotilla_protocol::ids::Tenant;
@@ -171,8 +172,6 @@ async fn terminate(children: &mut [(String, Child)], grace: Duration) {
         }
     }
 }
-
-pub use flotilla_bus::probe::reachable;
 
 async fn start_nats(settings: &Settings, log_dir: &Path) -> anyhow::Result<Child> {
     let url = &settings.nats.url;
