@@ -78,6 +78,7 @@ fn failed_report(task: &TaskMessage, reason: &str, attempt: u32) -> TaskReport {
         usage: Usage::default(),
         worker_id: "orchestrator".into(),
         attempt,
+        resumed_from_step: None,
         started_at: now,
         finished_at: now,
         duration_ms: 0,

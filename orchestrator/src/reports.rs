@@ -228,6 +228,7 @@ mod view_tests {
             usage: Default::default(),
             worker_id: "w1".into(),
             attempt: 1,
+            resumed_from_step: None,
             started_at: flotilla_protocol::now(),
             finished_at: flotilla_protocol::now(),
             duration_ms: 1,

@@ -32,6 +32,7 @@ mod model_providers;
 mod operations;
 mod readme;
 mod real_models;
+mod resume;
 mod sandbox;
 mod sandbox_hardening;
 mod scale;

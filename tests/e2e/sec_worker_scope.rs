@@ -16,6 +16,10 @@
 //!   report it consolidated, so neither a file for a task that has not
 //!   reported nor an overwritten one of a finished task is served.
 //!
+//! - read or forge the step journal of that task (tool arguments and
+//!   results a resumed attempt would fold): the journal subject carries the
+//!   type, and a tenant may read no journal at all.
+//!
 //! Each attempt is refused, while the same job's `finance` task runs, reports
 //! and has its report file read as before.
 
@@ -118,6 +122,7 @@ fn forged_report(job: JobId, task: TaskId, ty: &SubagentType) -> TaskReport {
         usage: Usage::default(),
         worker_id: "w-evil".into(),
         attempt: 1,
+        resumed_from_step: None,
         started_at: now,
         finished_at: now,
         duration_ms: 1,
@@ -244,6 +249,22 @@ async fn a_worker_credential_cannot_read_beat_report_or_file_for_another_type() 
     }
     let (_, _, err) = get(res_task);
     assert!(err.contains("has not reported yet"), "{err}");
+
+    // 5. Step journals: research's stays unread and unforged, tenants read none.
+    let res_journal = format!("flotilla.journal.research.acme.{job}.{res_task}");
+    let fin_journal = format!("flotilla.journal.finance.acme.{job}.{fin_task}");
+    for filter in [res_journal.clone(), "flotilla.journal.>".into(), format!("flotilla.journal.*.acme.{job}.>")] {
+        let r = crate::sec_roles::open_consumer(&raw_worker, "FLOTILLA_JOURNAL", &filter).await;
+        assert_denied(r, &format!("a finance worker reading journal {filter}"));
+    }
+    assert_denied(publish(&worker, res_journal.clone(), &as_research).await, "forging a research journal step");
+    assert_denied(publish(&worker, format!("{res_journal}.snapshot"), &as_research).await, "forging its snapshot");
+    let raw_client = raw_as(&nats, "client-acme").await;
+    let r = crate::sec_roles::open_consumer(&raw_client, "FLOTILLA_JOURNAL", &fin_journal).await;
+    assert_denied(r, "a tenant reading its task's journal");
+    crate::sec_roles::open_consumer(&raw_worker, "FLOTILLA_JOURNAL", &fin_journal)
+        .await
+        .expect("its own type's journals stay readable");
 
     // The job ends as cancelled, with no forged result anywhere.
     let req = CancelRequest { v: SCHEMA_VERSION, job_id: job, reason: Some("test over".into()) };

@@ -38,6 +38,7 @@ async fn a_newer_workers_report_with_unknown_fields_is_consolidated() {
         usage: Usage::default(),
         worker_id: "w-next".into(),
         attempt: 1,
+        resumed_from_step: None,
         started_at: now,
         finished_at: now,
         duration_ms: 3,

@@ -24,14 +24,16 @@ pub struct TaskInbox {
 }
 
 impl TaskInbox {
-    /// Starts following `task`'s messages. A stream that cannot be read
+    /// Starts following `task`'s messages, past the first `taken` (an
+    /// earlier attempt's subagent read those: they are in its journaled
+    /// conversation, workers/src/journal.rs). A stream that cannot be read
     /// leaves the task without follow-ups (logged), never fails it.
-    pub async fn open(bus: &Bus, task: &TaskMessage) -> Self {
+    pub async fn open(bus: &Bus, task: &TaskMessage, taken: u64) -> Self {
         let opening = std::time::Instant::now();
         match bus.task_messages().follow(&task.tenant, &task.job_id, &task.subagent_type, task.task_id).await {
             Ok(messages) => {
                 tracing::debug!(ms = opening.elapsed().as_millis() as u64, "follow-up inbox opened");
-                Self::over(messages)
+                Self::over(messages.skip(taken as usize))
             }
             Err(e) => {
                 tracing::warn!(error = %e, "follow-up messages of the task cannot be read; it runs without them");

@@ -9,6 +9,7 @@
 //!   sandbox, approvals) and the config checks that building makes.
 //! - [`approval`]: the approval gate of `interrupt_on` tools.
 //! - [`progress`]: a task's progress events.
+//! - [`journal`]: a task's step journal, from which a later attempt resumes.
 //! - [`heartbeat`], [`metrics`]: what the worker tells about itself.
 //! - [`cancel`], [`inbox`]: job cancellations and follow-up messages reaching
 //!   running tasks.
@@ -25,6 +26,7 @@ pub mod approval;
 pub mod cancel;
 pub mod heartbeat;
 pub mod inbox;
+pub mod journal;
 pub mod large_report;
 pub mod mcp_context;
 pub mod mcp_credentials;

@@ -13,13 +13,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use flotilla_agent::agent::{AgentObserver, Conversation};
+use flotilla_agent::agent::{AgentObserver, Conversation, Step};
 use flotilla_agent::model::ToolCall;
 use flotilla_agent::tool::ToolOutcome;
 use flotilla_bus::Bus;
 use flotilla_protocol::ids::{JobId, SubagentType, TaskId, Tenant};
 use flotilla_protocol::{self as protocol, ProgressEvent, ProgressKind, Usage};
 use flotilla_telemetry::metrics::AgentMetrics;
+
+use crate::journal::StepJournal;
 
 /// Progress publisher of one task attempt.
 #[derive(Clone)]
@@ -42,6 +44,8 @@ pub struct ProgressPublisher {
     pub metrics: AgentMetrics,
     /// Streamed text not yet published; shared by clones.
     pub deltas: Arc<tokio::sync::Mutex<DeltaCoalescer>>,
+    /// Where the attempt's completed steps are recorded (journal.rs).
+    pub journal: Arc<StepJournal>,
 }
 
 impl ProgressPublisher {
@@ -117,6 +121,10 @@ impl AgentObserver for ProgressPublisher {
     }
 
     async fn checkpoint(&self, _conversation: &Conversation) {}
+
+    async fn step(&self, step: &Step) {
+        self.journal.step(step).await;
+    }
 }
 
 /// The sandbox's `executed` events are the task's progress events.

@@ -110,7 +110,11 @@ impl SubagentRuntime {
 
     /// Stop-at tools and loop detection of this type's tasks.
     pub fn tool_policy(&self) -> ToolPolicy {
-        ToolPolicy { stop_at_tools: self.config.stop_at_tools.clone(), loop_detection: self.config.loop_detection }
+        ToolPolicy {
+            stop_at_tools: self.config.stop_at_tools.clone(),
+            loop_detection: self.config.loop_detection,
+            idempotent_tools: self.config.idempotent_tools.clone(),
+        }
     }
 
     /// The agent limits of one task.
@@ -164,16 +168,19 @@ fn permissions(ty: &str, config: &SubagentConfig) -> Result<Permissions, Invalid
         .map_err(|e| InvalidKey::new(format!("subagents.{ty}.permissions[{}]", e.rule), e.message))
 }
 
-/// Every `stop_at_tools` entry names one of `tools`: a typo would let a run
-/// go on past the tool meant to end it.
+/// Every `stop_at_tools` and `idempotent_tools` entry names one of `tools`:
+/// a typo would let a run go on past the tool meant to end it, or tell the
+/// model a repeated call is harmless when the tool it meant is not.
 fn check_stop_at_tools(ty: &str, config: &SubagentConfig, tools: &[String]) -> Result<(), InvalidKey> {
-    match config.stop_at_tools.iter().find(|t| !tools.contains(t)) {
-        Some(unknown) => Err(InvalidKey::new(
-            format!("subagents.{ty}.stop_at_tools"),
-            format!("no tool {unknown:?} in this type's tools (tools: {})", tools.join(", ")),
-        )),
-        None => Ok(()),
+    for (key, names) in [("stop_at_tools", &config.stop_at_tools), ("idempotent_tools", &config.idempotent_tools)] {
+        if let Some(unknown) = names.iter().find(|t| !tools.contains(t)) {
+            return Err(InvalidKey::new(
+                format!("subagents.{ty}.{key}"),
+                format!("no tool {unknown:?} in this type's tools (tools: {})", tools.join(", ")),
+            ));
+        }
     }
+    Ok(())
 }
 
 /// The type's `output_schema`, compiled.

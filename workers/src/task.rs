@@ -19,6 +19,7 @@ use tracing::Instrument;
 
 use crate::approval::BusApprovalGate;
 use crate::cancel::CancelWatch;
+use crate::journal::{Record, StepJournal};
 use crate::metrics::{HANDED_BACK, WorkerMetrics};
 use crate::progress::ProgressPublisher;
 use crate::runtime::SubagentRuntime;
@@ -40,6 +41,12 @@ pub struct WorkerContext {
     /// Cancelled jobs; aborts their running subagents.
     pub cancels: Arc<CancelWatch>,
 }
+
+/// What a resumed subagent with a sandbox reads before its next model call:
+/// `/scratch` is per attempt (docs/RELIABILITY.md, "Sandbox state").
+pub const FRESH_SCRATCH: &str = "[worker] This task was interrupted and resumed, possibly on another machine. Your \
+     conversation so far is intact, but the sandbox's /scratch directory is new and empty: files earlier `execute` \
+     calls wrote there are gone. Job files (read_file, write_file) are kept. Recreate what you still need.";
 
 /// What a run came to: the answer, or the error, with the usage spent either way.
 type Outcome = Result<(String, Usage), (ErrorInfo, Usage)>;
@@ -106,14 +113,15 @@ async fn run(
     let outcome = if job_cancelled {
         Err((ErrorInfo::new(ErrorKind::Cancelled, cancelled_before_start(&ctx, &task)), Default::default()))
     } else {
-        let run = Subagent { ctx: &ctx, rt: &rt, task: &task, progress: &progress, cancel: &cancel };
+        let run = Subagent { ctx: &ctx, rt: &rt, task: &task, progress: &progress, cancel: &cancel, attempt };
         run.run(started_at, traceparent.as_deref()).await
     };
     keepalive.abort();
-    if handed_back(&ctx, &rt, &delivery, &outcome, attempt).await {
+    if handed_back(&ctx, &rt, &delivery, &progress.journal, &outcome, attempt).await {
         return;
     }
-    let report = report(&ctx, &rt, &task, outcome, attempt, started_at, started).await;
+    let mut report = report(&ctx, &rt, &task, outcome, attempt, started_at, started).await;
+    report.resumed_from_step = progress.journal.resumed_from();
     progress.flush_deltas().await;
     progress.emit(ProgressKind::Finished { status: report.status, usage: report.usage }).await;
     store_report_and_ack(&ctx, &rt, &delivery, &task, &report, traceparent.as_deref(), started).await;
@@ -131,6 +139,7 @@ fn progress_publisher(ctx: &WorkerContext, task: &TaskMessage, attempt: u32) -> 
         attempt,
         metrics: ctx.metrics.agent.clone(),
         deltas: Default::default(),
+        journal: Arc::new(StepJournal::new(&ctx.bus, task, attempt)),
     }
 }
 
@@ -141,6 +150,7 @@ struct Subagent<'a> {
     task: &'a TaskMessage,
     progress: &'a ProgressPublisher,
     cancel: &'a CancellationToken,
+    attempt: u32,
 }
 
 impl Subagent<'_> {
@@ -171,6 +181,24 @@ impl Subagent<'_> {
             output: rt.output_schema.clone(),
         };
         let mut conv = Conversation::new(&system, &task.description);
+        // An attempt after the first continues where the last one stopped.
+        if self.attempt > 1
+            && let Some(resume) = self.progress.journal.resume(conv.clone()).await
+        {
+            conv = resume.conversation;
+            if rt.sandbox.is_some() && conv.final_answer().is_none() {
+                conv.note = Some(FRESH_SCRATCH.into());
+            }
+            tracing::info!(from_step = conv.steps, reason = %resume.reason, interrupted = resume.interrupted, "task resumed from its journal");
+            self.progress.deltas.lock().await.step = conv.steps + 1;
+            self.progress
+                .emit(ProgressKind::Resumed {
+                    from_step: conv.steps,
+                    reason: resume.reason,
+                    interrupted_calls: resume.interrupted as u32,
+                })
+                .await;
+        }
         // The task's sandbox scratch dir lives exactly as long as this run.
         let scratch = match &rt.sandbox {
             Some(s) => s
@@ -181,7 +209,7 @@ impl Subagent<'_> {
             None => None,
         };
         // Follow-up messages (`message_task`) reach the subagent before its next model call.
-        let inbox = crate::inbox::TaskInbox::open(&ctx.bus, task).await;
+        let inbox = crate::inbox::TaskInbox::open(&ctx.bus, task, conv.inbox_taken).await;
         let gate =
             BusApprovalGate::new(ctx.bus.clone(), rt.approvals.clone(), self.progress.clone(), task.tenant.clone());
         let run_ctx = RunContext {
@@ -209,12 +237,15 @@ async fn handed_back(
     ctx: &WorkerContext,
     rt: &SubagentRuntime,
     delivery: &TaskDelivery,
+    journal: &StepJournal,
     outcome: &Outcome,
     attempt: u32,
 ) -> bool {
     if ctx.hand_back.is_cancelled() {
-        // Not the task's fault: the drain grace ran out; hand it to another worker.
+        // Not the task's fault: the drain grace ran out; hand it to another
+        // worker, which resumes it from its journal.
         tracing::info!("worker stopping: task handed back");
+        journal.mark(Record::HandedBack { reason: "drained".into() }).await;
         ctx.metrics.task_ended(&rt.ty, HANDED_BACK, None);
         let _ = delivery.hand_back(None).await;
         return true;
@@ -227,6 +258,7 @@ async fn handed_back(
         if i64::from(attempt) < ctx.bus.config.max_deliver {
             let delay = Backoff::nth(Duration::from_secs(1), Duration::from_secs(60), attempt.saturating_sub(1));
             tracing::warn!(error = %e, ?delay, "transient failure; task handed back for another attempt");
+            journal.mark(Record::HandedBack { reason: "transient_error".into() }).await;
             let _ = delivery.hand_back(Some(delay)).await;
             return true;
         }
@@ -270,6 +302,7 @@ async fn report(
         usage,
         worker_id: ctx.worker_id.clone(),
         attempt,
+        resumed_from_step: None,
         started_at,
         finished_at: protocol::now(),
         duration_ms: started.elapsed().as_millis() as u64,
@@ -309,8 +342,14 @@ async fn store_report_and_ack(
     }
 }
 
-/// Sends in-progress acks (and heartbeat events) at a third of `ack_wait`, so
-/// long model and tool calls keep the task while a dead worker loses it fast.
+/// The shortest time between two `heartbeat` progress events of a task: the
+/// in-progress acks go more often (a third of `ack_wait`), but a watcher
+/// needs no more than this to know the task is alive.
+const HEARTBEAT_EVENT_EVERY: Duration = Duration::from_secs(10);
+
+/// Sends in-progress acks at a third of `ack_wait`, so long model and tool
+/// calls keep the task while a dead worker loses it fast, and a heartbeat
+/// event at most every [`HEARTBEAT_EVENT_EVERY`].
 fn keep_alive(
     ctx: &WorkerContext,
     delivery: &TaskDelivery,
@@ -322,6 +361,7 @@ fn keep_alive(
     let progress = progress.clone();
     tokio::spawn(async move {
         let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+        let mut beat = Instant::now();
         loop {
             tokio::select! {
                 _ = tick.tick() => {}
@@ -330,7 +370,10 @@ fn keep_alive(
             if let Err(e) = delivery.progress().await {
                 tracing::warn!(error = %e, "in-progress ack failed");
             }
-            progress.emit(ProgressKind::Heartbeat).await;
+            if beat.elapsed() + every / 2 >= HEARTBEAT_EVENT_EVERY {
+                beat = Instant::now();
+                progress.emit(ProgressKind::Heartbeat).await;
+            }
         }
     })
     .abort_handle()

@@ -19,8 +19,11 @@ use crate::task::{self, WorkerContext};
 /// How long a pull waits for a task before asking again.
 const PULL_EXPIRES: Duration = Duration::from_secs(5);
 
-/// How long handed-back tasks get to send their naks once the grace is over.
-const HAND_BACK_WAIT: Duration = Duration::from_secs(10);
+/// How long handed-back tasks get to store their journal marker and send
+/// their naks once the grace is over: the process exits within grace + this.
+/// One that misses it is redelivered after `ack_wait` and still resumes
+/// from its journal.
+const HAND_BACK_WAIT: Duration = Duration::from_secs(2);
 
 /// Runs until `ctx.shutdown` fires, then drains: no more pulls, running tasks
 /// get up to `grace` to finish, and whatever still runs is handed back.

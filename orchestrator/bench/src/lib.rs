@@ -22,9 +22,13 @@
 //!   named in `--only`, since it takes minutes.
 //! - `load`: many concurrent jobs, then listing against a long history
 //!   ([`load`]); only when named in `--only`.
+//! - `resume`: the step journal's size and cost per step, and how soon a
+//!   SIGKILLed worker's tasks resume elsewhere ([`resume`]); only when named
+//!   in `--only`, since its takeovers wait for `ack_wait`.
 
 mod load;
 pub mod mcp;
+mod resume;
 mod scale;
 mod setup;
 
@@ -113,6 +117,9 @@ pub async fn run(args: &Options) -> anyhow::Result<Vec<Row>> {
     }
     if args.only.iter().any(|o| o == "scale") {
         rows.extend(scale::measure(&args.scale_sizes).await?);
+    }
+    if args.only.iter().any(|o| o == "resume") {
+        rows.extend(resume::measure().await?);
     }
     if args.only.iter().any(|o| o == "load") {
         rows.extend(load::measure(args.load_jobs, args.load_tasks, args.load_rounds, &args.load_history).await?);

@@ -32,6 +32,11 @@ args = '''{"subagent_type": "finance", "description": {{ ("Compute the gross mar
 content = "{% for r in last %}{{ r.value }} {% endfor %}"
 "#;
 
+/// The bench's planner script, each model call taking `latency_ms`.
+pub fn planner(latency_ms: u64) -> String {
+    PLANNER.replace("{latency}", &latency_ms.to_string())
+}
+
 /// `n` regions in the demo's job format.
 pub fn regions(n: usize) -> String {
     let parts: Vec<String> = (0..n).map(|i| format!("r{i}: revenue {}, cost {}", 100 + i, 50 + i)).collect();
@@ -44,11 +49,16 @@ pub fn regions(n: usize) -> String {
 /// with `slots` concurrency. `extra` is raw TOML after `[planner] model`:
 /// further planner keys, then any other tables.
 pub fn config(url: &str, planner: &str, latency_ms: u64, slots: usize, extra: &str) -> TestConfig {
+    config_with(url, planner, &flotilla_testkit::scripts::finance_margin(latency_ms), slots, extra)
+}
+
+/// [`config`] with the `finance` model playing `finance`.
+pub fn config_with(url: &str, planner: &str, finance: &str, slots: usize, extra: &str) -> TestConfig {
     let nats = NatsConfig::default();
     let mut c = TestConfig::new(url);
     c.nats(nats.ack_wait, nats.max_deliver);
     c.scripted_model("planner", planner);
-    c.scripted_model("finance", &flotilla_testkit::scripts::finance_margin(latency_ms));
+    c.scripted_model("finance", finance);
     c.section(&format!(
         r#"[planner]
 model = "planner"
@@ -82,7 +92,7 @@ impl Rig {
     /// Starts nats-server, an orchestrator and `workers` workers with
     /// `slots` concurrency, every model call taking `latency_ms`.
     pub async fn start(workers: usize, slots: usize, latency_ms: u64) -> anyhow::Result<Self> {
-        let planner = PLANNER.replace("{latency}", &latency_ms.to_string());
+        let planner = planner(latency_ms);
         let tenants = r#"# One tenant measured alone: its quotas must not be what the bench measures.
 [tenants]
 max_running_jobs = 1000
@@ -193,6 +203,26 @@ api_burst = 1000000
     pub fn logs(&self) -> String {
         let procs = self.d.orchestrator.iter().chain(&self.d.workers);
         procs.map(|p| p.log_path().display().to_string()).collect::<Vec<_>>().join(", ")
+    }
+
+    /// Starts one more worker called `name` and waits until it pulls.
+    pub async fn add_worker(&mut self, name: &str) -> anyhow::Result<()> {
+        let ty = flotilla_protocol::ids::SubagentType::new("finance")?;
+        let before = self.d.bus.tasks().depth(&ty).await.map(|d| d.waiting).unwrap_or(0);
+        self.d.add_worker(name);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !self.d.bus.tasks().depth(&ty).await.is_ok_and(|d| d.waiting > before) {
+            anyhow::ensure!(Instant::now() < deadline, "worker {name} did not start; logs: {}", self.logs());
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Ok(())
+    }
+
+    /// SIGKILLs the worker called `name`.
+    pub fn kill_worker(&mut self, name: &str) -> anyhow::Result<()> {
+        let w = self.d.workers.iter_mut().find(|p| p.name == name).with_context(|| format!("no {name}"))?;
+        w.kill();
+        Ok(())
     }
 
     /// Kills every process and removes the temp dirs.

@@ -552,6 +552,7 @@ impl Dispatcher {
                     entry.usage = r.usage;
                     entry.worker_id = Some(r.worker_id.clone());
                     entry.attempt = r.attempt;
+                    entry.resumed_from_step = r.resumed_from_step;
                     entry.duration_ms = r.duration_ms;
                     entry.started_at = Some(r.started_at);
                     entry.finished_at = Some(r.finished_at);
@@ -704,6 +705,7 @@ mod tests {
             usage: Usage { input_tokens, model_calls: 1, ..Usage::default() },
             worker_id: "w-1".into(),
             attempt: 1,
+            resumed_from_step: None,
             started_at: protocol::now(),
             finished_at: protocol::now(),
             duration_ms: 5,

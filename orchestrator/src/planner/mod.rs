@@ -47,6 +47,8 @@ pub struct Planner {
     async_tasks: Arc<async_tasks::AsyncTasks>,
     /// Task dispatch, whose per-tenant places a stopped planner gives back.
     dispatcher: Dispatcher,
+    /// Subagent step journals, purged when their job ends (docs/RELIABILITY.md).
+    journal: flotilla_bus::Journal,
 }
 
 impl Planner {
@@ -84,6 +86,7 @@ impl Planner {
         .with_report_tokens(config.report_tokens as usize)
         .with_tenants(settings.tenants.clone());
         tools.add(Arc::new(TaskTool { dispatcher: dispatcher.clone() }), "planner")?;
+        let journal = bus.journal();
         let async_tasks = async_tasks::AsyncTasks::new(dispatcher.clone(), bus, cancelled.clone());
         async_tasks.register(&mut tools)?;
         tools.add(
@@ -119,6 +122,7 @@ impl Planner {
             system_prompt,
             async_tasks,
             dispatcher,
+            journal,
         })
     }
 
@@ -254,8 +258,23 @@ impl Planner {
         }
         tracing::info!(job_id = %id, status = status.as_str(), "job finished");
         self.jobs.emit(id, kind).await;
+        self.forget_journals(id).await;
         self.jobs.release(&id);
         self.checkpoints.remove(&id).await;
+    }
+
+    /// Purges the step journals of an ended job's tasks, off the job's path:
+    /// a journal left behind is only storage, which the stream's age limit
+    /// reclaims.
+    async fn forget_journals(&self, id: JobId) {
+        let Ok(tenant) = self.jobs.read(&id, |r| r.tenant.clone()).await else { return };
+        let journal = self.journal.clone();
+        tokio::spawn(async move {
+            match journal.purge_job(&tenant, &id).await {
+                Ok(n) => tracing::debug!(job_id = %id, entries = n, "step journals purged"),
+                Err(e) => tracing::warn!(job_id = %id, error = %e, "step journals not purged; they expire"),
+            }
+        });
     }
 
     /// Ends a job whose todo list or header no longer fits the jobs bucket
@@ -307,7 +326,7 @@ impl Planner {
                     prompt: self.config.compaction_prompt.clone(),
                 }),
             },
-            policy: ToolPolicy { stop_at_tools: Vec::new(), loop_detection: self.config.loop_detection },
+            policy: ToolPolicy { loop_detection: self.config.loop_detection, ..Default::default() },
             output: None,
         };
         let mut conv = match self.checkpoints.load::<Conversation>(&rec.id).await {

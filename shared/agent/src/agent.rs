@@ -29,10 +29,12 @@ use flotilla_protocol::{ErrorInfo, ErrorKind, Usage};
 
 pub mod compaction;
 pub mod output_schema;
+pub mod steps;
 pub mod tool_policy;
 
 pub use compaction::ContextBudget;
 pub use output_schema::OutputSchema;
+pub use steps::Step;
 pub use tool_policy::ToolPolicy;
 
 /// Limits of one agent run.
@@ -63,6 +65,22 @@ pub struct Conversation {
     /// `messages`.
     #[serde(default)]
     pub compacted_turns: u32,
+    /// Follow-up messages taken so far ([`Inbox`]), compacted ones included.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub inbox_taken: u64,
+    /// Call ids of the last turn that may have started before an earlier
+    /// attempt stopped ([`steps`]): run again, their results say so.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub interrupted: Vec<String>,
+    /// A note for the model, added as a user message before the next model
+    /// call (after any pending tool calls ran): what a resumed run should
+    /// know that its conversation does not say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl Conversation {
@@ -73,12 +91,15 @@ impl Conversation {
             usage: Usage::default(),
             steps: 0,
             compacted_turns: 0,
+            inbox_taken: 0,
+            interrupted: Vec::new(),
+            note: None,
         }
     }
 
     /// The answer the conversation ends with: a last model turn of text
     /// and no tool calls.
-    fn final_answer(&self) -> Option<String> {
+    pub fn final_answer(&self) -> Option<String> {
         match self.messages.last() {
             Some(ChatMessage::Assistant { content: Some(text), tool_calls }) if tool_calls.is_empty() => {
                 Some(text.clone())
@@ -87,12 +108,30 @@ impl Conversation {
         }
     }
 
-    /// Tool calls of the last model turn that have no results yet.
+    /// Tool calls of the last model turn that have no results yet (a
+    /// resumed turn may have some of its results already).
     fn pending_calls(&self) -> Vec<ToolCall> {
-        match self.messages.last() {
-            Some(ChatMessage::Assistant { tool_calls, .. }) => tool_calls.clone(),
-            _ => Vec::new(),
+        let Some((calls, results)) = self.last_turn() else { return Vec::new() };
+        calls.iter().filter(|c| !results.iter().any(|r| tool_call_id(r) == Some(c.id.as_str()))).cloned().collect()
+    }
+
+    /// The last model turn's calls and the tool results after it, when
+    /// nothing but tool results follows it.
+    fn last_turn(&self) -> Option<(&[ToolCall], &[ChatMessage])> {
+        let at = self.messages.iter().rposition(|m| !matches!(m, ChatMessage::Tool { .. }))?;
+        match &self.messages[at] {
+            ChatMessage::Assistant { tool_calls, .. } if !tool_calls.is_empty() => {
+                Some((tool_calls, &self.messages[at + 1..]))
+            }
+            _ => None,
         }
+    }
+}
+
+fn tool_call_id(m: &ChatMessage) -> Option<&str> {
+    match m {
+        ChatMessage::Tool { tool_call_id, .. } => Some(tool_call_id),
+        _ => None,
     }
 }
 
@@ -112,6 +151,11 @@ pub trait AgentObserver: Send + Sync {
     /// The conversation changed (after a model turn, after its tool results,
     /// after inbox messages were added, after a compaction).
     async fn checkpoint(&self, _conversation: &Conversation) {}
+    /// A step completed ([`steps`]); the loop waits for this before it acts
+    /// on the step, so an observer that makes it durable (a worker's step
+    /// journal) lets a later attempt resume after it. The turn that answers
+    /// is handed over like any other.
+    async fn step(&self, _step: &Step) {}
     /// Older turns were replaced by a summary: the request measured
     /// `before_tokens` and now measures `after_tokens` (o200k_base, the whole
     /// request); `usage` is the compaction call's, already added to the
@@ -212,19 +256,30 @@ impl Agent {
         // before the answer was recorded elsewhere) resumes to that answer:
         // the model is not asked, and billed, again. Follow-ups that arrived
         // since still get their turn.
-        if let Some(answer) = conv.final_answer().filter(|_| self.output.is_none()) {
-            if !take_inbox(conv, ctx) {
-                return Ok(answer);
+        if let Some(answer) = conv.final_answer() {
+            match &self.output {
+                None => {
+                    if !take_inbox(conv, ctx, observer).await {
+                        return Ok(answer);
+                    }
+                    observer.checkpoint(conv).await;
+                }
+                Some(schema) => {
+                    if let Some(valid) = self.checked(schema, &answer, conv, observer).await? {
+                        return Ok(valid);
+                    }
+                }
             }
-            observer.checkpoint(conv).await;
         }
         loop {
             let pending = conv.pending_calls();
             if !pending.is_empty() {
-                let (results, ran) = self.run_calls(&pending, &conv.messages, conv.steps, ctx, observer).await?;
+                let (results, ran) = self.run_calls(&pending, conv, ctx, observer).await?;
                 conv.usage.tool_calls += ran;
-                let answer = self.stop_answer(&pending, &results);
                 conv.messages.extend(results);
+                conv.interrupted.clear();
+                conv.order_last_results();
+                let answer = conv.last_turn().and_then(|(calls, results)| self.stop_answer(calls, results));
                 observer.checkpoint(conv).await;
                 match answer {
                     Some(answer) => return Ok(answer),
@@ -240,11 +295,20 @@ impl Agent {
             if let Some(max) = self.limits.max_tokens.filter(|m| conv.usage.total_tokens() >= *m) {
                 return Err(ErrorInfo::new(ErrorKind::Limit, format!("token budget of {max} exhausted")));
             }
-            if take_inbox(conv, ctx) {
+            if let Some(content) = conv.note.take() {
+                let step = Step::Note { content };
+                observer.step(&step).await;
+                conv.apply(step);
+            }
+            if take_inbox(conv, ctx, observer).await {
                 observer.checkpoint(conv).await;
             }
             if let Some(budget) = &self.limits.context {
+                let compacted = conv.compacted_turns;
                 compaction::fit(self.model.as_ref(), budget, conv, &specs, ctx, observer).await?;
+                if conv.compacted_turns != compacted {
+                    observer.step(&Step::Snapshot { conversation: Box::new(conv.clone()) }).await;
+                }
             }
             let started = Instant::now();
             let request = ModelRequest {
@@ -261,15 +325,14 @@ impl Agent {
             observer.model_called(conv.steps, response.usage, started.elapsed()).await;
             let done = response.tool_calls.is_empty();
             let answer = response.content.clone().unwrap_or_default();
-            conv.messages.push(ChatMessage::Assistant { content: response.content, tool_calls: response.tool_calls });
+            let message = ChatMessage::Assistant { content: response.content, tool_calls: response.tool_calls };
+            observer.step(&Step::Turn { message: message.clone(), usage: response.usage }).await;
+            conv.messages.push(message);
             if done && let Some(schema) = &self.output {
-                match schema.check(&answer, &conv.messages) {
-                    output_schema::Checked::Valid(value) => return Ok(value.to_string()),
-                    output_schema::Checked::Repair(content) => conv.messages.push(ChatMessage::User { content }),
-                    output_schema::Checked::Invalid(e) => return Err(ErrorInfo::new(ErrorKind::Validation, e)),
+                match self.checked(schema, &answer, conv, observer).await? {
+                    Some(valid) => return Ok(valid),
+                    None => continue,
                 }
-                observer.checkpoint(conv).await;
-                continue;
             }
             observer.checkpoint(conv).await;
             if done {
@@ -287,11 +350,11 @@ impl Agent {
     async fn run_calls(
         &self,
         calls: &[ToolCall],
-        messages: &[ChatMessage],
-        step: u32,
+        conv: &Conversation,
         ctx: &RunContext,
         observer: &dyn AgentObserver,
     ) -> Result<(Vec<ChatMessage>, u64), ErrorInfo> {
+        let (messages, step) = (&conv.messages, conv.steps);
         let mut verdicts = Vec::with_capacity(calls.len());
         for call in calls {
             match self.policy.judge(messages, call, |name| self.tools.repeatable(name)) {
@@ -302,12 +365,14 @@ impl Agent {
         let ran = verdicts.iter().filter(|v| **v == tool_policy::Verdict::Run).count() as u64;
         let runs = calls.iter().zip(verdicts).map(|(call, verdict)| async move {
             if let tool_policy::Verdict::Repeat { earlier } = verdict {
-                return ChatMessage::Tool {
+                let message = ChatMessage::Tool {
                     tool_call_id: call.id.clone(),
                     name: call.name.clone(),
                     content: tool_policy::repeat_text(&earlier),
                     is_error: false,
                 };
+                observer.step(&Step::ToolResult { message: message.clone(), ran: false }).await;
+                return message;
             }
             observer.tool_started(call).await;
             let tool_ctx = ToolContext {
@@ -326,12 +391,24 @@ impl Agent {
             };
             let outcome = self.tools.invoke(&tool_ctx, &call.name, &call.arguments).await;
             observer.tool_finished(call, &outcome).await;
-            ChatMessage::Tool {
+            let mut content = outcome.to_model_text();
+            if conv.interrupted.contains(&call.id) && !self.policy.idempotent(&call.name) {
+                content = steps::with_interrupted_note(&content);
+            }
+            let message = ChatMessage::Tool {
                 tool_call_id: call.id.clone(),
                 name: call.name.clone(),
-                content: outcome.to_model_text(),
+                content,
                 is_error: outcome.result.is_err(),
+            };
+            // A call cut short because the run itself stops (cancel, drain)
+            // did not complete: it is not a step, and runs again on resume.
+            let cut_short = ctx.cancel.is_cancelled()
+                && outcome.result.as_ref().err().is_some_and(|e| e.kind == ErrorKind::Cancelled);
+            if !cut_short {
+                observer.step(&Step::ToolResult { message: message.clone(), ran: true }).await;
             }
+            message
         });
         Ok((futures::future::join_all(runs).await, ran))
     }
@@ -341,15 +418,38 @@ impl Agent {
     fn stop_answer(&self, calls: &[ToolCall], results: &[ChatMessage]) -> Option<String> {
         let answers: Vec<&str> = calls
             .iter()
-            .zip(results)
-            .filter_map(|(call, result)| match result {
-                ChatMessage::Tool { content, is_error: false, .. } if self.policy.stops_at(&call.name) => {
-                    Some(content.as_str())
-                }
-                _ => None,
+            .filter(|call| self.policy.stops_at(&call.name))
+            .filter_map(|call| {
+                results.iter().find_map(|r| match r {
+                    ChatMessage::Tool { tool_call_id, content, is_error: false, .. } if *tool_call_id == call.id => {
+                        Some(content.as_str())
+                    }
+                    _ => None,
+                })
             })
             .collect();
         (!answers.is_empty()).then(|| answers.join("\n"))
+    }
+
+    /// Checks a final answer against the output schema: the valid answer,
+    /// or `None` after adding the repair prompt for another turn.
+    async fn checked(
+        &self,
+        schema: &OutputSchema,
+        answer: &str,
+        conv: &mut Conversation,
+        observer: &dyn AgentObserver,
+    ) -> Result<Option<String>, ErrorInfo> {
+        match schema.check(answer, &conv.messages) {
+            output_schema::Checked::Valid(value) => Ok(Some(value.to_string())),
+            output_schema::Checked::Repair(content) => {
+                observer.step(&Step::Note { content: content.clone() }).await;
+                conv.messages.push(ChatMessage::User { content });
+                observer.checkpoint(conv).await;
+                Ok(None)
+            }
+            output_schema::Checked::Invalid(e) => Err(ErrorInfo::new(ErrorKind::Validation, e)),
+        }
     }
 }
 
@@ -363,13 +463,18 @@ impl DeltaSink for ObserverDeltas<'_> {
     }
 }
 
-/// Adds the inbox's waiting messages as user messages; whether there were any.
-fn take_inbox(conv: &mut Conversation, ctx: &RunContext) -> bool {
+/// Adds the inbox's waiting messages as user messages (a step); whether
+/// there were any.
+async fn take_inbox(conv: &mut Conversation, ctx: &RunContext, observer: &dyn AgentObserver) -> bool {
     let Some(inbox) = &ctx.inbox else { return false };
-    let waiting = inbox.take();
-    let any = !waiting.is_empty();
-    conv.messages.extend(waiting.into_iter().map(|content| ChatMessage::User { content }));
-    any
+    let messages = inbox.take();
+    if messages.is_empty() {
+        return false;
+    }
+    let step = Step::Inbox { messages };
+    observer.step(&step).await;
+    conv.apply(step);
+    true
 }
 
 /// A failed model call as the run's error: reports and job records get a

@@ -14,6 +14,7 @@
 //! | `FLOTILLA_REPORTS`         | stream, limits 7 d   | `flotilla.job.*.*.report.*`            | [`ReportStream`]: publish, stored report of a task, follow (`reports.rs`) |
 //! | `FLOTILLA_EVENTS`          | stream, limits 24 h  | `flotilla.job.*.*.event`, `.progress.*`| [`Bus::publish_event`]; [`EventStream`]: follow a filter with its stored count (`events.rs`) |
 //! | `FLOTILLA_MESSAGES`        | stream, limits 7 d   | `flotilla.job.*.*.message.*`           | [`TaskMessages`]: publish, follow one task's (`task_messages.rs`) |
+//! | `FLOTILLA_JOURNAL`         | stream, limits 7 d, direct get | `flotilla.journal.<type>.<tenant>.<job>.<task>[.snapshot]` | [`Journal`]: append, read (last snapshot + entries after it), purge a job's (`journal.rs`) |
 //! | `FLOTILLA_DEADLETTER`      | stream, limits 30 d  | `flotilla.deadletter.>` + reason header | [`Bus::dead_letter`] (`dead_letters.rs`) |
 //! | `FLOTILLA_AUDIT`           | stream               | `flotilla.audit.<tenant>.<job>`        | [`audit::BusAuditSink`], [`audit::read`] (`audit.rs`) |
 //! | `flotilla_jobs`            | KV bucket            | job headers and one key per task       | [`JobRecords`]: entry, create, update (by revision), keys by filter (`job_records.rs`); the orchestrator's job store writes them |
@@ -48,6 +49,7 @@ mod files;
 mod history_seed;
 mod job_index;
 mod job_records;
+mod journal;
 mod leases;
 mod mcp_tokens;
 pub mod probe;
@@ -66,6 +68,7 @@ pub use events::{EventStream, RawEvent};
 pub use history_seed::seed_finished_jobs;
 pub use job_index::{Indexed, JobIndex, RecentEntries, index_filter, index_key};
 pub use job_records::{Cas, JobRecords, keys as job_keys};
+pub use journal::{Appended, Journal, JournalKey, JournalRead, Stored};
 pub use leases::{Lease, Leases};
 pub use mcp_tokens::McpTokens;
 pub use reports::ReportStream;
@@ -333,6 +336,7 @@ impl Bus {
                 ..self.client_consumer_limits()
             },
             task_messages::stream_config(s),
+            journal::stream_config(s),
             stream::Config {
                 name: s.dead_letter_stream(),
                 subjects: vec![s.all_dead_letters()],
@@ -389,8 +393,8 @@ impl Bus {
     async fn await_topology(&self) -> Result<(), BusError> {
         let deadline = tokio::time::Instant::now() + TOPOLOGY_BUDGET;
         let files = format!("OBJ_{}", self.subjects.files_bucket());
-        for name in [self.subjects.tasks_stream(), self.subjects.reports_stream(), self.subjects.audit_stream(), files]
-        {
+        let s = &self.subjects;
+        for name in [s.tasks_stream(), s.reports_stream(), s.audit_stream(), s.journal_stream(), files] {
             let mut logged = false;
             let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(2));
             loop {

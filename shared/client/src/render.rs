@@ -108,6 +108,13 @@ pub fn event(e: &Event) -> String {
             let ts = time_ms(p.at);
             let what = match &p.kind {
                 ProgressKind::Started => format!("started on {} (attempt {})", p.worker_id, p.attempt),
+                ProgressKind::Resumed { from_step, reason, interrupted_calls } => {
+                    let again = match interrupted_calls {
+                        0 => String::new(),
+                        n => format!("; {n} interrupted tool call(s) run again"),
+                    };
+                    format!("resumed after step {from_step} from its journal ({reason}){again}")
+                }
                 ProgressKind::ModelCall { step, usage, latency_ms } => format!(
                     "model step {step}: {} in / {} out tokens, {latency_ms} ms",
                     usage.input_tokens, usage.output_tokens

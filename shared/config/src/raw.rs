@@ -44,8 +44,9 @@ pub struct NatsConfig {
     pub url: String,
     /// Prefix of every subject, stream and bucket.
     pub prefix: String,
-    /// Seconds a worker may go silent before JetStream redelivers its task.
-    /// Workers send in-progress acks at a third of this.
+    /// Seconds a worker may go silent before JetStream redelivers its task
+    /// (a killed worker's task resumes elsewhere this soon, docs/RELIABILITY.md
+    /// "Takeover"). Workers send in-progress acks at a third of this.
     pub ack_wait: u64,
     /// Deliveries of a task before it is dead-lettered.
     pub max_deliver: i64,
@@ -74,7 +75,7 @@ impl Default for NatsConfig {
         Self {
             url: "nats://127.0.0.1:4222".into(),
             prefix: "flotilla".into(),
-            ack_wait: 30,
+            ack_wait: 6,
             max_deliver: 5,
             replicas: 1,
             inbox_prefix: "_INBOX".into(),
@@ -327,6 +328,12 @@ pub struct SubagentConfig {
     /// loop detection").
     #[serde(default)]
     pub stop_at_tools: Vec<String>,
+    /// Tools (final names) that may run twice to the effect of once: a call
+    /// an earlier attempt may have started runs again on resume without the
+    /// note that it may already have taken effect (docs/RELIABILITY.md,
+    /// "Step journal").
+    #[serde(default)]
+    pub idempotent_tools: Vec<String>,
     /// Catch the model repeating a call (same section of docs/TOOLS.md).
     #[serde(default = "default_true")]
     pub loop_detection: bool,

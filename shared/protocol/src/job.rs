@@ -179,6 +179,9 @@ pub struct TaskEntry {
     /// Delivery attempt of the consolidated report.
     #[serde(default)]
     pub attempt: u32,
+    /// Model turns that attempt took over from earlier ones (step journal).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resumed_from_step: Option<u32>,
     /// Subagent wall time.
     #[serde(default)]
     pub duration_ms: u64,
@@ -230,6 +233,7 @@ impl TaskEntry {
             usage: crate::Usage::default(),
             worker_id: None,
             attempt: 0,
+            resumed_from_step: None,
             duration_ms: 0,
             dispatched_at: Some(crate::now()),
             started_at: None,

@@ -173,7 +173,7 @@ pub fn encode<T: Message>(msg: &T) -> Vec<u8> {
 }
 
 /// Serde helper for the `v` field: always written as [`SCHEMA_VERSION`].
-pub(crate) fn schema_version() -> u32 {
+pub fn schema_version() -> u32 {
     SCHEMA_VERSION
 }
 

@@ -37,6 +37,21 @@ pub struct ProgressEvent {
 pub enum ProgressKind {
     /// A worker took the task.
     Started,
+    /// An attempt after the first continues where an earlier one stopped,
+    /// from its step journal (docs/RELIABILITY.md): right after `started`.
+    Resumed {
+        /// Model turns already completed, none of which is asked again;
+        /// the next `model_call` is step `from_step + 1`.
+        from_step: u32,
+        /// Why the earlier attempt stopped: `worker_lost` (it went silent
+        /// past `ack_wait`), `drained` (its worker stopped and the grace ran
+        /// out), `transient_error` (handed back to retry).
+        reason: String,
+        /// Tool calls that had started with no recorded result: they run
+        /// again, with the same idempotency key.
+        #[serde(default, skip_serializing_if = "is_zero_u32")]
+        interrupted_calls: u32,
+    },
     /// A model round trip finished.
     ModelCall {
         /// Agent step, from 1.
@@ -134,6 +149,10 @@ pub enum ProgressKind {
 }
 
 fn is_zero(x: &u64) -> bool {
+    *x == 0
+}
+
+fn is_zero_u32(x: &u32) -> bool {
     *x == 0
 }
 

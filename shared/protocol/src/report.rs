@@ -63,6 +63,10 @@ pub struct TaskReport {
     pub worker_id: String,
     /// JetStream delivery attempt that produced this report, from 1.
     pub attempt: u32,
+    /// Model turns this attempt took over from earlier ones through the
+    /// task's step journal (docs/RELIABILITY.md); `None` when it did not resume.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resumed_from_step: Option<u32>,
     /// When the subagent started.
     #[serde(with = "time::serde::rfc3339")]
     pub started_at: OffsetDateTime,

@@ -97,6 +97,20 @@ impl Subjects {
     pub fn all_task_messages(&self) -> String {
         format!("{}.job.*.*.message.*.*", self.prefix)
     }
+    /// `<p>.journal.<type>.<tenant>.<job>.<task>`: the step journal of a
+    /// subagent task (its snapshot: the same plus `.snapshot`), readable and
+    /// writable by workers of `ty` only (docs/RELIABILITY.md).
+    pub fn journal(&self, ty: &SubagentType, tenant: &Tenant, job: &JobId, task: &TaskId) -> String {
+        format!("{}.journal.{ty}.{tenant}.{job}.{task}", self.prefix)
+    }
+    /// `<p>.journal.*.<tenant>.<job>.>`: the journals of one job's tasks.
+    pub fn journals_of_job(&self, tenant: &Tenant, job: &JobId) -> String {
+        format!("{}.journal.*.{tenant}.{job}.>", self.prefix)
+    }
+    /// `<p>.journal.>`: every step journal (the journal stream).
+    pub fn all_journals(&self) -> String {
+        format!("{}.journal.>", self.prefix)
+    }
     /// `<p>.job.<tenant>.<job>.>`: everything about one job.
     pub fn job_all(&self, tenant: &Tenant, job: &JobId) -> String {
         format!("{}.job.{tenant}.{job}.>", self.prefix)
@@ -210,6 +224,10 @@ impl Subjects {
     /// retention): a message sent before the worker subscribed is replayed.
     pub fn task_messages_stream(&self) -> String {
         format!("{}_MESSAGES", self.upper())
+    }
+    /// JetStream stream of subagent step journals (resume after a crash).
+    pub fn journal_stream(&self) -> String {
+        format!("{}_JOURNAL", self.upper())
     }
     /// JetStream stream of job events and progress (replay for `watch`).
     pub fn events_stream(&self) -> String {

@@ -98,7 +98,7 @@ async fn serve(mut conn: tokio::net::TcpStream, answer: Answer, seen: Arc<Mutex<
 }
 
 /// Reads one HTTP/1.1 request; returns its JSON body.
-async fn read_request(conn: &mut tokio::net::TcpStream) -> Option<Value> {
+pub(crate) async fn read_request(conn: &mut tokio::net::TcpStream) -> Option<Value> {
     let mut buf = Vec::new();
     let mut chunk = [0u8; 8192];
     let split = loop {

@@ -257,6 +257,10 @@ impl LiveView {
                         line.worker = p.worker_id.clone();
                         line.bar.reset_elapsed();
                     }
+                    ProgressKind::Resumed { from_step, .. } => {
+                        line.steps = *from_step;
+                        line.worker = format!("{} (resumed)", p.worker_id);
+                    }
                     ProgressKind::ModelCall { step, usage, .. } => {
                         line.steps = *step;
                         line.usage += *usage;

@@ -19,7 +19,11 @@ fn tasks(r: &JobRecord) -> String {
     let mut t = table::new(&[]);
     for task in &r.tasks {
         let status = task.status.map(|s| s.as_str()).unwrap_or("running");
-        let attempt = if task.attempt > 1 { format!(" (attempt {})", task.attempt) } else { String::new() };
+        let attempt = match (task.attempt, task.resumed_from_step) {
+            (_, Some(step)) => format!(" (attempt {}, resumed after step {step})", task.attempt),
+            (n, None) if n > 1 => format!(" (attempt {n})"),
+            _ => String::new(),
+        };
         t.add_row([
             short(task.task_id),
             task.subagent_type.to_string(),

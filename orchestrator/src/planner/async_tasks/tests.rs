@@ -101,6 +101,7 @@ fn report(msg: &TaskMessage, status: TaskStatus, summary: &str) -> TaskReport {
         usage: Usage::default(),
         worker_id: "w-1".into(),
         attempt: 1,
+        resumed_from_step: None,
         started_at: protocol::now(),
         finished_at: protocol::now(),
         duration_ms: 1,

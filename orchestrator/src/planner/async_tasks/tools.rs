@@ -249,6 +249,7 @@ impl CancelTask {
             usage: Usage::default(),
             worker_id: "orchestrator".into(),
             attempt: 1,
+            resumed_from_step: None,
             started_at: now,
             finished_at: now,
             duration_ms: 0,

@@ -346,7 +346,7 @@ fn repeating_agent(policy: ToolPolicy) -> (Agent, Arc<Repeats>, Arc<Slow>) {
 /// answer without a model call; a follow-up that arrived since gets a turn.
 #[tokio::test]
 async fn a_conversation_that_ends_in_its_answer_resumes_without_a_model_call() {
-    let (agent, model, _) = repeating_agent(ToolPolicy { stop_at_tools: vec!["slow".into()], loop_detection: true });
+    let (agent, model, _) = repeating_agent(ToolPolicy { stop_at_tools: vec!["slow".into()], ..Default::default() });
     let mut conv = Conversation::new("sys", "go");
     conv.messages.push(ChatMessage::Assistant { content: Some("the table".into()), tool_calls: vec![] });
     conv.steps = 4;
@@ -389,12 +389,12 @@ async fn a_model_repeating_a_call_is_stopped_after_three_turns() {
 /// model uses every step.
 #[tokio::test]
 async fn a_stop_at_tool_ends_the_run_with_its_result() {
-    let (agent, model, _) = repeating_agent(ToolPolicy { stop_at_tools: vec!["slow".into()], loop_detection: true });
+    let (agent, model, _) = repeating_agent(ToolPolicy { stop_at_tools: vec!["slow".into()], ..Default::default() });
     let mut conv = Conversation::new("sys", "go");
     assert_eq!(agent.run(&mut conv, &ctx(), &NoObserver).await.unwrap(), r#"{"x":3}"#);
     assert_eq!(model.0.load(Ordering::SeqCst), 1, "one model call");
 
-    let (agent, model, slow) = repeating_agent(ToolPolicy { stop_at_tools: vec![], loop_detection: false });
+    let (agent, model, slow) = repeating_agent(ToolPolicy { loop_detection: false, ..Default::default() });
     let e = agent.run(&mut Conversation::new("sys", "go"), &ctx(), &NoObserver).await.unwrap_err();
     assert!(e.message.contains("step limit"), "{}", e.message);
     assert_eq!(model.0.load(Ordering::SeqCst), 10);
@@ -440,4 +440,82 @@ async fn an_answer_must_match_the_output_schema_after_at_most_one_repair_turn() 
     let e = invalid.run(&mut Conversation::new("sys", "go"), &ctx(), &NoObserver).await.unwrap_err();
     assert_eq!(e.kind, ErrorKind::Validation);
     assert!(e.message.contains("after one repair turn") && e.message.contains("margin"), "{}", e.message);
+}
+
+/// Keeps every step the loop hands over, as a journal would.
+#[derive(Default)]
+struct StepLog(Mutex<Vec<Step>>);
+
+#[async_trait]
+impl AgentObserver for StepLog {
+    async fn step(&self, step: &Step) {
+        self.0.lock().unwrap().push(step.clone());
+    }
+}
+
+#[tokio::test]
+async fn a_run_folded_from_its_steps_resumes_with_no_turn_asked_and_no_call_run_again() {
+    let (a, slow) = agent(SCRIPT, 5);
+    let log = StepLog::default();
+    let whole = a.run(&mut Conversation::new("sys", "go"), &ctx(), &log).await.unwrap();
+    let steps = log.0.lock().unwrap().clone();
+    // Turn 1, its four results, turn 2 (the answer).
+    assert_eq!(steps.len(), 6, "{steps:?}");
+    assert!(matches!(&steps[5], Step::Turn { .. }));
+    // The worker died after turn 1 and two of its results: fold those.
+    let mut conv = Conversation::new("sys", "go");
+    for s in &steps[..3] {
+        let text = serde_json::to_string(&s).unwrap();
+        conv.apply(serde_json::from_str(&text).unwrap());
+    }
+    assert_eq!(conv.mark_interrupted(), 2);
+    let ran_before = slow.peak.load(Ordering::SeqCst);
+    let rec = Recorder::default();
+    let answer = a.run(&mut conv, &ctx(), &rec).await.unwrap();
+    assert_eq!(answer, whole, "the same answer as the run that never stopped");
+    assert_eq!(conv.steps, 2, "one model call more: turn 1 was not asked again");
+    assert_eq!(conv.usage.tool_calls, 4, "two calls ran before, two after");
+    let events = rec.events.lock().unwrap().clone();
+    assert_eq!(events.iter().filter(|e| e.starts_with("model")).count(), 1, "{events:?}");
+    assert_eq!(events.iter().filter(|e| e.contains(':')).count(), 2, "only the two unanswered calls ran: {events:?}");
+    assert!(ran_before > 0);
+    let noted = conv
+        .messages
+        .iter()
+        .filter(|m| matches!(m, ChatMessage::Tool { content, .. } if content.contains(steps::INTERRUPTED_NOTE)))
+        .count();
+    assert_eq!(noted, 2, "the calls that may have started say so");
+    assert!(conv.interrupted.is_empty());
+}
+
+#[tokio::test]
+async fn a_run_folded_to_its_answering_turn_ends_without_a_model_call() {
+    let (a, _) = agent(SCRIPT, 5);
+    let log = StepLog::default();
+    let whole = a.run(&mut Conversation::new("sys", "go"), &ctx(), &log).await.unwrap();
+    let mut conv = Conversation::new("sys", "go");
+    for s in log.0.lock().unwrap().iter().cloned() {
+        conv.apply(s);
+    }
+    let rec = Recorder::default();
+    assert_eq!(a.run(&mut conv, &ctx(), &rec).await.unwrap(), whole);
+    assert!(rec.events.lock().unwrap().is_empty(), "nothing ran again");
+}
+
+#[tokio::test]
+async fn a_note_reaches_the_model_after_the_pending_calls_and_is_a_step() {
+    let (a, _) = agent(SCRIPT, 5);
+    let log = StepLog::default();
+    a.run(&mut Conversation::new("sys", "go"), &ctx(), &log).await.unwrap();
+    let mut conv = Conversation::new("sys", "go");
+    conv.apply(log.0.lock().unwrap()[0].clone());
+    conv.note = Some("scratch is new".into());
+    let steps = StepLog::default();
+    a.run(&mut conv, &ctx(), &steps).await.unwrap();
+    let at = |pred: &dyn Fn(&ChatMessage) -> bool| conv.messages.iter().position(pred).unwrap();
+    let note = at(&|m| matches!(m, ChatMessage::User { content } if content == "scratch is new"));
+    let last_result = conv.messages.iter().rposition(|m| matches!(m, ChatMessage::Tool { .. })).unwrap();
+    assert_eq!(note, last_result + 1, "after the turn's results, before the next turn");
+    assert!(steps.0.lock().unwrap().iter().any(|s| matches!(s, Step::Note { content } if content == "scratch is new")));
+    assert!(conv.note.is_none());
 }

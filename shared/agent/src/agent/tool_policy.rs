@@ -35,11 +35,16 @@ pub struct ToolPolicy {
     pub stop_at_tools: Vec<String>,
     /// Whether identical consecutive calls are caught (default on).
     pub loop_detection: bool,
+    /// Tools (names as the model sees them) that may run twice with the same
+    /// arguments to the same effect: a call of one that an earlier attempt
+    /// may have started runs again without a note to the model
+    /// ([`steps::INTERRUPTED_NOTE`](super::steps::INTERRUPTED_NOTE)).
+    pub idempotent_tools: Vec<String>,
 }
 
 impl Default for ToolPolicy {
     fn default() -> Self {
-        Self { stop_at_tools: Vec::new(), loop_detection: true }
+        Self { stop_at_tools: Vec::new(), loop_detection: true, idempotent_tools: Vec::new() }
     }
 }
 
@@ -58,6 +63,11 @@ pub enum Verdict {
 }
 
 impl ToolPolicy {
+    /// Whether running a call of `tool` twice has the effect of running it once.
+    pub fn idempotent(&self, tool: &str) -> bool {
+        self.idempotent_tools.iter().any(|t| t == tool)
+    }
+
     /// The verdict on `call`, the model's latest turn being the last message
     /// of `messages`; `repeatable` says whether a tool's identical calls may
     /// return something new.

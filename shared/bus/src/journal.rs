@@ -1,0 +1,206 @@
+//! The step journal stream (`<prefix>_JOURNAL`, limits 7 d): what a
+//! subagent task has completed so far, so a later attempt on any worker
+//! resumes after it (docs/RELIABILITY.md, "Step journal"). One message per
+//! completed step on `<prefix>.journal.<type>.<tenant>.<job>.<task>`, and the
+//! latest compaction snapshot on the same subject plus `.snapshot`; the
+//! entries themselves are the worker's (workers/src/journal.rs).
+//!
+//! Writes are appends, O(1) in the task's length. Reading is rare (an attempt
+//! after the first): the last snapshot by a direct get, then the entries
+//! stored after it through an ordered consumer. Only the task's own type may
+//! write or read its journal (the type is in the subject,
+//! deploy/nats/roles.conf); tenants have no access at all, since entries hold
+//! tool arguments and results that progress events only hash. The
+//! orchestrator purges a job's journals when the job ends; the stream's age
+//! limit removes whatever is left.
+
+use std::time::Duration;
+
+use async_nats::jetstream::consumer::{DeliverPolicy, pull};
+use async_nats::jetstream::context::PublishAckFuture;
+use async_nats::jetstream::stream::{self, DirectGetErrorKind};
+use bytes::Bytes;
+use futures::StreamExt;
+
+use crate::{Bus, BusError, checked};
+use flotilla_protocol::ids::{JobId, SubagentType, TaskId, Tenant};
+use flotilla_protocol::subjects::Subjects;
+use flotilla_protocol::{self as protocol, MAX_MESSAGE_BYTES, Message};
+
+/// How long journals are kept at most: as long as reports.
+const RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// How long reading a journal may take before the attempt gives up on it.
+const READ_BUDGET: Duration = Duration::from_secs(10);
+
+/// The stream's configuration, declared with the rest of the topology.
+pub(crate) fn stream_config(s: &Subjects) -> stream::Config {
+    stream::Config {
+        name: s.journal_stream(),
+        subjects: vec![s.all_journals()],
+        storage: stream::StorageType::File,
+        max_age: RETENTION,
+        max_message_size: MAX_MESSAGE_BYTES as i32,
+        allow_direct: true,
+        ..Default::default()
+    }
+}
+
+/// Where one task's journal lives.
+#[derive(Clone, Debug)]
+pub struct JournalKey {
+    /// Its steps.
+    pub steps: String,
+    /// Its latest snapshot.
+    pub snapshot: String,
+}
+
+/// One stored journal message.
+#[derive(Clone, Debug)]
+pub struct Stored<T> {
+    /// Its stream sequence.
+    pub seq: u64,
+    /// The message.
+    pub entry: T,
+}
+
+/// What a journal holds: the latest snapshot, if any, and every entry
+/// stored after it, oldest first.
+#[derive(Debug)]
+pub struct JournalRead<T> {
+    /// The latest snapshot.
+    pub snapshot: Option<Stored<T>>,
+    /// The entries after it.
+    pub entries: Vec<Stored<T>>,
+}
+
+/// The step journal stream.
+#[derive(Clone)]
+pub struct Journal {
+    bus: Bus,
+}
+
+impl Bus {
+    /// The step journal stream.
+    pub fn journal(&self) -> Journal {
+        Journal { bus: self.clone() }
+    }
+}
+
+/// A pending append: await it to know the entry is stored.
+pub struct Appended {
+    subject: String,
+    ack: PublishAckFuture,
+}
+
+impl Appended {
+    /// Waits for the stream's ack; returns the entry's sequence.
+    pub async fn stored(self) -> Result<u64, BusError> {
+        self.ack
+            .await
+            .map(|a| a.sequence)
+            .map_err(|e| BusError::new(format!("no JetStream ack for {}", self.subject), e))
+    }
+}
+
+impl Journal {
+    /// The subjects of `task`'s journal.
+    pub fn key(&self, ty: &SubagentType, tenant: &Tenant, job: &JobId, task: &TaskId) -> JournalKey {
+        let steps = self.bus.subjects.journal(ty, tenant, job, task);
+        JournalKey { snapshot: format!("{steps}.snapshot"), steps }
+    }
+
+    /// Sends `entry` to the journal's steps (`snapshot` false) or snapshot
+    /// subject; the entry is stored once [`Appended::stored`] returns.
+    pub async fn append<T: Message>(&self, key: &JournalKey, entry: &T, snapshot: bool) -> Result<Appended, BusError> {
+        let subject = if snapshot { key.snapshot.clone() } else { key.steps.clone() };
+        let payload = checked(protocol::encode(entry).into(), T::NAME)?;
+        let ack = self
+            .bus
+            .js
+            .publish(subject.clone(), payload)
+            .await
+            .map_err(|e| BusError::new(format!("cannot publish to {subject}"), e))?;
+        Ok(Appended { subject, ack })
+    }
+
+    /// Reads the journal: its latest snapshot and the entries after it.
+    /// Entries that do not decode are skipped with a warning.
+    pub async fn read<T: Message>(&self, key: &JournalKey) -> Result<JournalRead<T>, BusError> {
+        tokio::time::timeout(READ_BUDGET, self.read_inner(key))
+            .await
+            .map_err(|_| BusError::new("cannot read the step journal", "timed out"))?
+    }
+
+    async fn read_inner<T: Message>(&self, key: &JournalKey) -> Result<JournalRead<T>, BusError> {
+        let name = self.bus.subjects.journal_stream();
+        let stream = self.bus.js.get_stream_no_info(&name).await.map_err(|e| BusError::new("no journal stream", e))?;
+        let snapshot = match stream.direct_get_last_for_subject(key.snapshot.clone()).await {
+            Ok(m) => decoded(m.sequence, &m.payload),
+            Err(e) if e.kind() == DirectGetErrorKind::NotFound => None,
+            Err(e) => return Err(BusError::new(format!("cannot read {}", key.snapshot), e)),
+        };
+        // Entries stored after the snapshot; a snapshot's sequence is after
+        // every step it covers (the steps subject shares the stream).
+        let deliver_policy = match &snapshot {
+            Some(s) => DeliverPolicy::ByStartSequence { start_sequence: s.seq + 1 },
+            None => DeliverPolicy::All,
+        };
+        let consumer_name = format!("journal-{}", uuid::Uuid::now_v7().simple());
+        let api = format!("$JS.API.CONSUMER.CREATE.{name}.{consumer_name}");
+        let config = pull::OrderedConfig {
+            name: Some(consumer_name),
+            filter_subject: key.steps.clone(),
+            deliver_policy,
+            ..Default::default()
+        };
+        let create = self.bus.js.create_consumer_on_stream(config, &name);
+        let consumer =
+            self.bus.guarded("cannot read the step journal", create, |d| d.subject.starts_with(&api)).await?;
+        let mut left = consumer.cached_info().num_pending;
+        let mut entries = Vec::with_capacity(left as usize);
+        if left > 0 {
+            let mut messages =
+                consumer.messages().await.map_err(|e| BusError::new("cannot read the step journal", e))?;
+            while left > 0 {
+                let Some(m) = messages.next().await else { break };
+                let m = m.map_err(|e| BusError::new("step journal read failed", e))?;
+                left -= 1;
+                let seq = m.info().map(|i| i.stream_sequence).unwrap_or_default();
+                entries.extend(decoded(seq, &m.payload));
+            }
+        }
+        Ok(JournalRead { snapshot, entries })
+    }
+
+    /// Messages and bytes the journal stream holds now (`flotilla bench`).
+    pub async fn usage(&self) -> Result<(u64, u64), BusError> {
+        let name = self.bus.subjects.journal_stream();
+        let mut stream = self.bus.js.get_stream(&name).await.map_err(|e| BusError::new("no journal stream", e))?;
+        let info = stream.info().await.map_err(|e| BusError::new("cannot read the journal stream", e))?;
+        Ok((info.state.messages, info.state.bytes))
+    }
+
+    /// Removes the journals of every task of `job`.
+    pub async fn purge_job(&self, tenant: &Tenant, job: &JobId) -> Result<u64, BusError> {
+        let name = self.bus.subjects.journal_stream();
+        let filter = self.bus.subjects.journals_of_job(tenant, job);
+        let stream = self.bus.js.get_stream_no_info(&name).await.map_err(|e| BusError::new("no journal stream", e))?;
+        let purged = stream
+            .purge()
+            .filter(filter.clone())
+            .await
+            .map_err(|e| BusError::new(format!("cannot purge {filter}"), e))?;
+        Ok(purged.purged)
+    }
+}
+
+fn decoded<T: Message>(seq: u64, payload: &Bytes) -> Option<Stored<T>> {
+    match protocol::decode::<T>(payload) {
+        Ok(entry) => Some(Stored { seq, entry }),
+        Err(e) => {
+            tracing::warn!(seq, error = %e, "journal entry skipped");
+            None
+        }
+    }
+}

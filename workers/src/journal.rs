@@ -1,0 +1,269 @@
+//! The step journal of a subagent task (docs/RELIABILITY.md, "Step
+//! journal"): every step the agent loop completes
+//! ([`Step`](flotilla_agent::agent::Step): a model turn, a tool result, the
+//! follow-ups taken, a compaction snapshot) is appended to the task's journal
+//! subject (shared/bus/src/journal.rs) and stored before the loop acts on
+//! it. An attempt after the first folds the journal onto the task's first
+//! conversation and continues at the next step, on whichever worker took it.
+//!
+//! Two markers besides steps: `handed_back`, written before a worker gives a
+//! task back (drain, transient error), says why the next attempt resumes;
+//! `resumed`, written by the attempt that resumes, fences the one before it:
+//! steps an earlier attempt still appends after the marker's `upto` (a
+//! worker that lost its task to `ack_wait` but still runs) are not folded by
+//! later attempts, so the journal stays one line of history.
+//!
+//! The answering turn is not awaited: the report, stored right after it on
+//! the same connection, is its record; every other step is.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use flotilla_agent::agent::{Conversation, Step};
+use flotilla_agent::model::ChatMessage;
+use flotilla_bus::{Bus, Journal, JournalKey, Stored, retry};
+use flotilla_protocol::{self as protocol, Message, TaskMessage};
+use serde::{Deserialize, Serialize};
+
+/// How long an append may be retried (NATS restarting) before the task goes
+/// on without it.
+const APPEND_BUDGET: Duration = Duration::from_secs(5);
+
+/// One journal message.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct JournalEntry {
+    /// Schema version.
+    #[serde(default = "protocol::schema_version")]
+    pub v: u32,
+    /// The attempt that wrote it.
+    pub attempt: u32,
+    /// What it records.
+    #[serde(flatten)]
+    pub record: Record,
+}
+
+impl Message for JournalEntry {
+    const NAME: &'static str = "journal entry";
+}
+
+/// What a journal entry records. Tagged by `"entry"`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "entry", rename_all = "snake_case")]
+pub enum Record {
+    /// A completed step.
+    Step {
+        /// The step.
+        step: Step,
+    },
+    /// The attempt gave the task back; the next one resumes for `reason`.
+    HandedBack {
+        /// `drained` or `transient_error`.
+        reason: String,
+    },
+    /// The attempt resumed from the entries up to stream sequence `upto`.
+    Resumed {
+        /// Model turns completed before it.
+        from_step: u32,
+        /// Why the earlier attempt stopped.
+        reason: String,
+        /// The last entry it folded.
+        upto: u64,
+    },
+}
+
+/// Where an attempt resumes.
+#[derive(Debug)]
+pub struct Resume {
+    /// The rebuilt conversation.
+    pub conversation: Conversation,
+    /// Why the attempt before stopped (`worker_lost`, `drained`, `transient_error`).
+    pub reason: String,
+    /// Calls that had started with no recorded result.
+    pub interrupted: usize,
+}
+
+/// The journal of one task attempt.
+pub struct StepJournal {
+    journal: Journal,
+    key: JournalKey,
+    attempt: u32,
+    /// The sequence of the last entry stored (for `resumed` markers).
+    last: AtomicU64,
+    /// The model turns this attempt took over, once it resumed.
+    resumed_from: std::sync::OnceLock<u32>,
+}
+
+impl StepJournal {
+    /// The journal of `task`, written as `attempt`.
+    pub fn new(bus: &Bus, task: &TaskMessage, attempt: u32) -> Self {
+        let journal = bus.journal();
+        let key = journal.key(&task.subagent_type, &task.tenant, &task.job_id, &task.task_id);
+        Self { journal, key, attempt, last: AtomicU64::new(0), resumed_from: Default::default() }
+    }
+
+    /// The model turns this attempt took over from earlier ones, if it resumed.
+    pub fn resumed_from(&self) -> Option<u32> {
+        self.resumed_from.get().copied()
+    }
+
+    /// Appends a completed step and waits until it is stored, except the
+    /// answering turn (module docs). A journal that cannot be written is
+    /// logged and the task goes on: it loses only the resume point.
+    pub async fn step(&self, step: &Step) {
+        let answering = matches!(step, Step::Turn { message: ChatMessage::Assistant { tool_calls, .. }, .. } if tool_calls.is_empty());
+        let snapshot = matches!(step, Step::Snapshot { .. });
+        self.append(Record::Step { step: step.clone() }, snapshot, !answering).await;
+    }
+
+    /// Appends a marker and waits until it is stored.
+    pub async fn mark(&self, record: Record) {
+        self.append(record, false, true).await;
+    }
+
+    async fn append(&self, record: Record, snapshot: bool, wait: bool) {
+        let entry = JournalEntry { v: protocol::SCHEMA_VERSION, attempt: self.attempt, record };
+        let stored = retry("journal append", APPEND_BUDGET, || async {
+            let appended = self.journal.append(&self.key, &entry, snapshot).await?;
+            if wait { appended.stored().await.map(Some) } else { Ok(None) }
+        })
+        .await;
+        match stored {
+            Ok(Some(seq)) => {
+                self.last.fetch_max(seq, Ordering::Relaxed);
+            }
+            Ok(None) => {}
+            Err(e) => tracing::warn!(error = %e, "step not journaled; a later attempt would redo it"),
+        }
+    }
+
+    /// Folds the journal onto `base` (the task's first conversation) and
+    /// writes the `resumed` marker; `None` when there is nothing to resume
+    /// (no step recorded, or the journal cannot be read: logged, the attempt
+    /// starts over).
+    pub async fn resume(&self, base: Conversation) -> Option<Resume> {
+        let read = match self.journal.read::<JournalEntry>(&self.key).await {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!(error = %e, "step journal not readable; the task starts over");
+                return None;
+            }
+        };
+        let upto = read.entries.last().map(|e| e.seq).or(read.snapshot.as_ref().map(|s| s.seq)).unwrap_or(0);
+        let mut resume = fold(base, read.snapshot, read.entries)?;
+        resume.interrupted = resume.conversation.mark_interrupted();
+        let from_step = resume.conversation.steps;
+        let _ = self.resumed_from.set(from_step);
+        self.mark(Record::Resumed { from_step, reason: resume.reason.clone(), upto }).await;
+        Some(resume)
+    }
+}
+
+/// The conversation the journal describes: `snapshot` (else `base`) with the
+/// entries after it, minus those an attempt wrote after a later attempt had
+/// resumed past them. `None` when it holds no step.
+pub fn fold(
+    base: Conversation,
+    snapshot: Option<Stored<JournalEntry>>,
+    entries: Vec<Stored<JournalEntry>>,
+) -> Option<Resume> {
+    let fences: Vec<(u32, u64)> = entries
+        .iter()
+        .filter_map(|e| match e.entry.record {
+            Record::Resumed { upto, .. } => Some((e.entry.attempt, upto)),
+            _ => None,
+        })
+        .collect();
+    let fenced =
+        |e: &Stored<JournalEntry>| fences.iter().any(|(attempt, upto)| *attempt > e.entry.attempt && e.seq > *upto);
+    let mut any = false;
+    let mut conversation = base;
+    if let Some(Stored { entry: JournalEntry { record: Record::Step { step }, .. }, .. }) = snapshot {
+        conversation.apply(step);
+        any = true;
+    }
+    let mut reason = "worker_lost".to_string();
+    for e in entries.into_iter().filter(|e| !fenced(e)) {
+        match e.entry.record {
+            Record::Step { step } => {
+                conversation.apply(step);
+                any = true;
+                reason = "worker_lost".into();
+            }
+            Record::HandedBack { reason: why } => reason = why,
+            Record::Resumed { .. } => {}
+        }
+    }
+    any.then_some(Resume { conversation, reason, interrupted: 0 })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flotilla_agent::model::ToolCall;
+    use flotilla_protocol::Usage;
+
+    fn entry(seq: u64, attempt: u32, record: Record) -> Stored<JournalEntry> {
+        let e = JournalEntry { v: 1, attempt, record };
+        let text = serde_json::to_vec(&e).unwrap();
+        Stored { seq, entry: protocol::decode(&text).unwrap() }
+    }
+
+    fn turn(id: &str) -> Record {
+        let call = ToolCall { id: id.into(), name: "t".into(), arguments: serde_json::json!({}) };
+        Record::Step {
+            step: Step::Turn {
+                message: ChatMessage::Assistant { content: None, tool_calls: vec![call] },
+                usage: Usage::default(),
+            },
+        }
+    }
+
+    fn result(id: &str) -> Record {
+        let message =
+            ChatMessage::Tool { tool_call_id: id.into(), name: "t".into(), content: "1".into(), is_error: false };
+        Record::Step { step: Step::ToolResult { message, ran: true } }
+    }
+
+    #[test]
+    fn an_empty_journal_resumes_nothing() {
+        assert!(fold(Conversation::new("s", "u"), None, vec![]).is_none());
+    }
+
+    #[test]
+    fn a_hand_back_names_the_reason_and_later_steps_reset_it() {
+        let r = fold(
+            Conversation::new("s", "u"),
+            None,
+            vec![entry(1, 1, turn("a")), entry(2, 1, Record::HandedBack { reason: "drained".into() })],
+        )
+        .unwrap();
+        assert_eq!((r.reason.as_str(), r.conversation.steps), ("drained", 1));
+        let r = fold(
+            Conversation::new("s", "u"),
+            None,
+            vec![
+                entry(1, 1, turn("a")),
+                entry(2, 1, Record::HandedBack { reason: "drained".into() }),
+                entry(3, 2, result("a")),
+            ],
+        )
+        .unwrap();
+        assert_eq!(r.reason, "worker_lost");
+    }
+
+    #[test]
+    fn steps_of_an_attempt_after_a_later_one_resumed_past_them_are_not_folded() {
+        // Attempt 1 lost its task to ack_wait but kept running: its result
+        // for `a` (seq 4) came after attempt 2 resumed from seq 1 and ran
+        // `a` itself (seq 3).
+        let entries = vec![
+            entry(1, 1, turn("a")),
+            entry(2, 2, Record::Resumed { from_step: 1, reason: "worker_lost".into(), upto: 1 }),
+            entry(3, 2, result("a")),
+            entry(4, 1, result("a")),
+        ];
+        let r = fold(Conversation::new("s", "u"), None, entries).unwrap();
+        let results = r.conversation.messages.iter().filter(|m| matches!(m, ChatMessage::Tool { .. })).count();
+        assert_eq!(results, 1, "{:?}", r.conversation.messages);
+    }
+}
