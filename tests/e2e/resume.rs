@@ -336,6 +336,40 @@ async fn a_task_handed_back_after_the_grace_resumes_on_another_worker_with_no_tu
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_handed_back_after_a_transient_model_error_resumes_at_its_next_step() {
+    // 6 turns of 100 ms; the provider refuses one request mid-task (503).
+    let setup = Setup::new();
+    let tasks = vec!["t0".to_string()];
+    let answer: Answer = Arc::new(|b| subagent(b, 6, "counting_record"));
+    let ep = MeteredEndpoint::start(Duration::from_millis(100), answer).await;
+    let mut d = Deployment::start(0, |url| {
+        let mut c = setup.config(url, &ep.url, 2, "");
+        scripted_planner(&mut c, &tasks);
+        c
+    })
+    .await;
+    d.workers.push(worker(&d, "w1", "2"));
+    let mut log = EventLog::subscribe(&d.raw.client, "flotilla.job.>").await;
+    let job = d.submit("one task through an outage").await;
+    eventually(TIMEOUT, "two turns done", || {
+        let two = ep.billed_by(key).contains_key(&("t0".to_string(), 1));
+        async move { two.then_some(()) }
+    })
+    .await;
+    ep.refuse_next(1);
+    let end = log.job_end(Duration::from_secs(60)).await;
+    assert_eq!(end["event"], "completed", "{end}");
+    log.drain();
+    assert_eq!(ep.meter().refused, 1);
+    let r = resumed(&log);
+    assert_eq!(r.len(), 1, "{r:?}");
+    assert_eq!((r[0]["attempt"].as_u64(), r[0]["reason"].as_str()), (Some(2), Some("transient_error")), "{}", r[0]);
+    assert!(r[0]["from_step"].as_u64().unwrap() >= 2, "{}", r[0]);
+    assert_counted_once(&ep, &setup, 6, 5);
+    assert!(d.status(job).await.answer.unwrap_or_default().contains("t0: 5 receipts"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_approval_decided_and_a_message_read_before_a_crash_are_not_asked_or_read_again() {
     // 6 turns of 200 ms: `send` (approved by a person) first, then `record`.
     let setup = Setup::new();

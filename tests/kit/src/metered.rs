@@ -17,6 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::Value;
+use std::sync::atomic::Ordering::SeqCst;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::watch;
 
@@ -32,6 +33,8 @@ pub struct Meter {
     pub billed: Vec<Value>,
     /// Requests whose client left before the answer.
     pub abandoned: usize,
+    /// Requests refused with a 503 ([`MeteredEndpoint::refuse_next`]).
+    pub refused: usize,
     /// Requests waiting now (held or in their latency).
     pub waiting: Vec<Value>,
 }
@@ -42,6 +45,8 @@ pub struct MeteredEndpoint {
     pub url: String,
     meter: Arc<Mutex<Meter>>,
     held: watch::Sender<bool>,
+    /// Requests still to be refused with a 503 (not billed).
+    refuse: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl MeteredEndpoint {
@@ -52,13 +57,22 @@ impl MeteredEndpoint {
         let url = format!("http://{}/v1", listener.local_addr().expect("its address"));
         let meter = Arc::new(Mutex::new(Meter::default()));
         let (held, _) = watch::channel(false);
-        let (m, h) = (meter.clone(), held.clone());
+        let refuse = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let (m, h, r) = (meter.clone(), held.clone(), refuse.clone());
         tokio::spawn(async move {
             while let Ok((conn, _)) = listener.accept().await {
-                tokio::spawn(serve(conn, latency, answer.clone(), m.clone(), h.subscribe()));
+                let refused = r.fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1)).is_ok();
+                tokio::spawn(serve(conn, latency, answer.clone(), m.clone(), h.subscribe(), refused));
             }
         });
-        Self { url, meter, held }
+        Self { url, meter, held, refuse }
+    }
+
+    /// The next `n` requests are answered `503 Service Unavailable` at
+    /// once, unbilled: a provider outage the model client reports as a
+    /// transient error.
+    pub fn refuse_next(&self, n: usize) {
+        self.refuse.store(n, SeqCst);
     }
 
     /// Requests from now on wait until [`release`](Self::release).
@@ -98,8 +112,19 @@ async fn serve(
     answer: Answer,
     meter: Arc<Mutex<Meter>>,
     mut held: watch::Receiver<bool>,
+    refused: bool,
 ) {
     let Some(body) = read_request(&mut conn).await else { return };
+    if refused {
+        let text = r#"{"error": {"message": "overloaded", "type": "server_error"}}"#;
+        let head = format!(
+            "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+            text.len()
+        );
+        let _ = conn.write_all(format!("{head}{text}").as_bytes()).await;
+        meter.lock().unwrap().refused += 1;
+        return;
+    }
     meter.lock().unwrap().waiting.push(body.clone());
     let (mut reader, mut writer) = conn.into_split();
     // The client sends nothing more: a read that ends is its going away.
