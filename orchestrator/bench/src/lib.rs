@@ -12,7 +12,9 @@
 //!
 //! Scenarios:
 //! - `overhead`: per-task orchestration overhead, dispatch -> report, with a
-//!   zero-latency model: one task at a time, p50/p99 over `--tasks` tasks.
+//!   zero-latency model: one task at a time, p50/p99 over `--tasks` tasks;
+//!   then the NATS floor on the same server (tests/kit/src/floor.rs) and the
+//!   p50 as a multiple of a JetStream publish-ack.
 //! - `throughput`: `--tasks` tasks published at once, tasks/s with 1 and 2 workers.
 //! - `fanout`: a whole job of 20 parallel tasks through the planner with
 //!   200 ms per model call and 4 workers (ideal 1.0 s: 3 planner + 2 subagent calls).
@@ -73,8 +75,20 @@ pub async fn run(args: &Options) -> anyhow::Result<Vec<Row>> {
     if wanted(args, "overhead") {
         let rig = Rig::start(1, 4, 0).await?;
         let lat = overhead(&rig, args.tasks).await?;
-        rows.push(("dispatch -> report, p50 (1 worker, sequential)".into(), ms(pct(&lat, 50.0)), "<= 2 ms".into()));
+        let p50 = pct(&lat, 50.0);
+        rows.push(("dispatch -> report, p50 (1 worker, sequential)".into(), ms(p50), "<= 0.5 ms".into()));
         rows.push(("dispatch -> report, p99".into(), ms(pct(&lat, 99.0)), String::new()));
+        // The NATS floor of the same run, on the same server.
+        let floor = flotilla_testkit::floor::measure(&rig.nats().url(), 300).await?;
+        rows.push(("NATS floor: core request/reply, p50".into(), ms(floor.request_reply), String::new()));
+        rows.push(("NATS floor: JetStream publish with ack, p50".into(), ms(floor.publish_ack), String::new()));
+        rows.push(("NATS floor: KV put, p50".into(), ms(floor.kv_put), String::new()));
+        rows.push(("NATS floor: Object Store put of 1 KiB, p50".into(), ms(floor.object_put), String::new()));
+        rows.push((
+            "dispatch -> report p50 / JetStream publish-ack p50".into(),
+            format!("{:.1}x", p50.as_secs_f64() / floor.publish_ack.as_secs_f64()),
+            "<= 5x".into(),
+        ));
         rig.stop();
     }
     if wanted(args, "throughput") {
@@ -84,7 +98,7 @@ pub async fn run(args: &Options) -> anyhow::Result<Vec<Row>> {
             rows.push((
                 format!("throughput, {} tasks at once, {workers} worker(s) x 8 slots", args.tasks),
                 format!("{tps:.0} tasks/s"),
-                String::new(),
+                if workers == 1 { ">= 3000 tasks/s".into() } else { String::new() },
             ));
             rig.stop();
         }
@@ -102,12 +116,12 @@ pub async fn run(args: &Options) -> anyhow::Result<Vec<Row>> {
     if wanted(args, "footprint") {
         let rig = Rig::start(1, 4, 0).await?;
         let (planner, subagent) = rig.first_call_tokens(&setup::regions(4)).await?;
-        rows.push(("input tokens, first planner model call (demo job)".into(), planner.to_string(), "<= 1300".into()));
+        rows.push(("input tokens, first planner model call (demo job)".into(), planner.to_string(), "<= 800".into()));
         rows.push(("input tokens, first subagent model call".into(), subagent.to_string(), "<= 780".into()));
         rows.push((
             "idle worker RSS".into(),
             format!("{:.1} MiB", rig.worker_rss_kib()? as f64 / 1024.0),
-            "<= 30 MiB".into(),
+            "<= 20 MiB".into(),
         ));
         rig.stop();
     }

@@ -9,6 +9,10 @@
 //! - the cost of one step's journal write, the one ack a step waits for: an
 //!   entry of the measured mean size appended and acked on the same server,
 //!   p50/p99 over 500, and as a share of the 200 ms job's wall time;
+//! - keep-alive traffic: bytes clients send NATS per running task per
+//!   second (in-progress acks every `ack_wait / 3`, heartbeat events),
+//!   8 tasks each inside one 30 s model call, against the same deployment
+//!   idle, over 2 x `ack_wait` each (the server's `/varz` `in_bytes`);
 //! - takeover: 8 tasks of 10 turns at 500 ms on one worker, SIGKILLed once
 //!   every task is past step 3 with a second worker waiting; kill -> each
 //!   task's `resumed` event, p50/p99 over two rounds (16 tasks), with the
@@ -97,6 +101,42 @@ async fn appends(journal: &Journal, bytes: usize, n: usize) -> anyhow::Result<Ve
     Ok(out)
 }
 
+/// Bytes per second clients send NATS per running task, from the in-progress
+/// acks and heartbeat events of 8 tasks waiting in one long model call,
+/// less the same deployment's idle traffic.
+async fn keepalive_bytes_per_task_second() -> anyhow::Result<f64> {
+    let rig = Rig::launch(1, |url| {
+        setup::config_with(url, &setup::planner(0), &flotilla_testkit::scripts::finance_margin(30_000), 8, "")
+    })
+    .await?;
+    let window = Duration::from_secs(2 * NatsConfig::default().ack_wait);
+    let idle = {
+        let before = rig.nats().bytes_received().await;
+        tokio::time::sleep(window).await;
+        rig.nats().bytes_received().await - before
+    };
+    let mut events = Box::pin(events::follow(rig.bus(), Scope::All, true).await?);
+    let job = JobId::new();
+    let ty = SubagentType::new("finance")?;
+    for _ in 0..8 {
+        rig.bus().tasks().publish(&task(job, &ty)).await?;
+    }
+    let mut started = HashSet::new();
+    while started.len() < 8 {
+        if let Event::Progress(p) = next(&mut events).await?
+            && matches!(p.kind, ProgressKind::Started)
+        {
+            started.insert(p.task_id);
+        }
+    }
+    drop(events);
+    let before = rig.nats().bytes_received().await;
+    tokio::time::sleep(window).await;
+    let busy = rig.nats().bytes_received().await - before;
+    rig.stop();
+    Ok(busy.saturating_sub(idle) as f64 / 8.0 / window.as_secs_f64())
+}
+
 /// Kill -> `resumed` of each of 8 tasks running on the killed worker.
 async fn takeover_round() -> anyhow::Result<Vec<Duration>> {
     let mut rig = rig(1, 8, 500).await?;
@@ -166,6 +206,11 @@ pub async fn measure() -> anyhow::Result<Vec<Row>> {
         "< 5 %".into(),
     ));
     rig.stop();
+    rows.push((
+        format!("keep-alive traffic per running task (ack_wait {} s)", NatsConfig::default().ack_wait),
+        format!("{:.0} B/s", keepalive_bytes_per_task_second().await?),
+        String::new(),
+    ));
     let mut takeover = takeover_round().await?;
     takeover.extend(takeover_round().await?);
     takeover.sort();

@@ -15,6 +15,7 @@ pub mod chat_endpoint;
 pub mod config;
 pub mod deployment;
 pub mod events;
+pub mod floor;
 pub mod metered;
 pub mod nats;
 pub mod nats_conf;
