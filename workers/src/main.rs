@@ -76,7 +76,6 @@ fn main() {
     telemetry::init(args.log_format, "info");
     flotilla_config::tls::install_crypto_provider();
     flotilla_agent::sanitize::warm_up();
-    flotilla_agent::tokens::warm_up();
     let runtime = tokio::runtime::Runtime::new().expect("tokio runtime");
     let code = match runtime.block_on(run(args)) {
         Ok(code) => code,
@@ -112,6 +111,17 @@ async fn run(args: Args) -> anyhow::Result<i32> {
         .iter()
         .map(|ty| SubagentRuntime::build(&settings, ty, &files, &mcp).map(Arc::new))
         .collect::<anyhow::Result<Vec<_>>>()?;
+    // A scripted model counts every request in o200k tokens: build the
+    // tables now, off the runtime's threads. Other models report their own
+    // usage, and budget checks rarely need the tables
+    // (flotilla_agent::tokens::within), so an idle worker does not hold them.
+    let scripted = types.iter().any(|ty| {
+        let model = settings.subagents.get(ty).map(|c| c.model.as_str()).unwrap_or_default();
+        settings.model(model).is_ok_and(|m| matches!(m, flotilla_config::ModelSettings::Scripted { .. }))
+    });
+    if scripted {
+        tokio::task::spawn_blocking(flotilla_agent::tokens::warm_up).await?;
+    }
     // Every tool call and approval of every served type goes to the audit stream.
     let audit = Arc::new(flotilla_bus_adapters::BusAudit(flotilla_bus::audit::BusAuditSink::new(bus.clone())));
     for rt in &runtimes {

@@ -59,7 +59,7 @@ pub fn tool_result(outcome: &TaskOutcome, report_tokens: usize) -> Option<Value>
     if outcome.status != TaskStatus::Completed {
         return None;
     }
-    if outcome.report_file.is_none() && flotilla_agent::tokens::count(&outcome.summary) <= report_tokens {
+    if outcome.report_file.is_none() && flotilla_agent::tokens::within(&outcome.summary, report_tokens) {
         return Some(
             crate::reports::structured_answer(&outcome.summary)
                 .unwrap_or_else(|| Value::String(outcome.summary.clone())),

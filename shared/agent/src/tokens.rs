@@ -17,10 +17,10 @@ fn bpe() -> &'static CoreBPE {
     tiktoken_rs::o200k_base_singleton()
 }
 
-/// Builds the tokenizer now. Call once at process start, before serving:
-/// the first build parses the tables for a noticeable time, and done lazily
-/// inside an async task it would stall that runtime thread (and with it the
-/// in-progress acks that keep a worker's tasks).
+/// Builds the tokenizer now, for a process that counts every request (a
+/// scripted model): the first build parses the tables for about a hundred
+/// milliseconds and holds some 50 MiB after. Processes that only check
+/// budgets leave it to [`within`], which rarely needs it.
 pub fn warm_up() {
     let _ = bpe();
 }
@@ -30,9 +30,21 @@ pub fn count(text: &str) -> usize {
     bpe().encode_ordinary(text).len()
 }
 
+/// Whether `text` is at most `max_tokens` tokens. A token covers at least
+/// one byte, so a text of no more bytes than that fits without being
+/// tokenized: a budget check builds the tables only for a text near its
+/// limit, and a worker or orchestrator whose model reports its own usage
+/// may never build them.
+pub fn within(text: &str, max_tokens: usize) -> bool {
+    text.len() <= max_tokens || count(text) <= max_tokens
+}
+
 /// `text` cut to at most `max_tokens` tokens, on a character boundary, and
 /// whether it was cut.
 pub fn truncate(text: &str, max_tokens: usize) -> (String, bool) {
+    if text.len() <= max_tokens {
+        return (text.to_string(), false);
+    }
     let tokens = bpe().encode_ordinary(text);
     if tokens.len() <= max_tokens {
         return (text.to_string(), false);
@@ -59,6 +71,15 @@ mod tests {
         assert!(count(&repeated) < 100, "{}", count(&repeated));
         // Digits split into groups of at most three in o200k_base.
         assert_eq!(count("123456789"), 3);
+    }
+
+    #[test]
+    fn a_text_within_its_budget_by_bytes_is_within_it_by_tokens() {
+        for text in ["", "hello world", "日本語🚢", &"0.375 ".repeat(300)] {
+            for max in [0, 1, 2, 5, 50, 500, 5_000] {
+                assert_eq!(within(text, max), count(text) <= max, "{text:?} {max}");
+            }
+        }
     }
 
     #[test]

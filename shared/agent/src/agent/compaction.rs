@@ -21,7 +21,7 @@
 use flotilla_protocol::{ErrorInfo, ErrorKind, Usage};
 
 use super::{AgentObserver, Conversation, RunContext};
-use crate::model::{ChatMessage, ChatModel, ModelRequest, Purpose, ToolCall, count_request};
+use crate::model::{ChatMessage, ChatModel, ModelRequest, Purpose, ToolCall, count_request, request_within};
 use crate::tokens;
 use crate::tool::ToolSpec;
 
@@ -51,6 +51,9 @@ pub(super) async fn fit(
     ctx: &RunContext,
     observer: &dyn AgentObserver,
 ) -> Result<(), ErrorInfo> {
+    if request_within(&conv.messages, specs, budget.tokens as usize) {
+        return Ok(());
+    }
     let before = count_request(&conv.messages, specs) as u64;
     if before <= budget.tokens {
         return Ok(());

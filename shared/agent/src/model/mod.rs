@@ -21,7 +21,7 @@ use serde_json::Value;
 
 use crate::tool::ToolSpec;
 use flotilla_protocol::{ErrorKind, Usage};
-pub use wire::count_request;
+pub use wire::{count_request, request_within};
 
 /// One message of a conversation.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

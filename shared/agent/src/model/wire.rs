@@ -27,6 +27,17 @@ pub fn count_request(messages: &[ChatMessage], tools: &[ToolSpec]) -> usize {
     }
 }
 
+/// Whether the request [`count_request`] counts is at most `max_tokens`,
+/// tokenizing only when its byte length does not already say so
+/// ([`tokens::within`]).
+pub fn request_within(messages: &[ChatMessage], tools: &[ToolSpec], max_tokens: usize) -> bool {
+    let wire = WireRequest::new("", ModelRequest::new(messages, tools), None);
+    match serde_json::to_string(&wire) {
+        Ok(body) => tokens::within(&body, max_tokens),
+        Err(_) => count_request(messages, tools) <= max_tokens,
+    }
+}
+
 /// One `/chat/completions` request body.
 #[derive(Serialize)]
 pub struct WireRequest<'a> {

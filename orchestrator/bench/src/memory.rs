@@ -1,0 +1,79 @@
+//! Worker memory with a model that reports its own usage (an `openai`
+//! provider on a local OpenAI-format endpoint, tests/kit/src/metered.rs), the
+//! way a production worker runs: RSS idle, and with 16 subagents in flight
+//! (each inside one 2 s model call), so memory per in-flight subagent is
+//! the difference over 16. The scripted rows of `footprint` differ: a
+//! scripted model counts every request in o200k tokens, so that worker
+//! builds the tokenizer's tables at start.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use flotilla_config::NatsConfig;
+use flotilla_protocol::ids::{JobId, SubagentType};
+use flotilla_testkit::TestConfig;
+use flotilla_testkit::chat_endpoint::text_reply;
+use flotilla_testkit::metered::MeteredEndpoint;
+
+use crate::setup::{self, Rig};
+use crate::{Row, task};
+
+/// In-flight subagents of the loaded measurement.
+const IN_FLIGHT: usize = 16;
+
+fn config(url: &str, endpoint: &str) -> TestConfig {
+    let nats = NatsConfig::default();
+    let mut c = TestConfig::new(url);
+    c.nats(nats.ack_wait, nats.max_deliver);
+    c.scripted_model("planner", &setup::planner(0));
+    c.section(&format!(
+        r#"[models.finance]
+provider = "openai"
+base_url = "{endpoint}"
+model = "m"
+max_retries = 0
+[planner]
+model = "planner"
+[subagents.finance]
+description = "Computes gross margins."
+model = "finance"
+tools = ["calculate_margin"]
+concurrency = {IN_FLIGHT}
+"#
+    ));
+    c
+}
+
+/// The rows: idle RSS, RSS and peak with 16 in flight, and per subagent.
+pub async fn measure() -> anyhow::Result<Vec<Row>> {
+    let endpoint = MeteredEndpoint::start(Duration::from_secs(2), Arc::new(|_| text_reply("0.375"))).await;
+    let rig = Rig::launch(1, |url| config(url, &endpoint.url)).await?;
+    let idle = rig.memory_kib("worker-1", "VmRSS:")?;
+    let job = JobId::new();
+    let ty = SubagentType::new("finance")?;
+    for _ in 0..IN_FLIGHT {
+        rig.bus().tasks().publish(&task(job, &ty)).await?;
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while endpoint.meter().waiting.len() < IN_FLIGHT {
+        anyhow::ensure!(Instant::now() < deadline, "the tasks did not reach the model; logs: {}", rig.logs());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let loaded = rig.memory_kib("worker-1", "VmRSS:")?;
+    let peak = rig.memory_kib("worker-1", "VmHWM:")?;
+    rig.stop();
+    let mib = |kib: u64| format!("{:.1} MiB", kib as f64 / 1024.0);
+    Ok(vec![
+        ("idle worker RSS, openai-provider model (no o200k tables)".into(), mib(idle), "<= 20 MiB".into()),
+        (
+            format!("worker RSS, {IN_FLIGHT} subagents in flight (peak)"),
+            format!("{} ({})", mib(loaded), mib(peak)),
+            "<= 40 MiB".into(),
+        ),
+        (
+            "memory per in-flight subagent (RSS over idle / 16)".into(),
+            format!("{:.0} KiB", loaded.saturating_sub(idle) as f64 / IN_FLIGHT as f64),
+            String::new(),
+        ),
+    ])
+}
