@@ -76,10 +76,32 @@ pub async fn run(args: &Options) -> anyhow::Result<Vec<Row>> {
     let mut rows: Vec<Row> = Vec::new();
     if wanted(args, "overhead") {
         let rig = Rig::start(1, 4, 0).await?;
+        let before = rig.nats().sent_by_connection().await;
         let lat = overhead(&rig, args.tasks).await?;
+        let after = rig.nats().sent_by_connection().await;
         let p50 = pct(&lat, 50.0);
         rows.push(("dispatch -> report, p50 (1 worker, sequential)".into(), ms(p50), "<= 0.5 ms".into()));
         rows.push(("dispatch -> report, p99".into(), ms(pct(&lat, 99.0)), String::new()));
+        // What each process wrote to NATS, per task (warm-up tasks included).
+        let tasks = (args.tasks + OVERHEAD_WARM_UP) as f64;
+        let mut total = (0.0, 0.0);
+        for (name, (msgs, bytes)) in &after {
+            let (m0, b0) = before.get(name).copied().unwrap_or_default();
+            let per = ((msgs - m0) as f64 / tasks, (bytes - b0) as f64 / tasks);
+            total = (total.0 + per.0, total.1 + per.1);
+            if per.0 >= 0.5 {
+                rows.push((
+                    format!("  written to NATS per task by {name}"),
+                    format!("{:.1} msgs, {:.0} B", per.0, per.1),
+                    String::new(),
+                ));
+            }
+        }
+        rows.push((
+            "written to NATS per task, every connection".into(),
+            format!("{:.1} msgs, {:.0} B", total.0, total.1),
+            "<= 3 KB".into(),
+        ));
         // The NATS floor of the same run, on the same server.
         let floor = flotilla_testkit::floor::measure(&rig.nats().url(), 300).await?;
         rows.push(("NATS floor: core request/reply, p50".into(), ms(floor.request_reply), String::new()));
@@ -168,21 +190,24 @@ fn task(job: JobId, ty: &SubagentType) -> TaskMessage {
     }
 }
 
+/// Tasks of the overhead run that warm up connections and caches, not timed.
+const OVERHEAD_WARM_UP: usize = 20;
+
 /// Sequential dispatch -> report latencies, sorted.
 async fn overhead(rig: &Rig, n: usize) -> anyhow::Result<Vec<Duration>> {
     let job = JobId::new();
     let ty = SubagentType::new("finance")?;
     let mut reports = Box::pin(rig.bus().reports().live_of_job(&Default::default(), &job).await?);
     let mut out = Vec::with_capacity(n);
-    for i in 0..n + 20 {
+    for i in 0..n + OVERHEAD_WARM_UP {
         let t = task(job, &ty);
         let started = Instant::now();
         rig.bus().tasks().publish(&t).await?;
         tokio::time::timeout(Duration::from_secs(30), reports.next())
             .await?
             .ok_or_else(|| anyhow::anyhow!("report stream ended"))?;
-        if i >= 20 {
-            out.push(started.elapsed()); // the first 20 warm up connections and caches
+        if i >= OVERHEAD_WARM_UP {
+            out.push(started.elapsed()); // the first ones warm up connections and caches
         }
     }
     out.sort();

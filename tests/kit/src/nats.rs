@@ -66,6 +66,20 @@ impl NatsServer {
         varz["in_bytes"].as_u64().unwrap_or_else(|| panic!("/varz has no in_bytes: {varz}"))
     }
 
+    /// Messages and bytes each client connection has sent to the server so
+    /// far (`in_msgs`, `in_bytes` in `/connz`), by connection name.
+    pub async fn sent_by_connection(&self) -> std::collections::BTreeMap<String, (u64, u64)> {
+        let connz = self.monitoring("connz?limit=1024").await;
+        let mut out = std::collections::BTreeMap::new();
+        for c in connz["connections"].as_array().into_iter().flatten() {
+            let name = c["name"].as_str().unwrap_or("?").to_string();
+            let e: &mut (u64, u64) = out.entry(name).or_default();
+            e.0 += c["in_msgs"].as_u64().unwrap_or(0);
+            e.1 += c["in_bytes"].as_u64().unwrap_or(0);
+        }
+        out
+    }
+
     /// A page of the HTTP monitoring endpoint, as JSON.
     async fn monitoring(&self, page: &str) -> serde_json::Value {
         flotilla_config::tls::install_crypto_provider();
