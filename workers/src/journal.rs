@@ -16,7 +16,6 @@
 //! The answering turn is not awaited: the report, stored right after it on
 //! the same connection, is its record; every other step is.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use flotilla_agent::agent::{Conversation, Step};
@@ -87,8 +86,6 @@ pub struct StepJournal {
     journal: Journal,
     key: JournalKey,
     attempt: u32,
-    /// The sequence of the last entry stored (for `resumed` markers).
-    last: AtomicU64,
     /// The model turns this attempt took over, once it resumed.
     resumed_from: std::sync::OnceLock<u32>,
 }
@@ -98,7 +95,7 @@ impl StepJournal {
     pub fn new(bus: &Bus, task: &TaskMessage, attempt: u32) -> Self {
         let journal = bus.journal();
         let key = journal.key(&task.subagent_type, &task.tenant, &task.job_id, &task.task_id);
-        Self { journal, key, attempt, last: AtomicU64::new(0), resumed_from: Default::default() }
+        Self { journal, key, attempt, resumed_from: Default::default() }
     }
 
     /// The model turns this attempt took over from earlier ones, if it resumed.
@@ -124,15 +121,11 @@ impl StepJournal {
         let entry = JournalEntry { v: protocol::SCHEMA_VERSION, attempt: self.attempt, record };
         let stored = retry("journal append", APPEND_BUDGET, || async {
             let appended = self.journal.append(&self.key, &entry, snapshot).await?;
-            if wait { appended.stored().await.map(Some) } else { Ok(None) }
+            if wait { appended.stored().await.map(drop) } else { Ok(()) }
         })
         .await;
-        match stored {
-            Ok(Some(seq)) => {
-                self.last.fetch_max(seq, Ordering::Relaxed);
-            }
-            Ok(None) => {}
-            Err(e) => tracing::warn!(error = %e, "step not journaled; a later attempt would redo it"),
+        if let Err(e) = stored {
+            tracing::warn!(error = %e, "step not journaled; a later attempt would redo it");
         }
     }
 

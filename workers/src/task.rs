@@ -113,7 +113,7 @@ async fn run(
     let outcome = if job_cancelled {
         Err((ErrorInfo::new(ErrorKind::Cancelled, cancelled_before_start(&ctx, &task)), Default::default()))
     } else {
-        let run = Subagent { ctx: &ctx, rt: &rt, task: &task, progress: &progress, cancel: &cancel, attempt };
+        let run = Subagent { ctx: &ctx, rt: &rt, task: &task, progress: &progress, cancel: &cancel };
         run.run(started_at, traceparent.as_deref()).await
     };
     keepalive.abort();
@@ -150,7 +150,6 @@ struct Subagent<'a> {
     task: &'a TaskMessage,
     progress: &'a ProgressPublisher,
     cancel: &'a CancellationToken,
-    attempt: u32,
 }
 
 impl Subagent<'_> {
@@ -182,7 +181,7 @@ impl Subagent<'_> {
         };
         let mut conv = Conversation::new(&system, &task.description);
         // An attempt after the first continues where the last one stopped.
-        if self.attempt > 1
+        if self.progress.attempt > 1
             && let Some(resume) = self.progress.journal.resume(conv.clone()).await
         {
             conv = resume.conversation;

@@ -9,45 +9,23 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use flotilla_config::NatsConfig;
 use flotilla_protocol::ids::{JobId, SubagentType};
-use flotilla_testkit::TestConfig;
 use flotilla_testkit::chat_endpoint::text_reply;
 use flotilla_testkit::metered::MeteredEndpoint;
 
-use crate::setup::{self, Rig};
+use crate::setup::{self, FinanceModel, Rig};
 use crate::{Row, task};
 
 /// In-flight subagents of the loaded measurement.
 const IN_FLIGHT: usize = 16;
 
-fn config(url: &str, endpoint: &str) -> TestConfig {
-    let nats = NatsConfig::default();
-    let mut c = TestConfig::new(url);
-    c.nats(nats.ack_wait, nats.max_deliver);
-    c.scripted_model("planner", &setup::planner(0));
-    c.section(&format!(
-        r#"[models.finance]
-provider = "openai"
-base_url = "{endpoint}"
-model = "m"
-max_retries = 0
-[planner]
-model = "planner"
-[subagents.finance]
-description = "Computes gross margins."
-model = "finance"
-tools = ["calculate_margin"]
-concurrency = {IN_FLIGHT}
-"#
-    ));
-    c
-}
-
 /// The rows: idle RSS, RSS and peak with 16 in flight, and per subagent.
 pub async fn measure() -> anyhow::Result<Vec<Row>> {
     let endpoint = MeteredEndpoint::start(Duration::from_secs(2), Arc::new(|_| text_reply("0.375"))).await;
-    let rig = Rig::launch(1, |url| config(url, &endpoint.url)).await?;
+    let planner = setup::planner(0);
+    let rig =
+        Rig::launch(1, |url| setup::config_with(url, &planner, FinanceModel::OpenAi(&endpoint.url), IN_FLIGHT, ""))
+            .await?;
     let idle = rig.memory_kib("worker-1", "VmRSS:")?;
     let job = JobId::new();
     let ty = SubagentType::new("finance")?;

@@ -29,7 +29,7 @@ use flotilla_protocol::{Message, ProgressKind};
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 
-use crate::setup::{self, Rig};
+use crate::setup::{self, FinanceModel, Rig};
 use crate::{Row, ms, pct, task};
 
 /// Model turns per task.
@@ -52,16 +52,16 @@ fn steps_script(latency_ms: u64) -> String {
 
 async fn rig(workers: usize, slots: usize, latency_ms: u64) -> anyhow::Result<Rig> {
     let (planner, finance) = (setup::planner(0), steps_script(latency_ms));
-    Rig::launch(workers, |url| setup::config_with(url, &planner, &finance, slots, "")).await
+    Rig::launch(workers, |url| setup::config_with(url, &planner, FinanceModel::Scripted(&finance), slots, "")).await
 }
 
-/// Publishes `n` tasks of one job at once and waits for their reports.
-async fn run_tasks(rig: &Rig, n: usize) -> anyhow::Result<(JobId, Vec<TaskId>, Duration)> {
+/// Publishes `n` tasks of one job at once and waits for their reports;
+/// returns the wall time.
+async fn run_tasks(rig: &Rig, n: usize) -> anyhow::Result<Duration> {
     let job = JobId::new();
     let ty = SubagentType::new("finance")?;
     let mut reports = Box::pin(rig.bus().reports().live_of_job(&Default::default(), &job).await?);
     let tasks: Vec<_> = (0..n).map(|_| task(job, &ty)).collect();
-    let ids = tasks.iter().map(|t| t.task_id).collect();
     let started = Instant::now();
     for t in &tasks {
         rig.bus().tasks().publish(t).await?;
@@ -71,7 +71,7 @@ async fn run_tasks(rig: &Rig, n: usize) -> anyhow::Result<(JobId, Vec<TaskId>, D
             .await?
             .ok_or_else(|| anyhow::anyhow!("report stream ended"))?;
     }
-    Ok((job, ids, started.elapsed()))
+    Ok(started.elapsed())
 }
 
 /// A journal entry of a given size, for timing appends.
@@ -106,7 +106,8 @@ async fn appends(journal: &Journal, bytes: usize, n: usize) -> anyhow::Result<Ve
 /// less the same deployment's idle traffic.
 async fn keepalive_bytes_per_task_second() -> anyhow::Result<f64> {
     let rig = Rig::launch(1, |url| {
-        setup::config_with(url, &setup::planner(0), &flotilla_testkit::scripts::finance_margin(30_000), 8, "")
+        let finance = flotilla_testkit::scripts::finance_margin(30_000);
+        setup::config_with(url, &setup::planner(0), FinanceModel::Scripted(&finance), 8, "")
     })
     .await?;
     let window = Duration::from_secs(2 * NatsConfig::default().ack_wait);
@@ -180,7 +181,7 @@ async fn next(events: &mut (impl futures::Stream<Item = anyhow::Result<Event>> +
 pub async fn measure() -> anyhow::Result<Vec<Row>> {
     let mut rows = Vec::new();
     let rig = rig(4, 5, 200).await?;
-    let (_, _, wall) = run_tasks(&rig, 20).await?;
+    let wall = run_tasks(&rig, 20).await?;
     let journal = rig.bus().journal();
     let (entries, bytes) = journal.usage().await?;
     let steps = (20 * STEPS) as u64;

@@ -49,16 +49,30 @@ pub fn regions(n: usize) -> String {
 /// with `slots` concurrency. `extra` is raw TOML after `[planner] model`:
 /// further planner keys, then any other tables.
 pub fn config(url: &str, planner: &str, latency_ms: u64, slots: usize, extra: &str) -> TestConfig {
-    config_with(url, planner, &flotilla_testkit::scripts::finance_margin(latency_ms), slots, extra)
+    let finance = flotilla_testkit::scripts::finance_margin(latency_ms);
+    config_with(url, planner, FinanceModel::Scripted(&finance), slots, extra)
 }
 
-/// [`config`] with the `finance` model playing `finance`.
-pub fn config_with(url: &str, planner: &str, finance: &str, slots: usize, extra: &str) -> TestConfig {
+/// The `finance` model of a bench config.
+pub enum FinanceModel<'a> {
+    /// Scripted, playing this script.
+    Scripted(&'a str),
+    /// An `openai` provider on this base URL (a local endpoint).
+    OpenAi(&'a str),
+}
+
+/// [`config`] with the `finance` model `finance`.
+pub fn config_with(url: &str, planner: &str, finance: FinanceModel<'_>, slots: usize, extra: &str) -> TestConfig {
     let nats = NatsConfig::default();
     let mut c = TestConfig::new(url);
     c.nats(nats.ack_wait, nats.max_deliver);
     c.scripted_model("planner", planner);
-    c.scripted_model("finance", finance);
+    match finance {
+        FinanceModel::Scripted(script) => c.scripted_model("finance", script),
+        FinanceModel::OpenAi(base_url) => c.section(&format!(
+            "[models.finance]\nprovider = \"openai\"\nbase_url = \"{base_url}\"\nmodel = \"m\"\nmax_retries = 0\n"
+        )),
+    };
     c.section(&format!(
         r#"[planner]
 model = "planner"

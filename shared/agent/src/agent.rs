@@ -320,14 +320,15 @@ impl Agent {
                 output_schema: self.output.as_ref().map(|o| o.schema()),
             };
             let response = self.model.complete(request).await.map_err(|e| model_error(e, ctx))?;
-            conv.steps += 1;
-            conv.usage += response.usage;
-            observer.model_called(conv.steps, response.usage, started.elapsed()).await;
+            let latency = started.elapsed();
             let done = response.tool_calls.is_empty();
             let answer = response.content.clone().unwrap_or_default();
             let message = ChatMessage::Assistant { content: response.content, tool_calls: response.tool_calls };
-            observer.step(&Step::Turn { message: message.clone(), usage: response.usage }).await;
-            conv.messages.push(message);
+            // Recorded before it is announced or acted on.
+            let step = Step::Turn { message, usage: response.usage };
+            observer.step(&step).await;
+            conv.apply(step);
+            observer.model_called(conv.steps, response.usage, latency).await;
             if done && let Some(schema) = &self.output {
                 match self.checked(schema, &answer, conv, observer).await? {
                     Some(valid) => return Ok(valid),
@@ -390,7 +391,6 @@ impl Agent {
                 approvals: ctx.approvals.clone(),
             };
             let outcome = self.tools.invoke(&tool_ctx, &call.name, &call.arguments).await;
-            observer.tool_finished(call, &outcome).await;
             let mut content = outcome.to_model_text();
             if conv.interrupted.contains(&call.id) && !self.policy.idempotent(&call.name) {
                 content = steps::with_interrupted_note(&content);
@@ -408,6 +408,7 @@ impl Agent {
             if !cut_short {
                 observer.step(&Step::ToolResult { message: message.clone(), ran: true }).await;
             }
+            observer.tool_finished(call, &outcome).await;
             message
         });
         Ok((futures::future::join_all(runs).await, ran))

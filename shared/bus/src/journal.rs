@@ -183,15 +183,8 @@ impl Journal {
 
     /// Removes the journals of every task of `job`.
     pub async fn purge_job(&self, tenant: &Tenant, job: &JobId) -> Result<u64, BusError> {
-        let name = self.bus.subjects.journal_stream();
-        let filter = self.bus.subjects.journals_of_job(tenant, job);
-        let stream = self.bus.js.get_stream_no_info(&name).await.map_err(|e| BusError::new("no journal stream", e))?;
-        let purged = stream
-            .purge()
-            .filter(filter.clone())
-            .await
-            .map_err(|e| BusError::new(format!("cannot purge {filter}"), e))?;
-        Ok(purged.purged)
+        let s = &self.bus.subjects;
+        self.bus.purge_filtered(&s.journal_stream(), s.journals_of_job(tenant, job)).await
     }
 }
 

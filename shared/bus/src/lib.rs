@@ -486,6 +486,18 @@ impl Bus {
         Ok(())
     }
 
+    /// Removes the messages of `stream` under `filter`; returns how many.
+    pub(crate) async fn purge_filtered(&self, stream: &str, filter: String) -> Result<u64, BusError> {
+        let handle =
+            self.js.get_stream_no_info(stream).await.map_err(|e| BusError::new(format!("no stream {stream}"), e))?;
+        let purged = handle
+            .purge()
+            .filter(filter.clone())
+            .await
+            .map_err(|e| BusError::new(format!("cannot purge {filter}"), e))?;
+        Ok(purged.purged)
+    }
+
     /// Publishes an observation (progress, job event) without waiting for an
     /// ack: the events stream stores it, and losing one changes no result.
     pub async fn publish_event<T: Message>(&self, subject: String, msg: &T) {

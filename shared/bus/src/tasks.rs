@@ -79,13 +79,7 @@ impl TaskQueue {
             Some(ty) => s.task(ty, job),
             None => s.tasks_of_job(job),
         };
-        let stream = self.stream().await?;
-        let purged = stream
-            .purge()
-            .filter(filter.clone())
-            .await
-            .map_err(|e| BusError::new(format!("cannot purge {filter}"), e))?;
-        Ok(purged.purged)
+        self.bus.purge_filtered(&s.tasks_stream(), filter).await
     }
 
     /// The durable pull consumer shared by every worker serving `ty`, which

@@ -106,6 +106,15 @@ fn remove(waiting: &mut Vec<Value>, body: &Value) {
     }
 }
 
+/// One `Connection: close` HTTP response with a JSON body.
+fn response(status: &str, json: &str) -> Vec<u8> {
+    format!(
+        "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{json}",
+        json.len()
+    )
+    .into_bytes()
+}
+
 async fn serve(
     mut conn: tokio::net::TcpStream,
     latency: Duration,
@@ -117,11 +126,7 @@ async fn serve(
     let Some(body) = read_request(&mut conn).await else { return };
     if refused {
         let text = r#"{"error": {"message": "overloaded", "type": "server_error"}}"#;
-        let head = format!(
-            "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
-            text.len()
-        );
-        let _ = conn.write_all(format!("{head}{text}").as_bytes()).await;
+        let _ = conn.write_all(&response("503 Service Unavailable", text)).await;
         meter.lock().unwrap().refused += 1;
         return;
     }
@@ -144,12 +149,7 @@ async fn serve(
         }
         _ = ready => {}
     }
-    let text = answer(&body).to_string();
-    let head = format!(
-        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
-        text.len()
-    );
-    let written = writer.write_all(format!("{head}{text}").as_bytes()).await.is_ok();
+    let written = writer.write_all(&response("200 OK", &answer(&body).to_string())).await.is_ok();
     // Read to the end: the client closes once it has the whole answer.
     let read = written && tokio::time::timeout(Duration::from_secs(30), gone).await.is_ok();
     let mut m = meter.lock().unwrap();
