@@ -14,7 +14,13 @@
 //! | `flotilla_workers_live` | | workers with a live heartbeat |
 //! | `flotilla_worker_slots` | `subagent_type` | live capacity for the type |
 //! | `flotilla_worker_slots_busy` | `subagent_type` | of which in use |
-//! | `flotilla_model_*` | `agent="planner"` | see `flotilla_telemetry::metrics::AgentMetrics` |
+//! | `flotilla_model_*`, `gen_ai_client_*` | `agent="planner"` | see `flotilla_telemetry::metrics::AgentMetrics` |
+//!
+//! With OTLP export on, the job, task and queue counts also go out as
+//! OpenTelemetry instruments (`flotilla.jobs`, `flotilla.tasks.dispatched`,
+//! `flotilla.task.reports`, `flotilla.task.queue.pending`,
+//! `flotilla.task.queue.unacked`, `flotilla.workers.live`), the queue
+//! depths read every export interval ([`OrchestratorMetrics::refresh`]).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -55,6 +61,52 @@ pub struct OrchestratorMetrics {
     workers_live: Gauge,
     slots: Family<TypeLabel, Gauge>,
     slots_busy: Family<TypeLabel, Gauge>,
+    otel: OtelInstruments,
+}
+
+/// The same counts as OpenTelemetry instruments, exported over OTLP when
+/// the process exports (`flotilla_telemetry::otel`); no-ops otherwise.
+/// Names: the Prometheus name with dots, without `_total`.
+struct OtelInstruments {
+    jobs: opentelemetry::metrics::Counter<u64>,
+    dispatched: opentelemetry::metrics::Counter<u64>,
+    reports: opentelemetry::metrics::Counter<u64>,
+    queue_pending: opentelemetry::metrics::Gauge<i64>,
+    queue_unacked: opentelemetry::metrics::Gauge<i64>,
+    workers_live: opentelemetry::metrics::Gauge<i64>,
+}
+
+impl OtelInstruments {
+    fn new() -> Self {
+        let meter = flotilla_telemetry::metrics::meter();
+        Self {
+            jobs: meter.u64_counter("flotilla.jobs").with_description("Jobs ended, by status").build(),
+            dispatched: meter
+                .u64_counter("flotilla.tasks.dispatched")
+                .with_description("Task messages published")
+                .build(),
+            reports: meter
+                .u64_counter("flotilla.task.reports")
+                .with_description("Task reports consolidated, by status")
+                .build(),
+            queue_pending: meter
+                .i64_gauge("flotilla.task.queue.pending")
+                .with_description("Tasks waiting for a worker")
+                .build(),
+            queue_unacked: meter
+                .i64_gauge("flotilla.task.queue.unacked")
+                .with_description("Tasks delivered to a worker, not yet acked")
+                .build(),
+            workers_live: meter
+                .i64_gauge("flotilla.workers.live")
+                .with_description("Workers with a live heartbeat")
+                .build(),
+        }
+    }
+}
+
+fn kv(key: &'static str, value: &str) -> [opentelemetry::KeyValue; 1] {
+    [opentelemetry::KeyValue::new(key, value.to_string())]
 }
 
 impl OrchestratorMetrics {
@@ -73,6 +125,7 @@ impl OrchestratorMetrics {
             workers_live: Gauge::default(),
             slots: Family::default(),
             slots_busy: Family::default(),
+            otel: OtelInstruments::new(),
             registry: Arc::new(Registry::default()),
         };
         r.register("flotilla_jobs_running", "Jobs whose planner runs in this orchestrator", m.jobs_running.clone());
@@ -119,9 +172,11 @@ impl OrchestratorMetrics {
             }
             JobEventKind::TaskDispatched { subagent_type, .. } => {
                 self.dispatched.get_or_create(&TypeLabel { subagent_type: subagent_type.to_string() }).inc();
+                self.otel.dispatched.add(1, &kv("subagent_type", subagent_type.as_str()));
             }
             JobEventKind::TaskReported { status, .. } => {
                 self.reports.get_or_create(&StatusLabel { status: status.as_str().into() }).inc();
+                self.otel.reports.add(1, &kv("status", status.as_str()));
             }
             JobEventKind::Completed { .. } => self.ended("completed"),
             JobEventKind::Failed { .. } => self.ended("failed"),
@@ -133,6 +188,12 @@ impl OrchestratorMetrics {
     fn ended(&self, status: &str) {
         self.jobs_running.dec();
         self.jobs_ended.get_or_create(&StatusLabel { status: status.into() }).inc();
+        self.otel.jobs.add(1, &kv("status", status));
+    }
+
+    /// Names the planner's model provider and model for the GenAI metrics.
+    pub fn set_planner_model(&self, provider: &str, model: &str) {
+        self.agent.set_model("planner", provider, model);
     }
 
     /// Reads queue depths of `types` and the live worker set (on each scrape).
@@ -144,6 +205,8 @@ impl OrchestratorMetrics {
                 Ok(depth) => {
                     self.queue_pending.get_or_create(&label).set(depth.pending as i64);
                     self.queue_unacked.get_or_create(&label).set(depth.unacked as i64);
+                    self.otel.queue_pending.record(depth.pending as i64, &kv("subagent_type", ty.as_str()));
+                    self.otel.queue_unacked.record(depth.unacked as i64, &kv("subagent_type", ty.as_str()));
                 }
                 // No worker of this type ever started: nothing to report yet.
                 Err(e) => tracing::debug!(subagent_type = %ty, error = %e, "no queue depth"),
@@ -152,6 +215,7 @@ impl OrchestratorMetrics {
         match bus.live_workers().await {
             Ok(workers) => {
                 self.workers_live.set(workers.len() as i64);
+                self.otel.workers_live.record(workers.len() as i64, &[]);
                 let mut per_type: BTreeMap<String, (i64, i64)> =
                     types.iter().map(|t| (t.to_string(), (0, 0))).collect();
                 for w in workers.iter().filter(|w| w.state == WorkerState::Running) {

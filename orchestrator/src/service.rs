@@ -210,6 +210,22 @@ impl Orchestrator {
         flotilla_telemetry::metrics::router(self.service.jobs.metrics().registry().clone(), refresh)
     }
 
+    /// Reads queue depths and the worker fleet every `every` (for OTLP
+    /// export, which has no scrape to read them on) until `stop` fires.
+    pub fn refresh_metrics_every(&self, every: std::time::Duration, stop: tokio_util::sync::CancellationToken) {
+        let metrics = self.service.jobs.metrics().clone();
+        let (bus, types) = (self.service.bus.clone(), self.types.clone());
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            loop {
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = tick.tick() => metrics.refresh(&bus, &types).await,
+                }
+            }
+        });
+    }
+
     /// A read-only handle on every tenant's job records, for the web
     /// dashboard the binary serves (the `flotilla-dashboard` crate).
     pub fn jobs_reader(&self) -> JobsReader {

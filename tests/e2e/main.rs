@@ -49,5 +49,6 @@ mod security;
 mod service_api;
 mod tls;
 mod tools_reserved;
+mod tracing;
 mod versions;
 mod walking_skeleton;

@@ -19,6 +19,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
+use tracing::Instrument as _;
 
 use async_trait::async_trait;
 use flotilla_agent::tool::{
@@ -101,12 +102,19 @@ pub struct BusApprovalGate {
     policy: Arc<ApprovalPolicy>,
     progress: ProgressPublisher,
     tenant: Tenant,
+    metrics: Arc<crate::metrics::WorkerMetrics>,
 }
 
 impl BusApprovalGate {
-    /// A gate for the task `progress` reports on.
-    pub fn new(bus: Bus, policy: Arc<ApprovalPolicy>, progress: ProgressPublisher, tenant: Tenant) -> Self {
-        Self { bus, policy, progress, tenant }
+    /// A gate for the task `progress` reports on; `metrics` count its waits.
+    pub fn new(
+        bus: Bus,
+        policy: Arc<ApprovalPolicy>,
+        progress: ProgressPublisher,
+        tenant: Tenant,
+        metrics: Arc<crate::metrics::WorkerMetrics>,
+    ) -> Self {
+        Self { bus, policy, progress, tenant, metrics }
     }
 
     fn new_record(&self, task: TaskId, call: &Call<'_>, round: u32) -> ApprovalRecord {
@@ -225,10 +233,32 @@ impl BusApprovalGate {
     async fn wait(&self, store: &ApprovalStore, key: &str, rec: ApprovalRecord) -> Result<ApprovalVerdict, BusError> {
         let decision_key = ApprovalStore::decision_key(key, rec.round);
         let deadline = tokio::time::Instant::now() + until(rec.request.expires_at);
-        match next_decision(|| store.watch_decision(&decision_key), deadline).await? {
-            Some(decision) => self.apply(store, key, &decision, None).await,
-            None => self.expire(store, key, &decision_key).await,
+        // The wait for a person, as a span of the tool call's trace.
+        let span = tracing::info_span!(
+            target: "gen_ai",
+            "approval",
+            otel.name = %format_args!("approval {}", rec.request.tool),
+            gen_ai.tool.name = %rec.request.tool,
+            flotilla.approval.round = i64::from(rec.round),
+            flotilla.approval.decision = tracing::field::Empty,
+            flotilla.approval.by = tracing::field::Empty,
+        );
+        let _waiting = self.metrics.approval_waiting(&self.progress.subagent_type);
+        let verdict = async {
+            match next_decision(|| store.watch_decision(&decision_key), deadline).await? {
+                Some(decision) => self.apply(store, key, &decision, None).await,
+                None => self.expire(store, key, &decision_key).await,
+            }
         }
+        .instrument(span.clone())
+        .await;
+        if let Ok(v) = &verdict {
+            span.record("flotilla.approval.decision", v.decision.as_deref().unwrap_or("none"));
+            if let Some(by) = &v.by {
+                span.record("flotilla.approval.by", by.as_str());
+            }
+        }
+        verdict
     }
 
     /// Marks the request of `decision`'s round used and returns the call's

@@ -72,26 +72,49 @@ const START_FAILED: i32 = 2;
 const RUN_FAILED: i32 = 1;
 
 fn main() {
-    let args = Args::parse();
-    telemetry::init(args.log_format, "info");
+    let mut args = Args::parse();
     flotilla_config::tls::install_crypto_provider();
     flotilla_agent::sanitize::warm_up();
     let runtime = tokio::runtime::Runtime::new().expect("tokio runtime");
-    let code = match runtime.block_on(run(args)) {
+    let worker_id = args.id.get_or_insert_with(heartbeat::default_id).clone();
+    let settings = match Settings::load(args.config.as_deref()) {
+        Ok(settings) => settings,
+        Err(e) => {
+            telemetry::init(args.log_format, "info");
+            eprintln!("error: {e:#}");
+            std::process::exit(START_FAILED);
+        }
+    };
+    // OTLP export (docs/OPERATIONS.md "Tracing") runs on the runtime.
+    let process = flotilla_telemetry::otel::Process { service_name: "flotilla-worker", instance_id: worker_id };
+    let export =
+        match runtime.block_on(async { telemetry::start(args.log_format, "info", &settings.telemetry, &process) }) {
+            Ok(export) => export,
+            Err(e) => {
+                eprintln!("error: {e}");
+                std::process::exit(START_FAILED);
+            }
+        };
+    if let Some(export) = &export {
+        flotilla_agent::spans::install(export.capture_content(), flotilla_telemetry::trace::traceparent_of);
+    }
+    let code = match runtime.block_on(run(args, settings)) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e:#}");
             START_FAILED
         }
     };
+    if let Some(export) = export {
+        export.shutdown();
+    }
     drop(runtime);
     std::process::exit(code);
 }
 
 /// Starts the worker (an error here is a failed start) and serves until
 /// told to stop; returns the exit code of the run.
-async fn run(args: Args) -> anyhow::Result<i32> {
-    let mut settings = Settings::load(args.config.as_deref())?;
+async fn run(args: Args, mut settings: Settings) -> anyhow::Result<i32> {
     if let Some(path) = &args.mcp_config {
         settings.import_mcp_config(path)?;
     }
@@ -133,6 +156,10 @@ async fn run(args: Args) -> anyhow::Result<i32> {
     tokio::spawn(shutdown_on_signal(shutdown.clone()));
     mcp.spawn_recovery(mcp_servers, shutdown.clone());
     let metrics = Arc::new(WorkerMetrics::new());
+    for rt in &runtimes {
+        let model = rt.model.identity();
+        metrics.agent.set_model(rt.ty.as_str(), model.provider, model.model);
+    }
     let metrics_url = match args.metrics_addr.or(settings.metrics.worker) {
         Some(addr) => {
             let router = flotilla_telemetry::metrics::router(metrics.registry.clone(), || async {});

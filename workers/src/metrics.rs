@@ -6,7 +6,14 @@
 //! | `flotilla_worker_tasks_in_flight` | `subagent_type` | tasks running now |
 //! | `flotilla_worker_tasks_total` | `subagent_type`, `status` | tasks ended: `completed`, `failed`, `rejected`, `cancelled`, `handed_back` |
 //! | `flotilla_worker_task_duration_seconds` | `subagent_type` | wall time of reported tasks |
-//! | `flotilla_model_*`, `flotilla_tool_*` | see [`AgentMetrics`] | model and tool calls of the subagents |
+//! | `flotilla_task_redeliveries_total` | `subagent_type` | task attempts after the first started here |
+//! | `flotilla_approvals_waiting` | `subagent_type` | tool calls waiting for a person's decision |
+//! | `flotilla_model_*`, `flotilla_tool_*`, `gen_ai_client_*` | see [`AgentMetrics`] | model and tool calls of the subagents |
+//!
+//! With OTLP export on, the same counts also go out as OpenTelemetry
+//! instruments: `flotilla.worker.tasks`, `flotilla.task.redeliveries`,
+//! `flotilla.approvals.waiting` (the Prometheus name with dots, without
+//! `_total`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -45,6 +52,11 @@ pub struct WorkerMetrics {
     in_flight: Family<TypeLabel, Gauge>,
     ended: Family<OutcomeLabels, Counter>,
     duration: Family<TypeLabel, Histogram, fn() -> Histogram>,
+    redeliveries: Family<TypeLabel, Counter>,
+    approvals_waiting: Family<TypeLabel, Gauge>,
+    otel_ended: opentelemetry::metrics::Counter<u64>,
+    otel_redeliveries: opentelemetry::metrics::Counter<u64>,
+    otel_approvals_waiting: opentelemetry::metrics::UpDownCounter<i64>,
 }
 
 impl Default for WorkerMetrics {
@@ -64,7 +76,53 @@ impl WorkerMetrics {
         registry.register("flotilla_worker_tasks_in_flight", "Tasks running now", in_flight.clone());
         registry.register("flotilla_worker_tasks", "Task attempts ended, by status", ended.clone());
         registry.register("flotilla_worker_task_duration_seconds", "Wall time of reported tasks", duration.clone());
-        Self { registry: Arc::new(registry), agent, in_flight, ended, duration }
+        let redeliveries = Family::<TypeLabel, Counter>::default();
+        let approvals_waiting = Family::<TypeLabel, Gauge>::default();
+        registry.register(
+            "flotilla_task_redeliveries",
+            "Task attempts after the first started on this worker",
+            redeliveries.clone(),
+        );
+        registry.register(
+            "flotilla_approvals_waiting",
+            "Tool calls waiting for a person's decision",
+            approvals_waiting.clone(),
+        );
+        let meter = flotilla_telemetry::metrics::meter();
+        Self {
+            registry: Arc::new(registry),
+            agent,
+            in_flight,
+            ended,
+            duration,
+            redeliveries,
+            approvals_waiting,
+            otel_ended: meter
+                .u64_counter("flotilla.worker.tasks")
+                .with_description("Task attempts ended, by status")
+                .build(),
+            otel_redeliveries: meter
+                .u64_counter("flotilla.task.redeliveries")
+                .with_description("Task attempts after the first started on this worker")
+                .build(),
+            otel_approvals_waiting: meter
+                .i64_up_down_counter("flotilla.approvals.waiting")
+                .with_description("Tool calls waiting for a person's decision")
+                .build(),
+        }
+    }
+
+    /// An attempt after the first of a task of `ty` started here.
+    pub fn redelivered(&self, ty: &SubagentType) {
+        self.redeliveries.get_or_create(&label(ty)).inc();
+        self.otel_redeliveries.add(1, &[opentelemetry::KeyValue::new("subagent_type", ty.to_string())]);
+    }
+
+    /// A tool call of `ty` waits for a decision until the guard is dropped.
+    pub fn approval_waiting(self: &Arc<Self>, ty: &SubagentType) -> ApprovalWaiting {
+        self.approvals_waiting.get_or_create(&label(ty)).inc();
+        self.otel_approvals_waiting.add(1, &[opentelemetry::KeyValue::new("subagent_type", ty.to_string())]);
+        ApprovalWaiting { metrics: self.clone(), ty: ty.clone() }
     }
 
     /// Makes `ty` appear (at zero) before its first task.
@@ -81,6 +139,13 @@ impl WorkerMetrics {
     /// A task of `ty` ended with `status` (a `TaskStatus` name or [`HANDED_BACK`]).
     pub fn task_ended(&self, ty: &SubagentType, status: &str, duration: Option<Duration>) {
         self.ended.get_or_create(&OutcomeLabels { subagent_type: ty.to_string(), status: status.into() }).inc();
+        self.otel_ended.add(
+            1,
+            &[
+                opentelemetry::KeyValue::new("subagent_type", ty.to_string()),
+                opentelemetry::KeyValue::new("status", status.to_string()),
+            ],
+        );
         if let Some(d) = duration {
             self.duration.get_or_create(&label(ty)).observe(d.as_secs_f64());
         }
@@ -122,6 +187,21 @@ fn label(ty: &SubagentType) -> TypeLabel {
 pub struct InFlight {
     metrics: Arc<WorkerMetrics>,
     ty: SubagentType,
+}
+
+/// Counts one tool call waiting for a decision while alive.
+pub struct ApprovalWaiting {
+    metrics: Arc<WorkerMetrics>,
+    ty: SubagentType,
+}
+
+impl Drop for ApprovalWaiting {
+    fn drop(&mut self) {
+        self.metrics.approvals_waiting.get_or_create(&label(&self.ty)).dec();
+        self.metrics
+            .otel_approvals_waiting
+            .add(-1, &[opentelemetry::KeyValue::new("subagent_type", self.ty.to_string())]);
+    }
 }
 
 impl Drop for InFlight {

@@ -84,7 +84,20 @@ pub async fn handle(ctx: Arc<WorkerContext>, rt: Arc<SubagentRuntime>, delivery:
         attempt,
         trace_id = traceparent.as_deref().and_then(flotilla_protocol::trace::trace_id).unwrap_or("-"),
     );
-    run(ctx, rt, delivery, task, attempt, traceparent).instrument(span).await
+    let agent = flotilla_agent::spans::invoke_agent(
+        task.subagent_type.as_str(),
+        rt.model.identity(),
+        &task.job_id,
+        task.tenant.as_str(),
+        Some(&task.task_id),
+    );
+    agent.record("flotilla.attempt", i64::from(attempt));
+    agent.record("flotilla.worker.id", ctx.worker_id.as_str());
+    // The span of the planner's tool call that dispatched the task.
+    if let Some(parent) = &traceparent {
+        flotilla_telemetry::trace::set_parent(&agent, parent);
+    }
+    run(ctx, rt, delivery, task, attempt, traceparent).instrument(agent).instrument(span).await
 }
 
 /// One attempt of a decoded task: start (progress, cancel registration,
@@ -100,6 +113,9 @@ async fn run(
     let started_at = protocol::now();
     let started = Instant::now();
     let _in_flight = ctx.metrics.task_started(&rt.ty);
+    if attempt > 1 {
+        ctx.metrics.redelivered(&rt.ty);
+    }
     let progress = progress_publisher(&ctx, &task, attempt);
     let cancel = ctx.hand_back.child_token();
     let _registration = ctx.cancels.register(task.job_id, task.task_id, cancel.clone());
@@ -117,11 +133,25 @@ async fn run(
         run.run(started_at, traceparent.as_deref()).await
     };
     keepalive.abort();
+    // The `invoke_agent` span this attempt runs in.
+    let agent = tracing::Span::current();
     if handed_back(&ctx, &rt, &delivery, &progress.journal, &outcome, attempt).await {
+        let usage = outcome.as_ref().map_or_else(|(_, u)| *u, |(_, u)| *u);
+        flotilla_agent::spans::agent_ended(&agent, &usage, crate::metrics::HANDED_BACK, None);
         return;
     }
     let mut report = report(&ctx, &rt, &task, outcome, attempt, started_at, started).await;
     report.resumed_from_step = progress.journal.resumed_from();
+    let error = report.error.as_ref().filter(|_| report.status == TaskStatus::Failed);
+    flotilla_agent::spans::agent_ended(
+        &agent,
+        &report.usage,
+        report.status.as_str(),
+        error.map(|e| (e.kind, e.message.as_str())),
+    );
+    if let Some(step) = report.resumed_from_step {
+        agent.record("flotilla.resumed_from_step", i64::from(step));
+    }
     progress.flush_deltas().await;
     progress.emit(ProgressKind::Finished { status: report.status, usage: report.usage }).await;
     store_report_and_ack(&ctx, &rt, &delivery, &task, &report, traceparent.as_deref(), started).await;
@@ -189,6 +219,7 @@ impl Subagent<'_> {
                 conv.note = Some(FRESH_SCRATCH.into());
             }
             tracing::info!(from_step = conv.steps, reason = %resume.reason, interrupted = resume.interrupted, "task resumed from its journal");
+            tracing::info!(target: "gen_ai", from_step = conv.steps, reason = %resume.reason, interrupted_calls = resume.interrupted, "resumed");
             self.progress.deltas.lock().await.step = conv.steps + 1;
             self.progress
                 .emit(ProgressKind::Resumed {
@@ -209,8 +240,13 @@ impl Subagent<'_> {
         };
         // Follow-up messages (`message_task`) reach the subagent before its next model call.
         let inbox = crate::inbox::TaskInbox::open(&ctx.bus, task, conv.inbox_taken).await;
-        let gate =
-            BusApprovalGate::new(ctx.bus.clone(), rt.approvals.clone(), self.progress.clone(), task.tenant.clone());
+        let gate = BusApprovalGate::new(
+            ctx.bus.clone(),
+            rt.approvals.clone(),
+            self.progress.clone(),
+            task.tenant.clone(),
+            ctx.metrics.clone(),
+        );
         let run_ctx = RunContext {
             job_id: task.job_id,
             task_id: Some(task.task_id),

@@ -119,11 +119,11 @@ fn main() {
         cli.mcp_config = Some(p);
     }
     let service = matches!(cli.command, Command::Orchestrator | Command::Up(_));
-    telemetry::init(cli.log_format, if service { "info" } else { "warn" });
     flotilla_config::tls::install_crypto_provider();
     flotilla_agent::sanitize::warm_up();
     flotilla_agent::tokens::warm_up();
     let runtime = tokio::runtime::Runtime::new().expect("tokio runtime");
+    let export = start_telemetry(&cli, &runtime, if service { "info" } else { "warn" });
     let json = cli.json;
     let code = match runtime.block_on(run(cli)) {
         Ok(code) => code,
@@ -131,7 +131,44 @@ fn main() {
         Err(e) if commands::out::is_broken_pipe(&e) => 0,
         Err(e) => report(&e, json),
     };
+    if let Some(export) = export {
+        export.shutdown();
+    }
     std::process::exit(code);
+}
+
+/// Installs logging and, for the commands that do a job's work
+/// (`orchestrator`, `mcp serve`), OTLP export when `[telemetry]` or the
+/// `OTEL_*` variables turn it on (docs/OPERATIONS.md "Tracing"). A config
+/// that does not load is reported by the command itself, later.
+fn start_telemetry(
+    cli: &Cli,
+    runtime: &tokio::runtime::Runtime,
+    default_filter: &str,
+) -> Option<flotilla_telemetry::otel::Export> {
+    let service_name = match &cli.command {
+        Command::Orchestrator => "flotilla-orchestrator",
+        Command::Mcp(args) if args.serves() => "flotilla-mcp-serve",
+        _ => {
+            telemetry::init(cli.log_format, default_filter);
+            return None;
+        }
+    };
+    let Ok(settings) = Settings::load(cli.config.as_deref()) else {
+        telemetry::init(cli.log_format, default_filter);
+        return None;
+    };
+    let instance_id = format!("{}-{}", flotilla_telemetry::host::host_name(), std::process::id());
+    let process = flotilla_telemetry::otel::Process { service_name, instance_id };
+    match runtime.block_on(async { telemetry::start(cli.log_format, default_filter, &settings.telemetry, &process) }) {
+        Ok(export) => {
+            if let Some(e) = &export {
+                flotilla_agent::spans::install(e.capture_content(), flotilla_telemetry::trace::traceparent_of);
+            }
+            export
+        }
+        Err(e) => std::process::exit(report(&anyhow::anyhow!(e), cli.json)),
+    }
 }
 
 /// Prints a failed command's error once, as one line on stderr or, under

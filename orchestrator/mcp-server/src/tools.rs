@@ -8,6 +8,7 @@
 //! handler also serves job files as resources (src/resources.rs).
 
 use std::time::Duration;
+use tracing::Instrument as _;
 
 use flotilla_client::{Client, JobRef, NewFile};
 use flotilla_protocol::JobStatus;
@@ -133,6 +134,28 @@ impl JobTools {
 }
 
 impl JobTools {
+    /// `submit_job` for a host that declared the tasks extension answers
+    /// with a task handle (src/tasks.rs); every other call is the tool
+    /// router's.
+    async fn call_tool_in_span(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        if request.name != "submit_job" || !super::tasks::requested(&context) {
+            return self.tool_router.call(ToolCallContext::new(self, request, context)).await;
+        }
+        let args = serde_json::Value::Object(request.arguments.unwrap_or_default());
+        let p: SubmitJobParams = serde_json::from_value(args)
+            .map_err(|e| ErrorData::invalid_params(format!("submit_job arguments: {e}"), None))?;
+        let api = self.api(&context);
+        let submitted = match submit(&api, p, self.max_upload).await {
+            Ok(s) => s,
+            Err(e) => return Ok(CallToolResult::error(vec![ContentBlock::text(e)]).into()),
+        };
+        let job = super::tasks::job(&api, &submitted.job_id).await?;
+        Ok(super::tasks::created(&job).into())
+    }
     /// The job API as the request's caller: the tenant its bearer token
     /// stands for over HTTP (src/http.rs [`Caller`]), else the
     /// server's `--tenant`.
@@ -207,27 +230,37 @@ impl ServerHandler for JobTools {
             )
     }
 
-    /// `submit_job` for a host that declared the tasks extension answers
-    /// with a task handle (src/tasks.rs); every other call is
-    /// the tool router's.
+    /// Every tool call, in its span; [`JobTools::call_tool_in_span`] answers it.
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        if request.name != "submit_job" || !super::tasks::requested(&context) {
-            return self.tool_router.call(ToolCallContext::new(self, request, context)).await;
+        // The call as a span of the caller's trace (its `_meta.traceparent`),
+        // named as the MCP semantic conventions name server spans.
+        let span = tracing::info_span!(
+            target: "gen_ai",
+            "tools/call",
+            otel.name = %format_args!("tools/call {}", request.name),
+            otel.kind = "server",
+            otel.status_code = tracing::field::Empty,
+            mcp.method.name = "tools/call",
+            gen_ai.operation.name = "execute_tool",
+            gen_ai.tool.name = %request.name,
+        );
+        if let Some(tp) = context.meta.0.0.get("traceparent").and_then(|v| v.as_str()) {
+            flotilla_telemetry::trace::set_parent(&span, tp);
         }
-        let args = serde_json::Value::Object(request.arguments.unwrap_or_default());
-        let p: SubmitJobParams = serde_json::from_value(args)
-            .map_err(|e| ErrorData::invalid_params(format!("submit_job arguments: {e}"), None))?;
-        let api = self.api(&context);
-        let submitted = match submit(&api, p, self.max_upload).await {
-            Ok(s) => s,
-            Err(e) => return Ok(CallToolResult::error(vec![ContentBlock::text(e)]).into()),
+        let response = self.call_tool_in_span(request, context).instrument(span.clone()).await;
+        let failed = match &response {
+            Ok(CallToolResponse::Complete(result)) => result.is_error == Some(true),
+            Ok(_) => false,
+            Err(_) => true,
         };
-        let job = super::tasks::job(&api, &submitted.job_id).await?;
-        Ok(super::tasks::created(&job).into())
+        if failed {
+            span.record("otel.status_code", "ERROR");
+        }
+        response
     }
 
     async fn get_task(

@@ -25,6 +25,7 @@ use flotilla_protocol::ids::{JobId, SubagentType};
 use flotilla_protocol::{ErrorInfo, ErrorKind, JobEventKind, JobRecord, JobStatus};
 use flotilla_tools::{self as builtin, FileToolEnv};
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
 
 use crate::jobs::JobStore;
 use crate::reports::ReportRouter;
@@ -67,6 +68,8 @@ impl Planner {
             flotilla_models::build(&config.model, settings.model(&config.model)?)?,
             settings.price(&config.model),
         );
+        let identity = model.identity();
+        jobs.metrics().set_planner_model(identity.provider, identity.model);
         let types: BTreeMap<SubagentType, String> =
             settings.subagents.iter().map(|(t, c)| (t.clone(), c.description.clone())).collect();
         let tools = ToolSet::new(Duration::from_secs(config.task_timeout + 60));
@@ -329,18 +332,27 @@ impl Planner {
             policy: ToolPolicy { loop_detection: self.config.loop_detection, ..Default::default() },
             output: None,
         };
+        let traceparent = rec.traceparent.clone().unwrap_or_else(flotilla_protocol::trace::new_traceparent);
+        let span =
+            flotilla_agent::spans::invoke_agent("planner", self.model.identity(), &rec.id, rec.tenant.as_str(), None);
         let mut conv = match self.checkpoints.load::<Conversation>(&rec.id).await {
             Some(conv) => {
                 tracing::info!(job_id = %rec.id, steps = conv.steps, "resuming the planner from its checkpoint");
+                // A later run of the job (after a failover or a restart) hangs
+                // below its first, which holds the job's traceparent.
+                flotilla_telemetry::trace::set_parent(&span, &traceparent);
                 conv
             }
-            None => Conversation::new(&self.system_prompt, &rec.input),
+            None => {
+                flotilla_telemetry::trace::start_as_root(&span, &traceparent);
+                Conversation::new(&self.system_prompt, &rec.input)
+            }
         };
         let ctx = RunContext {
             job_id: rec.id,
             task_id: None,
             tenant: rec.tenant.clone(),
-            traceparent: Some(rec.traceparent.clone().unwrap_or_else(flotilla_protocol::trace::new_traceparent)),
+            traceparent: Some(traceparent),
             cancel,
             approvals: None,
             inbox: None,
@@ -351,6 +363,13 @@ impl Planner {
             job_id: rec.id,
             tool_calls: Default::default(),
         };
-        self.async_tasks.run(&agent, &mut conv, &ctx, &observer).await
+        let outcome = self.async_tasks.run(&agent, &mut conv, &ctx, &observer).instrument(span.clone()).await;
+        let (status, error) = match &outcome {
+            Ok(_) => ("completed", None),
+            Err(e) if e.kind == ErrorKind::Cancelled => ("cancelled", None),
+            Err(e) => ("failed", Some((e.kind, e.message.as_str()))),
+        };
+        flotilla_agent::spans::agent_ended(&span, &conv.usage, status, error);
+        outcome
     }
 }

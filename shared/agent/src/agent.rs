@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
 
 use crate::model::{ChatMessage, ChatModel, DeltaSink, ModelRequest, Purpose, ToolCall};
 use crate::tool::{ApprovalGate, ToolContext, ToolOutcome, ToolSet};
@@ -319,7 +320,17 @@ impl Agent {
                 deltas: Some(&ObserverDeltas(observer)),
                 output_schema: self.output.as_ref().map(|o| o.schema()),
             };
-            let response = self.model.complete(request).await.map_err(|e| model_error(e, ctx))?;
+            let span = crate::spans::chat(self.model.identity(), "step", &conv.messages);
+            let response = match self.model.complete(request).instrument(span.clone()).await {
+                Ok(response) => response,
+                Err(e) => {
+                    let e = model_error(e, ctx);
+                    crate::spans::failed(&span, e.kind, &e.message);
+                    return Err(e);
+                }
+            };
+            crate::spans::chat_answered(&span, &response.usage, response.content.as_deref(), &response.tool_calls);
+            drop(span);
             let latency = started.elapsed();
             let done = response.tool_calls.is_empty();
             let answer = response.content.clone().unwrap_or_default();
@@ -376,6 +387,7 @@ impl Agent {
                 return message;
             }
             observer.tool_started(call).await;
+            let span = crate::spans::execute_tool(call);
             let tool_ctx = ToolContext {
                 job_id: ctx.job_id,
                 task_id: ctx.task_id,
@@ -386,12 +398,14 @@ impl Agent {
                     ctx.task_id.map(|t| t.to_string()).unwrap_or_else(|| ctx.job_id.to_string()),
                     call.id
                 ),
-                traceparent: ctx.traceparent.clone(),
+                // What the call calls (a task's worker, an MCP server) joins its span.
+                traceparent: crate::spans::traceparent_of(&span).or_else(|| ctx.traceparent.clone()),
                 cancel: ctx.cancel.child_token(),
                 approvals: ctx.approvals.clone(),
             };
-            let outcome = self.tools.invoke(&tool_ctx, &call.name, &call.arguments).await;
+            let outcome = self.tools.invoke(&tool_ctx, &call.name, &call.arguments).instrument(span.clone()).await;
             let mut content = outcome.to_model_text();
+            crate::spans::tool_answered(&span, &content, outcome.result.as_ref().err());
             if conv.interrupted.contains(&call.id) && !self.policy.idempotent(&call.name) {
                 content = steps::with_interrupted_note(&content);
             }

@@ -9,6 +9,7 @@
 //! - [`audit`]: audit records and the `AuditSink` they go to (the NATS sink is
 //!   the bus's).
 //! - [`sanitize`]: the one sanitizer of errors that leave a process.
+//! - [`spans`]: the OpenTelemetry GenAI spans of model and tool calls.
 //! - [`tokens`]: token counts and truncation with the o200k_base tokenizer.
 //!
 //! Job files are `flotilla-job-files`, the backoff policy `flotilla-retry`,
@@ -23,5 +24,6 @@ pub mod agent;
 pub mod audit;
 pub mod model;
 pub mod sanitize;
+pub mod spans;
 pub mod tokens;
 pub mod tool;

@@ -21,6 +21,7 @@ mod price;
 pub mod raw;
 pub mod sandbox;
 pub mod staging;
+pub mod telemetry;
 pub mod tenants;
 pub mod tls;
 pub mod tool_ref;
@@ -170,6 +171,8 @@ pub struct Settings {
     pub mcp_servers: BTreeMap<String, crate::McpServerSettings>,
     /// `[tenants]`: per-tenant quotas.
     pub tenants: TenantsConfig,
+    /// `[telemetry]`: OpenTelemetry export.
+    pub telemetry: telemetry::TelemetryConfig,
 }
 
 impl Settings {
@@ -342,6 +345,7 @@ impl Settings {
             return Err(invalid("worker.heartbeat", "must be 1 to 60 (seconds between worker heartbeats)"));
         }
         raw.tenants.check().map_err(|(k, m)| invalid(k, m))?;
+        raw.telemetry.validate()?;
         let mut mcp_servers = BTreeMap::new();
         for (name, server) in raw.mcp_servers {
             let s = crate::mcp::validate(&name, server, base).map_err(|p| invalid(p.key, p.message))?;
@@ -362,6 +366,7 @@ impl Settings {
             files: raw.files,
             jobs: raw.jobs,
             tenants: raw.tenants,
+            telemetry: raw.telemetry,
         })
     }
 

@@ -34,6 +34,8 @@ pub struct RawConfig {
     pub mcp_servers: BTreeMap<String, crate::RawMcpServer>,
     /// `[tenants]`
     pub tenants: super::tenants::TenantsConfig,
+    /// `[telemetry]`
+    pub telemetry: super::telemetry::TelemetryConfig,
 }
 
 /// `[nats]`: where the bus is and how names are prefixed.

@@ -35,7 +35,9 @@ use serde_json::Value;
 
 use crate::http::{self, EndpointSpec, Failure, HttpEndpoint, WireFormat};
 use crate::turn::Turn;
-use flotilla_agent::model::{ChatModel, ModelError, ModelRequest, ModelResponse, ToolCall, count_output, count_sent};
+use flotilla_agent::model::{
+    ChatModel, ModelError, ModelIdentity, ModelRequest, ModelResponse, ToolCall, count_output, count_sent,
+};
 use flotilla_config::ModelSettings;
 use flotilla_protocol::{ErrorKind, Usage};
 use wire::{MessagesRequest, Options};
@@ -131,6 +133,10 @@ impl ChatModel for AnthropicModel {
             stream: self.stream,
         };
         http::complete(self, &MessagesRequest::new(options, &request), request).await
+    }
+
+    fn identity(&self) -> ModelIdentity<'_> {
+        ModelIdentity { provider: "anthropic", model: &self.model }
     }
 }
 

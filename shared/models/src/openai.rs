@@ -33,7 +33,9 @@ use crate::http::{self, EndpointSpec, Failure, HttpEndpoint, WireFormat};
 use crate::sse::SseReader;
 use crate::turn::Turn;
 use flotilla_agent::model::wire::WireRequest;
-use flotilla_agent::model::{ChatModel, ModelError, ModelRequest, ModelResponse, count_output, count_sent};
+use flotilla_agent::model::{
+    ChatModel, ModelError, ModelIdentity, ModelRequest, ModelResponse, count_output, count_sent,
+};
 use flotilla_config::ModelSettings;
 use flotilla_protocol::{ErrorKind, Usage};
 
@@ -186,6 +188,10 @@ impl ChatModel for OpenAiModel {
             None => wire,
         };
         http::complete(self, &wire, request).await
+    }
+
+    fn identity(&self) -> ModelIdentity<'_> {
+        ModelIdentity { provider: "openai", model: &self.model }
     }
 }
 

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
-use flotilla_agent::model::{ChatModel, ModelError, ModelRequest, ModelResponse};
+use flotilla_agent::model::{ChatModel, ModelError, ModelIdentity, ModelRequest, ModelResponse};
 
 pub use flotilla_config::Price;
 
@@ -32,6 +32,10 @@ impl ChatModel for Priced {
         let mut response = self.inner.complete(request).await?;
         response.usage.cost_usd = self.price.cost(&response.usage);
         Ok(response)
+    }
+
+    fn identity(&self) -> ModelIdentity<'_> {
+        self.inner.identity()
     }
 }
 

@@ -11,6 +11,13 @@ mod families;
 
 pub use families::*;
 
+/// The OpenTelemetry meter of Flotilla's instruments: the OTLP exporter's
+/// when the process installed one (`crate::otel::Export::start`, which runs
+/// before any metric is registered), else a no-op.
+pub fn meter() -> opentelemetry::metrics::Meter {
+    opentelemetry::global::meter("flotilla")
+}
+
 /// A metrics endpoint could not be opened.
 #[derive(Debug, thiserror::Error)]
 #[error("cannot listen on {addr} for {what}: {source} (choose another address or free the port)")]

@@ -19,6 +19,7 @@ pub mod floor;
 pub mod metered;
 pub mod nats;
 pub mod nats_conf;
+pub mod phoenix;
 pub mod planner_script;
 pub mod proc;
 pub mod raw;

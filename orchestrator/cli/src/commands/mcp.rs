@@ -33,6 +33,13 @@ pub struct Args {
     command: McpCommand,
 }
 
+impl Args {
+    /// Whether this is `flotilla mcp serve`, a service that exports traces.
+    pub fn serves(&self) -> bool {
+        matches!(self.command, McpCommand::Serve(_))
+    }
+}
+
 #[derive(Subcommand, Debug)]
 enum McpCommand {
     /// List a server's tools: names, descriptions, input schemas.

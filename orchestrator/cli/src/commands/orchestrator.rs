@@ -15,6 +15,9 @@ pub async fn run(settings: Settings) -> anyhow::Result<i32> {
     // endpoints stop with the service.
     let stop = CancellationToken::new();
     let _stop_endpoints = stop.clone().drop_guard();
+    if let Some(every) = flotilla_telemetry::otel::metrics_interval() {
+        orchestrator.refresh_metrics_every(every, stop.clone());
+    }
     endpoints::start(&settings, &orchestrator, stop).await?;
     orchestrator.run(crate::shutdown_signal()).await?;
     Ok(0)

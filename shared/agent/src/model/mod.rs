@@ -171,6 +171,22 @@ pub struct ModelError {
 pub trait ChatModel: Send + Sync {
     /// One round trip.
     async fn complete(&self, request: ModelRequest<'_>) -> Result<ModelResponse, ModelError>;
+
+    /// Who answers, as traces and metrics name it: the OpenTelemetry
+    /// `gen_ai.provider.name` (`openai`, `anthropic`, `flotilla.scripted`)
+    /// and the model the requests ask for (`gen_ai.request.model`).
+    fn identity(&self) -> ModelIdentity<'_> {
+        ModelIdentity { provider: "unknown", model: "" }
+    }
+}
+
+/// A model's provider and request model name ([`ChatModel::identity`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ModelIdentity<'a> {
+    /// `gen_ai.provider.name`.
+    pub provider: &'a str,
+    /// `gen_ai.request.model`.
+    pub model: &'a str,
 }
 
 /// Tokens of a request body as sent, for a server that reports no usage:

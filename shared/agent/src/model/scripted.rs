@@ -318,6 +318,10 @@ impl ChatModel for ScriptedModel {
             usage: Usage { input_tokens, output_tokens, model_calls: 1, ..Usage::default() },
         })
     }
+
+    fn identity(&self) -> super::ModelIdentity<'_> {
+        super::ModelIdentity { provider: "flotilla.scripted", model: &self.name }
+    }
 }
 
 #[cfg(test)]

@@ -56,13 +56,60 @@ pub struct ToolLabels {
 
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 
-/// Model and tool call metrics of agent loops (planner or subagents).
+/// The labels of the OpenTelemetry GenAI client metrics, Prometheus-style
+/// (dots as underscores), plus the Flotilla agent.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct GenAiLabels {
+    /// `chat`.
+    pub gen_ai_operation_name: String,
+    /// `openai`, `anthropic`, `flotilla.scripted`.
+    pub gen_ai_provider_name: String,
+    /// The model requested.
+    pub gen_ai_request_model: String,
+    /// `planner` or the subagent type.
+    pub flotilla_agent: String,
+}
+
+/// [`GenAiLabels`] and `gen_ai_token_type` (`input` or `output`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct GenAiTokenLabels {
+    /// `chat`.
+    pub gen_ai_operation_name: String,
+    /// `openai`, `anthropic`, `flotilla.scripted`.
+    pub gen_ai_provider_name: String,
+    /// The model requested.
+    pub gen_ai_request_model: String,
+    /// `planner` or the subagent type.
+    pub flotilla_agent: String,
+    /// `input` or `output`.
+    pub gen_ai_token_type: String,
+}
+
+/// Bucket boundaries the GenAI conventions advise for token counts.
+pub const TOKEN_BUCKETS: [f64; 14] = [
+    1.0, 4.0, 16.0, 64.0, 256.0, 1024.0, 4096.0, 16384.0, 65536.0, 262144.0, 1048576.0, 4194304.0, 16777216.0,
+    67108864.0,
+];
+
+/// Bucket boundaries the GenAI conventions advise for operation durations (s).
+pub const DURATION_BUCKETS: [f64; 14] =
+    [0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92];
+
+/// Model and tool call metrics of agent loops (planner or subagents), on
+/// the Prometheus endpoint and, when the process exports over OTLP
+/// (`crate::otel`), as OpenTelemetry instruments of the same names.
 #[derive(Clone)]
 pub struct AgentMetrics {
     model_latency: HistogramFamily<AgentLabel>,
     tokens: Family<TokenLabels, Counter>,
     cost: Family<AgentLabel, Counter<f64, std::sync::atomic::AtomicU64>>,
     tool_latency: HistogramFamily<ToolLabels>,
+    genai_tokens: HistogramFamily<GenAiTokenLabels>,
+    genai_duration: HistogramFamily<GenAiLabels>,
+    otel_tokens: opentelemetry::metrics::Histogram<u64>,
+    otel_duration: opentelemetry::metrics::Histogram<f64>,
+    /// Provider and model of each agent, for the GenAI labels.
+    models: std::sync::Arc<std::sync::RwLock<std::collections::HashMap<String, (String, String)>>>,
 }
 
 impl AgentMetrics {
@@ -77,6 +124,21 @@ impl AgentMetrics {
             tokens: Family::default(),
             cost: Family::default(),
             tool_latency: Family::new_with_constructor(latency_histogram),
+            genai_tokens: Family::new_with_constructor(|| Histogram::new(TOKEN_BUCKETS)),
+            genai_duration: Family::new_with_constructor(|| Histogram::new(DURATION_BUCKETS)),
+            otel_tokens: crate::metrics::meter()
+                .u64_histogram("gen_ai.client.token.usage")
+                .with_unit("{token}")
+                .with_description("Number of input and output tokens used")
+                .with_boundaries(TOKEN_BUCKETS.to_vec())
+                .build(),
+            otel_duration: crate::metrics::meter()
+                .f64_histogram("gen_ai.client.operation.duration")
+                .with_unit("s")
+                .with_description("GenAI operation duration")
+                .with_boundaries(DURATION_BUCKETS.to_vec())
+                .build(),
+            models: Default::default(),
         };
         registry.register("flotilla_model_call_duration_seconds", "Model round-trip latency", m.model_latency.clone());
         registry.register("flotilla_model_tokens", "Tokens spent in model calls", m.tokens.clone());
@@ -86,7 +148,27 @@ impl AgentMetrics {
             m.cost.clone(),
         );
         registry.register("flotilla_tool_call_duration_seconds", "Tool call latency", m.tool_latency.clone());
+        registry.register(
+            "gen_ai_client_token_usage",
+            "Number of input and output tokens used",
+            m.genai_tokens.clone(),
+        );
+        registry.register_with_unit(
+            "gen_ai_client_operation_duration",
+            "GenAI operation duration",
+            prometheus_client::registry::Unit::Seconds,
+            m.genai_duration.clone(),
+        );
         m
+    }
+
+    /// Names the provider and model of `agent` (`planner` or a subagent
+    /// type) for the GenAI metrics' labels.
+    pub fn set_model(&self, agent: &str, provider: &str, model: &str) {
+        self.models
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(agent.into(), (provider.into(), model.into()));
     }
 
     /// Records one model call of `agent`.
@@ -97,6 +179,40 @@ impl AgentMetrics {
         }
         if usage.cost_usd > 0.0 {
             self.cost.get_or_create(&AgentLabel { agent: agent.into() }).inc_by(usage.cost_usd);
+        }
+        let (provider, model) = self
+            .models
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(agent)
+            .cloned()
+            .unwrap_or_else(|| ("unknown".into(), String::new()));
+        let labels = GenAiLabels {
+            gen_ai_operation_name: "chat".into(),
+            gen_ai_provider_name: provider,
+            gen_ai_request_model: model,
+            flotilla_agent: agent.into(),
+        };
+        self.genai_duration.get_or_create(&labels).observe(latency.as_secs_f64());
+        let attributes = [
+            opentelemetry::KeyValue::new("gen_ai.operation.name", "chat"),
+            opentelemetry::KeyValue::new("gen_ai.provider.name", labels.gen_ai_provider_name.clone()),
+            opentelemetry::KeyValue::new("gen_ai.request.model", labels.gen_ai_request_model.clone()),
+            opentelemetry::KeyValue::new("flotilla.agent", agent.to_string()),
+        ];
+        self.otel_duration.record(latency.as_secs_f64(), &attributes);
+        for (kind, n) in [("input", usage.input_tokens), ("output", usage.output_tokens)] {
+            let token_labels = GenAiTokenLabels {
+                gen_ai_operation_name: labels.gen_ai_operation_name.clone(),
+                gen_ai_provider_name: labels.gen_ai_provider_name.clone(),
+                gen_ai_request_model: labels.gen_ai_request_model.clone(),
+                flotilla_agent: labels.flotilla_agent.clone(),
+                gen_ai_token_type: kind.into(),
+            };
+            self.genai_tokens.get_or_create(&token_labels).observe(n as f64);
+            let mut with_type = attributes.to_vec();
+            with_type.push(opentelemetry::KeyValue::new("gen_ai.token.type", kind));
+            self.otel_tokens.record(n, &with_type);
         }
     }
 
@@ -139,6 +255,11 @@ mod tests {
             ),
             "{text}"
         );
+        assert!(
+            text.contains("gen_ai_client_token_usage_sum{gen_ai_operation_name=\"chat\",gen_ai_provider_name=\"unknown\",gen_ai_request_model=\"\",flotilla_agent=\"finance\",gen_ai_token_type=\"input\"} 100.0"),
+            "{text}"
+        );
+        assert!(text.contains("gen_ai_client_operation_duration_seconds_count{"), "{text}");
         assert!(text.ends_with("# EOF\n"));
     }
 }
