@@ -181,7 +181,9 @@ async fn the_demo_job_is_observable_end_to_end() {
             .iter()
             .find(|l| l["message"] == "task dispatched" && l["task_id"] == id)
             .unwrap_or_else(|| panic!("no dispatch log line for {id}"));
-        let trace = dispatch["span"]["trace_id"].as_str().expect("dispatch line carries the trace id");
+        let trace = dispatch["span"]["trace_id"]
+            .as_str()
+            .unwrap_or_else(|| panic!("dispatch line carries the trace id: {dispatch}"));
         assert_eq!(trace.len(), 32);
         assert_eq!(dispatch["span"]["job_id"], job.to_string());
         let lines: Vec<&Value> = worker_lines.iter().filter(|l| l["span"]["task_id"] == id).collect();
@@ -206,6 +208,10 @@ async fn the_demo_job_is_observable_end_to_end() {
         metric(&m, "flotilla_model_tokens_total{agent=\"planner\",direction=\"input\"}"),
         rec.planner_usage.input_tokens as f64
     );
+    // The GenAI convention's histogram, labelled with the planner's provider and model.
+    let genai = "gen_ai_client_token_usage_sum{gen_ai_operation_name=\"chat\",gen_ai_provider_name=\"flotilla.scripted\",\
+                 gen_ai_request_model=\"planner\",flotilla_agent=\"planner\",gen_ai_token_type=\"input\"}";
+    assert_eq!(metric(&m, genai), rec.planner_usage.input_tokens as f64);
     let workers = d.bus.live_workers().await.unwrap();
     let (mut completed, mut tools, mut tokens) = (0.0, 0.0, 0.0);
     for w in &workers {

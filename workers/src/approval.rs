@@ -19,7 +19,6 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
-use tracing::Instrument as _;
 
 use async_trait::async_trait;
 use flotilla_agent::tool::{
@@ -230,12 +229,20 @@ impl BusApprovalGate {
     }
 
     /// Waits for the decision of `rec`'s round until the request's deadline.
-    async fn wait(&self, store: &ApprovalStore, key: &str, rec: ApprovalRecord) -> Result<ApprovalVerdict, BusError> {
+    /// `traceparent`: the tool call's span, parent of the `approval` span.
+    async fn wait(
+        &self,
+        store: &ApprovalStore,
+        key: &str,
+        rec: ApprovalRecord,
+        traceparent: Option<&str>,
+    ) -> Result<ApprovalVerdict, BusError> {
         let decision_key = ApprovalStore::decision_key(key, rec.round);
         let deadline = tokio::time::Instant::now() + until(rec.request.expires_at);
         // The wait for a person, as a span of the tool call's trace.
         let span = tracing::info_span!(
             target: "gen_ai",
+            parent: None,
             "approval",
             otel.name = %format_args!("approval {}", rec.request.tool),
             gen_ai.tool.name = %rec.request.tool,
@@ -243,15 +250,14 @@ impl BusApprovalGate {
             flotilla.approval.decision = tracing::field::Empty,
             flotilla.approval.by = tracing::field::Empty,
         );
-        let _waiting = self.metrics.approval_waiting(&self.progress.subagent_type);
-        let verdict = async {
-            match next_decision(|| store.watch_decision(&decision_key), deadline).await? {
-                Some(decision) => self.apply(store, key, &decision, None).await,
-                None => self.expire(store, key, &decision_key).await,
-            }
+        if let Some(parent) = traceparent {
+            flotilla_telemetry::trace::set_parent(&span, parent);
         }
-        .instrument(span.clone())
-        .await;
+        let _waiting = self.metrics.approval_waiting(&self.progress.subagent_type);
+        let verdict = match next_decision(|| store.watch_decision(&decision_key), deadline).await? {
+            Some(decision) => self.apply(store, key, &decision, None).await,
+            None => self.expire(store, key, &decision_key).await,
+        };
         if let Ok(v) = &verdict {
             span.record("flotilla.approval.decision", v.decision.as_deref().unwrap_or("none"));
             if let Some(by) = &v.by {
@@ -480,7 +486,7 @@ impl BusApprovalGate {
         // The decision is audited by the tool set that asked, once
         // (`audit_decision` in shared/agent/src/tool/pipeline/approve.rs), not here.
         let verdict = match self.open(&store, &key, task, &call).await {
-            Ok(Opened::Wait(rec)) => self.wait(&store, &key, *rec).await,
+            Ok(Opened::Wait(rec)) => self.wait(&store, &key, *rec, ctx.traceparent.as_deref()).await,
             Ok(Opened::Done(verdict)) => Ok(verdict),
             Err(e) => Err(e),
         };

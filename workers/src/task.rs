@@ -97,7 +97,7 @@ pub async fn handle(ctx: Arc<WorkerContext>, rt: Arc<SubagentRuntime>, delivery:
     if let Some(parent) = &traceparent {
         flotilla_telemetry::trace::set_parent(&agent, parent);
     }
-    run(ctx, rt, delivery, task, attempt, traceparent).instrument(agent).instrument(span).await
+    run(ctx, rt, delivery, task, attempt, traceparent, agent).instrument(span).await
 }
 
 /// One attempt of a decoded task: start (progress, cancel registration,
@@ -109,6 +109,7 @@ async fn run(
     task: TaskMessage,
     attempt: u32,
     traceparent: Option<String>,
+    agent: tracing::Span,
 ) {
     let started_at = protocol::now();
     let started = Instant::now();
@@ -129,12 +130,10 @@ async fn run(
     let outcome = if job_cancelled {
         Err((ErrorInfo::new(ErrorKind::Cancelled, cancelled_before_start(&ctx, &task)), Default::default()))
     } else {
-        let run = Subagent { ctx: &ctx, rt: &rt, task: &task, progress: &progress, cancel: &cancel };
+        let run = Subagent { ctx: &ctx, rt: &rt, task: &task, progress: &progress, cancel: &cancel, span: &agent };
         run.run(started_at, traceparent.as_deref()).await
     };
     keepalive.abort();
-    // The `invoke_agent` span this attempt runs in.
-    let agent = tracing::Span::current();
     if handed_back(&ctx, &rt, &delivery, &progress.journal, &outcome, attempt).await {
         let usage = outcome.as_ref().map_or_else(|(_, u)| *u, |(_, u)| *u);
         flotilla_agent::spans::agent_ended(&agent, &usage, crate::metrics::HANDED_BACK, None);
@@ -180,6 +179,8 @@ struct Subagent<'a> {
     task: &'a TaskMessage,
     progress: &'a ProgressPublisher,
     cancel: &'a CancellationToken,
+    /// The attempt's `invoke_agent` span.
+    span: &'a tracing::Span,
 }
 
 impl Subagent<'_> {
@@ -219,7 +220,7 @@ impl Subagent<'_> {
                 conv.note = Some(FRESH_SCRATCH.into());
             }
             tracing::info!(from_step = conv.steps, reason = %resume.reason, interrupted = resume.interrupted, "task resumed from its journal");
-            tracing::info!(target: "gen_ai", from_step = conv.steps, reason = %resume.reason, interrupted_calls = resume.interrupted, "resumed");
+            tracing::info!(target: "gen_ai", parent: self.span, from_step = conv.steps, reason = %resume.reason, interrupted_calls = resume.interrupted, "resumed");
             self.progress.deltas.lock().await.step = conv.steps + 1;
             self.progress
                 .emit(ProgressKind::Resumed {
@@ -255,6 +256,7 @@ impl Subagent<'_> {
             cancel: self.cancel.clone(),
             approvals: Some(Arc::new(gate)),
             inbox: Some(inbox.inbox()),
+            span: self.span.clone(),
         };
         let r = agent.run(&mut conv, &run_ctx, self.progress).await;
         if let Some(scratch) = scratch {

@@ -35,6 +35,7 @@ mod memory;
 mod resume;
 mod scale;
 mod setup;
+mod tracing_cost;
 
 use std::time::{Duration, Instant};
 
@@ -114,6 +115,21 @@ pub async fn run(args: &Options) -> anyhow::Result<Vec<Row>> {
             "<= 5x".into(),
         ));
         rig.stop();
+        // The same path with OTLP export of every span and metric on, beside
+        // one without, their tasks alternating.
+        let (off, on, requests) = tracing_cost::overhead_paired(args.tasks).await?;
+        let (off, on) = (pct(&off, 50.0), pct(&on, 50.0));
+        rows.push(("dispatch -> report, p50, OTLP export off (paired run)".into(), ms(off), String::new()));
+        rows.push((
+            format!("dispatch -> report, p50, OTLP export on (paired run, {requests} export requests taken)"),
+            ms(on),
+            String::new(),
+        ));
+        rows.push((
+            "cost of OTLP export per task (p50 on / p50 off - 1)".into(),
+            format!("{:+.1} %", (on.as_secs_f64() / off.as_secs_f64() - 1.0) * 100.0),
+            "< 5 %".into(),
+        ));
     }
     if wanted(args, "throughput") {
         for workers in [1, 2] {
@@ -175,7 +191,7 @@ fn pct(sorted: &[Duration], p: f64) -> Duration {
     sorted[i.min(sorted.len() - 1)]
 }
 
-fn task(job: JobId, ty: &SubagentType) -> TaskMessage {
+pub(crate) fn task(job: JobId, ty: &SubagentType) -> TaskMessage {
     TaskMessage {
         v: protocol::SCHEMA_VERSION,
         job_id: job,
@@ -191,7 +207,7 @@ fn task(job: JobId, ty: &SubagentType) -> TaskMessage {
 }
 
 /// Tasks of the overhead run that warm up connections and caches, not timed.
-const OVERHEAD_WARM_UP: usize = 20;
+pub(crate) const OVERHEAD_WARM_UP: usize = 20;
 
 /// Sequential dispatch -> report latencies, sorted.
 async fn overhead(rig: &Rig, n: usize) -> anyhow::Result<Vec<Duration>> {

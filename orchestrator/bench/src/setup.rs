@@ -119,6 +119,20 @@ api_burst = 1000000
         Self::launch(workers, |url| config(url, &planner, latency_ms, slots, tenants)).await
     }
 
+    /// [`Rig::start`] with every process exporting traces and metrics over
+    /// OTLP/HTTP to `endpoint`, with the SDK's default batching (a batch
+    /// every 5 s or every 512 spans) and a metric export every second.
+    pub async fn start_exporting(
+        workers: usize,
+        slots: usize,
+        latency_ms: u64,
+        endpoint: &str,
+    ) -> anyhow::Result<Self> {
+        let planner = planner(latency_ms);
+        let telemetry = format!("[telemetry]\nendpoint = \"{endpoint}\"\nmetrics_interval = 1\n");
+        Self::launch(workers, |url| config(url, &planner, latency_ms, slots, &telemetry)).await
+    }
+
     /// Starts nats-server, an orchestrator and `workers` workers (named
     /// `worker-<i>`) on the config `make` writes for the server's url, then
     /// waits until every worker pulls.

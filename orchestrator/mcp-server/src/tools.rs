@@ -8,7 +8,6 @@
 //! handler also serves job files as resources (src/resources.rs).
 
 use std::time::Duration;
-use tracing::Instrument as _;
 
 use flotilla_client::{Client, JobRef, NewFile};
 use flotilla_protocol::JobStatus;
@@ -240,6 +239,7 @@ impl ServerHandler for JobTools {
         // named as the MCP semantic conventions name server spans.
         let span = tracing::info_span!(
             target: "gen_ai",
+            parent: None,
             "tools/call",
             otel.name = %format_args!("tools/call {}", request.name),
             otel.kind = "server",
@@ -251,7 +251,7 @@ impl ServerHandler for JobTools {
         if let Some(tp) = context.meta.0.0.get("traceparent").and_then(|v| v.as_str()) {
             flotilla_telemetry::trace::set_parent(&span, tp);
         }
-        let response = self.call_tool_in_span(request, context).instrument(span.clone()).await;
+        let response = self.call_tool_in_span(request, context).await;
         let failed = match &response {
             Ok(CallToolResponse::Complete(result)) => result.is_error == Some(true),
             Ok(_) => false,

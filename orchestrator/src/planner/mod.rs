@@ -25,7 +25,6 @@ use flotilla_protocol::ids::{JobId, SubagentType};
 use flotilla_protocol::{ErrorInfo, ErrorKind, JobEventKind, JobRecord, JobStatus};
 use flotilla_tools::{self as builtin, FileToolEnv};
 use tokio_util::sync::CancellationToken;
-use tracing::Instrument as _;
 
 use crate::jobs::JobStore;
 use crate::reports::ReportRouter;
@@ -356,6 +355,7 @@ impl Planner {
             cancel,
             approvals: None,
             inbox: None,
+            span: span.clone(),
         };
         let observer = PlannerObserver {
             jobs: self.jobs.clone(),
@@ -363,7 +363,7 @@ impl Planner {
             job_id: rec.id,
             tool_calls: Default::default(),
         };
-        let outcome = self.async_tasks.run(&agent, &mut conv, &ctx, &observer).instrument(span.clone()).await;
+        let outcome = self.async_tasks.run(&agent, &mut conv, &ctx, &observer).await;
         let (status, error) = match &outcome {
             Ok(_) => ("completed", None),
             Err(e) if e.kind == ErrorKind::Cancelled => ("cancelled", None),

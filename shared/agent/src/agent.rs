@@ -21,7 +21,6 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
-use tracing::Instrument as _;
 
 use crate::model::{ChatMessage, ChatModel, DeltaSink, ModelRequest, Purpose, ToolCall};
 use crate::tool::{ApprovalGate, ToolContext, ToolOutcome, ToolSet};
@@ -211,6 +210,9 @@ pub struct RunContext {
     pub approvals: Option<Arc<dyn ApprovalGate>>,
     /// Follow-up messages from outside the run, when it takes any.
     pub inbox: Option<Arc<dyn Inbox>>,
+    /// The run's `invoke_agent` span ([`crate::spans`]), parent of its
+    /// `chat` and `execute_tool` spans; `Span::none()` traces nothing.
+    pub span: tracing::Span,
 }
 
 /// A model, its tools and its limits.
@@ -320,8 +322,8 @@ impl Agent {
                 deltas: Some(&ObserverDeltas(observer)),
                 output_schema: self.output.as_ref().map(|o| o.schema()),
             };
-            let span = crate::spans::chat(self.model.identity(), "step", &conv.messages);
-            let response = match self.model.complete(request).instrument(span.clone()).await {
+            let span = crate::spans::chat(&ctx.span, self.model.identity(), "step", &conv.messages);
+            let response = match self.model.complete(request).await {
                 Ok(response) => response,
                 Err(e) => {
                     let e = model_error(e, ctx);
@@ -387,7 +389,7 @@ impl Agent {
                 return message;
             }
             observer.tool_started(call).await;
-            let span = crate::spans::execute_tool(call);
+            let span = crate::spans::execute_tool(&ctx.span, call);
             let tool_ctx = ToolContext {
                 job_id: ctx.job_id,
                 task_id: ctx.task_id,
@@ -403,7 +405,7 @@ impl Agent {
                 cancel: ctx.cancel.child_token(),
                 approvals: ctx.approvals.clone(),
             };
-            let outcome = self.tools.invoke(&tool_ctx, &call.name, &call.arguments).instrument(span.clone()).await;
+            let outcome = self.tools.invoke(&tool_ctx, &call.name, &call.arguments).await;
             let mut content = outcome.to_model_text();
             crate::spans::tool_answered(&span, &content, outcome.result.as_ref().err());
             if conv.interrupted.contains(&call.id) && !self.policy.idempotent(&call.name) {

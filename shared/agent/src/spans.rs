@@ -6,6 +6,11 @@
 //! Attribute names and meaning: docs/OPERATIONS.md "Tracing". Integers
 //! are recorded as `i64`: the OpenTelemetry layer writes a `u64` as text.
 //!
+//! The spans are never entered: each names its parent (the run's
+//! `invoke_agent` span, [`RunContext::span`](crate::agent::RunContext::span)),
+//! so the span a log line shows stays the caller's (`job`, `task`), also in
+//! the tasks a tool call spawns.
+//!
 //! The process installs two things once at start ([`install`]): whether
 //! spans carry prompts, completions and tool payloads (off by default),
 //! and how to read a span's W3C traceparent, so a tool call hands its own
@@ -40,9 +45,15 @@ fn capture() -> bool {
 }
 
 /// `chat <model>`: one model call. `purpose` is `step` or `compaction`.
-pub fn chat(model: ModelIdentity<'_>, purpose: &'static str, messages: &[ChatMessage]) -> tracing::Span {
+pub fn chat(
+    parent: &tracing::Span,
+    model: ModelIdentity<'_>,
+    purpose: &'static str,
+    messages: &[ChatMessage],
+) -> tracing::Span {
     let span = tracing::info_span!(
         target: "gen_ai",
+        parent: parent,
         "chat",
         otel.name = %format_args!("chat {}", model.model),
         otel.kind = "client",
@@ -92,9 +103,10 @@ pub fn chat_answered(span: &tracing::Span, usage: &Usage, content_text: Option<&
 }
 
 /// `execute_tool <tool>`: one tool call.
-pub fn execute_tool(call: &ToolCall) -> tracing::Span {
+pub fn execute_tool(parent: &tracing::Span, call: &ToolCall) -> tracing::Span {
     let span = tracing::info_span!(
         target: "gen_ai",
+        parent: parent,
         "execute_tool",
         otel.name = %format_args!("execute_tool {}", call.name),
         otel.status_code = Empty,

@@ -123,6 +123,7 @@ async fn tool_output_cannot_change_tools_permissions_or_approvals() {
         cancel: CancellationToken::new(),
         approvals: Some(gate.clone()),
         inbox: None,
+        span: tracing::Span::none(),
     };
     let mut conv = Conversation::new("You research.", "Summarise the page.");
     let answer = agent.run(&mut conv, &ctx, &NoObserver).await.expect("the run ends normally");

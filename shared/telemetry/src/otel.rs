@@ -297,6 +297,30 @@ mod tests {
         assert_eq!(from_env.unwrap().unwrap().service_name, "other");
     }
 
+    /// A collector that refuses every batch.
+    #[derive(Debug)]
+    struct Refusing;
+
+    impl SpanExporter for Refusing {
+        async fn export(&self, _batch: Vec<SpanData>) -> OTelSdkResult {
+            Err(opentelemetry_sdk::error::OTelSdkError::InternalFailure("connection refused".into()))
+        }
+    }
+
+    #[test]
+    fn spans_a_collector_refuses_are_counted_and_the_warning_armed_once() {
+        let (dropped, warned) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicBool::new(false)));
+        let counted = Counted { inner: Refusing, dropped: dropped.clone(), warned: warned.clone() };
+        let provider = SdkTracerProvider::builder().with_simple_exporter(counted).build();
+        let tracer = provider.tracer("t");
+        for _ in 0..3 {
+            opentelemetry::trace::Tracer::in_span(&tracer, "s", |_| {});
+        }
+        let _ = provider.shutdown();
+        assert_eq!(dropped.load(Ordering::Relaxed), 3, "each refused span counted");
+        assert!(warned.load(Ordering::Relaxed), "the one warning was logged");
+    }
+
     #[test]
     fn an_unknown_protocol_is_an_error_that_names_the_choices() {
         let e = resolve(

@@ -83,10 +83,15 @@ impl Deployment {
 
     /// A worker with extra arguments (e.g. `--types finance`).
     pub fn add_worker_with(&mut self, id: &str, extra: &[&str]) {
+        self.add_worker_env(id, extra, &[]);
+    }
+
+    /// A worker with extra arguments and environment variables.
+    pub fn add_worker_env(&mut self, id: &str, extra: &[&str], env: &[(&str, &str)]) {
         let cfg = self.config_arg();
         let mut args = vec!["--config", &cfg, "--id", id, "--grace", "2"];
         args.extend_from_slice(extra);
-        self.workers.push(Proc::spawn(id, "flotilla-worker", &args, &[]));
+        self.workers.push(Proc::spawn(id, "flotilla-worker", &args, env));
     }
 
     /// Starts an orchestrator (`flotilla orchestrator`).

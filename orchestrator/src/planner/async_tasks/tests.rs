@@ -288,6 +288,7 @@ fn run_ctx(rig: &Rig) -> RunContext {
         cancel: rig.cancel.clone(),
         approvals: None,
         inbox: None,
+        span: tracing::Span::none(),
     }
 }
 

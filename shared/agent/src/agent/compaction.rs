@@ -19,7 +19,6 @@
 //! first until the request fits.
 
 use flotilla_protocol::{ErrorInfo, ErrorKind, Usage};
-use tracing::Instrument as _;
 
 use super::{AgentObserver, Conversation, RunContext};
 use crate::model::{ChatMessage, ChatModel, ModelRequest, Purpose, ToolCall, count_request, request_within};
@@ -275,19 +274,16 @@ async fn fold(
         )
     };
     let request = [ChatMessage::System { content: budget.prompt.clone() }, ChatMessage::User { content }];
-    let span = crate::spans::chat(model.identity(), "compaction", &request);
-    let response = match model
-        .complete(ModelRequest { purpose: Purpose::Compaction, ..ModelRequest::new(&request, &[]) })
-        .instrument(span.clone())
-        .await
-    {
-        Ok(response) => response,
-        Err(e) => {
-            let e = super::model_error(e, ctx);
-            crate::spans::failed(&span, e.kind, &e.message);
-            return Err(e);
-        }
-    };
+    let span = crate::spans::chat(&ctx.span, model.identity(), "compaction", &request);
+    let response =
+        match model.complete(ModelRequest { purpose: Purpose::Compaction, ..ModelRequest::new(&request, &[]) }).await {
+            Ok(response) => response,
+            Err(e) => {
+                let e = super::model_error(e, ctx);
+                crate::spans::failed(&span, e.kind, &e.message);
+                return Err(e);
+            }
+        };
     crate::spans::chat_answered(&span, &response.usage, response.content.as_deref(), &[]);
     *usage += response.usage;
     Ok(tokens::truncate(response.content.unwrap_or_default().trim(), share as usize).0)

@@ -236,6 +236,81 @@ pub fn render(registry: &Registry) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData, ResourceMetrics};
+    use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
+    use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider, Temporality};
+    use std::sync::{Arc, Mutex};
+
+    /// A histogram point as a collector receives it: name, sum, attributes.
+    type Point = (String, f64, Vec<(String, String)>);
+
+    /// What an OTLP collector would receive.
+    #[derive(Clone, Default)]
+    struct Collected(Arc<Mutex<Vec<Point>>>);
+
+    impl PushMetricExporter for Collected {
+        async fn export(&self, metrics: &ResourceMetrics) -> opentelemetry_sdk::error::OTelSdkResult {
+            let mut out = self.0.lock().unwrap();
+            for m in metrics.scope_metrics().flat_map(|s| s.metrics()) {
+                let points: Vec<(f64, Vec<(String, String)>)> = match m.data() {
+                    AggregatedMetrics::U64(MetricData::Histogram(h)) => {
+                        h.data_points().map(|p| (p.sum() as f64, attrs(p.attributes()))).collect()
+                    }
+                    AggregatedMetrics::F64(MetricData::Histogram(h)) => {
+                        h.data_points().map(|p| (p.sum(), attrs(p.attributes()))).collect()
+                    }
+                    _ => Vec::new(),
+                };
+                out.extend(points.into_iter().map(|(sum, a)| (m.name().to_string(), sum, a)));
+            }
+            Ok(())
+        }
+        fn force_flush(&self) -> opentelemetry_sdk::error::OTelSdkResult {
+            Ok(())
+        }
+        fn shutdown_with_timeout(&self, _: Duration) -> opentelemetry_sdk::error::OTelSdkResult {
+            Ok(())
+        }
+        fn temporality(&self) -> Temporality {
+            Temporality::Cumulative
+        }
+    }
+
+    fn attrs<'a>(kvs: impl Iterator<Item = &'a opentelemetry::KeyValue>) -> Vec<(String, String)> {
+        let mut v: Vec<_> = kvs.map(|kv| (kv.key.to_string(), kv.value.to_string())).collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn a_model_call_goes_out_as_the_genai_client_metrics() {
+        let collected = Collected::default();
+        let provider =
+            SdkMeterProvider::builder().with_reader(PeriodicReader::builder(collected.clone()).build()).build();
+        opentelemetry::global::set_meter_provider(provider.clone());
+        let m = AgentMetrics::register(&mut Registry::default());
+        m.set_model("finance", "openai", "gpt-4o-mini");
+        let usage = Usage { input_tokens: 100, output_tokens: 7, model_calls: 1, ..Usage::default() };
+        m.model_call("finance", &usage, Duration::from_millis(250));
+        provider.force_flush().unwrap();
+        let got = collected.0.lock().unwrap().clone();
+        let base = |extra: Option<&str>| {
+            let mut a = vec![
+                ("flotilla.agent".to_string(), "finance".to_string()),
+                ("gen_ai.operation.name".into(), "chat".into()),
+                ("gen_ai.provider.name".into(), "openai".into()),
+                ("gen_ai.request.model".into(), "gpt-4o-mini".into()),
+            ];
+            if let Some(t) = extra {
+                a.push(("gen_ai.token.type".into(), t.into()));
+            }
+            a.sort();
+            a
+        };
+        assert!(got.contains(&("gen_ai.client.token.usage".into(), 100.0, base(Some("input")))), "{got:?}");
+        assert!(got.contains(&("gen_ai.client.token.usage".into(), 7.0, base(Some("output")))), "{got:?}");
+        assert!(got.contains(&("gen_ai.client.operation.duration".into(), 0.25, base(None))), "{got:?}");
+    }
 
     #[test]
     fn agent_metrics_render_as_openmetrics() {

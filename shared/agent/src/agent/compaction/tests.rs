@@ -46,6 +46,7 @@ fn ctx() -> RunContext {
         cancel: CancellationToken::new(),
         approvals: None,
         inbox: None,
+        span: tracing::Span::none(),
     }
 }
 
