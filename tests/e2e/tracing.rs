@@ -124,3 +124,26 @@ async fn the_demo_job_is_one_trace_across_three_processes_in_phoenix() {
     assert_eq!((input, output), (rec.usage.input_tokens, rec.usage.output_tokens), "span tokens = job usage");
     assert_eq!(chats.len() as u64, rec.usage.model_calls);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spans_also_go_out_over_grpc() {
+    let phoenix = Phoenix::start().await;
+    let endpoint = phoenix.grpc_url();
+    let d = Deployment::start(1, |url| {
+        let mut c = TestConfig::demo(url, 4, 0);
+        c.section(&format!("[telemetry]\nendpoint = \"{endpoint}\"\nprotocol = \"grpc\"\n"));
+        c
+    })
+    .await;
+    let mut log = EventLog::subscribe(&d.raw.client, "flotilla.job.>").await;
+    let job = d.submit(DEMO).await;
+    assert_eq!(log.job_end(TIMEOUT).await["event"], "completed");
+    let trace_id = d.status(job).await.traceparent.expect("traceparent").split('-').nth(1).unwrap().to_string();
+    eventually(Duration::from_secs(60), "the job's spans over gRPC in Phoenix", || async {
+        let spans = phoenix.spans().await;
+        let ours =
+            |name: &str| spans.iter().any(|s| s["name"] == name && s["context"]["trace_id"] == trace_id.as_str());
+        (ours("invoke_agent planner") && ours("invoke_agent finance")).then_some(())
+    })
+    .await;
+}

@@ -19,6 +19,7 @@ pub const INSTALL_HINT: &str =
 pub struct Phoenix {
     child: Child,
     port: u16,
+    grpc: u16,
     log: PathBuf,
     _dir: TempDir,
 }
@@ -45,7 +46,7 @@ impl Phoenix {
             .stderr(out)
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start {}: {e} ({INSTALL_HINT})", exe.display()));
-        let phoenix = Self { child, port, log, _dir: dir };
+        let phoenix = Self { child, port, grpc, log, _dir: dir };
         let http = reqwest::Client::new();
         let url = format!("{}/healthz", phoenix.url());
         crate::eventually(Duration::from_secs(120), "Phoenix to answer /healthz", || {
@@ -59,6 +60,11 @@ impl Phoenix {
     /// Its base URL: the OTLP/HTTP endpoint (`/v1/traces`) and the API.
     pub fn url(&self) -> String {
         format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// Its OTLP/gRPC endpoint.
+    pub fn grpc_url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.grpc)
     }
 
     /// Every span of the `default` project, oldest pages first.
