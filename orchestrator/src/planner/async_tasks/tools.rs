@@ -28,7 +28,13 @@ pub(super) fn register(tasks: &Arc<AsyncTasks>, set: &mut ToolSet) -> Result<(),
     set.add(Arc::new(CheckTasks(tasks.clone())), "planner")?;
     set.add(Arc::new(WaitTasks(tasks.clone())), "planner")?;
     set.add(Arc::new(CancelTask(tasks.clone())), "planner")?;
-    set.add(Arc::new(MessageTask(tasks.clone())), "planner")
+    set.add(Arc::new(MessageTask(tasks.clone())), "planner")?;
+    // Following a task matters once one was started: until then these four
+    // cost the planner's prompt nothing (they stay callable).
+    for follow in ["check_tasks", "wait_tasks", "cancel_task", "message_task"] {
+        set.list_after(follow, "start_task")?;
+    }
+    Ok(())
 }
 
 fn args<T: DeserializeOwned>(v: Value) -> Result<T, ToolError> {
@@ -56,9 +62,8 @@ impl Tool for StartTask {
         // The subagent types are listed once, in `task`'s description.
         self.0.dispatcher.delegating_spec(
             "start_task",
-            "Like task (same subagent types), but returns the task id at once without waiting; follow it with \
-             check_tasks / wait_tasks, steer it with message_task, stop it with cancel_task. If you end your turn \
-             while tasks run, you are woken with their results.",
+            "Like task, but returns the task id at once; then check_tasks, wait_tasks, message_task and \
+             cancel_task follow it. Ending your turn while tasks run wakes you with their results.",
             false,
         )
     }

@@ -69,11 +69,10 @@ impl Tool for MapTasks {
     fn spec(&self) -> ToolSpec {
         ToolSpec {
             name: "map_tasks".into(),
-            description: "Run one subagent task per item of a JSONL job file (one JSON value per line), for \
-                          large fan-outs. `description` is a template over `item`, e.g. \
-                          \"Margin of {{ item.region }}: revenue {{ item.revenue }}\". Returns counts and \
-                          `results`, a JSONL file with one line per item in order (item, task_id, status, \
-                          summary or error): read it with the file tools."
+            description: "One subagent task per line (a JSON value) of a JSONL job file, for large fan-outs. \
+                          `description` is a template over `item`, e.g. \"Margin of {{ item.region }}\". \
+                          Returns counts and `results`: a JSONL file, a line per item in order (item, task_id, \
+                          status, summary or error)."
                 .into(),
             input_schema: json!({
                 "type": "object",

@@ -11,6 +11,7 @@ use serde_json::Value;
 
 use super::pipeline::{self, Call, Policy};
 use super::{Tool, ToolContext, ToolError, ToolSpec};
+use crate::model::ChatMessage;
 #[cfg(test)]
 use flotilla_protocol::ErrorKind;
 
@@ -50,8 +51,14 @@ pub enum ToolSetError {
 pub(super) struct Entry {
     /// What the calls run.
     pub(super) tool: Arc<dyn Tool>,
-    /// What the model is told about it.
+    /// Its spec as the tool declares it (what validation and approvals use).
     spec: ToolSpec,
+    /// What the model is told about it: the spec with a schema cut to what
+    /// a model needs ([`model_schema`]).
+    model: ToolSpec,
+    /// Listed to the model only once the conversation holds a call of this
+    /// tool ([`ToolSet::list_after`]); callable at any time.
+    listed_after: Option<String>,
     /// Its input schema, compiled.
     pub(super) validator: jsonschema::Validator,
 }
@@ -90,6 +97,28 @@ pub struct ToolSet {
     /// Where every call and approval decision is recorded (set once, after
     /// the process has connected to the bus).
     auditor: std::sync::OnceLock<crate::audit::Auditor>,
+}
+
+/// A tool's input schema as the model reads it: without
+/// `"additionalProperties": false` and `"minLength": 1`, which cost prompt
+/// tokens on every request and add nothing a model needs. The set still
+/// validates every call against the full schema, so a call with an unknown
+/// or empty field is refused all the same, with the reason.
+pub fn model_schema(schema: &Value) -> Value {
+    match schema {
+        Value::Object(o) => Value::Object(
+            o.iter()
+                .filter(|(k, v)| match k.as_str() {
+                    "additionalProperties" => **v != Value::Bool(false),
+                    "minLength" => v.as_u64() != Some(1),
+                    _ => true,
+                })
+                .map(|(k, v)| (k.clone(), model_schema(v)))
+                .collect(),
+        ),
+        Value::Array(a) => Value::Array(a.iter().map(model_schema).collect()),
+        other => other.clone(),
+    }
 }
 
 impl ToolSet {
@@ -142,13 +171,48 @@ impl ToolSet {
         let validator = jsonschema::validator_for(&spec.input_schema)
             .map_err(|e| ToolSetError::Schema { name: spec.name.clone(), message: e.to_string() })?;
         self.sources.insert(spec.name.clone(), source.to_string());
-        self.tools.insert(spec.name.clone(), Entry { tool, spec, validator });
+        let model = ToolSpec { input_schema: model_schema(&spec.input_schema), ..spec.clone() };
+        self.tools.insert(spec.name.clone(), Entry { tool, spec, model, listed_after: None, validator });
         Ok(())
     }
 
-    /// Specs for the model, in name order.
+    /// Lists `name` to the model only once its conversation holds a call of
+    /// `after` (or was compacted, which may have folded that call away):
+    /// tools that only matter after another (following an asynchronous
+    /// task after `start_task`) cost no prompt before it. The tool stays
+    /// callable throughout.
+    pub fn list_after(&mut self, name: &str, after: &str) -> Result<(), ToolSetError> {
+        for n in [name, after] {
+            if !self.tools.contains_key(n) {
+                return Err(ToolSetError::UnknownTool { name: n.into(), available: self.names().join(", ") });
+            }
+        }
+        if let Some(entry) = self.tools.get_mut(name) {
+            entry.listed_after = Some(after.to_string());
+        }
+        Ok(())
+    }
+
+    /// Specs as the tools declare them, in name order.
     pub fn specs(&self) -> Vec<ToolSpec> {
         self.tools.values().map(|e| e.spec.clone()).collect()
+    }
+
+    /// What the model is shown before its next turn, in name order: every
+    /// tool listed by now ([`ToolSet::list_after`]), with schemas cut to
+    /// what a model needs ([`model_schema`]).
+    pub fn model_specs(&self, messages: &[ChatMessage], compacted: bool) -> Vec<ToolSpec> {
+        let called = |tool: &str| {
+            messages.iter().any(|m| match m {
+                ChatMessage::Assistant { tool_calls, .. } => tool_calls.iter().any(|c| c.name == tool),
+                _ => false,
+            })
+        };
+        self.tools
+            .values()
+            .filter(|e| compacted || e.listed_after.as_deref().is_none_or(called))
+            .map(|e| e.model.clone())
+            .collect()
     }
 
     /// Tool names, in order.
@@ -229,6 +293,56 @@ pub(crate) mod tests {
         let mut s = ToolSet::new(Duration::from_millis(200));
         s.add(Arc::new(Echo), "builtin").unwrap();
         s
+    }
+
+    /// A second tool, `echo` under another name.
+    struct Named(&'static str);
+    #[async_trait]
+    impl Tool for Named {
+        fn spec(&self) -> ToolSpec {
+            ToolSpec { name: self.0.into(), ..Echo.spec() }
+        }
+        async fn call(&self, ctx: &ToolContext, args: Value) -> Result<Value, ToolError> {
+            Echo.call(ctx, args).await
+        }
+    }
+
+    #[tokio::test]
+    async fn a_tool_listed_after_another_is_shown_once_that_one_was_called_and_callable_before() {
+        let mut s = set();
+        s.add(Arc::new(Named("follow")), "builtin").unwrap();
+        s.list_after("follow", "echo").unwrap();
+        let names = |specs: Vec<ToolSpec>| specs.into_iter().map(|t| t.name).collect::<Vec<_>>();
+        let fresh = [ChatMessage::User { content: "hi".into() }];
+        assert_eq!(names(s.model_specs(&fresh, false)), ["echo"]);
+        assert_eq!(names(s.model_specs(&fresh, true)), ["echo", "follow"], "a compacted conversation lists all");
+        let called = [ChatMessage::Assistant {
+            content: None,
+            tool_calls: vec![crate::model::ToolCall {
+                id: "1".into(),
+                name: "echo".into(),
+                arguments: json!({"x": 1}),
+            }],
+        }];
+        assert_eq!(names(s.model_specs(&called, false)), ["echo", "follow"]);
+        // Unlisted is not unavailable.
+        assert_eq!(s.invoke(&ctx(), "follow", &json!({"x": 2})).await.result.unwrap(), json!(2));
+        assert!(matches!(s.list_after("nope", "echo"), Err(ToolSetError::UnknownTool { .. })));
+    }
+
+    #[tokio::test]
+    async fn the_model_reads_a_shorter_schema_and_calls_are_still_checked_against_the_whole_one() {
+        let s = set();
+        let shown = &s.model_specs(&[], false)[0].input_schema;
+        assert!(shown.get("additionalProperties").is_none(), "{shown}");
+        assert_eq!(shown["required"], json!(["x"]));
+        assert_eq!(s.specs()[0].input_schema["additionalProperties"], json!(false), "the declared spec is kept");
+        let extra = s.invoke(&ctx(), "echo", &json!({"x": 1, "y": 2})).await;
+        assert_eq!(extra.result.unwrap_err().kind, ErrorKind::Validation, "an unknown field is still refused");
+        assert_eq!(
+            model_schema(&json!({"type": "string", "minLength": 1, "maxLength": 9})),
+            json!({"type": "string", "maxLength": 9})
+        );
     }
 
     #[tokio::test]
