@@ -191,7 +191,7 @@ fn pct(sorted: &[Duration], p: f64) -> Duration {
     sorted[i.min(sorted.len() - 1)]
 }
 
-pub(crate) fn task(job: JobId, ty: &SubagentType) -> TaskMessage {
+fn task(job: JobId, ty: &SubagentType) -> TaskMessage {
     TaskMessage {
         v: protocol::SCHEMA_VERSION,
         job_id: job,
@@ -216,18 +216,33 @@ async fn overhead(rig: &Rig, n: usize) -> anyhow::Result<Vec<Duration>> {
     let mut reports = Box::pin(rig.bus().reports().live_of_job(&Default::default(), &job).await?);
     let mut out = Vec::with_capacity(n);
     for i in 0..n + OVERHEAD_WARM_UP {
-        let t = task(job, &ty);
-        let started = Instant::now();
-        rig.bus().tasks().publish(&t).await?;
-        tokio::time::timeout(Duration::from_secs(30), reports.next())
-            .await?
-            .ok_or_else(|| anyhow::anyhow!("report stream ended"))?;
+        let took = dispatch_to_report(rig, job, &ty, &mut reports).await?;
         if i >= OVERHEAD_WARM_UP {
-            out.push(started.elapsed()); // the first ones warm up connections and caches
+            out.push(took); // the first ones warm up connections and caches
         }
     }
     out.sort();
     Ok(out)
+}
+
+/// Publishes one task of `job` to `rig` and waits for its report on
+/// `reports` (the job's live reports): the time in between.
+pub(crate) async fn dispatch_to_report<S>(
+    rig: &Rig,
+    job: JobId,
+    ty: &SubagentType,
+    reports: &mut std::pin::Pin<Box<S>>,
+) -> anyhow::Result<Duration>
+where
+    S: futures::Stream,
+{
+    let t = task(job, ty);
+    let started = Instant::now();
+    rig.bus().tasks().publish(&t).await?;
+    tokio::time::timeout(Duration::from_secs(30), reports.next())
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("report stream ended"))?;
+    Ok(started.elapsed())
 }
 
 /// Tasks per second with `n` tasks published at once.

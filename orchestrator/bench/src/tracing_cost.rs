@@ -7,10 +7,9 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use flotilla_protocol::ids::{JobId, SubagentType};
-use futures::StreamExt as _;
 
 use crate::setup::Rig;
 
@@ -65,14 +64,9 @@ pub async fn overhead_paired(n: usize) -> anyhow::Result<(Vec<Duration>, Vec<Dur
         for (rig, job, reports, out) in
             [(&off, job_off, &mut reports_off, &mut lat_off), (&on, job_on, &mut reports_on, &mut lat_on)]
         {
-            let t = crate::task(job, &ty);
-            let started = Instant::now();
-            rig.bus().tasks().publish(&t).await?;
-            tokio::time::timeout(Duration::from_secs(30), reports.next())
-                .await?
-                .ok_or_else(|| anyhow::anyhow!("report stream ended"))?;
+            let took = crate::dispatch_to_report(rig, job, &ty, reports).await?;
             if i >= crate::OVERHEAD_WARM_UP {
-                out.push(started.elapsed());
+                out.push(took);
             }
         }
     }

@@ -254,6 +254,7 @@ impl Agent {
         ctx: &RunContext,
         observer: &dyn AgentObserver,
     ) -> Result<String, ErrorInfo> {
+        let mut specs: Vec<crate::tool::ToolSpec> = Vec::new();
         // A checkpoint taken after the answering turn (the process stopped
         // before the answer was recorded elsewhere) resumes to that answer:
         // the model is not asked, and billed, again. Follow-ups that arrived
@@ -305,8 +306,11 @@ impl Agent {
             if take_inbox(conv, ctx, observer).await {
                 observer.checkpoint(conv).await;
             }
-            // The tools listed by now (shared/agent/src/tool/set.rs, `list_after`).
-            let mut specs = self.tools.model_specs(&conv.messages, conv.compacted_turns > 0);
+            // The tools listed by now (shared/agent/src/tool/set.rs,
+            // `list_after`); once every tool is, the list stays.
+            if specs.len() < self.tools.len() {
+                specs = self.tools.model_specs(&conv.messages, conv.compacted_turns > 0);
+            }
             if let Some(budget) = &self.limits.context {
                 let compacted = conv.compacted_turns;
                 compaction::fit(self.model.as_ref(), budget, conv, &specs, ctx, observer).await?;

@@ -54,16 +54,12 @@ pub fn start(
     cfg: &flotilla_config::telemetry::TelemetryConfig,
     process: &crate::otel::Process,
 ) -> Result<Option<Export>, String> {
-    let resolved = match crate::otel::resolve(cfg, process, |k| std::env::var(k).ok()) {
-        Ok(resolved) => resolved,
+    let started = crate::otel::resolve(cfg, process, |k| std::env::var(k).ok())
+        .and_then(|resolved| Ok((resolved.as_ref().map(|r| Export::start(r, process)).transpose()?, resolved)));
+    let (export, resolved) = match started {
+        Ok(started) => started,
         Err(e) => {
-            init(format, default_filter);
-            return Err(e);
-        }
-    };
-    let export = match resolved.as_ref().map(|r| Export::start(r, process)).transpose() {
-        Ok(export) => export,
-        Err(e) => {
+            // Logging still works for the error's own report.
             init(format, default_filter);
             return Err(e);
         }

@@ -215,6 +215,16 @@ impl ToolSet {
             .collect()
     }
 
+    /// How many tools the set has.
+    pub fn len(&self) -> usize {
+        self.tools.len()
+    }
+
+    /// Whether the set has no tool.
+    pub fn is_empty(&self) -> bool {
+        self.tools.is_empty()
+    }
+
     /// Tool names, in order.
     pub fn names(&self) -> Vec<String> {
         self.tools.keys().cloned().collect()

@@ -73,16 +73,46 @@ pub struct GenAiLabels {
 /// [`GenAiLabels`] and `gen_ai_token_type` (`input` or `output`).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct GenAiTokenLabels {
-    /// `chat`.
-    pub gen_ai_operation_name: String,
-    /// `openai`, `anthropic`, `flotilla.scripted`.
-    pub gen_ai_provider_name: String,
-    /// The model requested.
-    pub gen_ai_request_model: String,
-    /// `planner` or the subagent type.
-    pub flotilla_agent: String,
+    /// The call's labels.
+    #[prometheus(flatten)]
+    pub call: GenAiLabels,
     /// `input` or `output`.
     pub gen_ai_token_type: String,
+}
+
+/// The GenAI labels and attributes of one agent's model calls, built once
+/// per agent ([`AgentMetrics::set_model`]) rather than on every call.
+struct GenAiAgent {
+    labels: GenAiLabels,
+    /// Input, then output.
+    token_labels: [GenAiTokenLabels; 2],
+    attributes: Vec<opentelemetry::KeyValue>,
+    /// Input, then output.
+    token_attributes: [Vec<opentelemetry::KeyValue>; 2],
+}
+
+impl GenAiAgent {
+    fn new(agent: &str, provider: &str, model: &str) -> Self {
+        let labels = GenAiLabels {
+            gen_ai_operation_name: "chat".into(),
+            gen_ai_provider_name: provider.into(),
+            gen_ai_request_model: model.into(),
+            flotilla_agent: agent.into(),
+        };
+        let attributes = vec![
+            opentelemetry::KeyValue::new("gen_ai.operation.name", "chat"),
+            opentelemetry::KeyValue::new("gen_ai.provider.name", provider.to_string()),
+            opentelemetry::KeyValue::new("gen_ai.request.model", model.to_string()),
+            opentelemetry::KeyValue::new("flotilla.agent", agent.to_string()),
+        ];
+        let token = |kind: &'static str| {
+            let mut a = attributes.clone();
+            a.push(opentelemetry::KeyValue::new("gen_ai.token.type", kind));
+            (GenAiTokenLabels { call: labels.clone(), gen_ai_token_type: kind.into() }, a)
+        };
+        let ((input, input_attrs), (output, output_attrs)) = (token("input"), token("output"));
+        Self { labels, token_labels: [input, output], attributes, token_attributes: [input_attrs, output_attrs] }
+    }
 }
 
 /// Bucket boundaries the GenAI conventions advise for token counts.
@@ -108,8 +138,8 @@ pub struct AgentMetrics {
     genai_duration: HistogramFamily<GenAiLabels>,
     otel_tokens: opentelemetry::metrics::Histogram<u64>,
     otel_duration: opentelemetry::metrics::Histogram<f64>,
-    /// Provider and model of each agent, for the GenAI labels.
-    models: std::sync::Arc<std::sync::RwLock<std::collections::HashMap<String, (String, String)>>>,
+    /// The GenAI labels of each agent whose model is named.
+    models: std::sync::Arc<std::sync::RwLock<std::collections::HashMap<String, std::sync::Arc<GenAiAgent>>>>,
 }
 
 impl AgentMetrics {
@@ -168,7 +198,7 @@ impl AgentMetrics {
         self.models
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(agent.into(), (provider.into(), model.into()));
+            .insert(agent.into(), std::sync::Arc::new(GenAiAgent::new(agent, provider, model)));
     }
 
     /// Records one model call of `agent`.
@@ -180,39 +210,13 @@ impl AgentMetrics {
         if usage.cost_usd > 0.0 {
             self.cost.get_or_create(&AgentLabel { agent: agent.into() }).inc_by(usage.cost_usd);
         }
-        let (provider, model) = self
-            .models
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .get(agent)
-            .cloned()
-            .unwrap_or_else(|| ("unknown".into(), String::new()));
-        let labels = GenAiLabels {
-            gen_ai_operation_name: "chat".into(),
-            gen_ai_provider_name: provider,
-            gen_ai_request_model: model,
-            flotilla_agent: agent.into(),
-        };
-        self.genai_duration.get_or_create(&labels).observe(latency.as_secs_f64());
-        let attributes = [
-            opentelemetry::KeyValue::new("gen_ai.operation.name", "chat"),
-            opentelemetry::KeyValue::new("gen_ai.provider.name", labels.gen_ai_provider_name.clone()),
-            opentelemetry::KeyValue::new("gen_ai.request.model", labels.gen_ai_request_model.clone()),
-            opentelemetry::KeyValue::new("flotilla.agent", agent.to_string()),
-        ];
-        self.otel_duration.record(latency.as_secs_f64(), &attributes);
-        for (kind, n) in [("input", usage.input_tokens), ("output", usage.output_tokens)] {
-            let token_labels = GenAiTokenLabels {
-                gen_ai_operation_name: labels.gen_ai_operation_name.clone(),
-                gen_ai_provider_name: labels.gen_ai_provider_name.clone(),
-                gen_ai_request_model: labels.gen_ai_request_model.clone(),
-                flotilla_agent: labels.flotilla_agent.clone(),
-                gen_ai_token_type: kind.into(),
-            };
-            self.genai_tokens.get_or_create(&token_labels).observe(n as f64);
-            let mut with_type = attributes.to_vec();
-            with_type.push(opentelemetry::KeyValue::new("gen_ai.token.type", kind));
-            self.otel_tokens.record(n, &with_type);
+        let named = self.models.read().unwrap_or_else(std::sync::PoisonError::into_inner).get(agent).cloned();
+        let genai = named.unwrap_or_else(|| std::sync::Arc::new(GenAiAgent::new(agent, "unknown", "")));
+        self.genai_duration.get_or_create(&genai.labels).observe(latency.as_secs_f64());
+        self.otel_duration.record(latency.as_secs_f64(), &genai.attributes);
+        for (i, n) in [usage.input_tokens, usage.output_tokens].into_iter().enumerate() {
+            self.genai_tokens.get_or_create(&genai.token_labels[i]).observe(n as f64);
+            self.otel_tokens.record(n, &genai.token_attributes[i]);
         }
     }
 
