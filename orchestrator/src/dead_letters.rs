@@ -32,15 +32,19 @@ pub async fn watch(bus: Bus, files: JobFiles, shutdown: CancellationToken) {
 
 async fn give_up(bus: &Bus, files: &JobFiles, advisory: GivenUp) {
     let queue = bus.tasks();
-    let payload = match queue.stored(advisory.stream_seq).await {
-        Ok(p) => p,
+    let stored = match queue.stored(advisory.stream_seq).await {
+        Ok(t) => t,
         Err(e) => return tracing::warn!(seq = advisory.stream_seq, error = %e, "given-up task no longer in the queue"),
     };
+    let payload = stored.payload;
     let reason = format!(
         "task given up after {} deliveries: every attempt crashed its worker or was handed back",
         advisory.deliveries
     );
-    bus.dead_letter("task", payload.clone(), &reason).await;
+    match &stored.subagent_type {
+        Some(ty) => bus.dead_letter_task(ty, payload.clone(), &reason).await,
+        None => bus.dead_letter("task", payload.clone(), &reason).await,
+    }
     if let Ok(task) = protocol::decode::<TaskMessage>(&payload) {
         let reports = bus.reports();
         if reports.stored(&task.tenant, &task.job_id, &task.subagent_type, &task.task_id).await.is_none() {

@@ -153,6 +153,10 @@ async fn a_corpus_of_bad_messages_is_rejected_with_reasons_and_crashes_nothing()
     assert!(dead.iter().any(|(r, _)| r.contains("unsupported schema version 99")));
     assert!(dead.iter().any(|(r, _)| r.contains("unknown field `tools`")));
     assert!(dead.iter().any(|(r, _)| r.contains("queued for \"finance\"")), "type mismatch caught");
+    // Each counted under the queue it came from, whatever its body says.
+    let finance =
+        d.client().queues().await.expect("queues").into_iter().find(|q| q.subagent_type.as_str() == "finance");
+    assert_eq!(finance.map(|q| q.dead_letters), Some(tasks.len() as u64));
 
     for w in &mut d.workers {
         assert!(w.running(), "{} survived the corpus", w.name);

@@ -189,6 +189,10 @@ async fn a_model_endpoint_that_stays_down_ends_in_a_failed_report_and_a_dead_let
     let dl = d.dead_letters().await;
     assert_eq!(dl.len(), 1, "{dl:?}");
     assert!(dl[0].0.contains("gave up after 2 attempts"), "{dl:?}");
+    // Counted as the research type's, the one the worker gave up on.
+    let queues = d.client().queues().await.expect("queues");
+    let dead: Vec<(&str, u64)> = queues.iter().map(|q| (q.subagent_type.as_str(), q.dead_letters)).collect();
+    assert_eq!(dead, [("finance", 0), ("research", 1)], "{queues:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -217,6 +221,9 @@ async fn a_task_that_kills_every_worker_still_gets_a_failed_report() {
     assert!(t.error.as_ref().unwrap().message.contains("given up after 2 deliveries"), "{t:?}");
     assert!(rec.answer.unwrap().contains("failed: "), "the planner saw the failure");
     assert_eq!(d.dead_letters().await.len(), 1);
+    // The orchestrator stored it as the finance type's dead letter.
+    let queues = d.client().queues().await.expect("queues");
+    assert_eq!(queues.iter().map(|q| (q.subagent_type.as_str(), q.dead_letters)).collect::<Vec<_>>(), [("finance", 1)]);
     // Its full report exists like every task's, written on the workers' behalf.
     let report = format!("/reports/{}.md", t.task_id);
     let (code, text, err) = crate::approvals::cli(&d, &["files", "get", &job.to_string(), &report]).await;

@@ -30,6 +30,7 @@ mod mcp_oauth;
 mod mcp_serve;
 mod model_providers;
 mod operations;
+mod queues;
 mod readme;
 mod real_models;
 mod resume;

@@ -90,8 +90,15 @@ async fn publish(bus: &Bus, subject: String, body: &impl flotilla_protocol::Mess
 }
 
 fn heartbeat(worker: &str, ty: &SubagentType) -> WorkerHeartbeat {
-    let load =
-        TypeLoad { subagent_type: ty.clone(), capacity: 64, in_flight: 0, completed: 0, failed: 0, cancelled: 0 };
+    let load = TypeLoad {
+        subagent_type: ty.clone(),
+        capacity: 64,
+        in_flight: 0,
+        completed: 0,
+        failed: 0,
+        cancelled: 0,
+        busy_ms: 0,
+    };
     WorkerHeartbeat {
         v: SCHEMA_VERSION,
         worker_id: worker.into(),
@@ -102,6 +109,7 @@ fn heartbeat(worker: &str, ty: &SubagentType) -> WorkerHeartbeat {
         types: vec![load],
         mcp_servers: vec![],
         metrics_url: None,
+        rss_bytes: None,
         started_at: flotilla_protocol::now(),
         at: flotilla_protocol::now(),
         interval_ms: 60_000,

@@ -8,8 +8,9 @@
 //! `flotilla_bus::Bus::publish_heartbeat`), so a SIGKILLed worker
 //! leaves the live set by itself.
 //!
-//! Load figures (in flight, completed, failed) come from the worker's metrics,
-//! so `flotilla workers` and `/metrics` never disagree.
+//! Load figures (in flight, completed, failed, busy time) come from the
+//! worker's metrics, so `flotilla workers` and `/metrics` never disagree;
+//! the resident memory is read afresh for every beat.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -117,6 +118,7 @@ impl Beat {
                     completed: load.completed,
                     failed: load.failed,
                     cancelled: load.cancelled,
+                    busy_ms: load.busy_ms,
                 }
             })
             .collect();
@@ -130,6 +132,7 @@ impl Beat {
             types,
             mcp_servers: self.mcp.as_ref().map(|f| f()).unwrap_or_default(),
             metrics_url: self.id.metrics_url.clone(),
+            rss_bytes: flotilla_telemetry::process::resident_bytes(),
             started_at: self.started_at,
             at: protocol::now(),
             interval_ms: self.id.interval.as_millis() as u64,

@@ -54,6 +54,9 @@ pub struct WorkerMetrics {
     duration: Family<TypeLabel, Histogram, fn() -> Histogram>,
     redeliveries: Family<TypeLabel, Counter>,
     approvals_waiting: Family<TypeLabel, Gauge>,
+    /// Wall milliseconds of reported tasks, for heartbeats (the histogram
+    /// keeps the same sum in seconds but does not hand it out).
+    busy_ms: Family<TypeLabel, Counter>,
     otel_ended: opentelemetry::metrics::Counter<u64>,
     otel_redeliveries: opentelemetry::metrics::Counter<u64>,
     otel_approvals_waiting: opentelemetry::metrics::UpDownCounter<i64>,
@@ -97,6 +100,7 @@ impl WorkerMetrics {
             duration,
             redeliveries,
             approvals_waiting,
+            busy_ms: Family::default(),
             otel_ended: meter
                 .u64_counter("flotilla.worker.tasks")
                 .with_description("Task attempts ended, by status")
@@ -148,11 +152,13 @@ impl WorkerMetrics {
         );
         if let Some(d) = duration {
             self.duration.get_or_create(&label(ty)).observe(d.as_secs_f64());
+            self.busy_ms.get_or_create(&label(ty)).inc_by(d.as_millis() as u64);
         }
     }
 
-    /// The load of `ty` for heartbeats: in flight, reported, and of the
-    /// reported how many failed (or were rejected) and how many were cancelled.
+    /// The load of `ty` for heartbeats: in flight, reported, of the
+    /// reported how many failed (or were rejected) and how many were
+    /// cancelled, and their wall time added up.
     pub fn load(&self, ty: &SubagentType) -> Load {
         let in_flight = self.in_flight.get(&label(ty)).map(|g| g.get().max(0) as u32).unwrap_or(0);
         let count = |status: &str| {
@@ -162,7 +168,8 @@ impl WorkerMetrics {
                 .unwrap_or(0)
         };
         let (failed, cancelled) = (count("failed") + count("rejected"), count("cancelled"));
-        Load { in_flight, completed: count("completed") + failed + cancelled, failed, cancelled }
+        let busy_ms = self.busy_ms.get(&label(ty)).map(|c| c.get()).unwrap_or(0);
+        Load { in_flight, completed: count("completed") + failed + cancelled, failed, cancelled, busy_ms }
     }
 }
 
@@ -177,6 +184,8 @@ pub struct Load {
     pub failed: u64,
     /// Of those, cancelled.
     pub cancelled: u64,
+    /// Wall milliseconds of the reported tasks, added up.
+    pub busy_ms: u64,
 }
 
 fn label(ty: &SubagentType) -> TypeLabel {
@@ -228,10 +237,11 @@ mod tests {
         m.task_ended(&ty, "failed", Some(Duration::from_millis(5)));
         drop(b);
         m.task_ended(&ty, HANDED_BACK, None);
-        assert_eq!(m.load(&ty), Load { in_flight: 0, completed: 2, failed: 1, cancelled: 0 });
+        // A handed-back attempt has no report: its time is not counted.
+        assert_eq!(m.load(&ty), Load { in_flight: 0, completed: 2, failed: 1, cancelled: 0, busy_ms: 10 });
         // A cancelled task is reported, but it is not a failure of the worker.
-        m.task_ended(&ty, "cancelled", Some(Duration::from_millis(5)));
-        assert_eq!(m.load(&ty), Load { in_flight: 0, completed: 3, failed: 1, cancelled: 1 });
+        m.task_ended(&ty, "cancelled", Some(Duration::from_millis(1500)));
+        assert_eq!(m.load(&ty), Load { in_flight: 0, completed: 3, failed: 1, cancelled: 1, busy_ms: 1510 });
         let text = flotilla_telemetry::metrics::render(&m.registry);
         assert!(
             text.contains("flotilla_worker_tasks_total{subagent_type=\"finance\",status=\"completed\"} 1"),

@@ -300,7 +300,7 @@ async fn handed_back(
             return true;
         }
         let reason = format!("gave up after {attempt} attempts: {}", e.message);
-        ctx.bus.dead_letter("task", delivery.payload().clone(), &reason).await;
+        ctx.bus.dead_letter_task(&rt.ty, delivery.payload().clone(), &reason).await;
     }
     false
 }

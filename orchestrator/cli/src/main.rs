@@ -65,7 +65,29 @@ enum Command {
     /// Follow a job's progress live (or every job).
     Watch(commands::watch::Args),
     /// List live workers from their heartbeats.
+    ///
+    /// One line per worker and served type. RSS is the worker process's
+    /// resident memory (`-` when its platform does not tell); MCP servers and
+    /// sandboxed commands it starts are not in it. `--json` prints
+    /// `{"workers": [...]}`, each worker's latest heartbeat, with `rss_bytes`
+    /// and, per type, `busy_ms` (docs/PROTOCOL.md, WorkerHeartbeat).
     Workers(commands::workers::Args),
+    /// Show each subagent type's task queue: pending, in flight, redelivered,
+    /// dead letters, oldest waiting.
+    ///
+    /// One line per type that a worker ever served (its durable consumer
+    /// exists), whether or not a worker serves it now. PENDING: stored, not
+    /// yet delivered to any worker. IN FLIGHT: delivered, not acknowledged
+    /// (running, or due for redelivery after its worker went silent or handed
+    /// it back). REDELIVERED: of those, delivered more than once. DEAD: tasks
+    /// of the type on the dead-letter stream (kept 30 days). OLDEST WAITING:
+    /// the age of the oldest pending task, `-` when none waits.
+    ///
+    /// Read from NATS directly, so it needs a credential that may read the
+    /// tasks and dead-letter streams (an operator's or the orchestrator's,
+    /// not a tenant client's). `--json` prints `{"queues": [...]}`, each a
+    /// QueueStats (docs/PROTOCOL.md).
+    Queues(commands::queues::Args),
     /// Cancel a job: planner, queued tasks and running subagents.
     Cancel(commands::cancel::Args),
     /// List tool calls waiting for a person's approval.
@@ -239,6 +261,7 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
                 Command::Jobs(a) => commands::jobs::run(&settings, tenant, a, json).await,
                 Command::Watch(a) => commands::watch::run(&settings, tenant, a, json).await,
                 Command::Workers(a) => commands::workers::run(&settings, tenant, a, json).await,
+                Command::Queues(a) => commands::queues::run(&settings, tenant, a, json).await,
                 Command::Cancel(a) => commands::cancel::run(&settings, tenant, a, json).await,
                 Command::Approvals(a) => commands::approvals::run(&settings, tenant, a, json).await,
                 Command::Approve(a) => commands::approve::run(&settings, tenant, a, json).await,

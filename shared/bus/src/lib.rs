@@ -9,13 +9,13 @@
 //!
 //! | name (prefix `flotilla`)   | kind                 | holds                                  | typed store (file) |
 //! |----------------------------|----------------------|----------------------------------------|--------------------|
-//! | `FLOTILLA_TASKS`           | stream, work queue   | `flotilla.task.>`                      | [`TaskQueue`]: publish (dedup id, traceparent), purge a job's tasks, consumer, depth, given-up tasks (`tasks.rs`) |
+//! | `FLOTILLA_TASKS`           | stream, work queue   | `flotilla.task.>`                      | [`TaskQueue`]: publish (dedup id, traceparent), purge a job's tasks, consumer, depth, given-up tasks (`tasks.rs`); per-type stats: pending, in flight, redelivered, oldest waiting, dead letters ([`TaskQueue::stats`], `queue_stats.rs`) |
 //! | `flotilla-task-<type>`     | durable pull consumer| `flotilla.task.<type>.*`               | [`TaskQueue::consumer`] (`tasks.rs`) yields [`TaskDelivery`]s: progress, hand back, dead-letter, ack (`task_delivery.rs`) |
 //! | `FLOTILLA_REPORTS`         | stream, limits 7 d   | `flotilla.job.*.*.report.*`            | [`ReportStream`]: publish, stored report of a task, follow (`reports.rs`) |
 //! | `FLOTILLA_EVENTS`          | stream, limits 24 h  | `flotilla.job.*.*.event`, `.progress.*`| [`Bus::publish_event`]; [`EventStream`]: follow a filter with its stored count (`events.rs`) |
 //! | `FLOTILLA_MESSAGES`        | stream, limits 7 d   | `flotilla.job.*.*.message.*`           | [`TaskMessages`]: publish, follow one task's (`task_messages.rs`) |
 //! | `FLOTILLA_JOURNAL`         | stream, limits 7 d, direct get | `flotilla.journal.<type>.<tenant>.<job>.<task>[.snapshot]` | [`Journal`]: append, read (last snapshot + entries after it), purge a job's (`journal.rs`) |
-//! | `FLOTILLA_DEADLETTER`      | stream, limits 30 d  | `flotilla.deadletter.>` + reason header | [`Bus::dead_letter`] (`dead_letters.rs`) |
+//! | `FLOTILLA_DEADLETTER`      | stream, limits 30 d  | `flotilla.deadletter.>` + reason header; tasks on `.deadletter.task.<type>` | [`Bus::dead_letter`], [`Bus::dead_letter_task`] (`dead_letters.rs`) |
 //! | `FLOTILLA_AUDIT`           | stream               | `flotilla.audit.<tenant>.<job>`        | [`audit::BusAuditSink`], [`audit::read`] (`audit.rs`) |
 //! | `flotilla_jobs`            | KV bucket            | job headers and one key per task       | [`JobRecords`]: entry, create, update (by revision), keys by filter (`job_records.rs`); the orchestrator's job store writes them |
 //! | `flotilla_jobs_index`      | KV bucket, msg TTL   | `<tenant>.<status>.<job>` -> summary   | [`JobIndex`]: put, remove (purge, marker TTL 1 s), entries by tenant/status (`job_index.rs`) |
@@ -53,6 +53,7 @@ mod journal;
 mod leases;
 mod mcp_tokens;
 pub mod probe;
+mod queue_stats;
 mod reports;
 mod service;
 mod task_delivery;
@@ -75,7 +76,7 @@ pub use reports::ReportStream;
 pub use service::Announcement;
 pub use task_delivery::{TaskConsumer, TaskDelivery};
 pub use task_messages::TaskMessages;
-pub use tasks::{GivenUp, QueueDepth, TaskQueue};
+pub use tasks::{GivenUp, QueueDepth, StoredTask, TaskQueue};
 pub use workers::TTL_INTERVALS;
 
 use std::sync::Arc;

@@ -13,6 +13,7 @@ use bytes::Bytes;
 use futures::StreamExt;
 
 use crate::{Bus, BusError, TRACEPARENT};
+use flotilla_protocol::ids::SubagentType;
 
 /// The durable consumer of one subagent type's tasks, shared by every
 /// replica serving the type ([`TaskQueue::consumer`](crate::TaskQueue::consumer)).
@@ -92,7 +93,12 @@ impl TaskDelivery {
     /// Gives up on the task: stores it on the dead-letter stream with
     /// `reason` and tells JetStream never to deliver it again.
     pub async fn dead_letter(&self, reason: &str) -> Result<(), BusError> {
-        self.bus.dead_letter("task", self.msg.payload.clone(), reason).await;
+        let payload = self.msg.payload.clone();
+        match self.bus.subjects.type_of_task(self.subject()).and_then(|t| SubagentType::new(t).ok()) {
+            Some(ty) => self.bus.dead_letter_task(&ty, payload, reason).await,
+            // Not a task subject: the consumer's filter lets none through.
+            None => self.bus.dead_letter("task", payload, reason).await,
+        }
         self.answer(AckKind::Term, "termination").await
     }
 

@@ -3,7 +3,8 @@
 //! type's consumer each exist once: the planner's `task` tool, job
 //! cancellation (orchestrator/src/service.rs), the dead-letter watcher and the
 //! workers all go through [`TaskQueue`]. What a worker does with a task it
-//! received is in `task_delivery.rs`.
+//! received is in `task_delivery.rs`; how each type's queue stands, for an
+//! operator, in `queue_stats.rs`.
 
 use std::time::Duration;
 
@@ -19,7 +20,7 @@ use flotilla_protocol::ids::{JobId, SubagentType};
 /// The work queue of tasks.
 #[derive(Clone)]
 pub struct TaskQueue {
-    bus: Bus,
+    pub(crate) bus: Bus,
 }
 
 /// How many tasks of one type wait, as the type's durable consumer sees them.
@@ -31,6 +32,16 @@ pub struct QueueDepth {
     pub unacked: u64,
     /// Pull requests waiting (idle worker slots).
     pub waiting: u64,
+}
+
+/// A task as stored in the queue, read by its stream sequence.
+#[derive(Clone, Debug)]
+pub struct StoredTask {
+    /// The type of the queue it is in (from its subject, not its body, which
+    /// may not decode).
+    pub subagent_type: Option<SubagentType>,
+    /// The encoded task message.
+    pub payload: Bytes,
 }
 
 /// A task JetStream stopped delivering (its consumer's `max_deliver` was
@@ -125,13 +136,14 @@ impl TaskQueue {
     }
 
     /// The task stored at `seq` (one JetStream gave up on), to dead-letter it.
-    pub async fn stored(&self, seq: u64) -> Result<Bytes, BusError> {
+    pub async fn stored(&self, seq: u64) -> Result<StoredTask, BusError> {
         let stream = self.stream().await?;
         let msg = stream
             .get_raw_message(seq)
             .await
             .map_err(|e| BusError::new(format!("task {seq} no longer in the queue"), e))?;
-        Ok(msg.payload)
+        let subagent_type = self.bus.subjects.type_of_task(&msg.subject).and_then(|t| SubagentType::new(t).ok());
+        Ok(StoredTask { subagent_type, payload: msg.payload })
     }
 
     /// Removes the task stored at `seq` from the queue.
@@ -159,7 +171,7 @@ impl TaskQueue {
         }))
     }
 
-    async fn stream(&self) -> Result<async_nats::jetstream::stream::Stream, BusError> {
+    pub(crate) async fn stream(&self) -> Result<async_nats::jetstream::stream::Stream, BusError> {
         let name = self.bus.subjects.tasks_stream();
         self.bus.js.get_stream(&name).await.map_err(|e| BusError::new(format!("cannot open stream {name}"), e))
     }

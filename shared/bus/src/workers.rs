@@ -163,10 +163,12 @@ mod tests {
                     completed: 0,
                     failed: 0,
                     cancelled: 0,
+                    busy_ms: 0,
                 })
                 .collect(),
             mcp_servers: vec![],
             metrics_url: None,
+            rss_bytes: None,
             started_at: protocol::now(),
             at: protocol::now(),
             interval_ms: 1000,

@@ -137,6 +137,14 @@ impl Client {
         self.bus.live_workers().await
     }
 
+    /// The task queue of every subagent type a worker ever declared a
+    /// consumer for: pending, in flight, redelivered, the oldest waiting
+    /// task's time and dead letters (the tasks and dead-letter streams, not
+    /// the job API; sorted by type).
+    pub async fn queues(&self) -> Result<Vec<flotilla_protocol::QueueStats>, BusError> {
+        self.bus.tasks().stats().await
+    }
+
     /// The job a person named: a whole id as given, or the one job of this
     /// tenant whose id starts or ends with a short id (the `resolve` operation). No
     /// match is a `not_found` error; several are an error listing them

@@ -60,6 +60,12 @@ pub struct TypeLoad {
     /// older than this field, which counted them under `failed`.
     #[serde(default)]
     pub cancelled: u64,
+    /// Wall milliseconds of the tasks counted in `completed`, added up: the
+    /// change of `busy_ms` over the change of `completed` between two beats
+    /// is the mean task duration of that interval. Zero from workers older
+    /// than this field.
+    #[serde(default)]
+    pub busy_ms: u64,
 }
 
 /// Health of one MCP server as seen by the worker (filled from the MCP hub).
@@ -99,6 +105,12 @@ pub struct WorkerHeartbeat {
     /// `http://host:port/metrics` of this worker's Prometheus endpoint, when enabled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metrics_url: Option<String>,
+    /// Resident memory of the worker process in bytes, when the platform
+    /// tells (Linux: `/proc/self/statm`); absent elsewhere and from older
+    /// workers. Only the worker's own process: MCP servers and sandboxed
+    /// commands it starts are not included.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rss_bytes: Option<u64>,
     /// When the worker started.
     #[serde(with = "time::serde::rfc3339")]
     pub started_at: OffsetDateTime,
@@ -149,9 +161,11 @@ mod tests {
                 completed: 7,
                 failed: 1,
                 cancelled: 2,
+                busy_ms: 1234,
             }],
             mcp_servers: vec![],
             metrics_url: None,
+            rss_bytes: Some(24 << 20),
             started_at: now(),
             at: now(),
             interval_ms: 5000,
@@ -174,5 +188,9 @@ mod tests {
         let json: serde_json::Value = serde_json::from_slice(&encode(&stopping)).unwrap();
         assert_eq!(json["state"], "stopping");
         assert!(json.get("mcp_servers").is_none(), "empty optional fields are omitted: {json}");
+        assert_eq!((json["rss_bytes"].as_u64(), json["types"][0]["busy_ms"].as_u64()), (Some(24 << 20), Some(1234)));
+        let unknown = WorkerHeartbeat { rss_bytes: None, ..stopping };
+        let json: serde_json::Value = serde_json::from_slice(&encode(&unknown)).unwrap();
+        assert!(json.get("rss_bytes").is_none(), "no RSS on this platform: omitted: {json}");
     }
 }

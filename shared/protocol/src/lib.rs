@@ -37,6 +37,7 @@ mod job;
 mod job_event;
 mod op;
 mod progress;
+mod queues;
 mod report;
 mod resolve;
 mod task;
@@ -57,6 +58,7 @@ pub use job::{JobInput, JobRecord, JobStatus, JobTodos, TaskCounts, TaskEntry, T
 pub use job_event::{JobEvent, JobEventKind};
 pub use op::{OPERATIONS, Op};
 pub use progress::{ProgressEvent, ProgressKind};
+pub use queues::QueueStats;
 pub use report::{TaskReport, TaskStatus};
 pub use resolve::{
     MAX_RESOLVE_CANDIDATES, MIN_JOB_PREFIX, ResolveReply, ResolveRequest, check_job_prefix, matches_short_id,

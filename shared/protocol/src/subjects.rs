@@ -38,6 +38,15 @@ impl Subjects {
     pub fn tasks_of_job(&self, job: &JobId) -> String {
         format!("{}.task.*.{job}", self.prefix)
     }
+    /// The subagent type token of a task subject (`<p>.task.<type>.<job>`),
+    /// or `None` for any other shape.
+    pub fn type_of_task<'a>(&self, subject: &'a str) -> Option<&'a str> {
+        let rest = subject.strip_prefix(self.prefix.as_str())?.strip_prefix(".task.")?;
+        match rest.split('.').collect::<Vec<_>>().as_slice() {
+            [ty, _] => Some(ty),
+            _ => None,
+        }
+    }
     /// `<p>.task.>`: every task subject (the tasks stream).
     pub fn all_tasks(&self) -> String {
         format!("{}.task.>", self.prefix)
@@ -203,6 +212,20 @@ impl Subjects {
     pub fn dead_letter(&self, what: &str) -> String {
         format!("{}.deadletter.{what}", self.prefix)
     }
+    /// `<p>.deadletter.task.<type>`: a task of subagent type `ty` given up on
+    /// (or undecodable), so each type's dead letters can be counted apart.
+    pub fn dead_letter_task(&self, ty: &SubagentType) -> String {
+        format!("{}.deadletter.task.{ty}", self.prefix)
+    }
+    /// `<p>.deadletter.task.*`: the dead-lettered tasks of every type.
+    pub fn dead_letter_tasks(&self) -> String {
+        format!("{}.deadletter.task.*", self.prefix)
+    }
+    /// The subagent type token of a [`Self::dead_letter_task`] subject.
+    pub fn type_of_dead_letter_task<'a>(&self, subject: &'a str) -> Option<&'a str> {
+        let ty = subject.strip_prefix(self.prefix.as_str())?.strip_prefix(".deadletter.task.")?;
+        (!ty.is_empty() && !ty.contains('.')).then_some(ty)
+    }
     /// `<p>.deadletter.>`
     pub fn all_dead_letters(&self) -> String {
         format!("{}.deadletter.>", self.prefix)
@@ -236,6 +259,11 @@ impl Subjects {
     /// The durable consumer shared by every worker serving `ty`.
     pub fn task_consumer(&self, ty: &SubagentType) -> String {
         format!("{}-task-{ty}", self.prefix)
+    }
+    /// The subagent type of a [`Self::task_consumer`] name, or `None` for
+    /// another consumer of the tasks stream.
+    pub fn type_of_task_consumer<'a>(&self, name: &'a str) -> Option<&'a str> {
+        name.strip_prefix(self.prefix.as_str())?.strip_prefix("-task-").filter(|ty| !ty.is_empty())
     }
     /// KV bucket of planner checkpoints (conversation per running job).
     pub fn checkpoints_bucket(&self) -> String {
@@ -307,6 +335,14 @@ mod tests {
         assert_eq!(s.approvals_bucket(), "flotilla_approvals");
         assert_eq!(s.tasks_stream(), "FLOTILLA_TASKS");
         assert_eq!(s.task_consumer(&ty), "flotilla-task-finance");
+        assert_eq!(s.type_of_task_consumer(&s.task_consumer(&ty)), Some("finance"));
+        assert_eq!(s.type_of_task_consumer("someone-else"), None);
+        assert_eq!(s.type_of_task(&s.task(&ty, &job)), Some("finance"));
+        assert_eq!(s.type_of_task(&s.dead_letter_task(&ty)), None);
+        assert_eq!(s.dead_letter_task(&ty), "flotilla.deadletter.task.finance");
+        assert_eq!(s.type_of_dead_letter_task(&s.dead_letter_task(&ty)), Some("finance"));
+        assert_eq!(s.type_of_dead_letter_task("flotilla.deadletter.task"), None, "a dead letter of earlier versions");
+        assert_eq!(s.dead_letter_tasks(), "flotilla.deadletter.task.*");
         assert_eq!(Subjects::new("my-app").tasks_stream(), "MY_APP_TASKS");
         assert_eq!(s.files_bucket(), "flotilla_files");
         assert_eq!(s.mcp_tokens_bucket(), "flotilla_mcp_tokens");

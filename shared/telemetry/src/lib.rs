@@ -4,7 +4,8 @@
 //! [`otel`] (OTLP export of traces and metrics), [`trace`] (spans joined
 //! across processes by the task messages' `traceparent`), [`metrics`] (the
 //! Prometheus `/metrics` endpoint, and the agent metric families both
-//! binaries feed) and [`host`] (the one host-name lookup). Kept out of the
+//! binaries feed), [`host`] (the one host-name lookup) and [`process`]
+//! (the resident memory a worker's heartbeats carry). Kept out of the
 //! agent, bus and client crates so they do not compile axum, the
 //! OpenTelemetry SDK or tracing-subscriber.
 
@@ -14,4 +15,5 @@ pub mod host;
 pub mod logging;
 pub mod metrics;
 pub mod otel;
+pub mod process;
 pub mod trace;

@@ -19,6 +19,7 @@ pub mod mcp_login;
 pub mod models;
 pub mod orchestrator;
 pub mod out;
+pub mod queues;
 pub mod render;
 pub mod status;
 pub mod submit;

@@ -10,7 +10,8 @@ use super::connect;
 use super::out::{self, out};
 use super::table;
 
-/// List live workers: host, types with capacity and tasks in flight, MCP health.
+/// List live workers: host, resident memory, types with capacity and tasks in
+/// flight, MCP health.
 #[derive(ClapArgs, Debug)]
 pub struct Args {}
 
@@ -37,6 +38,7 @@ pub fn table(workers: &[WorkerHeartbeat], now: time::OffsetDateTime) -> String {
         "STATE",
         "HOST",
         "PID",
+        "RSS",
         "TYPE",
         "IN FLIGHT",
         "DONE",
@@ -45,7 +47,7 @@ pub fn table(workers: &[WorkerHeartbeat], now: time::OffsetDateTime) -> String {
         "SEEN",
         "MCP",
     ]);
-    table::align_right(&mut t, &[3, 5, 6, 7, 8, 9]);
+    table::align_right(&mut t, &[3, 4, 6, 7, 8, 9, 10]);
     for w in workers {
         let seen = format!("{}s", (now - w.at).whole_seconds().max(0));
         let mcp = w
@@ -62,6 +64,7 @@ pub fn table(workers: &[WorkerHeartbeat], now: time::OffsetDateTime) -> String {
                 own(w.state.as_str().into()),
                 own(w.host.clone()),
                 own(w.pid.to_string()),
+                own(w.rss_bytes.map(mib).unwrap_or_else(|| "-".into())),
                 ty.subagent_type.to_string(),
                 format!("{}/{}", ty.in_flight, ty.capacity),
                 ty.completed.to_string(),
@@ -73,6 +76,11 @@ pub fn table(workers: &[WorkerHeartbeat], now: time::OffsetDateTime) -> String {
         }
     }
     table::render(t, "")
+}
+
+/// Bytes as MiB with one decimal: `24.0 MiB`.
+fn mib(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / (1024.0 * 1024.0))
 }
 
 #[cfg(test)]
@@ -89,7 +97,7 @@ mod tests {
         serde_json::from_value(serde_json::json!({
             "v": 1, "worker_id": id, "host": "h", "pid": 42, "version": "0.1.0", "state": "running",
             "types": types, "started_at": "1970-01-01T00:00:00Z", "at": "1970-01-01T00:00:00Z", "interval_ms": 1000,
-            "mcp_servers": [{"name": "finance", "ok": true}],
+            "mcp_servers": [{"name": "finance", "ok": true}], "rss_bytes": 25_270_000,
         }))
         .expect("heartbeat")
     }
@@ -112,6 +120,10 @@ mod tests {
         assert_eq!(lines[3].find("research"), Some(ty), "{text}");
         assert!(lines[3].starts_with(' ') && !lines[3].contains("running"), "{text}");
         assert!(lines[1].contains("1/2") && lines[1].contains("5s"), "{text}");
+        // Memory on the worker's first line, right-aligned under its header.
+        let rss_end = lines[0].find("RSS").unwrap() + "RSS".len();
+        assert!(lines[1][..rss_end].ends_with("24.1 MiB"), "{text}");
+        assert!(!lines[3].contains("MiB"), "{text}");
         // Cancelled tasks have their own column, not FAILED's.
         let failed_end = lines[0].find("FAILED").unwrap() + "FAILED".len();
         let cancelled_end = lines[0].find("CANCELLED").unwrap() + "CANCELLED".len();
