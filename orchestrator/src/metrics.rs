@@ -170,6 +170,9 @@ impl OrchestratorMetrics {
             JobEventKind::PlannerStep { usage, latency_ms, .. } => {
                 self.agent.model_call("planner", usage, Duration::from_millis(*latency_ms));
             }
+            JobEventKind::PlannerStepFailed { error_kind, usage, latency_ms, .. } => {
+                self.agent.model_failed("planner", *error_kind, usage, Duration::from_millis(*latency_ms));
+            }
             JobEventKind::TaskDispatched { subagent_type, .. } => {
                 self.dispatched.get_or_create(&TypeLabel { subagent_type: subagent_type.to_string() }).inc();
                 self.otel.dispatched.add(1, &kv("subagent_type", subagent_type.as_str()));
@@ -232,5 +235,31 @@ impl OrchestratorMetrics {
             }
             Err(e) => tracing::warn!(error = %e, "workers bucket not readable for metrics"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flotilla_protocol::{ErrorKind, Usage};
+
+    #[test]
+    fn a_failed_planner_call_is_a_duration_sample_with_its_error_type() {
+        let m = OrchestratorMetrics::new();
+        m.set_planner_model("openai", "gpt-4o-mini");
+        m.observe(&JobEventKind::PlannerStepFailed {
+            step: 2,
+            error_kind: ErrorKind::Timeout,
+            latency_ms: 1500,
+            usage: Usage::default(),
+        });
+        let text = flotilla_telemetry::metrics::render(m.registry());
+        assert!(
+            text.contains(
+                "gen_ai_client_operation_duration_seconds_count{gen_ai_operation_name=\"chat\",gen_ai_provider_name=\"openai\",gen_ai_request_model=\"gpt-4o-mini\",flotilla_agent=\"planner\",error_type=\"timeout\"} 1"
+            ),
+            "{text}"
+        );
+        assert!(!text.contains("flotilla_model_call_duration_seconds_count{agent=\"planner\"}"), "{text}");
     }
 }

@@ -361,8 +361,19 @@ async fn a_task_handed_back_after_a_transient_model_error_resumes_at_its_next_st
     ep.refuse_next(1);
     let end = log.job_end(Duration::from_secs(60)).await;
     assert_eq!(end["event"], "completed", "{end}");
+    // The refused call is on the task's timeline: which step, why, after how long.
+    let failed = log
+        .until(TIMEOUT, "the refused call's model_failed", |s, v| {
+            s.contains(".progress.") && v["event"] == "model_failed"
+        })
+        .await;
     log.drain();
     assert_eq!(ep.meter().refused, 1);
+    assert_eq!((failed["attempt"].as_u64(), failed["error_kind"].as_str()), (Some(1), Some("transient")), "{failed}");
+    assert!(failed["latency_ms"].is_u64(), "{failed}");
+    assert!(failed["step"].as_u64().unwrap() >= 3, "the refused request came after two turns: {failed}");
+    assert!(failed.get("usage").is_none(), "a refused call reports no tokens: {failed}");
+    assert_eq!(log.events("model_failed").len(), 1, "one call failed");
     let r = resumed(&log);
     assert_eq!(r.len(), 1, "{r:?}");
     assert_eq!((r[0]["attempt"].as_u64(), r[0]["reason"].as_str()), (Some(2), Some("transient_error")), "{}", r[0]);

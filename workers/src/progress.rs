@@ -7,7 +7,9 @@
 //! since the previous one, at most [`MAX_DELTA_CHARS`] of it (the rest is
 //! counted as `skipped_chars`), and whatever is left just before the step's
 //! `model_call` event (docs/PROTOCOL.md). A token per event would be one
-//! NATS message per token for every watcher.
+//! NATS message per token for every watcher. A model call that fails is a
+//! `model_failed` event, so a task's timeline and the GenAI metrics show the
+//! failure, how long it took and what it cost.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -18,7 +20,7 @@ use flotilla_agent::model::ToolCall;
 use flotilla_agent::tool::ToolOutcome;
 use flotilla_bus::Bus;
 use flotilla_protocol::ids::{JobId, SubagentType, TaskId, Tenant};
-use flotilla_protocol::{self as protocol, ProgressEvent, ProgressKind, Usage};
+use flotilla_protocol::{self as protocol, ErrorKind, ProgressEvent, ProgressKind, Usage};
 use flotilla_telemetry::metrics::AgentMetrics;
 
 use crate::journal::StepJournal;
@@ -95,6 +97,16 @@ impl AgentObserver for ProgressPublisher {
         tracing::debug!(step, input_tokens = usage.input_tokens, output_tokens = usage.output_tokens, "model call");
         self.metrics.model_call(self.subagent_type.as_str(), &usage, latency);
         self.emit(ProgressKind::ModelCall { step, usage, latency_ms: latency.as_millis() as u64 }).await;
+    }
+
+    async fn model_failed(&self, step: u32, kind: ErrorKind, latency: Duration, usage: Usage) {
+        // What the model wrote before it failed goes out before the failure;
+        // the step stays: a later attempt asks it again.
+        self.flush_deltas().await;
+        tracing::debug!(step, error_kind = %kind, latency_ms = latency.as_millis() as u64, "model call failed");
+        self.metrics.model_failed(self.subagent_type.as_str(), kind, &usage, latency);
+        self.emit(ProgressKind::ModelFailed { step, error_kind: kind, latency_ms: latency.as_millis() as u64, usage })
+            .await;
     }
 
     async fn tool_started(&self, call: &ToolCall) {

@@ -1,7 +1,9 @@
 //! What the planner's agent loop reports: each model call becomes a job event
-//! and is added to the job's planner usage; every step is checkpointed; a
-//! compaction of its context (shared/agent/src/agent/compaction.rs) becomes a
-//! `compacted` job event and its call's usage is added like any other.
+//! (`planner_step`; `planner_step_failed` for one that failed, which the
+//! metrics count by error kind) and is added to the job's planner usage;
+//! every step is checkpointed; a compaction of its context
+//! (shared/agent/src/agent/compaction.rs) becomes a `compacted` job event and
+//! its call's usage is added like any other.
 //!
 //! The planner's tool calls are counted like a subagent's: a subagent's
 //! report carries its conversation's `usage.tool_calls`, which the dispatcher
@@ -17,7 +19,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use flotilla_agent::agent::{AgentObserver, Conversation};
 use flotilla_protocol::ids::JobId;
-use flotilla_protocol::{JobEventKind, Usage};
+use flotilla_protocol::{ErrorKind, JobEventKind, Usage};
 
 use crate::jobs::JobStore;
 use flotilla_bus::Checkpoints;
@@ -77,6 +79,14 @@ impl AgentObserver for PlannerObserver {
         self.jobs
             .emit(self.job_id, JobEventKind::PlannerStep { step, usage, latency_ms: latency.as_millis() as u64 })
             .await;
+    }
+
+    async fn model_failed(&self, step: u32, error_kind: ErrorKind, latency: Duration, usage: Usage) {
+        if usage != Usage::default() {
+            self.record_usage(usage).await;
+        }
+        let latency_ms = latency.as_millis() as u64;
+        self.jobs.emit(self.job_id, JobEventKind::PlannerStepFailed { step, error_kind, latency_ms, usage }).await;
     }
 
     async fn on_compacted(&self, before_tokens: u64, after_tokens: u64, usage: Usage) {

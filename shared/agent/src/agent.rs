@@ -144,6 +144,12 @@ pub trait AgentObserver: Send + Sync {
     async fn model_delta(&self, _text: &str) {}
     /// A model call returned.
     async fn model_called(&self, _step: u32, _usage: Usage, _latency: Duration) {}
+    /// The model call of `step` (the one [`model_called`](Self::model_called)
+    /// would have announced) failed with `kind` after `latency`; the run ends
+    /// with that error. `usage` is what the failed call reported; zero for
+    /// now, as a [`ModelError`](crate::model::ModelError) carries no token
+    /// counts (a refused or unreadable reply has none to trust).
+    async fn model_failed(&self, _step: u32, _kind: ErrorKind, _latency: Duration, _usage: Usage) {}
     /// A tool call is about to run.
     async fn tool_started(&self, _call: &ToolCall) {}
     /// A tool call ended.
@@ -332,8 +338,11 @@ impl Agent {
             let response = match self.model.complete(request).await {
                 Ok(response) => response,
                 Err(e) => {
+                    let latency = started.elapsed();
                     let e = model_error(e, ctx);
                     crate::spans::failed(&span, e.kind, &e.message);
+                    drop(span);
+                    observer.model_failed(conv.steps + 1, e.kind, latency, Usage::default()).await;
                     return Err(e);
                 }
             };

@@ -60,6 +60,14 @@ pub fn count(n: impl Into<u64>, noun: &str) -> String {
     if n == 1 { format!("1 {noun}") } else { format!("{n} {noun}s") }
 }
 
+/// The tokens a failed model call reported, when it reported any.
+fn spent(u: &Usage) -> String {
+    if u.input_tokens == 0 && u.output_tokens == 0 {
+        return String::new();
+    }
+    format!(", {} in / {} out tokens", u.input_tokens, u.output_tokens)
+}
+
 /// Whether the plain output prints `e`. A running task's keep-alive
 /// heartbeat (every third of `ack_wait`) says nothing a person reads: it
 /// stays in `--json` for scripts and in the live view as liveness.
@@ -79,6 +87,9 @@ pub fn event(e: &Event) -> String {
                     "planner step {step}: {} in / {} out tokens, {latency_ms} ms",
                     usage.input_tokens, usage.output_tokens
                 ),
+                JobEventKind::PlannerStepFailed { step, error_kind, latency_ms, usage: u } => {
+                    format!("planner step {step} failed ({error_kind}) after {latency_ms} ms{}", spent(u))
+                }
                 JobEventKind::Compacted { before_tokens, after_tokens, .. } => {
                     format!("planner context compacted: {before_tokens} -> {after_tokens} tokens")
                 }
@@ -119,6 +130,9 @@ pub fn event(e: &Event) -> String {
                     "model step {step}: {} in / {} out tokens, {latency_ms} ms",
                     usage.input_tokens, usage.output_tokens
                 ),
+                ProgressKind::ModelFailed { step, error_kind, latency_ms, usage: u } => {
+                    format!("model call {step} failed ({error_kind}) after {latency_ms} ms{}", spent(u))
+                }
                 ProgressKind::ToolCall { tool, call_id, .. } => format!("tool {tool} ({call_id})"),
                 ProgressKind::ToolResult { tool, error_kind, duration_ms, .. } => match error_kind {
                     None => format!("tool {tool} ok ({duration_ms} ms)"),

@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
-use super::{ErrorInfo, Message, TaskStatus, Todo, Usage};
+use super::{ErrorInfo, ErrorKind, Message, TaskStatus, Todo, Usage};
 use crate::ids::{JobId, SubagentType, TaskId};
 
 /// One thing that happened to a job.
@@ -41,6 +41,20 @@ pub enum JobEventKind {
         usage: Usage,
         /// Round-trip latency.
         latency_ms: u64,
+    },
+    /// A planner model call failed (after the client's own retries); the
+    /// job fails with the error. Tells when, after how long and at what cost.
+    PlannerStepFailed {
+        /// The planner step that was asked, from 1.
+        step: u32,
+        /// What failed: `transient`, `timeout`, `validation`, `permission`, ...
+        error_kind: ErrorKind,
+        /// Time from sending the request to the failure.
+        latency_ms: u64,
+        /// Tokens the failed call reported; zero (and omitted) when it
+        /// reported none, which is the usual case.
+        #[serde(default, skip_serializing_if = "is_zero_usage")]
+        usage: Usage,
     },
     /// The planner's conversation outgrew `[planner] context_tokens` and its
     /// older turns were replaced by a model-written summary
@@ -101,6 +115,10 @@ impl JobEventKind {
     pub fn is_terminal(&self) -> bool {
         matches!(self, JobEventKind::Completed { .. } | JobEventKind::Failed { .. } | JobEventKind::Cancelled { .. })
     }
+}
+
+fn is_zero_usage(u: &Usage) -> bool {
+    *u == Usage::default()
 }
 
 impl Message for JobEvent {

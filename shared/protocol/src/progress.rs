@@ -61,6 +61,24 @@ pub enum ProgressKind {
         /// Round-trip latency.
         latency_ms: u64,
     },
+    /// A model round trip failed (HTTP error, timeout, malformed or refused
+    /// reply, after the client's own retries): without it a failed call
+    /// would leave no trace of when it happened, how long it took or what
+    /// it cost. The run ends with the error; an attempt that follows (a
+    /// transient error hands the task back) asks the same step again.
+    ModelFailed {
+        /// The agent step that was asked, from 1 (the `model_call` it
+        /// would have been).
+        step: u32,
+        /// What failed: `transient`, `timeout`, `validation`, `permission`, ...
+        error_kind: ErrorKind,
+        /// Time from sending the request to the failure.
+        latency_ms: u64,
+        /// Tokens the failed call reported; zero (and omitted) when it
+        /// reported none, which is the usual case.
+        #[serde(default, skip_serializing_if = "is_zero_usage")]
+        usage: Usage,
+    },
     /// Text a streaming model (`[models.<name>] stream = true`) wrote since
     /// the last such event: at most 4 a second per task, each text at most
     /// 2 000 characters (docs/PROTOCOL.md, docs/MODELS.md).
@@ -154,6 +172,10 @@ fn is_zero(x: &u64) -> bool {
 
 fn is_zero_u32(x: &u32) -> bool {
     *x == 0
+}
+
+fn is_zero_usage(u: &Usage) -> bool {
+    *u == Usage::default()
 }
 
 impl Message for ProgressEvent {

@@ -252,3 +252,51 @@ fn a_model_delta_event_is_tagged_and_omits_a_zero_skip() {
     assert_eq!(json["text"], "The margin is");
     assert!(json.get("skipped_chars").is_none(), "{json}");
 }
+
+#[test]
+fn a_failed_model_call_is_tagged_and_omits_a_zero_usage() {
+    let t = task();
+    let mut ev = ProgressEvent {
+        v: SCHEMA_VERSION,
+        job_id: t.job_id,
+        task_id: t.task_id,
+        subagent_type: t.subagent_type.clone(),
+        worker_id: "w1".into(),
+        attempt: 1,
+        at: now(),
+        kind: ProgressKind::ModelFailed {
+            step: 3,
+            error_kind: ErrorKind::Transient,
+            latency_ms: 1203,
+            usage: Usage::default(),
+        },
+    };
+    round_trip(&ev);
+    let json: serde_json::Value = serde_json::from_slice(&encode(&ev)).unwrap();
+    assert_eq!(json["event"], "model_failed");
+    assert_eq!(
+        (json["step"].as_u64(), json["error_kind"].as_str(), json["latency_ms"].as_u64()),
+        (Some(3), Some("transient"), Some(1203))
+    );
+    assert!(json.get("usage").is_none(), "{json}");
+    let usage = Usage { input_tokens: 40, ..Usage::default() };
+    ev.kind = ProgressKind::ModelFailed { step: 3, error_kind: ErrorKind::Validation, latency_ms: 9, usage };
+    round_trip(&ev);
+    let json: serde_json::Value = serde_json::from_slice(&encode(&ev)).unwrap();
+    assert_eq!(json["usage"]["input_tokens"], 40);
+    let planner = JobEvent {
+        v: SCHEMA_VERSION,
+        job_id: t.job_id,
+        at: now(),
+        kind: JobEventKind::PlannerStepFailed {
+            step: 1,
+            error_kind: ErrorKind::Timeout,
+            latency_ms: 30_000,
+            usage: Usage::default(),
+        },
+    };
+    round_trip(&planner);
+    let json: serde_json::Value = serde_json::from_slice(&encode(&planner)).unwrap();
+    assert_eq!(json["event"], "planner_step_failed");
+    assert_eq!(json["error_kind"], "timeout");
+}

@@ -7,6 +7,9 @@
 //! latest [`FINISHED_LINES`] finished task lines on screen (the header counts
 //! them all), so the view stays one screen.
 //!
+//! A model call that failed shows on its task's line (`model call 3 failed
+//! (transient) after 1203 ms`) until a later call answers.
+//!
 //! A task whose call waits for a person gets a line under it saying so, with
 //! the `flotilla approve` command to run, and then the decision
 //! (docs/APPROVALS.md). A job that had ended before `watch` started is shown
@@ -58,6 +61,8 @@ struct TaskLine {
     /// The end of what a streaming model is writing in the current step
     /// (`model_delta` events, docs/MODELS.md "Streaming"), until the step ends.
     writing: String,
+    /// The last model call that failed (`model_failed`), until one answers.
+    failed: Option<String>,
 }
 
 /// Characters of a streaming model's text the task line shows.
@@ -88,6 +93,9 @@ impl TaskLine {
         m.push_str(&format!("  {} tok", self.usage.total_tokens()));
         if !self.writing.is_empty() {
             m.push_str(&format!("  writing \"…{}\"", self.writing.trim_end()));
+        }
+        if let Some(failed) = &self.failed {
+            m.push_str(&format!("  {failed}"));
         }
         m
     }
@@ -265,6 +273,12 @@ impl LiveView {
                         line.steps = *step;
                         line.usage += *usage;
                         line.writing.clear();
+                        line.failed = None;
+                    }
+                    ProgressKind::ModelFailed { step, error_kind, latency_ms, usage } => {
+                        line.usage += *usage;
+                        line.writing.clear();
+                        line.failed = Some(format!("model call {step} failed ({error_kind}) after {latency_ms} ms"));
                     }
                     ProgressKind::ModelDelta { text, .. } => line.wrote(text),
                     ProgressKind::ToolCall { tool, .. } => line.last_tool = tool.clone(),
@@ -317,6 +331,7 @@ fn task_line<'a>(multi: &MultiProgress, job: &'a mut JobLines, id: &TaskId, ty: 
             last_tool: String::new(),
             usage: Usage::default(),
             writing: String::new(),
+            failed: None,
         };
         line.bar.set_message(line.message(id));
         job.tasks.push(*id);
@@ -448,5 +463,36 @@ mod tests {
         let call = ProgressKind::ModelCall { step: 1, usage: Usage::default(), latency_ms: 5 };
         view.apply(&progress(job, task, call));
         assert!(!message(&view, &job, &task).contains("writing"), "{}", message(&view, &job, &task));
+    }
+
+    /// A failed model call shows on its task's line, and in the plain
+    /// output, with its step, kind and latency; the next answer clears it.
+    #[test]
+    fn a_failed_model_call_shows_on_its_task_line_until_a_call_answers() {
+        let mut view =
+            LiveView { multi: MultiProgress::with_draw_target(ProgressDrawTarget::hidden()), ..LiveView::new() };
+        let (job, task) = (JobId::new(), TaskId::new());
+        view.apply(&progress(job, task, ProgressKind::Started));
+        let failed = ProgressKind::ModelFailed {
+            step: 3,
+            error_kind: flotilla_protocol::ErrorKind::Transient,
+            latency_ms: 1203,
+            usage: Usage::default(),
+        };
+        let ev = progress(job, task, failed);
+        assert!(
+            render::event(&ev).ends_with("] model call 3 failed (transient) after 1203 ms"),
+            "{}",
+            render::event(&ev)
+        );
+        view.apply(&ev);
+        assert!(
+            message(&view, &job, &task).ends_with("  model call 3 failed (transient) after 1203 ms"),
+            "{}",
+            message(&view, &job, &task)
+        );
+        let call = ProgressKind::ModelCall { step: 3, usage: Usage::default(), latency_ms: 5 };
+        view.apply(&progress(job, task, call));
+        assert!(!message(&view, &job, &task).contains("failed"), "{}", message(&view, &job, &task));
     }
 }

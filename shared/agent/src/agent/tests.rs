@@ -520,3 +520,70 @@ async fn a_note_reaches_the_model_after_the_pending_calls_and_is_a_step() {
     assert!(steps.0.lock().unwrap().iter().any(|s| matches!(s, Step::Note { content } if content == "scratch is new")));
     assert!(conv.note.is_none());
 }
+
+/// Plays a script, but the call of step `fails_at` fails with `kind` after
+/// `after`, as a provider that refuses a request does.
+struct FailsAt {
+    inner: ScriptedModel,
+    fails_at: usize,
+    kind: ErrorKind,
+    after: Duration,
+    calls: AtomicUsize,
+}
+
+#[async_trait]
+impl ChatModel for FailsAt {
+    async fn complete(&self, request: ModelRequest<'_>) -> Result<ModelResponse, crate::model::ModelError> {
+        if self.calls.fetch_add(1, Ordering::SeqCst) + 1 == self.fails_at {
+            tokio::time::sleep(self.after).await;
+            return Err(crate::model::ModelError {
+                kind: self.kind,
+                model: "s".into(),
+                message: "503 Service Unavailable".into(),
+            });
+        }
+        self.inner.complete(request).await
+    }
+}
+
+/// One model call announced: its step, the error kind when it failed, its
+/// latency and usage.
+type Announced = (u32, Option<ErrorKind>, Duration, Usage);
+
+/// Every model call announced, succeeded or failed, in order.
+#[derive(Default)]
+struct Calls(Mutex<Vec<Announced>>);
+
+#[async_trait]
+impl AgentObserver for Calls {
+    async fn model_called(&self, step: u32, usage: Usage, latency: Duration) {
+        self.0.lock().unwrap().push((step, None, latency, usage));
+    }
+    async fn model_failed(&self, step: u32, kind: ErrorKind, latency: Duration, usage: Usage) {
+        self.0.lock().unwrap().push((step, Some(kind), latency, usage));
+    }
+}
+
+#[tokio::test]
+async fn a_failed_model_call_is_announced_with_its_step_kind_and_latency() {
+    let (mut a, _) = agent(SCRIPT, 5);
+    a.model = Arc::new(FailsAt {
+        inner: ScriptedModel::from_str("s", SCRIPT).unwrap(),
+        fails_at: 2,
+        kind: ErrorKind::Transient,
+        after: Duration::from_millis(30),
+        calls: AtomicUsize::new(0),
+    });
+    let calls = Calls::default();
+    let mut conv = Conversation::new("sys", "go");
+    let err = a.run(&mut conv, &ctx(), &calls).await.unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Transient);
+    let calls = calls.0.lock().unwrap().clone();
+    assert_eq!(calls.len(), 2, "{calls:?}");
+    assert_eq!((calls[0].0, calls[0].1), (1, None));
+    let (step, kind, latency, usage) = calls[1];
+    assert_eq!((step, kind), (2, Some(ErrorKind::Transient)), "the step that was asked, and why it failed");
+    assert!(latency >= Duration::from_millis(30), "measured to the failure: {latency:?}");
+    assert_eq!(usage, Usage::default(), "a failed call bills nothing it did not report");
+    assert_eq!((conv.steps, conv.usage.model_calls), (1, 1), "a failed call is not a step");
+}

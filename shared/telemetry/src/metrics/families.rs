@@ -8,8 +8,8 @@
 
 use std::time::Duration;
 
-use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::encoding::text::encode;
+use prometheus_client::encoding::{EncodeLabel, EncodeLabelSet, LabelSetEncoder};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::Histogram;
@@ -80,15 +80,53 @@ pub struct GenAiTokenLabels {
     pub gen_ai_token_type: String,
 }
 
+/// The labels of `gen_ai_client_operation_duration`: [`GenAiLabels`], and
+/// `error_type` (the error kind: `transient`, `timeout`, ...) when the call
+/// failed. A successful call's series has no `error_type` label at all, as
+/// the GenAI conventions set `error.type` only when the operation failed.
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+pub struct GenAiDurationLabels {
+    /// The call's labels.
+    pub call: GenAiLabels,
+    /// The error kind of a failed call.
+    pub error_type: Option<&'static str>,
+}
+
+impl EncodeLabelSet for GenAiDurationLabels {
+    fn encode(&self, encoder: &mut LabelSetEncoder) -> Result<(), std::fmt::Error> {
+        self.call.encode(encoder)?;
+        match self.error_type {
+            Some(kind) => ("error_type", kind).encode(encoder.encode_label()),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Every error kind a failed call's labels are built for up front.
+const ERROR_KINDS: [ErrorKind; 9] = [
+    ErrorKind::Validation,
+    ErrorKind::Business,
+    ErrorKind::Permission,
+    ErrorKind::Transient,
+    ErrorKind::Timeout,
+    ErrorKind::Limit,
+    ErrorKind::Cancelled,
+    ErrorKind::NotFound,
+    ErrorKind::Bug,
+];
+
 /// The GenAI labels and attributes of one agent's model calls, built once
 /// per agent ([`AgentMetrics::set_model`]) rather than on every call.
 struct GenAiAgent {
-    labels: GenAiLabels,
+    /// Of a successful call's duration.
+    labels: GenAiDurationLabels,
     /// Input, then output.
     token_labels: [GenAiTokenLabels; 2],
     attributes: Vec<opentelemetry::KeyValue>,
     /// Input, then output.
     token_attributes: [Vec<opentelemetry::KeyValue>; 2],
+    /// A failed call's duration labels and attributes, per error kind.
+    failed: Vec<(ErrorKind, GenAiDurationLabels, Vec<opentelemetry::KeyValue>)>,
 }
 
 impl GenAiAgent {
@@ -111,7 +149,24 @@ impl GenAiAgent {
             (GenAiTokenLabels { call: labels.clone(), gen_ai_token_type: kind.into() }, a)
         };
         let ((input, input_attrs), (output, output_attrs)) = (token("input"), token("output"));
-        Self { labels, token_labels: [input, output], attributes, token_attributes: [input_attrs, output_attrs] }
+        let failed = ERROR_KINDS.iter().map(|&kind| Self::failure(&labels, &attributes, kind)).collect();
+        Self {
+            labels: GenAiDurationLabels { call: labels, error_type: None },
+            token_labels: [input, output],
+            attributes,
+            token_attributes: [input_attrs, output_attrs],
+            failed,
+        }
+    }
+
+    fn failure(
+        labels: &GenAiLabels,
+        attributes: &[opentelemetry::KeyValue],
+        kind: ErrorKind,
+    ) -> (ErrorKind, GenAiDurationLabels, Vec<opentelemetry::KeyValue>) {
+        let mut a = attributes.to_vec();
+        a.push(opentelemetry::KeyValue::new("error.type", kind.as_str()));
+        (kind, GenAiDurationLabels { call: labels.clone(), error_type: Some(kind.as_str()) }, a)
     }
 }
 
@@ -135,7 +190,7 @@ pub struct AgentMetrics {
     cost: Family<AgentLabel, Counter<f64, std::sync::atomic::AtomicU64>>,
     tool_latency: HistogramFamily<ToolLabels>,
     genai_tokens: HistogramFamily<GenAiTokenLabels>,
-    genai_duration: HistogramFamily<GenAiLabels>,
+    genai_duration: HistogramFamily<GenAiDurationLabels>,
     otel_tokens: opentelemetry::metrics::Histogram<u64>,
     otel_duration: opentelemetry::metrics::Histogram<f64>,
     /// The GenAI labels of each agent whose model is named.
@@ -204,16 +259,50 @@ impl AgentMetrics {
     /// Records one model call of `agent`.
     pub fn model_call(&self, agent: &str, usage: &Usage, latency: Duration) {
         self.model_latency.get_or_create(&AgentLabel { agent: agent.into() }).observe(latency.as_secs_f64());
+        let genai = self.genai(agent);
+        self.genai_duration.get_or_create(&genai.labels).observe(latency.as_secs_f64());
+        self.otel_duration.record(latency.as_secs_f64(), &genai.attributes);
+        self.spent(agent, &genai, usage);
+    }
+
+    /// Records one failed model call of `agent`: its duration goes to the
+    /// GenAI operation duration with `error_type` (`error.type` over OTLP)
+    /// set to `kind`, as the GenAI conventions ask, so failures show how
+    /// long they took without skewing the successful calls' latency
+    /// (`flotilla_model_call_duration_seconds` counts round trips that
+    /// answered). Tokens it reported are counted; none is usual.
+    pub fn model_failed(&self, agent: &str, kind: ErrorKind, usage: &Usage, latency: Duration) {
+        let genai = self.genai(agent);
+        match genai.failed.iter().find(|(k, ..)| *k == kind) {
+            Some((_, labels, attributes)) => {
+                self.genai_duration.get_or_create(labels).observe(latency.as_secs_f64());
+                self.otel_duration.record(latency.as_secs_f64(), attributes);
+            }
+            None => {
+                let (_, labels, attributes) = GenAiAgent::failure(&genai.labels.call, &genai.attributes, kind);
+                self.genai_duration.get_or_create(&labels).observe(latency.as_secs_f64());
+                self.otel_duration.record(latency.as_secs_f64(), &attributes);
+            }
+        }
+        if usage.input_tokens > 0 || usage.output_tokens > 0 || usage.cost_usd > 0.0 {
+            self.spent(agent, &genai, usage);
+        }
+    }
+
+    /// The GenAI labels of `agent`, `unknown` when its model was not named.
+    fn genai(&self, agent: &str) -> std::sync::Arc<GenAiAgent> {
+        let named = self.models.read().unwrap_or_else(std::sync::PoisonError::into_inner).get(agent).cloned();
+        named.unwrap_or_else(|| std::sync::Arc::new(GenAiAgent::new(agent, "unknown", "")))
+    }
+
+    /// Counts the tokens and cost of one call.
+    fn spent(&self, agent: &str, genai: &GenAiAgent, usage: &Usage) {
         for (direction, n) in [("input", usage.input_tokens), ("output", usage.output_tokens)] {
             self.tokens.get_or_create(&TokenLabels { agent: agent.into(), direction: direction.into() }).inc_by(n);
         }
         if usage.cost_usd > 0.0 {
             self.cost.get_or_create(&AgentLabel { agent: agent.into() }).inc_by(usage.cost_usd);
         }
-        let named = self.models.read().unwrap_or_else(std::sync::PoisonError::into_inner).get(agent).cloned();
-        let genai = named.unwrap_or_else(|| std::sync::Arc::new(GenAiAgent::new(agent, "unknown", "")));
-        self.genai_duration.get_or_create(&genai.labels).observe(latency.as_secs_f64());
-        self.otel_duration.record(latency.as_secs_f64(), &genai.attributes);
         for (i, n) in [usage.input_tokens, usage.output_tokens].into_iter().enumerate() {
             self.genai_tokens.get_or_create(&genai.token_labels[i]).observe(n as f64);
             self.otel_tokens.record(n, &genai.token_attributes[i]);
@@ -296,6 +385,7 @@ mod tests {
         m.set_model("finance", "openai", "gpt-4o-mini");
         let usage = Usage { input_tokens: 100, output_tokens: 7, model_calls: 1, ..Usage::default() };
         m.model_call("finance", &usage, Duration::from_millis(250));
+        m.model_failed("finance", ErrorKind::Timeout, &Usage::default(), Duration::from_millis(500));
         provider.force_flush().unwrap();
         let got = collected.0.lock().unwrap().clone();
         let base = |extra: Option<&str>| {
@@ -314,6 +404,46 @@ mod tests {
         assert!(got.contains(&("gen_ai.client.token.usage".into(), 100.0, base(Some("input")))), "{got:?}");
         assert!(got.contains(&("gen_ai.client.token.usage".into(), 7.0, base(Some("output")))), "{got:?}");
         assert!(got.contains(&("gen_ai.client.operation.duration".into(), 0.25, base(None))), "{got:?}");
+        let mut failed = base(None);
+        failed.push(("error.type".into(), "timeout".into()));
+        failed.sort();
+        assert!(got.contains(&("gen_ai.client.operation.duration".into(), 0.5, failed)), "{got:?}");
+        let usage_points = got.iter().filter(|(name, ..)| name == "gen_ai.client.token.usage").count();
+        assert_eq!(usage_points, 2, "the failed call reported no tokens: {got:?}");
+    }
+
+    #[test]
+    fn a_failed_model_call_is_an_operation_duration_sample_with_its_error_type() {
+        let mut reg = Registry::default();
+        let m = AgentMetrics::register(&mut reg);
+        m.set_model("finance", "openai", "gpt-4o-mini");
+        let usage = Usage { input_tokens: 100, output_tokens: 7, model_calls: 1, ..Usage::default() };
+        m.model_call("finance", &usage, Duration::from_millis(20));
+        m.model_failed("finance", ErrorKind::Transient, &Usage::default(), Duration::from_millis(1203));
+        let text = render(&reg);
+        let call = "gen_ai_operation_name=\"chat\",gen_ai_provider_name=\"openai\",gen_ai_request_model=\"gpt-4o-mini\",flotilla_agent=\"finance\"";
+        let failed = format!("{call},error_type=\"transient\"");
+        assert!(text.contains(&format!("gen_ai_client_operation_duration_seconds_count{{{failed}}} 1")), "{text}");
+        assert!(text.contains(&format!("gen_ai_client_operation_duration_seconds_sum{{{failed}}} 1.203")), "{text}");
+        assert!(
+            text.contains(&format!("gen_ai_client_operation_duration_seconds_count{{{call}}} 1")),
+            "the answered call's series has no error_type: {text}"
+        );
+        assert!(text.contains("flotilla_model_call_duration_seconds_count{agent=\"finance\"} 1"), "{text}");
+        assert!(text.contains("flotilla_model_tokens_total{agent=\"finance\",direction=\"input\"} 100"), "{text}");
+        assert!(
+            text.contains(&format!("gen_ai_client_token_usage_count{{{call},gen_ai_token_type=\"input\"}} 1")),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn every_error_kind_has_its_failure_labels_built_up_front() {
+        let a = GenAiAgent::new("finance", "openai", "m");
+        for kind in ERROR_KINDS {
+            assert!(a.failed.iter().any(|(k, l, _)| *k == kind && l.error_type == Some(kind.as_str())), "{kind}");
+        }
+        assert_eq!(a.failed.len(), ERROR_KINDS.len());
     }
 
     #[test]
