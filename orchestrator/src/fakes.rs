@@ -225,6 +225,11 @@ impl JobBackend for FakeJobs {
         Ok(self.kv.lock().unwrap().values.keys().filter(|k| matches(filter, k)).cloned().collect())
     }
 
+    async fn entries(&self, filter: &str) -> Result<Vec<(String, Bytes)>, BusError> {
+        let kv = self.kv.lock().unwrap();
+        Ok(kv.values.iter().filter(|(k, _)| matches(filter, k)).map(|(k, v)| (k.clone(), v.0.clone())).collect())
+    }
+
     async fn emit(&self, _tenant: &Tenant, _job: &JobId, event: &JobEvent) {
         self.events.lock().unwrap().push(event.clone());
     }

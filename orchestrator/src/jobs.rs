@@ -381,6 +381,10 @@ impl JobBackend for NatsJobs {
         self.records.keys(filter).await
     }
 
+    async fn entries(&self, filter: &str) -> Result<Vec<(String, Bytes)>, BusError> {
+        self.records.entries(filter).await
+    }
+
     async fn emit(&self, tenant: &Tenant, job: &JobId, event: &JobEvent) {
         self.bus.publish_event(self.bus.subjects.job_event(tenant, job), event).await;
     }

@@ -68,6 +68,8 @@ pub trait JobBackend: Send + Sync {
     async fn update(&self, key: &str, value: Bytes, revision: u64) -> Result<Cas, BusError>;
     /// The keys matching `filter` (`*` one token, as in NATS subjects), in any order.
     async fn keys(&self, filter: &str) -> Result<Vec<String>, BusError>;
+    /// The keys matching `filter` with their values, in any order.
+    async fn entries(&self, filter: &str) -> Result<Vec<(String, Bytes)>, BusError>;
     /// Publishes an event of `job` (fire and forget).
     async fn emit(&self, tenant: &Tenant, job: &JobId, event: &flotilla_protocol::JobEvent);
 }

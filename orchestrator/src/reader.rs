@@ -8,7 +8,7 @@
 
 use flotilla_bus::BusError;
 use flotilla_protocol::ids::{JobId, TaskId, Tenant};
-use flotilla_protocol::{JobStatus, ListReply, StatusReply};
+use flotilla_protocol::{JobStatus, ListReply, StatusReply, TaskFilter};
 
 use crate::jobs::{JobStore, ListQuery};
 
@@ -40,14 +40,16 @@ impl JobsReader {
         Ok(ListReply { jobs: page.jobs, next_after: page.next_after })
     }
 
-    /// Job `id`'s header with at most `limit` of its tasks after `after`,
-    /// whatever its tenant (`None` when there is no such job).
+    /// Job `id`'s header with at most `limit` of its tasks after `after`
+    /// (of those matching `filter`, when given), whatever its tenant
+    /// (`None` when there is no such job).
     pub async fn status(
         &self,
         id: &JobId,
         after: Option<TaskId>,
         limit: usize,
+        filter: Option<&TaskFilter>,
     ) -> Result<Option<StatusReply>, BusError> {
-        self.jobs.status(id, None, after, limit).await
+        self.jobs.status(id, None, after, limit, filter).await
     }
 }

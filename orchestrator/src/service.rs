@@ -417,7 +417,7 @@ impl Service {
 
     async fn status(&self, tenant: &Tenant, req: StatusRequest) -> ApiReply<StatusReply> {
         let limit = req.tasks_limit.unwrap_or(protocol::DEFAULT_TASKS_PAGE).min(protocol::MAX_TASKS_PAGE);
-        match self.jobs.status(&req.job_id, Some(tenant), req.tasks_after, limit).await {
+        match self.jobs.status(&req.job_id, Some(tenant), req.tasks_after, limit, req.tasks_filter.as_ref()).await {
             // Another tenant's job is indistinguishable from a missing one.
             Ok(Some(reply)) => ApiReply::ok(reply),
             Ok(_) => ApiReply::error(ErrorKind::NotFound, format!("no job {}", req.job_id)),

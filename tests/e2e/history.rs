@@ -143,7 +143,8 @@ const JOB: &str = "Compute the gross margin of region north: revenue 120, cost 7
 
 /// The status reply of `job`: the record, or the error (e.g. `not_found`).
 async fn status(d: &Deployment, job: JobId) -> Result<JobRecord, flotilla_protocol::ErrorInfo> {
-    let req = StatusRequest { v: SCHEMA_VERSION, job_id: job, tasks_limit: Some(1), tasks_after: None };
+    let req =
+        StatusRequest { v: SCHEMA_VERSION, job_id: job, tasks_limit: Some(1), tasks_after: None, tasks_filter: None };
     let r: ApiReply<JobRecord> =
         d.bus.request(&Tenant::default(), "status", &req, Duration::from_secs(10)).await.expect("status answered");
     r.into_result()

@@ -6,6 +6,7 @@
 //! through the dashboard's own forms.
 
 mod browser;
+mod console;
 
 use std::time::Duration;
 

@@ -63,7 +63,13 @@ fn peak_rss_kib(pid: u32) -> u64 {
 
 /// One page of `job`'s tasks through the job API.
 async fn page(d: &Deployment, job: JobId, limit: usize, after: Option<TaskId>) -> StatusReply {
-    let req = StatusRequest { v: SCHEMA_VERSION, job_id: job, tasks_limit: Some(limit), tasks_after: after };
+    let req = StatusRequest {
+        v: SCHEMA_VERSION,
+        job_id: job,
+        tasks_limit: Some(limit),
+        tasks_after: after,
+        tasks_filter: None,
+    };
     let r: ApiReply<StatusReply> =
         d.bus.request(&Tenant::default(), "status", &req, Duration::from_secs(30)).await.expect("status");
     r.into_result().expect("status refused")

@@ -73,7 +73,13 @@ async fn submit(d: &Deployment, tenant: &Tenant, input: &str) -> JobId {
 
 /// The finished job's only task report, parsed as the JSON list of results.
 async fn results(d: &Deployment, tenant: &Tenant, job: JobId) -> Vec<Value> {
-    let req = StatusRequest { v: SCHEMA_VERSION, job_id: job, tasks_limit: Some(MAX_TASKS_PAGE), tasks_after: None };
+    let req = StatusRequest {
+        v: SCHEMA_VERSION,
+        job_id: job,
+        tasks_limit: Some(MAX_TASKS_PAGE),
+        tasks_after: None,
+        tasks_filter: None,
+    };
     let r: ApiReply<JobRecord> =
         d.bus.request(tenant, "status", &req, std::time::Duration::from_secs(10)).await.expect("status");
     let rec = r.into_result().expect("status refused");

@@ -134,7 +134,8 @@ pub async fn submit(bus: &Bus, tenant: &Tenant, input: &str) -> JobId {
 }
 
 pub async fn status(bus: &Bus, tenant: &Tenant, job: JobId) -> Result<JobRecord, flotilla_protocol::ErrorInfo> {
-    let req = StatusRequest { v: SCHEMA_VERSION, job_id: job, tasks_limit: None, tasks_after: None };
+    let req =
+        StatusRequest { v: SCHEMA_VERSION, job_id: job, tasks_limit: None, tasks_after: None, tasks_filter: None };
     let r: ApiReply<JobRecord> = bus.request(tenant, "status", &req, T).await.expect("status");
     r.into_result()
 }
@@ -142,7 +143,8 @@ pub async fn status(bus: &Bus, tenant: &Tenant, job: JobId) -> Result<JobRecord,
 pub async fn finished(bus: &Bus, tenant: &Tenant, job: JobId) -> JobRecord {
     flotilla_testkit::eventually(Duration::from_secs(120), "the job to finish", || async move {
         // A request may fail while a cluster node is down: ask again.
-        let req = StatusRequest { v: SCHEMA_VERSION, job_id: job, tasks_limit: None, tasks_after: None };
+        let req =
+            StatusRequest { v: SCHEMA_VERSION, job_id: job, tasks_limit: None, tasks_after: None, tasks_filter: None };
         let r: ApiReply<JobRecord> = bus.request(tenant, "status", &req, T).await.ok()?;
         r.into_result().ok().filter(|r| r.status.is_terminal())
     })
@@ -237,7 +239,8 @@ async fn roles_confine_every_process_and_audit_every_tool_call() {
     assert!(list(&acme, &acme_tenant).await.contains(&job));
     // ...and a credential cannot even ask on another tenant's API subject.
     for op in ["submit", "status", "list"] {
-        let req = StatusRequest { v: SCHEMA_VERSION, job_id: job, tasks_limit: None, tasks_after: None };
+        let req =
+            StatusRequest { v: SCHEMA_VERSION, job_id: job, tasks_limit: None, tasks_after: None, tasks_filter: None };
         let e = acme.request::<_, ApiReply<JobRecord>>(&globex_tenant, op, &req, T).await.unwrap_err();
         let msg = format!("{e:#}");
         assert!(msg.contains("permission denied") && msg.contains("flotilla.api.globex"), "{msg}");

@@ -42,7 +42,7 @@ pub fn status_of(kind: ErrorKind) -> StatusCode {
 
 /// A failed upload or submit: an error reply keeps its kind as the HTTP
 /// status and its message, anything else is the bus failing (503).
-fn refused(e: anyhow::Error) -> Failure {
+pub(crate) fn refused(e: anyhow::Error) -> Failure {
     match e.chain().find_map(|c| c.downcast_ref::<ErrorInfo>()) {
         Some(info) => Failure(status_of(info.kind), info.message.clone()),
         None => super::unavailable(format!("{e:#}")),
@@ -52,7 +52,7 @@ fn refused(e: anyhow::Error) -> Failure {
 impl Dash {
     /// One typed request on `tenant`'s job API; an error reply keeps its kind
     /// as the HTTP status, a bus failure is 503.
-    async fn call<O: Op>(&self, tenant: &Tenant, req: &O, timeout: Duration) -> Result<O::Reply, Failure> {
+    pub(crate) async fn call<O: Op>(&self, tenant: &Tenant, req: &O, timeout: Duration) -> Result<O::Reply, Failure> {
         let reply = self.client.for_tenant(tenant.clone()).request(req, timeout).await.map_err(super::unavailable)?;
         reply.into_result().map_err(|e| Failure(status_of(e.kind), e.message))
     }

@@ -33,7 +33,10 @@ pub fn routes() -> axum::Router<Dash> {
         .route("/api/jobs/{id}/events", get(super::job_events))
         .route("/api/approvals", get(approvals))
         .route("/api/approvals/{call_id}", post(decide))
+        .route("/api/jobs/{id}/files", get(super::job_files::api_list).post(super::job_files::api_upload))
+        .route("/api/jobs/{id}/files/content", get(super::job_files::api_content))
         .route("/api/workers", get(workers))
+        .route("/api/queues", get(super::fleet::api_queues))
         .route("/api/openapi.json", get(openapi))
 }
 
@@ -198,7 +201,7 @@ fn decode(d: &Dash, bytes: &[u8]) -> ApiResult<(String, Vec<NewFile>)> {
 }
 
 /// Whether a body read stopped at its length limit.
-fn is_length_limit(e: &axum::Error) -> bool {
+pub(crate) fn is_length_limit(e: &axum::Error) -> bool {
     let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
     while let Some(err) = source {
         if err.is::<http_body_util::LengthLimitError>() {

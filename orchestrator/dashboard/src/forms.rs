@@ -101,6 +101,10 @@ struct DecideForm {
     /// The answer to an MCP server's question (JSON object), for `accept`.
     #[serde(default)]
     content: Option<String>,
+    /// `inbox` when posted from the approvals inbox, which it returns to
+    /// (the job's page otherwise).
+    #[serde(default)]
+    from: Option<String>,
 }
 
 async fn decide(
@@ -132,5 +136,8 @@ async fn decide(
     };
     let input = DecisionInput { job_id: f.job_id, call_id, task_id: f.task_id, decision, by: None };
     d.decide(&who, input).await?;
+    if f.from.as_deref() == Some("inbox") {
+        return Ok((axum::http::StatusCode::SEE_OTHER, [(header::LOCATION, "/approvals")]).into_response());
+    }
     Ok(to_job(f.job_id))
 }

@@ -40,9 +40,13 @@ mod access;
 mod actions;
 mod api;
 mod csrf;
+mod fleet;
 mod forms;
 mod guard;
+mod job_files;
 mod login;
+mod maps;
+mod task_page;
 mod view;
 
 use std::convert::Infallible;
@@ -57,8 +61,8 @@ use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
 use flotilla_client::{Client, Event, Scope};
 use flotilla_config::{DashboardConfig, FilesConfig};
-use flotilla_protocol::ids::{JobId, TaskId, Tenant};
-use flotilla_protocol::{JobRecord, JobStatus, ListReply, ProgressKind, StatusReply};
+use flotilla_protocol::ids::{JobId, SubagentType, TaskId, Tenant};
+use flotilla_protocol::{JobRecord, JobStatus, ListReply, ProgressKind, StatusReply, TaskFilter, TaskState};
 use futures::{Stream, StreamExt};
 use serde::Deserialize;
 
@@ -80,9 +84,16 @@ pub trait JobRecords: Send + Sync + 'static {
         limit: usize,
     ) -> anyhow::Result<ListReply>;
 
-    /// Job `id`'s header with at most `limit` of its tasks after `after`,
-    /// whatever its tenant (`None` when there is no such job).
-    async fn status(&self, id: &JobId, after: Option<TaskId>, limit: usize) -> anyhow::Result<Option<StatusReply>>;
+    /// Job `id`'s header with at most `limit` of its tasks after `after`
+    /// (of those matching `filter`, when given), whatever its tenant
+    /// (`None` when there is no such job).
+    async fn status(
+        &self,
+        id: &JobId,
+        after: Option<TaskId>,
+        limit: usize,
+        filter: Option<&TaskFilter>,
+    ) -> anyhow::Result<Option<StatusReply>>;
 }
 
 /// What every handler reads and writes through.
@@ -170,6 +181,18 @@ fn routes(state: Dash) -> axum::Router {
         .route("/fragment/jobs/{id}", get(job_fragment))
         .route("/events", get(all_events))
         .route("/jobs/{id}/events", get(job_events))
+        .route("/jobs/{id}/tasks/{task}", get(task_page::page_handler))
+        .route("/fragment/jobs/{id}/tasks/{task}", get(task_page::fragment))
+        .route("/jobs/{id}/tasks/{task}/events", get(task_page::events))
+        .route("/jobs/{id}/files", get(job_files::page_handler))
+        .route("/fragment/jobs/{id}/files", get(job_files::fragment))
+        .route("/workers", get(fleet::workers_page))
+        .route("/fragment/workers", get(fleet::workers_fragment))
+        .route("/approvals", get(fleet::approvals_page))
+        .route("/fragment/approvals", get(fleet::approvals_fragment))
+        .route("/queues", get(fleet::queues_page))
+        .route("/fragment/queues", get(fleet::queues_fragment))
+        .route("/fleet/events", get(fleet::events))
         .merge(api::routes())
         .merge(forms::routes())
         .with_state(state)
@@ -185,11 +208,11 @@ impl IntoResponse for Failure {
     }
 }
 
-fn unavailable(e: impl std::fmt::Display) -> Failure {
+pub(crate) fn unavailable(e: impl std::fmt::Display) -> Failure {
     Failure(StatusCode::SERVICE_UNAVAILABLE, format!("the bus did not answer: {e}"))
 }
 
-fn template_failure(e: minijinja::Error) -> Failure {
+pub(crate) fn template_failure(e: minijinja::Error) -> Failure {
     tracing::error!(error = %e, "dashboard template failed");
     Failure(StatusCode::INTERNAL_SERVER_ERROR, "template error (see the orchestrator log)".into())
 }
@@ -207,17 +230,66 @@ struct ListQuery {
 /// Jobs on one dashboard page unless `limit` says otherwise.
 const DEFAULT_JOBS_PAGE: usize = 200;
 
-/// Which page of a job's tasks.
-#[derive(Deserialize, Default)]
+/// Which page of a job's tasks: `?after=<task id>&tasks=N`, and the task
+/// table's filters `state`, `type`, `worker` and `q` (text in the id,
+/// description, summary or error). An empty field filters nothing.
+#[derive(Deserialize, Default, Clone)]
 struct PageQuery {
     after: Option<TaskId>,
     tasks: Option<usize>,
+    #[serde(default)]
+    state: Option<String>,
+    #[serde(default, rename = "type")]
+    subagent_type: Option<String>,
+    #[serde(default)]
+    worker: Option<String>,
+    #[serde(default)]
+    q: Option<String>,
 }
 
 impl PageQuery {
-    /// `?after=…` for the fragment URL of the same page.
+    /// The filter its fields describe (`None` when they filter nothing); a
+    /// state or type that cannot be one is a 400 naming it.
+    fn filter(&self) -> Result<Option<TaskFilter>, Failure> {
+        let bad = |e: String| Failure(StatusCode::BAD_REQUEST, e);
+        let given = |v: &Option<String>| v.as_deref().map(str::trim).filter(|v| !v.is_empty()).map(String::from);
+        let state = match given(&self.state) {
+            Some(s) => {
+                Some(serde_json::from_value::<TaskState>(serde_json::Value::String(s.clone())).map_err(|_| {
+                    bad(format!("state={s:?} is not one of pending, running, completed, failed, rejected, cancelled"))
+                })?)
+            }
+            None => None,
+        };
+        let subagent_type = match given(&self.subagent_type) {
+            Some(t) => Some(SubagentType::new(&t).map_err(|e| bad(format!("type={t:?}: {e}")))?),
+            None => None,
+        };
+        let filter = TaskFilter { task: None, state, subagent_type, worker: given(&self.worker), text: given(&self.q) };
+        Ok((!filter.is_empty()).then_some(filter))
+    }
+
+    /// The query string of the same filters (no `after`), each value
+    /// percent-encoded, starting with `?` when not empty.
+    fn filters_query(&self) -> String {
+        let pairs: Vec<String> =
+            [("state", &self.state), ("type", &self.subagent_type), ("worker", &self.worker), ("q", &self.q)]
+                .into_iter()
+                .filter_map(|(k, v)| {
+                    v.as_deref().filter(|v| !v.is_empty()).map(|v| format!("{k}={}", view::query_value(v)))
+                })
+                .collect();
+        if pairs.is_empty() { String::new() } else { format!("?{}", pairs.join("&")) }
+    }
+
+    /// The query string of the same page and filters, for the fragment URL.
     fn suffix(&self) -> String {
-        self.after.map(|a| format!("?after={a}")).unwrap_or_default()
+        let filters = self.filters_query();
+        match self.after {
+            Some(a) if filters.is_empty() => format!("?after={a}"),
+            Some(a) => format!("{filters}&after={a}"),
+            None => filters,
+        }
     }
 }
 
@@ -237,7 +309,7 @@ impl Dash {
     /// Job `id`'s header, whatever its tenant (callers check who sees it).
     async fn job(&self, id: &str) -> Result<JobRecord, Failure> {
         let id: JobId = id.parse().map_err(|_| Failure(StatusCode::BAD_REQUEST, format!("{id:?} is not a job id")))?;
-        let reply = self.reader.status(&id, None, 0).await.map_err(unavailable)?;
+        let reply = self.reader.status(&id, None, 0, None).await.map_err(unavailable)?;
         reply.map(|r| r.job).ok_or(Failure(StatusCode::NOT_FOUND, format!("no job {id}")))
     }
 
@@ -245,12 +317,13 @@ impl Dash {
     async fn job_page(&self, who: &Principal, id: &str, q: &PageQuery) -> Result<StatusReply, Failure> {
         let id: JobId = id.parse().map_err(|_| Failure(StatusCode::BAD_REQUEST, format!("{id:?} is not a job id")))?;
         let limit = q.tasks.unwrap_or(flotilla_protocol::DEFAULT_TASKS_PAGE).min(flotilla_protocol::MAX_TASKS_PAGE);
-        let reply = self.reader.status(&id, q.after, limit).await.map_err(unavailable)?;
+        let filter = q.filter()?;
+        let reply = self.reader.status(&id, q.after, limit, filter.as_ref()).await.map_err(unavailable)?;
         reply.filter(|r| who.sees(&r.job.tenant)).ok_or(Failure(StatusCode::NOT_FOUND, format!("no job {id}")))
     }
 }
 
-fn page(title: &str, fragment_url: &str, events_url: &str, body: String) -> Result<Html<String>, Failure> {
+pub(crate) fn page(title: &str, fragment_url: &str, events_url: &str, body: String) -> Result<Html<String>, Failure> {
     view::render(
         "layout.html",
         minijinja::context! {
@@ -264,7 +337,7 @@ fn page(title: &str, fragment_url: &str, events_url: &str, body: String) -> Resu
 
 /// The CSRF token for the page's forms (none for bearer-token requests,
 /// which need none).
-fn csrf_of(token: Option<Extension<CsrfToken>>) -> String {
+pub(crate) fn csrf_of(token: Option<Extension<CsrfToken>>) -> String {
     token.map(|Extension(CsrfToken(t))| t).unwrap_or_default()
 }
 
@@ -313,7 +386,18 @@ async fn job_fragment(
     Query(q): Query<PageQuery>,
 ) -> Result<Html<String>, Failure> {
     let reply = d.job_page(&who, &id, &q).await?;
-    let job = view::job_view(&reply.job, reply.next_after, flotilla_protocol::now());
+    let given = |v: &Option<String>| v.clone().unwrap_or_default();
+    let filter = view::FilterView {
+        state: given(&q.state),
+        subagent_type: given(&q.subagent_type),
+        worker: given(&q.worker),
+        q: given(&q.q),
+        active: q.filter()?.is_some(),
+        query: q.filters_query(),
+    };
+    let maps = maps::of_job(&d.client, &reply.job.tenant, reply.job.id).await;
+    let extra = view::JobProgress { maps, filter, matched: reply.tasks_matched };
+    let job = view::job_view(&reply.job, reply.next_after, flotilla_protocol::now(), &extra);
     let can_act = !reply.job.status.is_terminal() && who.may_act(&reply.job.tenant).is_ok();
     // Pending approvals come from the job API; without an answer the page
     // still shows the job, with a note instead of the buttons.
@@ -347,7 +431,7 @@ async fn job_page(
 
 /// Turns followed bus events into SSE messages named `job` or `progress`
 /// (data: the event's JSON wire form); heartbeats are left out.
-fn sse(events: impl Stream<Item = anyhow::Result<Event>> + Send + 'static) -> Response {
+pub(crate) fn sse(events: impl Stream<Item = anyhow::Result<Event>> + Send + 'static) -> Response {
     let stream = events.take_while(|e| futures::future::ready(e.is_ok())).filter_map(|e| async move {
         let ev = e.ok()?;
         let name = match &ev {
@@ -360,13 +444,26 @@ fn sse(events: impl Stream<Item = anyhow::Result<Event>> + Send + 'static) -> Re
     Sse::new(stream).keep_alive(KeepAlive::default()).into_response()
 }
 
-/// Every visible job's job-level events: a tenant's token follows its tenant only.
-async fn all_events(State(d): State<Dash>, Extension(who): Extension<Principal>) -> Result<Response, Failure> {
+/// `?progress=1` on `/events`: progress events too.
+#[derive(Deserialize, Default)]
+struct EventsQuery {
+    #[serde(default)]
+    progress: Option<String>,
+}
+
+/// Every visible job's job-level events (and their tasks' progress with
+/// `?progress=1`): a tenant's token follows its tenant only.
+async fn all_events(
+    State(d): State<Dash>,
+    Extension(who): Extension<Principal>,
+    Query(q): Query<EventsQuery>,
+) -> Result<Response, Failure> {
     let scope = match who {
         Principal::Tenant(t) => Scope::Tenant(t),
         Principal::Admin | Principal::Anonymous => Scope::All,
     };
-    let events = d.client.follow(scope, false).await.map_err(unavailable)?;
+    let with_progress = q.progress.as_deref().is_some_and(|p| p == "1" || p == "true");
+    let events = d.client.follow(scope, with_progress).await.map_err(unavailable)?;
     Ok(sse(events))
 }
 

@@ -15,7 +15,7 @@
 use bytes::Bytes;
 use flotilla_bus::{BusError, BusErrorKind, Cas, job_keys, retry};
 use flotilla_protocol::ids::{JobId, TaskId, Tenant};
-use flotilla_protocol::{self as protocol, ErrorInfo, JobRecord, StatusReply, TaskEntry, TaskStatus};
+use flotilla_protocol::{self as protocol, ErrorInfo, JobRecord, StatusReply, TaskEntry, TaskFilter, TaskStatus};
 use futures::{StreamExt, TryStreamExt};
 
 use super::{JobStore, WRITE_BUDGET};
@@ -207,6 +207,37 @@ impl JobStore {
         let next_after = if more && !tasks.is_empty() { tasks.last().map(|t| t.task_id) } else { None };
         Ok(TaskPage { tasks, next_after })
     }
+
+    /// Up to `limit` tasks of `job` matching `filter`, dispatched after
+    /// `after`, with how many match in all. A filter naming its `task`
+    /// reads that one entry; any other reads every entry of the job in one
+    /// pass (docs/PROTOCOL.md, "status").
+    pub async fn tasks_matching(
+        &self,
+        job: &JobId,
+        filter: &TaskFilter,
+        after: Option<TaskId>,
+        limit: usize,
+    ) -> Result<(TaskPage, u64), BusError> {
+        if let Some(task) = &filter.task {
+            let found: Vec<TaskEntry> = self.task(job, task).await?.into_iter().filter(|t| filter.matches(t)).collect();
+            let matched = found.len() as u64;
+            return Ok((page_of(found, after, limit), matched));
+        }
+        let mut tasks: Vec<TaskEntry> = Vec::new();
+        for (key, bytes) in self.backend.entries(&job_keys::tasks(job)).await? {
+            match protocol::decode::<TaskEntry>(&bytes) {
+                Ok(t) => tasks.push(t),
+                Err(e) => tracing::warn!(key, error = %e, "unreadable task entry left out of a filtered page"),
+            }
+        }
+        if tasks.is_empty() {
+            tasks = self.get(job).await?.map(|r| r.tasks).unwrap_or_default();
+        }
+        tasks.retain(|t| filter.matches(t));
+        let matched = tasks.len() as u64;
+        Ok((page_of(tasks, after, limit), matched))
+    }
 }
 
 impl JobStore {
@@ -277,12 +308,21 @@ impl JobStore {
         tenant: Option<&Tenant>,
         after: Option<TaskId>,
         limit: usize,
+        filter: Option<&TaskFilter>,
     ) -> Result<Option<StatusReply>, BusError> {
         let Some(mut rec) = self.get(job).await? else { return Ok(None) };
         if tenant.is_some_and(|t| t != &rec.tenant) {
             return Ok(None);
         }
-        let page = if limit == 0 { TaskPage::default() } else { self.tasks_page(job, after, limit).await? };
+        let filter = filter.filter(|f| !f.is_empty());
+        let (page, tasks_matched) = match filter {
+            Some(f) => {
+                let (page, matched) = self.tasks_matching(job, f, after, limit).await?;
+                (page, Some(matched))
+            }
+            None if limit == 0 => (TaskPage::default(), None),
+            None => (self.tasks_page(job, after, limit).await?, None),
+        };
         rec.tasks.clear(); // a record of the old layout: its inline tasks come paged like any
         let mut used = protocol::encode(&rec).len();
         if used > REPLY_BUDGET {
@@ -302,6 +342,6 @@ impl JobStore {
         }
         let cut = tasks.peek().is_some();
         let next_after = if cut || more { rec.tasks.last().map(|t| t.task_id).or(after) } else { None };
-        Ok(Some(StatusReply { job: rec, next_after }))
+        Ok(Some(StatusReply { job: rec, next_after, tasks_matched }))
     }
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use flotilla_bus::{BusErrorKind, job_keys};
 use flotilla_protocol::ids::{JobId, SubagentType, TaskId, Tenant};
-use flotilla_protocol::{JobRecord, TaskCounts, TaskEntry, TaskStatus, Todo, TodoStatus};
+use flotilla_protocol::{JobRecord, TaskCounts, TaskEntry, TaskFilter, TaskState, TaskStatus, Todo, TodoStatus};
 
 use super::JobStore;
 use crate::fakes::FakeJobs;
@@ -86,7 +86,7 @@ async fn status_pages_walk_every_task_in_dispatch_order_with_counts_first() {
 
     let (mut seen, mut after, mut pages) = (Vec::new(), None, 0);
     loop {
-        let reply = store.status(&job, None, after, 100).await.unwrap().unwrap();
+        let reply = store.status(&job, None, after, 100, None).await.unwrap().unwrap();
         assert_eq!(reply.job.tasks_total, 251);
         assert_eq!((reply.job.task_counts.completed, reply.job.task_counts.pending), (250, 1));
         seen.extend(reply.job.tasks.iter().map(|t| t.task_id));
@@ -98,7 +98,51 @@ async fn status_pages_walk_every_task_in_dispatch_order_with_counts_first() {
     }
     assert_eq!((pages, seen), (3, ids), "every task once, in dispatch order");
     let other = Tenant::new("globex").unwrap();
-    assert!(store.status(&job, Some(&other), None, 10).await.unwrap().is_none(), "another tenant's job is missing");
+    assert!(
+        store.status(&job, Some(&other), None, 10, None).await.unwrap().is_none(),
+        "another tenant's job is missing"
+    );
+}
+
+/// A filtered page holds only matching tasks, pages through them and
+/// counts them; a filter naming one task finds it alone.
+#[tokio::test]
+async fn a_filtered_status_page_holds_the_matching_tasks_and_counts_them() {
+    let (store, _, job) = store_with_job().await;
+    let mut ids = Vec::new();
+    for i in 0..30 {
+        let task = run_task(&store, &job, &format!("call-{i}")).await;
+        if i % 3 == 0 {
+            store
+                .update_task(&job, &task, |t| {
+                    t.status = Some(TaskStatus::Failed);
+                    t.worker_id = Some("w2".into());
+                    true
+                })
+                .await
+                .unwrap();
+        }
+        ids.push(task);
+    }
+    let failed = TaskFilter { state: Some(TaskState::Failed), ..TaskFilter::default() };
+    let first = store.status(&job, None, None, 4, Some(&failed)).await.unwrap().unwrap();
+    assert_eq!(first.tasks_matched, Some(10));
+    assert_eq!(first.job.tasks.len(), 4);
+    assert!(first.job.tasks.iter().all(|t| t.state() == TaskState::Failed), "{:?}", first.job.tasks);
+    let rest = store.status(&job, None, first.next_after, 100, Some(&failed)).await.unwrap().unwrap();
+    assert_eq!((rest.job.tasks.len(), rest.next_after), (6, None));
+    let every: Vec<TaskId> = first.job.tasks.iter().chain(&rest.job.tasks).map(|t| t.task_id).collect();
+    assert_eq!(every, ids.iter().step_by(3).copied().collect::<Vec<_>>(), "in dispatch order, each once");
+
+    let by_worker_and_text =
+        TaskFilter { worker: Some("w2".into()), text: Some("CALL-12".into()), ..TaskFilter::default() };
+    let one = store.status(&job, None, None, 100, Some(&by_worker_and_text)).await.unwrap().unwrap();
+    assert_eq!(one.job.tasks.iter().map(|t| t.task_id).collect::<Vec<_>>(), [ids[12]]);
+    let by_id = TaskFilter { task: Some(ids[7]), ..TaskFilter::default() };
+    let found = store.status(&job, None, None, 1, Some(&by_id)).await.unwrap().unwrap();
+    assert_eq!((found.tasks_matched, found.job.tasks[0].task_id), (Some(1), ids[7]));
+    let unfiltered = store.status(&job, None, None, 5, Some(&TaskFilter::default())).await.unwrap().unwrap();
+    assert_eq!((unfiltered.tasks_matched, unfiltered.job.tasks.len()), (None, 5), "an empty filter is no filter");
 }
 
 #[tokio::test]
@@ -138,10 +182,10 @@ async fn a_record_from_before_issue_12_with_inline_tasks_is_read() {
     backend.put_raw(&job_keys::header(&job), Bytes::from(serde_json::to_vec(&old).unwrap()));
     let store = JobStore::with_backend(backend);
 
-    let reply = store.status(&job, None, None, 2).await.unwrap().unwrap();
+    let reply = store.status(&job, None, None, 2, None).await.unwrap().unwrap();
     assert_eq!((reply.job.tasks_total, reply.job.task_counts.running, reply.job.task_counts.completed), (3, 1, 2));
     assert_eq!(reply.job.tasks.len(), 2);
-    let last = store.status(&job, None, reply.next_after, 2).await.unwrap().unwrap();
+    let last = store.status(&job, None, reply.next_after, 2, None).await.unwrap().unwrap();
     assert_eq!((last.job.tasks.len(), last.next_after), (1, None));
     let running = store.task_by_key(&job, "call-0").await.unwrap().expect("found inline");
     let ended = |t: &mut TaskEntry| t.status.replace(TaskStatus::Completed).is_none();
@@ -184,7 +228,7 @@ async fn a_page_ends_early_rather_than_outgrow_a_message() {
 
     let (mut seen, mut after, mut pages) = (0, None, 0);
     loop {
-        let reply = store.status(&job, None, after, 1000).await.unwrap().unwrap();
+        let reply = store.status(&job, None, after, 1000, None).await.unwrap().unwrap();
         let size = flotilla_protocol::encode(&reply).len();
         assert!(size <= flotilla_protocol::MAX_MESSAGE_BYTES, "a reply of {size} bytes");
         assert!(!reply.job.tasks.is_empty());

@@ -145,6 +145,13 @@ impl JobRecords {
     pub async fn keys(&self, filter: &str) -> Result<Vec<String>, BusError> {
         list_keys(&self.kv, &self.client, filter).await
     }
+
+    /// The keys matching `filter` with their current values, in no
+    /// particular order: one pass like [`keys`](Self::keys), with the values
+    /// (reading a job's every task entry at once, not one request each).
+    pub async fn entries(&self, filter: &str) -> Result<Vec<(String, Bytes)>, BusError> {
+        last_values(&self.kv, &self.client, filter, false).await
+    }
 }
 
 /// Purges every message of `subject` (a `$KV.<bucket>.` subject, wildcards
@@ -171,6 +178,18 @@ pub(crate) async fn list_keys(
     client: &async_nats::Client,
     filter: &str,
 ) -> Result<Vec<String>, BusError> {
+    Ok(last_values(kv, client, filter, true).await?.into_iter().map(|(k, _)| k).collect())
+}
+
+/// The live keys of `kv` matching `filter` with their values (empty when
+/// `headers_only`): one ordered consumer over the last revision of each
+/// matching key.
+async fn last_values(
+    kv: &kv::Store,
+    client: &async_nats::Client,
+    filter: &str,
+    headers_only: bool,
+) -> Result<Vec<(String, Bytes)>, BusError> {
     let fail = |e: Box<dyn std::error::Error + Send + Sync>| BusError::new(format!("cannot list {filter}"), e);
     let prefix = kv.prefix.clone();
     let consumer = kv
@@ -178,7 +197,7 @@ pub(crate) async fn list_keys(
         .create_consumer(push::OrderedConfig {
             deliver_subject: client.new_inbox(),
             filter_subject: format!("{prefix}{filter}"),
-            headers_only: true,
+            headers_only,
             replay_policy: ReplayPolicy::Instant,
             deliver_policy: DeliverPolicy::LastPerSubject,
             ..Default::default()
@@ -198,7 +217,7 @@ pub(crate) async fn list_keys(
         let pending = m.info().map_err(fail)?.pending;
         let deleted = m.headers.as_ref().and_then(|h| h.get("KV-Operation")).is_some();
         if !deleted && let Some(key) = m.subject.strip_prefix(prefix.as_str()) {
-            out.push(key.to_string());
+            out.push((key.to_string(), m.payload.clone()));
         }
         if pending == 0 {
             break;

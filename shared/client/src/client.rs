@@ -10,7 +10,7 @@ use flotilla_protocol::ids::{JobId, TaskId, Tenant};
 use flotilla_protocol::{
     ApiReply, ApprovalsReply, ApprovalsRequest, CancelReply, CancelRequest, ErrorKind, JobRecord, JobStatus, ListReply,
     ListRequest, MAX_LIST_PAGE, Op, ResolveRequest, SCHEMA_VERSION, StatusReply, StatusRequest, SubmitRequest,
-    WorkerHeartbeat,
+    TaskFilter, WorkerHeartbeat,
 };
 
 use crate::jobref::JobRef;
@@ -92,7 +92,27 @@ impl Client {
         limit: Option<usize>,
         after: Option<TaskId>,
     ) -> anyhow::Result<StatusReply> {
-        let req = StatusRequest { v: SCHEMA_VERSION, job_id, tasks_limit: limit, tasks_after: after };
+        let req =
+            StatusRequest { v: SCHEMA_VERSION, job_id, tasks_limit: limit, tasks_after: after, tasks_filter: None };
+        self.call(&req, "status").await
+    }
+
+    /// A job's header with one page of the tasks matching `filter` (at most
+    /// `limit`, after `after`) and how many match in all (`tasks_matched`).
+    pub async fn filtered_page(
+        &self,
+        job_id: JobId,
+        filter: TaskFilter,
+        limit: Option<usize>,
+        after: Option<TaskId>,
+    ) -> anyhow::Result<StatusReply> {
+        let req = StatusRequest {
+            v: SCHEMA_VERSION,
+            job_id,
+            tasks_limit: limit,
+            tasks_after: after,
+            tasks_filter: Some(filter),
+        };
         self.call(&req, "status").await
     }
 

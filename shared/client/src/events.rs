@@ -8,7 +8,7 @@
 //! filters and permissions.
 
 use flotilla_bus::Bus;
-use flotilla_protocol::ids::{JobId, Tenant};
+use flotilla_protocol::ids::{JobId, TaskId, Tenant};
 use flotilla_protocol::{self as protocol, JobEvent, ProgressEvent};
 use futures::{Stream, StreamExt};
 
@@ -38,6 +38,9 @@ impl Event {
 pub enum Scope {
     /// One job, from its first stored event.
     Job(Tenant, JobId),
+    /// One task's progress events, from its first stored one (job events
+    /// are not included, whatever `with_progress` says).
+    Task(Tenant, JobId, TaskId),
     /// Every job of one tenant, from now on.
     Tenant(Tenant),
     /// Every job of every tenant, from now on (orchestrator credentials).
@@ -85,6 +88,7 @@ pub async fn follow_counted(
     let (filter, replay) = match (&scope, with_progress) {
         (Scope::Job(t, id), true) => (s.job_all(t, id), true),
         (Scope::Job(t, id), false) => (s.job_event(t, id), true),
+        (Scope::Task(t, id, task), _) => (s.progress(t, id, task), true),
         (Scope::Tenant(t), true) => (s.tenant_jobs(t), false),
         (Scope::Tenant(t), false) => (s.tenant_job_events(t), false),
         (Scope::All, true) => (s.all_jobs(), false),

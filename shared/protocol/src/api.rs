@@ -48,6 +48,57 @@ pub struct StatusRequest {
     /// `next_after`); task ids are UUIDv7, so their order is dispatch order.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tasks_after: Option<TaskId>,
+    /// Only tasks matching this filter (all when absent); the reply's
+    /// `tasks_matched` says how many match in all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tasks_filter: Option<TaskFilter>,
+}
+
+/// Which of a job's tasks a `status` page holds: every condition given
+/// must hold. A filter other than `task` reads every task entry of the job
+/// once (one pass over the job's keys with their values), so it costs
+/// O(tasks of the job); `task` alone reads one entry.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TaskFilter {
+    /// Only this task.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task: Option<TaskId>,
+    /// Only tasks in this state.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<super::TaskState>,
+    /// Only tasks of this subagent type.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subagent_type: Option<crate::ids::SubagentType>,
+    /// Only tasks whose (last) worker has this id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker: Option<String>,
+    /// Only tasks whose id, description, summary or error contains this
+    /// text (case-insensitive).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+}
+
+impl TaskFilter {
+    /// Whether `task` passes every condition.
+    pub fn matches(&self, task: &super::TaskEntry) -> bool {
+        self.task.is_none_or(|t| t == task.task_id)
+            && self.state.is_none_or(|s| s == task.state())
+            && self.subagent_type.as_ref().is_none_or(|t| t == &task.subagent_type)
+            && self.worker.as_deref().is_none_or(|w| task.worker_id.as_deref() == Some(w))
+            && self.text.as_deref().is_none_or(|needle| {
+                let needle = needle.to_lowercase();
+                let error = task.error.as_ref().map(|e| e.to_string()).unwrap_or_default();
+                [task.task_id.to_string().as_str(), &task.description, &task.summary, &error]
+                    .iter()
+                    .any(|hay| hay.to_lowercase().contains(&needle))
+            })
+    }
+
+    /// Whether it lets every task through.
+    pub fn is_empty(&self) -> bool {
+        self == &Self::default()
+    }
 }
 
 /// Tasks in a `status` reply when the request does not say.
@@ -67,6 +118,9 @@ pub struct StatusReply {
     /// Pass as `tasks_after` for the next page; absent on the last page.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_after: Option<TaskId>,
+    /// With a `tasks_filter`: how many of the job's tasks match it in all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tasks_matched: Option<u64>,
 }
 
 /// `<prefix>.api.<tenant>.list`: the tenant's job summaries, newest first.

@@ -96,6 +96,20 @@ impl Browser {
         Some(r["result"]["value"].clone())
     }
 
+    /// Saves what the page shows now as a PNG at `path`.
+    pub fn screenshot(&mut self, path: &std::path::Path) {
+        let session = self.session.clone();
+        let metrics = json!({"width": 1200, "height": 900, "deviceScaleFactor": 1, "mobile": false});
+        self.call(Some(&session), "Emulation.setDeviceMetricsOverride", metrics);
+        let r = self.call(
+            Some(&session),
+            "Page.captureScreenshot",
+            json!({"format": "png", "captureBeyondViewport": true}),
+        );
+        let data = r["data"].as_str().expect("a screenshot");
+        std::fs::write(path, decode_base64(data)).expect("write the screenshot");
+    }
+
     /// Opens `url` in the page.
     pub fn open(&mut self, url: &str) {
         let session = self.session.clone();
@@ -143,4 +157,24 @@ impl Drop for Browser {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Standard base64 decoding (for screenshots; the tests crate has no base64 dependency).
+fn decode_base64(text: &str) -> Vec<u8> {
+    let value = |c: u8| match c {
+        b'A'..=b'Z' => c - b'A',
+        b'a'..=b'z' => c - b'a' + 26,
+        b'0'..=b'9' => c - b'0' + 52,
+        b'+' => 62,
+        _ => 63,
+    };
+    let clean: Vec<u8> = text.bytes().filter(|c| *c != b'=' && !c.is_ascii_whitespace()).collect();
+    let mut out = Vec::with_capacity(clean.len() * 3 / 4);
+    for chunk in clean.chunks(4) {
+        let n = chunk.iter().enumerate().fold(0u32, |n, (i, c)| n | (value(*c) as u32) << (18 - 6 * i));
+        for i in 0..chunk.len().saturating_sub(1) {
+            out.push((n >> (16 - 8 * i)) as u8);
+        }
+    }
+    out
 }

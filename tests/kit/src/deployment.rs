@@ -115,8 +115,13 @@ impl Deployment {
 
     /// The job record with its first page of tasks.
     pub async fn status(&self, job: JobId) -> JobRecord {
-        let req =
-            StatusRequest { v: SCHEMA_VERSION, job_id: job, tasks_limit: Some(MAX_TASKS_PAGE), tasks_after: None };
+        let req = StatusRequest {
+            v: SCHEMA_VERSION,
+            job_id: job,
+            tasks_limit: Some(MAX_TASKS_PAGE),
+            tasks_after: None,
+            tasks_filter: None,
+        };
         let r = self.client().request(&req, Duration::from_secs(10)).await.expect("status");
         r.into_result().expect("status refused").job
     }
@@ -130,8 +135,13 @@ impl Deployment {
 impl Deployment {
     /// The job record, or `None` while the API does not answer (e.g. during a NATS restart).
     pub async fn status_opt(&self, job: JobId) -> Option<JobRecord> {
-        let req =
-            StatusRequest { v: SCHEMA_VERSION, job_id: job, tasks_limit: Some(MAX_TASKS_PAGE), tasks_after: None };
+        let req = StatusRequest {
+            v: SCHEMA_VERSION,
+            job_id: job,
+            tasks_limit: Some(MAX_TASKS_PAGE),
+            tasks_after: None,
+            tasks_filter: None,
+        };
         let r = self.client().request(&req, STATUS_TIMEOUT).await.ok()?;
         r.into_result().ok().map(|r| r.job)
     }

@@ -17,7 +17,7 @@ use flotilla_config::Settings;
 use flotilla_orchestrator::reader::JobsReader;
 use flotilla_orchestrator::service::Orchestrator;
 use flotilla_protocol::ids::{JobId, TaskId, Tenant};
-use flotilla_protocol::{JobStatus, ListReply, StatusReply};
+use flotilla_protocol::{JobStatus, ListReply, StatusReply, TaskFilter};
 use flotilla_telemetry::metrics::ListenError;
 use tokio_util::sync::CancellationToken;
 
@@ -69,8 +69,14 @@ impl flotilla_dashboard::JobRecords for Records {
         Ok(self.0.list(tenant, status, after, limit).await?)
     }
 
-    async fn status(&self, id: &JobId, after: Option<TaskId>, limit: usize) -> anyhow::Result<Option<StatusReply>> {
-        Ok(self.0.status(id, after, limit).await?)
+    async fn status(
+        &self,
+        id: &JobId,
+        after: Option<TaskId>,
+        limit: usize,
+        filter: Option<&TaskFilter>,
+    ) -> anyhow::Result<Option<StatusReply>> {
+        Ok(self.0.status(id, after, limit, filter).await?)
     }
 }
 

@@ -113,6 +113,8 @@ fn stmt(s: &Stmt<'_>) -> Result<(), String> {
         Stmt::FilterBlock(_) => Err("a `filter` block".into()),
         Stmt::AutoEscape(_) => Err("`autoescape`".into()),
         Stmt::Do(_) => Err("`do`".into()),
+        Stmt::Block(_) | Stmt::Extends(_) => Err("template inheritance".into()),
+        Stmt::Import(_) | Stmt::FromImport(_) | Stmt::Include(_) => Err("another template".into()),
     }
 }
 

@@ -1,0 +1,149 @@
+//! The operator console's pages against a real deployment: a job's
+//! progress, its task table filtered, a task's step timeline and report,
+//! its files tab (list, download, upload), the workers, queues and
+//! approvals pages; then the same pages driven in headless Chromium.
+//! With `FLOTILLA_SCREENSHOTS=<dir>` each page is also saved as a PNG
+//! there (docs/img holds the ones docs/OPERATIONS.md shows).
+
+use super::*;
+
+const DEMO_JOB: &str = "Compute the gross margin of each region and consolidate them into one table: \
+                        north: revenue 120, cost 75; south: revenue 0, cost 30; east: revenue 250, cost 190; \
+                        west: revenue 80, cost 20.";
+
+async fn page(http: &reqwest::Client, url: &str) -> String {
+    let r = http.get(url).send().await.expect("GET");
+    assert_eq!(r.status(), StatusCode::OK, "GET {url}");
+    r.text().await.unwrap()
+}
+
+/// The `data-task` ids of a page's task rows, with their `data-status`.
+fn task_rows(html: &str) -> Vec<(String, String)> {
+    html.split("<tr class=\"task\" data-task=\"")
+        .skip(1)
+        .map(|row| {
+            let id = row.split('"').next().unwrap().to_string();
+            let status = row.split("data-status=\"").nth(1).unwrap().split('"').next().unwrap().to_string();
+            (id, status)
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_shows_a_jobs_progress_tasks_steps_files_and_the_fleet() {
+    let port = free_port();
+    let d = Deployment::start(1, |url| {
+        let mut c = TestConfig::demo(url, 1, 0);
+        c.section(&format!("[dashboard]\nlisten = \"127.0.0.1:{port}\"\n"));
+        c
+    })
+    .await;
+    d.orchestrator_ready().await;
+    let base = format!("http://127.0.0.1:{port}");
+    let http = client();
+    let job = d.submit(DEMO_JOB).await;
+    let done = eventually(TIMEOUT, "the demo job to end", || async {
+        Some(d.status(job).await).filter(|r| r.status.is_terminal())
+    })
+    .await;
+    assert_eq!(done.status, JobStatus::Completed);
+
+    // Progress: four tasks, all ended (south's tool call failed, its task completed).
+    let html = page(&http, &format!("{base}/jobs/{job}")).await;
+    assert!(html.contains(r#"data-planned="4" data-completed="4" data-failed="0""#), "{html}");
+    assert!(html.contains(r#"aria-valuenow="4""#), "{html}");
+    assert_eq!(task_rows(&html).len(), 4, "{html}");
+
+    // The task table filtered by state, then by text.
+    let completed = page(&http, &format!("{base}/jobs/{job}?state=completed&tasks=2")).await;
+    assert_eq!(task_rows(&completed).len(), 2, "a page of two: {completed}");
+    assert!(completed.contains(r#"<b id="matched">4</b> match"#), "{completed}");
+    assert!(completed.contains("?state=completed&amp;after="), "the next page keeps the filter: {completed}");
+    let failed = page(&http, &format!("{base}/jobs/{job}?state=failed")).await;
+    assert!(task_rows(&failed).is_empty() && failed.contains("no task matches"), "{failed}");
+    let by_text = page(&http, &format!("{base}/jobs/{job}?q=SOUTH")).await;
+    let south_rows = task_rows(&by_text);
+    assert_eq!(south_rows.len(), 1, "{by_text}");
+    let south = &south_rows[0].0;
+    let r = http.get(format!("{base}/jobs/{job}?state=lost")).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    assert!(r.text().await.unwrap().contains("not one of pending, running"), "a bad filter says what it takes");
+
+    // A task's timeline and full report.
+    let task = page(&http, &format!("{base}/jobs/{job}/tasks/{south}")).await;
+    for event in ["started", "model_call", "tool_call", "tool_result", "finished"] {
+        assert!(task.contains(&format!(r#"data-event="{event}""#)), "{event} in the timeline: {task}");
+    }
+    assert!(task.contains("failed: business"), "the failed tool call is marked: {task}");
+    assert!(task.contains(r#"id="report""#) && task.contains("south"), "{task}");
+
+    // Files: the report is listed and downloads as the file it is; an upload lands.
+    let report_path = format!("/reports/{south}.md");
+    let files = page(&http, &format!("{base}/jobs/{job}/files?prefix=/reports/")).await;
+    assert!(files.contains(&format!("{south}.md")), "{files}");
+    let got = http.get(format!("{base}/api/jobs/{job}/files/content?path={report_path}")).send().await.unwrap();
+    assert_eq!(got.status(), StatusCode::OK);
+    assert!(got.headers()["content-disposition"].to_str().unwrap().starts_with("attachment"));
+    let bytes = got.bytes().await.unwrap();
+    let (stored, _) = d.client().download(job, &report_path).await.unwrap();
+    assert_eq!(bytes.as_ref(), stored.as_slice());
+    let put = http.post(format!("{base}/api/jobs/{job}/files?path=/inputs/notes.txt")).body("west looks good\n");
+    let (status, reply) = send(put).await;
+    assert_eq!(status, StatusCode::CREATED, "{reply}");
+    let (bytes, _) = d.client().download(job, "/inputs/notes.txt").await.unwrap();
+    assert_eq!(bytes, b"west looks good\n");
+    let (status, reply) = send(http.post(format!("{base}/api/jobs/{job}/files?path={report_path}")).body("x")).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "a report cannot be overwritten: {reply}");
+
+    // The fleet: the worker with its memory, the finance queue, an empty inbox.
+    let workers = page(&http, &format!("{base}/workers")).await;
+    assert!(workers.contains(r#"data-worker="w1""#) && workers.contains(" MiB"), "{workers}");
+    assert!(workers.contains("finance 0/"), "{workers}");
+    let queues = page(&http, &format!("{base}/queues")).await;
+    assert!(queues.contains(r#"data-type="finance" data-pending="0""#), "{queues}");
+    let inbox = page(&http, &format!("{base}/approvals")).await;
+    assert!(inbox.contains(r#"id="inbox-empty""#), "{inbox}");
+    let (status, listed) = send(http.get(format!("{base}/api/queues"))).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(listed[0]["subagent_type"], "finance", "{listed}");
+
+    // In a browser: the job page's progress, a filter, a task's timeline, a download.
+    let shots = std::env::var("FLOTILLA_SCREENSHOTS").ok();
+    let mut browser = tokio::task::block_in_place(|| browser::Browser::start(&chromium()));
+    tokio::task::block_in_place(|| {
+        let shot = |b: &mut browser::Browser, name: &str| {
+            if let Some(dir) = &shots {
+                b.screenshot(&std::path::Path::new(dir).join(format!("console-{name}.png")));
+            }
+        };
+        browser.open(&format!("{base}/jobs/{job}"));
+        browser.until(TIMEOUT, "the progress bar", "document.getElementById('done-count').textContent === '3'");
+        shot(&mut browser, "job");
+        let pick =
+            "document.getElementById('f-q').value = 'south'; document.getElementById('apply-filter').click(); true";
+        assert_eq!(browser.eval(pick), Some(Value::Bool(true)));
+        browser.until(
+            TIMEOUT,
+            "the filtered table",
+            "location.search.endsWith('q=south') && document.querySelectorAll('tr.task').length === 1",
+        );
+        assert_eq!(browser.eval("document.querySelector('tr.task').dataset.task"), Some(json!(south)));
+        assert_eq!(browser.eval("document.querySelector('a.task-link').click(); true"), Some(Value::Bool(true)));
+        browser.until(TIMEOUT, "the task's timeline", "document.querySelectorAll('#steps tr.step').length >= 4");
+        shot(&mut browser, "task");
+        let download = "fetch(document.getElementById('report-download').href).then(r => r.text())";
+        let text = browser.eval(download).and_then(|v| v.as_str().map(String::from)).expect("the report downloads");
+        assert_eq!(text.as_bytes(), stored.as_slice());
+        browser.open(&format!("{base}/jobs/{job}/files"));
+        browser.until(TIMEOUT, "the files tab", "document.querySelectorAll('tr.file').length >= 5");
+        shot(&mut browser, "files");
+        browser.open(&format!("{base}/workers"));
+        browser.until(TIMEOUT, "the workers page", "!!document.querySelector('tr.worker[data-worker=w1]')");
+        // The fleet stream's second sample draws the chart.
+        browser.until(TIMEOUT, "the fleet chart", "document.getElementById('rate-line').getAttribute('points') !== ''");
+        shot(&mut browser, "workers");
+        browser.open(&format!("{base}/queues"));
+        browser.until(TIMEOUT, "the queues page", "!!document.querySelector('tr.queue[data-type=finance]')");
+        shot(&mut browser, "queues");
+    });
+}
