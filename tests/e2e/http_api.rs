@@ -366,6 +366,30 @@ async fn in_chromium_a_job_is_submitted_approved_and_another_cancelled_through_t
     let resolved = &resolved.expect("an approval_resolved event").1;
     assert_eq!((resolved["outcome"].as_str(), resolved["by"].as_str()), (Some("approve"), Some("dashboard")));
 
+    // A third job's call waits in the approvals inbox; Approve there runs it
+    // and the inbox is empty again.
+    let third = d.submit("one margin").await;
+    approval_of(&mut log, &third.to_string()).await;
+    tokio::task::block_in_place(|| {
+        browser.open(&format!("{base}/approvals"));
+        let item = format!("document.querySelector('.inbox-item[data-job=\"{third}\"] button.approve')");
+        browser.until(TIMEOUT, "the inbox item", &item);
+        if let Ok(dir) = std::env::var("FLOTILLA_SCREENSHOTS") {
+            browser.screenshot(&std::path::Path::new(&dir).join("console-approvals.png"));
+        }
+        assert_eq!(browser.eval(&format!("{item}.click(); true")), Some(true.into()));
+        browser.until(
+            TIMEOUT,
+            "the inbox emptied",
+            "location.pathname === '/approvals' && !!document.getElementById('inbox-empty')",
+        );
+    });
+    let done = eventually(TIMEOUT, "the third job to end", || async {
+        Some(d.status(third).await).filter(|r| r.status.is_terminal())
+    })
+    .await;
+    assert_eq!((done.status, done.answer.as_deref()), (JobStatus::Completed, Some("margin=0.375")));
+
     // Another job waits for its approval; the Cancel button on its page ends it.
     let other = d.submit("one margin").await;
     approval_of(&mut log, &other.to_string()).await;

@@ -2,17 +2,22 @@
 //! jobs list and, per job, its todos, a task timeline, spend and each task's
 //! report, kept live by Server-Sent Events read from the events stream; forms
 //! to submit, cancel and answer approvals; the JSON API of docs/HTTP_API.md.
-//! Pages are rendered on the server ([`view`]); the only script is a few
-//! lines that append events to a log and re-fetch the page fragment when
-//! something happens.
+//! Pages are rendered on the server ([`view`]); one small script in the
+//! layout appends events to a log, re-fetches the page fragment when
+//! something happens (at most once a second), and draws what only the
+//! events tell (in-flight tasks, the charts).
 //!
 //! | route | what |
 //! |---|---|
 //! | `GET /` | jobs, newest first (`?status=running&tenant=t` filter; 200 a page, `?after=<job id>` the next, `?limit=N` up to 500), with a submit box |
-//! | `GET /jobs/<id>` | one job, with one page of its tasks (`?after=<task id>&tasks=N`, default 100), its pending approvals and a cancel button |
+//! | `GET /jobs/<id>` | one job: progress, one page of its tasks (`?after=<task id>&tasks=N`, default 100; filters `state`, `type`, `worker`, `q`), its pending approvals and a cancel button |
+//! | `GET /jobs/<id>/tasks/<task>` | one task: its step timeline and report ([`task_page`]) |
+//! | `GET /jobs/<id>/files` | the job's files tab ([`job_files`]) |
+//! | `GET /workers`, `/queues`, `/approvals` | the fleet pages and the approvals inbox ([`fleet`]) |
 //! | `GET /fragment/jobs`, `/fragment/jobs/<id>` | the same without the page around it |
 //! | `GET /events` | SSE of every visible job's job-level events, from now on |
 //! | `GET /jobs/<id>/events` (also `/api/jobs/<id>/events`) | SSE of one job's job and progress events, from its first to its last |
+//! | `GET /jobs/<id>/tasks/<task>/events`, `/fleet/events` | SSE of one task's progress from its first; the fleet's totals every 2 s |
 //! | `POST /actions/submit`, `/actions/jobs/<id>/cancel`, `/actions/approvals/<call id>` | the pages' forms ([`forms`]) |
 //! | `/api/*` | the JSON API ([`api`], docs/HTTP_API.md) |
 //! | `GET /login`, `POST /login` | the sign-in form that sets a browser's cookie ([`login`]) |

@@ -106,7 +106,7 @@ impl Browser {
             "Page.captureScreenshot",
             json!({"format": "png", "captureBeyondViewport": true}),
         );
-        let data = r["data"].as_str().expect("a screenshot");
+        let data = r["data"].as_str().unwrap_or_else(|| panic!("Page.captureScreenshot answered {r}"));
         std::fs::write(path, decode_base64(data)).expect("write the screenshot");
     }
 

@@ -117,7 +117,7 @@ async fn the_console_shows_a_jobs_progress_tasks_steps_files_and_the_fleet() {
             }
         };
         browser.open(&format!("{base}/jobs/{job}"));
-        browser.until(TIMEOUT, "the progress bar", "document.getElementById('done-count').textContent === '3'");
+        browser.until(TIMEOUT, "the progress bar", "document.getElementById('done-count').textContent === '4' && document.getElementById('live').textContent === 'ended' && document.getElementById('tokens-line').getAttribute('points') !== ''");
         shot(&mut browser, "job");
         let pick =
             "document.getElementById('f-q').value = 'south'; document.getElementById('apply-filter').click(); true";
