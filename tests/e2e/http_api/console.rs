@@ -147,3 +147,56 @@ async fn the_console_shows_a_jobs_progress_tasks_steps_files_and_the_fleet() {
         shot(&mut browser, "queues");
     });
 }
+
+/// A 1 000-item map watched in the browser while it runs: the bar counts
+/// the map's items before they are dispatched, its done count moves, a
+/// filter over the running job's tasks holds only matching rows, and the
+/// bar fills when the map is done.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_chromium_a_running_1000_item_map_shows_its_progress_moving() {
+    use flotilla_testkit::scripts::{MAP_PLANNER, finance_margin, region_items};
+    let port = free_port();
+    let d = Deployment::start(1, |url| {
+        let mut c = TestConfig::new(url);
+        c.scripted_model("planner", MAP_PLANNER);
+        c.scripted_model("finance", &finance_margin(40));
+        c.section("[planner]\nmodel = \"planner\"\ntask_timeout = 900\nmax_in_flight = 64\n");
+        c.section(
+            "[subagents.finance]\ndescription = \"Computes gross margins.\"\nmodel = \"finance\"\n\
+             tools = [\"calculate_margin\"]\nconcurrency = 16\n",
+        );
+        c.section(&format!("[dashboard]\nlisten = \"127.0.0.1:{port}\"\n"));
+        c
+    })
+    .await;
+    d.orchestrator_ready().await;
+    let base = format!("http://127.0.0.1:{port}");
+    let items = region_items(1000);
+    let body = json!({
+        "input": "Gross margin of every region in /inputs/regions.jsonl",
+        "files": [{"path": "/inputs/regions.jsonl", "content_base64": base64(items.as_bytes())}],
+    });
+    let (status, created) = send(client().post(format!("{base}/api/jobs")).json(&body)).await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    let job = created["job_id"].as_str().unwrap().to_string();
+
+    let mut browser = tokio::task::block_in_place(|| browser::Browser::start(&chromium()));
+    tokio::task::block_in_place(|| {
+        browser.open(&format!("{base}/jobs/{job}"));
+        let done = "+document.getElementById('done-count').textContent";
+        let running =
+            format!("document.getElementById('planned-count').textContent === '1000' && {done} > 0 && {done} < 1000");
+        browser.until(TIMEOUT, "the map under way, its 1 000 items planned", &running);
+        let first = browser.eval(done).and_then(|v| v.as_f64()).expect("a done count");
+        browser.until(TIMEOUT, "the done count to move", &format!("{done} > {first}"));
+        // While it runs: only completed tasks under the filter.
+        browser.open(&format!("{base}/jobs/{job}?state=completed"));
+        browser.until(TIMEOUT, "the filtered table", "document.querySelectorAll('tr.task').length > 0");
+        assert_eq!(
+            browser.eval("[...document.querySelectorAll('tr.task')].every(r => r.dataset.status === 'completed')"),
+            Some(Value::Bool(true))
+        );
+        browser.open(&format!("{base}/jobs/{job}"));
+        browser.until(TIMEOUT, "the map done", &format!("{done} === 1000"));
+    });
+}
