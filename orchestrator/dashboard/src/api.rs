@@ -213,7 +213,7 @@ pub(crate) fn is_length_limit(e: &axum::Error) -> bool {
 }
 
 /// 503 for an upload over `[dashboard] max_concurrent_uploads`.
-fn busy() -> Response {
+pub(crate) fn busy() -> Response {
     let msg =
         format!("too many uploads at once ([dashboard] max_concurrent_uploads): retry in {UPLOAD_RETRY_SECS} seconds");
     let mut r = ApiError(Failure(StatusCode::SERVICE_UNAVAILABLE, msg)).into_response();
@@ -300,12 +300,7 @@ async fn decide(
 }
 
 async fn workers(State(d): State<Dash>, Extension(who): Extension<Principal>) -> ApiResult<Response> {
-    if matches!(who, Principal::Tenant(_)) {
-        return Err(ApiError(Failure(
-            StatusCode::FORBIDDEN,
-            "the worker fleet is shown to the admin token only".into(),
-        )));
-    }
+    super::fleet::admin_only(&who)?;
     let workers = d.client.live_workers().await.map_err(super::unavailable)?;
     Ok(Json(workers).into_response())
 }

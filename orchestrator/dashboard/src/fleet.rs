@@ -31,7 +31,8 @@ use crate::csrf::CsrfToken;
 /// How often `/fleet/events` samples the fleet.
 pub const TICK: Duration = Duration::from_secs(2);
 
-fn admin_only(who: &Principal) -> Result<(), Failure> {
+/// The fleet's pages and API are the admin token's (403 for a tenant's).
+pub(crate) fn admin_only(who: &Principal) -> Result<(), Failure> {
     match who {
         Principal::Tenant(_) => {
             Err(Failure(StatusCode::FORBIDDEN, "the worker fleet is shown to the admin token only".into()))

@@ -133,13 +133,12 @@ pub async fn api_content(
     let job = d.visible_job(&who, &id).await?;
     let path = FilePath::parse(&q.path)
         .map_err(|e| Failure(StatusCode::BAD_REQUEST, format!("invalid job path {:?}: {e}", q.path)))?;
-    let (bytes, sha256) =
-        d.client.for_tenant(job.tenant.clone()).download(job.id, path.as_str()).await.map_err(|e| {
-            match e.chain().find_map(|c| c.downcast_ref::<flotilla_protocol::ErrorInfo>()) {
-                Some(info) => Failure(super::actions::status_of(info.kind), info.message.clone()),
-                None => Failure(StatusCode::NOT_FOUND, format!("{path}: {e:#}")),
-            }
-        })?;
+    let (bytes, sha256) = d
+        .client
+        .for_tenant(job.tenant.clone())
+        .download(job.id, path.as_str())
+        .await
+        .map_err(super::actions::refused)?;
     let name = path.as_str().rsplit('/').next().unwrap_or("file").replace(['"', '\\'], "_");
     let mut r = bytes.into_response();
     let h = r.headers_mut();
@@ -175,8 +174,7 @@ pub async fn api_upload(
         );
     }
     let Ok(_permit) = d.uploads.clone().try_acquire_owned() else {
-        let msg = "too many uploads at once ([dashboard] max_concurrent_uploads): retry in a few seconds";
-        return Err(Failure(StatusCode::SERVICE_UNAVAILABLE, msg.into()).into());
+        return Ok(super::api::busy());
     };
     let limit = usize::try_from(d.max_file).unwrap_or(usize::MAX);
     let bytes = match axum::body::to_bytes(body, limit).await {
