@@ -1,0 +1,1 @@
+//! A2A v1.0 (docs/PROTOCOLS.md).

@@ -1,0 +1,1 @@
+//! The Synadia Agent Protocol for NATS (docs/PROTOCOLS.md).
