@@ -16,6 +16,7 @@
 //! - [`tools`], [`mcp_context`], [`mcp_credentials`]: a type's tools, its MCP
 //!   context and the MCP OAuth credentials.
 //! - [`large_report`]: answers too long for a report message.
+//! - [`remote`]: types backed by an agent elsewhere (docs/PROTOCOLS.md).
 //!
 //! It reaches NATS only through `flotilla-bus` (never async-nats itself),
 //! and runs commands only through `flotilla-sandbox`. The demo's native tool
@@ -32,6 +33,7 @@ pub mod mcp_context;
 pub mod mcp_credentials;
 pub mod metrics;
 pub mod progress;
+pub mod remote;
 pub mod runtime;
 pub mod task;
 pub mod tools;

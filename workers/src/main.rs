@@ -132,7 +132,7 @@ async fn run(args: Args, mut settings: Settings) -> anyhow::Result<i32> {
     let mcp_servers = flotilla_worker::tools::discover_mcp(&settings, &types, &mcp).await?;
     let runtimes = types
         .iter()
-        .map(|ty| SubagentRuntime::build(&settings, ty, &files, &mcp).map(Arc::new))
+        .map(|ty| SubagentRuntime::build(&settings, ty, &files, &mcp, &bus).map(Arc::new))
         .collect::<anyhow::Result<Vec<_>>>()?;
     // A scripted model counts every request in o200k tokens: build the
     // tables now, off the runtime's threads. Other models report their own
@@ -157,7 +157,7 @@ async fn run(args: Args, mut settings: Settings) -> anyhow::Result<i32> {
     mcp.spawn_recovery(mcp_servers, shutdown.clone());
     let metrics = Arc::new(WorkerMetrics::new());
     for rt in &runtimes {
-        let model = rt.model.identity();
+        let model = rt.backend.identity();
         metrics.agent.set_model(rt.ty.as_str(), model.provider, model.model);
     }
     let metrics_url = match args.metrics_addr.or(settings.metrics.worker) {

@@ -12,7 +12,8 @@ use std::time::Duration;
 
 use anyhow::Context;
 use flotilla_agent::agent::{ContextBudget, Limits, OutputSchema, ToolPolicy};
-use flotilla_agent::model::ChatModel;
+use flotilla_agent::model::{ChatModel, ModelIdentity};
+use flotilla_agent::remote::RemoteAgent;
 use flotilla_agent::tool::{Eviction, ToolSet};
 use flotilla_config::permissions::Permissions;
 use flotilla_config::{Settings, SubagentConfig};
@@ -34,8 +35,8 @@ pub struct SubagentRuntime {
     pub ty: SubagentType,
     /// Its static config.
     pub config: SubagentConfig,
-    /// Its model client.
-    pub model: Arc<dyn ChatModel>,
+    /// What runs its tasks: a model loop here, or an agent elsewhere.
+    pub backend: Backend,
     /// Its tools, and nothing else.
     pub tools: Arc<ToolSet>,
     /// Bounds tasks of this type in flight on this worker.
@@ -56,7 +57,13 @@ pub struct SubagentRuntime {
 
 impl SubagentRuntime {
     /// Builds the runtime of `ty` from `settings`.
-    pub fn build(settings: &Settings, ty: &SubagentType, files: &JobFiles, mcp: &Arc<McpHub>) -> anyhow::Result<Self> {
+    pub fn build(
+        settings: &Settings,
+        ty: &SubagentType,
+        files: &JobFiles,
+        mcp: &Arc<McpHub>,
+        bus: &flotilla_bus::Bus,
+    ) -> anyhow::Result<Self> {
         let config = settings
             .subagents
             .get(ty)
@@ -65,11 +72,13 @@ impl SubagentRuntime {
                 format!("no [subagents.{ty}] in the config (configured: {})", known.join(", "))
             })?
             .clone();
-        let model_settings = settings.model(&config.model)?;
-        let model = flotilla_models::priced(
-            flotilla_models::build(&config.model, model_settings)?,
-            settings.price(&config.model),
-        );
+        let backend = match crate::remote::build(ty, &config, bus)? {
+            Some(remote) => Backend::Remote(remote),
+            None => Backend::Model(flotilla_models::priced(
+                flotilla_models::build(&config.model, settings.model(&config.model)?)?,
+                settings.price(&config.model),
+            )),
+        };
         let permissions = permissions(ty.as_str(), &config)?;
         let builtins = Arc::new(FileToolEnv { files: files.clone(), permissions });
         // `execute` comes with the sandbox, listed in `tools` or not; config
@@ -97,7 +106,7 @@ impl SubagentRuntime {
             ty: ty.clone(),
             slots: Arc::new(Semaphore::new(config.concurrency)),
             config,
-            model,
+            backend,
             tools: Arc::new(tools),
             files: files.clone(),
             report_budget,
@@ -127,6 +136,25 @@ impl SubagentRuntime {
                 tokens: self.config.context_tokens,
                 prompt: flotilla_config::DEFAULT_COMPACTION_PROMPT.into(),
             }),
+        }
+    }
+}
+
+/// What runs a type's tasks.
+#[derive(Clone)]
+pub enum Backend {
+    /// The agent loop in this worker, on this model (`model`).
+    Model(Arc<dyn ChatModel>),
+    /// An agent elsewhere, over an agent protocol (`agent`, `a2a`; docs/PROTOCOLS.md).
+    Remote(Arc<dyn RemoteAgent>),
+}
+
+impl Backend {
+    /// Provider and model, or protocol and remote agent, for spans and metrics.
+    pub fn identity(&self) -> ModelIdentity<'_> {
+        match self {
+            Self::Model(m) => m.identity(),
+            Self::Remote(r) => r.identity(),
         }
     }
 }

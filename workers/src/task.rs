@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use flotilla_agent::agent::{Agent, Conversation, RunContext};
+use flotilla_agent::remote::{RemoteAgent, RemoteTask};
 use flotilla_bus::{Bus, TaskDelivery, retry};
 use flotilla_protocol::{
     self as protocol, ErrorInfo, ErrorKind, ProgressKind, TaskMessage, TaskReport, TaskStatus, Usage,
@@ -22,7 +23,7 @@ use crate::cancel::CancelWatch;
 use crate::journal::{Record, StepJournal};
 use crate::metrics::{HANDED_BACK, WorkerMetrics};
 use crate::progress::ProgressPublisher;
-use crate::runtime::SubagentRuntime;
+use crate::runtime::{Backend, SubagentRuntime};
 
 /// Shared by every task a worker runs.
 pub struct WorkerContext {
@@ -86,7 +87,7 @@ pub async fn handle(ctx: Arc<WorkerContext>, rt: Arc<SubagentRuntime>, delivery:
     );
     let agent = flotilla_agent::spans::invoke_agent(
         task.subagent_type.as_str(),
-        rt.model.identity(),
+        rt.backend.identity(),
         &task.job_id,
         task.tenant.as_str(),
         Some(&task.task_id),
@@ -203,8 +204,12 @@ impl Subagent<'_> {
             ));
         }
         let system = system.map_err(|e| (e, Usage::default()))?;
+        let model = match &rt.backend {
+            Backend::Model(model) => model.clone(),
+            Backend::Remote(remote) => return self.run_remote(remote.as_ref(), limits.timeout, traceparent).await,
+        };
         let agent = Agent {
-            model: rt.model.clone(),
+            model,
             tools: rt.tools.clone(),
             limits,
             policy: rt.tool_policy(),
@@ -265,6 +270,60 @@ impl Subagent<'_> {
         r.map(|answer| (answer, conv.usage)).map_err(|e| (why_cancelled(ctx, task, e), conv.usage))
     }
 }
+
+impl Subagent<'_> {
+    /// Runs the attempt on the type's remote agent (docs/PROTOCOLS.md,
+    /// "Remote subagent types"): its streamed text goes out as this task's
+    /// progress, its questions for a person through the approval gate. The
+    /// agent stops on `cancel` itself (it tells the remote side); one that
+    /// does not is abandoned [`REMOTE_CANCEL_GRACE`] later.
+    async fn run_remote(&self, remote: &dyn RemoteAgent, timeout: Duration, traceparent: Option<&str>) -> Outcome {
+        let (ctx, rt, task) = (self.ctx, self.rt, self.task);
+        let gate = BusApprovalGate::new(
+            ctx.bus.clone(),
+            rt.approvals.clone(),
+            self.progress.clone(),
+            task.tenant.clone(),
+            ctx.metrics.clone(),
+        );
+        let remote_task = RemoteTask {
+            tenant: task.tenant.clone(),
+            job_id: task.job_id,
+            task_id: task.task_id,
+            subagent_type: task.subagent_type.clone(),
+            description: task.description.clone(),
+            attempt: self.progress.attempt,
+            timeout,
+            cancel: self.cancel.clone(),
+            traceparent: traceparent.map(str::to_string),
+            approvals: Some(Arc::new(gate)),
+            asked: Default::default(),
+        };
+        let run = remote.run(&remote_task, self.progress);
+        let abandoned = async {
+            self.cancel.cancelled().await;
+            tokio::time::sleep(REMOTE_CANCEL_GRACE).await;
+        };
+        let timed_out = || {
+            let message = format!("{} did not answer within {}s", remote.identity().model, timeout.as_secs());
+            (ErrorInfo::new(ErrorKind::Timeout, message), Usage::default())
+        };
+        tokio::select! {
+            r = tokio::time::timeout(timeout, run) => match r {
+                Ok(Ok(answer)) => Ok((answer.text, answer.usage)),
+                Ok(Err(failure)) => Err((why_cancelled(ctx, task, failure.error), failure.usage)),
+                Err(_) => Err(timed_out()),
+            },
+            () = abandoned => {
+                let e = ErrorInfo::new(ErrorKind::Cancelled, "cancelled; the remote agent did not stop in time");
+                Err((why_cancelled(ctx, task, e), Usage::default()))
+            }
+        }
+    }
+}
+
+/// How long a cancelled remote run may take to tell its agent and return.
+const REMOTE_CANCEL_GRACE: Duration = Duration::from_secs(10);
 
 /// Whether the attempt ends without a report, the task handed back: the
 /// worker stops and the drain grace ran out, or a transient failure has

@@ -23,6 +23,7 @@
 pub mod agent;
 pub mod audit;
 pub mod model;
+pub mod remote;
 pub mod sanitize;
 pub mod spans;
 pub mod tokens;

@@ -202,6 +202,15 @@ pub struct Bus {
 }
 
 impl Bus {
+    /// The core NATS connection, for a crate that speaks another protocol
+    /// on the same connection (the Synadia Agent Protocol,
+    /// orchestrator/agent-protocol): it shares the credentials, TLS and
+    /// inbox prefix Flotilla was configured with. Flotilla's own streams
+    /// and buckets are reached through the typed stores, never through it.
+    pub fn nats(&self) -> &async_nats::Client {
+        &self.client
+    }
+
     /// Connects as `name` (shown in `nats-server` connection lists), retrying
     /// for up to `wait` so processes may start before the server.
     pub async fn connect(config: &NatsConfig, name: &str, wait: Duration) -> Result<Self, BusError> {

@@ -8,6 +8,8 @@
 
 #![deny(missing_docs)]
 
+pub mod a2a;
+pub mod agent_protocol;
 pub mod builtin_tools;
 pub mod files;
 pub mod interrupt;
@@ -324,7 +326,23 @@ impl Settings {
         let mut subagents = BTreeMap::new();
         for (name, s) in raw.subagents {
             let ty = SubagentType::new(&name).map_err(|e| invalid(format!("subagents.{name}"), e.to_string()))?;
-            check_model(format!("subagents.{name}.model"), &s.model)?;
+            match (s.model.is_empty(), &s.agent, &s.a2a) {
+                (false, None, None) => check_model(format!("subagents.{name}.model"), &s.model)?,
+                (true, Some(_), None) | (true, None, Some(_)) => check_remote(&name, &s)?,
+                (true, None, None) => {
+                    return Err(invalid(
+                        format!("subagents.{name}.model"),
+                        "required: name a model under [models], or back the type by a remote agent with \
+                         `agent` or `a2a` (docs/PROTOCOLS.md)",
+                    ));
+                }
+                _ => {
+                    return Err(invalid(
+                        format!("subagents.{name}"),
+                        "set exactly one of `model`, `agent` and `a2a`: a type runs a model loop or a remote agent",
+                    ));
+                }
+            }
             check_subagent(&name, &s)?;
             subagents.insert(ty, s);
         }
@@ -426,6 +444,52 @@ fn check_context(context_tokens: u64, report_tokens: u64, prompt: &str) -> Resul
             "planner.compaction_prompt",
             "must not be empty (the instructions of the compaction call)",
         ));
+    }
+    Ok(())
+}
+
+/// A type backed by a remote agent (docs/PROTOCOLS.md, "Remote subagent
+/// types") runs no model loop in the worker: the keys only that loop reads
+/// would be silently ignored, so they are refused.
+fn check_remote(name: &str, s: &SubagentConfig) -> Result<(), ConfigError> {
+    let loop_only = [
+        ("tools", !s.tools.is_empty()),
+        ("sandbox", s.sandbox.is_some()),
+        ("interrupt_on", !s.interrupt_on.is_empty()),
+        ("permissions", !s.permissions.is_empty()),
+        ("mcp_resources", !s.mcp_resources.is_empty()),
+        ("mcp_prompt", s.mcp_prompt.is_some()),
+        ("stop_at_tools", !s.stop_at_tools.is_empty()),
+        ("idempotent_tools", !s.idempotent_tools.is_empty()),
+        ("output_schema", s.output_schema.is_some()),
+        ("system_prompt", !s.system_prompt.is_empty()),
+    ];
+    if let Some((key, _)) = loop_only.iter().find(|(_, set)| *set) {
+        return Err(invalid(
+            format!("subagents.{name}.{key}"),
+            "not available on a type backed by a remote agent (`agent` or `a2a`): the remote agent has its own \
+             tools and prompt; remove the key or use `model`",
+        ));
+    }
+    let token = |t: &str| !t.is_empty() && !t.contains(['.', '*', '>', ' ', '\t', '\n', '\r']);
+    if let Some(a) = &s.agent {
+        for (key, v) in [("name", &a.name), ("owner", &a.owner)] {
+            if !token(v) {
+                return Err(invalid(
+                    format!("subagents.{name}.agent.{key}"),
+                    format!("{v:?} is not one NATS subject token (non-empty, no dots, wildcards or spaces)"),
+                ));
+            }
+        }
+    }
+    if let Some(a) = &s.a2a {
+        let ok = url::Url::parse(&a.url).is_ok_and(|u| matches!(u.scheme(), "http" | "https") && u.has_host());
+        if !ok {
+            return Err(invalid(
+                format!("subagents.{name}.a2a.url"),
+                format!("{:?} is not an http(s) URL (the agent's base URL, e.g. https://agents.example/a2a)", a.url),
+            ));
+        }
     }
     Ok(())
 }

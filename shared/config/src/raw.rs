@@ -280,8 +280,16 @@ pub struct SubagentConfig {
     /// The subagent's system prompt.
     #[serde(default)]
     pub system_prompt: String,
-    /// Name under `[models]`.
+    /// Name under `[models]`; empty on a type backed by a remote agent
+    /// (`agent` or `a2a`, docs/PROTOCOLS.md).
+    #[serde(default)]
     pub model: String,
+    /// A Synadia Agent Protocol agent that runs this type's tasks instead of a model loop.
+    #[serde(default)]
+    pub agent: Option<crate::agent_protocol::AgentRef>,
+    /// A remote A2A agent that runs this type's tasks instead of a model loop.
+    #[serde(default)]
+    pub a2a: Option<crate::a2a::A2aAgentRef>,
     /// The tools this type gets; nothing else, whatever a task says.
     #[serde(default)]
     pub tools: Vec<crate::ToolRef>,

@@ -181,3 +181,35 @@ fn context_keys_have_defaults_and_refuse_nonsense_naming_the_key() {
     let p = s.planner().unwrap();
     assert_eq!((p.context_tokens, p.report_tokens, p.compaction_prompt.as_str()), (3000, 200, "Summarise."));
 }
+
+#[test]
+fn a_remote_type_names_its_agent_instead_of_a_model_and_refuses_model_loop_keys() {
+    let d = tmpdir();
+    write(&d, "s.toml", "");
+    let remote = |body: &str| format!("{GOOD}\n[subagents.coder]\ndescription = \"codes\"\n{body}\n");
+    let p = write(&d, "f.toml", &remote("agent = { name = \"claude-code\", owner = \"alice\" }"));
+    let s = Settings::load_with_env(Some(&p), vec![]).unwrap();
+    let coder = &s.subagents[&SubagentType::new("coder").unwrap()];
+    assert_eq!(coder.agent.as_ref().map(|a| a.name.as_str()), Some("claude-code"));
+    assert!(coder.model.is_empty());
+    let p =
+        write(&d, "f.toml", &remote("a2a = { url = \"https://agents.example/a2a\", auth = { bearer_env = \"T\" } }"));
+    let s = Settings::load_with_env(Some(&p), vec![]).unwrap();
+    assert!(s.subagents[&SubagentType::new("coder").unwrap()].a2a.is_some());
+
+    let cases = [
+        ("", "subagents.coder.model", "`agent` or `a2a`"),
+        ("model = \"script\"\nagent = { name = \"a\", owner = \"b\" }", "subagents.coder", "exactly one"),
+        ("agent = { name = \"a\", owner = \"b\" }\na2a = { url = \"https://x\" }", "subagents.coder", "exactly one"),
+        ("agent = { name = \"a\", owner = \"b\" }\ntools = [\"read_file\"]", "subagents.coder.tools", "remote agent"),
+        ("agent = { name = \"a.b\", owner = \"b\" }", "subagents.coder.agent.name", "one NATS subject token"),
+        ("agent = { name = \"a\", owner = \"*\" }", "subagents.coder.agent.owner", "one NATS subject token"),
+        ("a2a = { url = \"ftp://x\" }", "subagents.coder.a2a.url", "http(s) URL"),
+        ("a2a = { url = \"https://x\" }\nsystem_prompt = \"be nice\"", "subagents.coder.system_prompt", "own tools"),
+    ];
+    for (body, key, why) in cases {
+        let p = write(&d, "f.toml", &remote(body));
+        let err = Settings::load_with_env(Some(&p), vec![]).unwrap_err().to_string();
+        assert!(err.contains(&format!("`{key}`")) && err.contains(why), "{body:?}: {err}");
+    }
+}

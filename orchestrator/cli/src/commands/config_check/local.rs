@@ -34,7 +34,7 @@ pub fn sections(settings: &Settings) -> Vec<Check> {
 /// The models the planner or a subagent type uses.
 pub fn used_models(settings: &Settings) -> BTreeSet<String> {
     let planner = settings.planner.iter().map(|p| p.model.clone());
-    planner.chain(settings.subagents.values().map(|s| s.model.clone())).collect()
+    planner.chain(settings.subagents.values().map(|s| s.model.clone())).filter(|m| !m.is_empty()).collect()
 }
 
 /// Each used model built as the orchestrator and workers build it
