@@ -9,7 +9,12 @@
 //! bytes clients wrote to NATS per task (the server's `in_bytes` from
 //! `/varz`, before and after), the orchestrator's peak RSS (`VmHWM` of
 //! `/proc/<pid>/status`) and the input tokens of the planner's largest model
-//! request (its `planner_step` events). Results: docs/PERFORMANCE.md.
+//! request (its `planner_step` events). After the job ends it times the
+//! status calls behind the dashboard's job page (orchestrator/dashboard):
+//! the first page of 100 tasks, and a page filtered by state (`failed`,
+//! which matches nothing in a job that completed, so every task is read)
+//! and by search text (one item's name), each the median of 5 calls.
+//! Results: docs/PERFORMANCE.md.
 
 use std::time::{Duration, Instant};
 
@@ -61,6 +66,15 @@ struct Measured {
     /// Tasks whose report was consolidated as completed.
     completed: usize,
     answer: String,
+    /// Median latency of the job page's status calls after the job ended.
+    console: ConsoleCalls,
+}
+
+/// The dashboard job page's status calls on the finished job, median of 5 each.
+struct ConsoleCalls {
+    first_page: Duration,
+    by_state: Duration,
+    by_text: Duration,
 }
 
 /// Rows (measure, result, target) for the bench table, one per job.
@@ -83,13 +97,16 @@ pub async fn measure(sizes: &[usize]) -> anyhow::Result<Vec<Row>> {
 
 fn result_row(n: usize, m: &Measured) -> String {
     format!(
-        "{:.3} ms/task ({:.1} s), {:.0} B/task written, orchestrator peak RSS {:.1} MiB, planner max request {} tokens; {} tasks reported completed; answer: {}",
+        "{:.3} ms/task ({:.1} s), {:.0} B/task written, orchestrator peak RSS {:.1} MiB, planner max request {} tokens; {} tasks reported completed; job page: first 100 tasks {:.1} ms, filtered by state {:.1} ms, by text {:.1} ms; answer: {}",
         m.wall.as_secs_f64() * 1000.0 / n as f64,
         m.wall.as_secs_f64(),
         m.bytes_in as f64 / n as f64,
         m.peak_rss_kib as f64 / 1024.0,
         m.max_input_tokens,
         m.completed,
+        m.console.first_page.as_secs_f64() * 1000.0,
+        m.console.by_state.as_secs_f64() * 1000.0,
+        m.console.by_text.as_secs_f64() * 1000.0,
         m.answer.chars().take(120).collect::<String>(),
     )
 }
@@ -122,7 +139,7 @@ async fn run(rig: &Rig, mode: Mode, n: usize) -> anyhow::Result<Measured> {
     let mut events = std::pin::pin!(events::follow(rig.bus(), Scope::All, false).await?);
     let before = rig.nats().bytes_received().await;
     let started = Instant::now();
-    api.submit_with_files(input, files).await?;
+    let job_id = api.submit_with_files(input, files).await?;
     let (mut max_input_tokens, mut completed) = (0, 0);
     let answer = tokio::time::timeout(JOB_TIMEOUT, async {
         while let Some(ev) = events.next().await {
@@ -145,7 +162,45 @@ async fn run(rig: &Rig, mode: Mode, n: usize) -> anyhow::Result<Measured> {
     let wall = started.elapsed();
     let bytes_in = rig.nats().bytes_received().await - before;
     let peak_rss_kib = rig.memory_kib("orchestrator", "VmHWM:")?;
-    Ok(Measured { wall, bytes_in, peak_rss_kib, max_input_tokens, completed, answer })
+    let console = console_calls(&api, job_id, n).await?;
+    Ok(Measured { wall, bytes_in, peak_rss_kib, max_input_tokens, completed, answer, console })
+}
+
+/// Times the status calls the dashboard's job page makes (`view.rs`,
+/// `Client::status_page` and `Client::filtered_page`) on the ended job.
+async fn console_calls(
+    api: &flotilla_client::Client,
+    job: flotilla_protocol::ids::JobId,
+    n: usize,
+) -> anyhow::Result<ConsoleCalls> {
+    use flotilla_protocol::{TaskFilter, TaskState};
+    async fn median<F, Fut>(mut call: F) -> anyhow::Result<Duration>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = anyhow::Result<usize>>,
+    {
+        let mut times = Vec::new();
+        for _ in 0..5 {
+            let t = Instant::now();
+            call().await?;
+            times.push(t.elapsed());
+        }
+        times.sort();
+        Ok(times[2])
+    }
+    let first_page = median(|| async { Ok(api.status_page(job, Some(100), None).await?.job.tasks.len()) }).await?;
+    let failed = TaskFilter { state: Some(TaskState::Failed), ..Default::default() };
+    let by_state =
+        median(|| async { Ok(api.filtered_page(job, failed.clone(), Some(100), None).await?.job.tasks.len()) }).await?;
+    // One item's region name (flotilla_testkit::scripts::region_items), as a person searches.
+    let text = TaskFilter { text: Some(format!("r{}", n - 1)), ..Default::default() };
+    let by_text = median(|| async {
+        let page = api.filtered_page(job, text.clone(), Some(100), None).await?;
+        anyhow::ensure!(page.tasks_matched.unwrap_or(0) >= 1, "the search for one item found none");
+        Ok(page.job.tasks.len())
+    })
+    .await?;
+    Ok(ConsoleCalls { first_page, by_state, by_text })
 }
 
 /// A deployment for a job of `mode`, with room for its tasks and items.
