@@ -175,6 +175,8 @@ pub struct Settings {
     pub tenants: TenantsConfig,
     /// `[telemetry]`: OpenTelemetry export.
     pub telemetry: telemetry::TelemetryConfig,
+    /// `[agent_protocol]`: the Synadia Agent Protocol host (docs/PROTOCOLS.md).
+    pub agent_protocol: agent_protocol::AgentProtocolConfig,
 }
 
 impl Settings {
@@ -364,6 +366,10 @@ impl Settings {
         }
         raw.tenants.check().map_err(|(k, m)| invalid(k, m))?;
         raw.telemetry.validate()?;
+        raw.agent_protocol.validate().map_err(|(k, m)| invalid(k, m))?;
+        for nats in raw.agent_protocol.accounts.values_mut() {
+            Self::validate_nats(nats, base)?;
+        }
         let mut mcp_servers = BTreeMap::new();
         for (name, server) in raw.mcp_servers {
             let s = crate::mcp::validate(&name, server, base).map_err(|p| invalid(p.key, p.message))?;
@@ -385,6 +391,7 @@ impl Settings {
             jobs: raw.jobs,
             tenants: raw.tenants,
             telemetry: raw.telemetry,
+            agent_protocol: raw.agent_protocol,
         })
     }
 

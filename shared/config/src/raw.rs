@@ -36,6 +36,8 @@ pub struct RawConfig {
     pub tenants: super::tenants::TenantsConfig,
     /// `[telemetry]`
     pub telemetry: super::telemetry::TelemetryConfig,
+    /// `[agent_protocol]`
+    pub agent_protocol: super::agent_protocol::AgentProtocolConfig,
 }
 
 /// `[nats]`: where the bus is and how names are prefixed.
