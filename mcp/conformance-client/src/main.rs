@@ -17,6 +17,22 @@
 //! [`Headless`] authorizer: the suite's authorization endpoint redirects at
 //! once, so following it without a browser stands in for the person.
 //!
+//! Revisions: the suite names the revision a scenario is graded at in
+//! `MCP_CONFORMANCE_PROTOCOL_VERSION`. At 2026-07-28 the client negotiates as
+//! a worker does (`server/discover`, falling back to `initialize`); at an
+//! older one it pins that revision (`protocol_version` in the server's
+//! config), as an operator would for a server that answers
+//! `server/discover` with something else than an error (the suite's
+//! 2025-11-25 mock servers answer every unknown method with `{}`).
+//!
+//! Arguments: a scenario that says which calls to make (`toolCalls` in
+//! `MCP_CONFORMANCE_CONTEXT`) gets exactly those; otherwise each tool is
+//! called once with arguments made from its schema, except the echo tool of
+//! the JSON Schema scenarios, which gets the input schema the model is shown
+//! for the scenario's other tool (through a `ToolSet`, as a worker's
+//! subagent sees it), so the suite grades what survives on the way to the
+//! model.
+//!
 //! Elicitation: where a worker asks a person through approvals
 //! (docs/APPROVALS.md, "Elicitation"), this client's [`AcceptAsIs`] accepts
 //! with empty content, so the server receives exactly what Flotilla's
@@ -28,6 +44,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::{Context, bail};
+use flotilla_agent::tool::ToolSet;
 use flotilla_mcp::McpHub;
 use flotilla_mcp::config::{self, RawMcpOAuth, RawMcpOAuthIdp, RawMcpServer};
 use flotilla_mcp::elicitation::{Elicitation, Responder};
@@ -45,6 +62,9 @@ const ID_TOKEN_ENV: &str = "CONFORMANCE_ID_TOKEN";
 /// The Client ID Metadata Document the suite's CIMD scenario expects.
 const CLIENT_METADATA_URL: &str = "https://conformance-test.local/client-metadata.json";
 
+/// The echo tool of the JSON Schema scenarios and its argument.
+const SCHEMA_ECHO_TOOL: &str = "json_schema_echo";
+
 fn main() -> anyhow::Result<()> {
     let url = std::env::args().nth(1).context("usage: mcp-conformance-client <server-url>")?;
     let scenario = std::env::var("MCP_CONFORMANCE_SCENARIO").unwrap_or_default();
@@ -54,13 +74,14 @@ fn main() -> anyhow::Result<()> {
         .unwrap_or(Value::Null);
     eprintln!("scenario {scenario:?} against {url}");
     let oauth = scenario.starts_with("auth/").then(|| oauth_section(&scenario, &context));
+    let pinned = std::env::var("MCP_CONFORMANCE_PROTOCOL_VERSION").ok().filter(|v| v.as_str() < "2026-07-28");
     // Still one thread: no other thread can read the environment meanwhile.
     for (var, key) in [(SECRET_ENV, "client_secret"), (KEY_ENV, "private_key_pem"), (ID_TOKEN_ENV, "idp_id_token")] {
         if let Some(v) = context[key].as_str() {
             unsafe { std::env::set_var(var, v) };
         }
     }
-    tokio::runtime::Builder::new_current_thread().enable_all().build()?.block_on(run(url, oauth))
+    tokio::runtime::Builder::new_current_thread().enable_all().build()?.block_on(run(url, oauth, pinned, context))
 }
 
 /// The `[oauth]` section an operator would write for this scenario's server.
@@ -121,7 +142,7 @@ impl Responder for AcceptAsIs {
     }
 }
 
-async fn run(url: String, oauth: Option<RawMcpOAuth>) -> anyhow::Result<()> {
+async fn run(url: String, oauth: Option<RawMcpOAuth>, pinned: Option<String>, context: Value) -> anyhow::Result<()> {
     flotilla_config::tls::install_crypto_provider();
     let http = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build()?;
     oauth::set_runtime(Some(Arc::new(Headless(http))), None);
@@ -130,6 +151,9 @@ async fn run(url: String, oauth: Option<RawMcpOAuth>) -> anyhow::Result<()> {
         init_timeout: Some(20.0),
         call_timeout: Some(20.0),
         oauth,
+        protocol_version: pinned,
+        // The names the suite's server gave, for calling them back.
+        prefix: Some(false),
         ..Default::default()
     };
     let settings =
@@ -138,18 +162,28 @@ async fn run(url: String, oauth: Option<RawMcpOAuth>) -> anyhow::Result<()> {
     let conn = hub.server(SERVER)?.clone();
     let n = conn.discover().await?;
     eprintln!("initialized; {n} tools");
+    let calls = match context["toolCalls"].as_array() {
+        Some(given) => given
+            .iter()
+            .map(|c| {
+                (
+                    c["name"].as_str().unwrap_or_default().to_string(),
+                    c["arguments"].as_object().cloned().unwrap_or_default(),
+                )
+            })
+            .collect(),
+        None => planned_calls(&hub)?,
+    };
     let mut failed = false;
-    for tool in conn.tools().unwrap_or_default() {
-        let args = example_arguments(&Value::Object((*tool.input_schema).clone()));
-        let r =
-            conn.call_with(&tool.name, args.clone(), RequestMetaObject::default(), Some(Arc::new(AcceptAsIs))).await;
+    for (tool, args) in calls {
+        let r = conn.call_with(&tool, args.clone(), RequestMetaObject::default(), Some(Arc::new(AcceptAsIs))).await;
         match r {
             Ok(result) => {
-                println!("{} {} -> {}", tool.name, Value::Object(args), serde_json::to_string(&result)?);
+                println!("{tool} {} -> {}", Value::Object(args), serde_json::to_string(&result)?);
                 failed |= result.is_error == Some(true);
             }
             Err(e) => {
-                eprintln!("{}: {e}", tool.name);
+                eprintln!("{tool}: {e}");
                 failed = true;
             }
         }
@@ -159,6 +193,28 @@ async fn run(url: String, oauth: Option<RawMcpOAuth>) -> anyhow::Result<()> {
         bail!("some calls failed");
     }
     Ok(())
+}
+
+/// One call per tool, in the order listed, with arguments made from the
+/// schema the model is shown; the schema echo tool gets the other tool's
+/// schema as the model is shown it.
+fn planned_calls(hub: &McpHub) -> anyhow::Result<Vec<(String, JsonObject)>> {
+    let mut set = ToolSet::new(std::time::Duration::from_secs(20));
+    for tool in hub.tools_for(SERVER, None)? {
+        set.add(tool, &format!("mcp:{SERVER}"))?;
+    }
+    let specs = set.model_specs(&[], false);
+    let shown = specs.iter().find(|s| s.name != SCHEMA_ECHO_TOOL).map(|s| s.input_schema.clone());
+    Ok(specs
+        .iter()
+        .map(|spec| {
+            let args = match (spec.name.as_str(), &shown) {
+                (SCHEMA_ECHO_TOOL, Some(schema)) => JsonObject::from_iter([("schema".to_string(), schema.clone())]),
+                _ => example_arguments(&spec.input_schema),
+            };
+            (spec.name.clone(), args)
+        })
+        .collect())
 }
 
 /// Arguments for a call: every required property gets an example of its type

@@ -60,7 +60,16 @@ pub struct RawMcpServer {
     pub required: bool,
     /// http: OAuth 2.1 authorization (`[mcp_servers.<name>.oauth]`, docs/MCP.md "OAuth").
     pub oauth: Option<RawMcpOAuth>,
+    /// The protocol revision to speak, for a server that mishandles the
+    /// newest one's probe; absent: `server/discover` at 2026-07-28, falling
+    /// back to `initialize` (docs/MCP.md "Protocol revisions").
+    pub protocol_version: Option<String>,
 }
+
+/// Revisions `protocol_version` may pin, newest first. 2026-07-28 has no
+/// `initialize` handshake (`server/discover` and per-request `_meta`); the
+/// others start with `initialize` offering that revision.
+pub const PROTOCOL_VERSIONS: [&str; 4] = ["2026-07-28", "2025-11-25", "2025-06-18", "2025-03-26"];
 
 /// `[mcp_servers.<name>.oauth]` before validation.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
@@ -387,6 +396,9 @@ pub struct McpServerSettings {
     pub prefix: bool,
     /// Fail the process start when unreachable.
     pub required: bool,
+    /// The one protocol revision to speak (one of [`PROTOCOL_VERSIONS`]);
+    /// `None`: negotiate, newest first.
+    pub protocol_version: Option<String>,
 }
 
 /// What is wrong with one server's config: the dotted key and why.
@@ -506,6 +518,14 @@ pub fn validate(name: &str, raw: RawMcpServer, base: &Path) -> Result<McpServerS
             return Err(problem("session", format!("unknown mode {other:?}: use \"persistent\" or \"per_call\"")));
         }
     };
+    if let Some(v) = &raw.protocol_version
+        && !PROTOCOL_VERSIONS.contains(&v.as_str())
+    {
+        return Err(problem(
+            "protocol_version",
+            format!("unknown revision {v:?}: use one of {} or leave it out to negotiate", PROTOCOL_VERSIONS.join(", ")),
+        ));
+    }
     Ok(McpServerSettings {
         name: name.to_string(),
         transport,
@@ -514,6 +534,7 @@ pub fn validate(name: &str, raw: RawMcpServer, base: &Path) -> Result<McpServerS
         session,
         prefix: raw.prefix.unwrap_or(true),
         required: raw.required,
+        protocol_version: raw.protocol_version,
     })
 }
 
@@ -609,12 +630,19 @@ mod tests {
             ),
             (RawMcpServer { env: [("A=B".to_string(), "1".to_string())].into(), ..stdio() }, "mcp_servers.a.env"),
             (RawMcpServer { transport: Some("stdio".into()), ..Default::default() }, "mcp_servers.a.command"),
+            (RawMcpServer { protocol_version: Some("2024-10-07".into()), ..stdio() }, "mcp_servers.a.protocol_version"),
         ];
         for (raw, key) in cases {
             let p = validate("a", raw.clone(), Path::new(".")).unwrap_err();
             assert_eq!(p.key, key, "{raw:?}: {}", p.message);
         }
         assert_eq!(validate("a.b", stdio(), Path::new(".")).unwrap_err().key, "mcp_servers.a.b");
+        let p = validate("a", RawMcpServer { protocol_version: Some("latest".into()), ..stdio() }, Path::new("."));
+        assert!(p.unwrap_err().message.contains("use one of 2026-07-28, 2025-11-25, 2025-06-18, 2025-03-26"));
+        for v in PROTOCOL_VERSIONS {
+            let raw = RawMcpServer { protocol_version: Some(v.into()), ..stdio() };
+            assert_eq!(validate("a", raw, Path::new(".")).unwrap().protocol_version.as_deref(), Some(v));
+        }
     }
 
     fn oauth(o: RawMcpOAuth) -> RawMcpServer {

@@ -199,40 +199,71 @@ impl ClientHandler for FlotillaClient {
         request: ElicitRequestParams,
         context: RequestContext<RoleClient>,
     ) -> Result<ElicitResult, ErrorData> {
-        let server = &self.server;
-        let ElicitRequestParams::FormElicitationParams { message, requested_schema, .. } = request else {
-            tracing::warn!(server = %server, "URL-mode elicitation is not supported (not advertised); declined");
-            return Ok(ElicitResult::new(ElicitationAction::Decline));
-        };
-        let (responder, answering) = match self.calls.target(context.extensions.get::<InboundStreamOrigin>()) {
-            Ok(Target { responder: Some(r), answering }) => (r, answering),
-            Ok(Target { responder: None, .. }) => {
-                tracing::info!(server = %server, "elicitation declined: the call in flight takes no answers");
-                return Ok(ElicitResult::new(ElicitationAction::Decline));
-            }
-            Err(why) => {
-                tracing::warn!(server = %server, "elicitation declined: {why}");
-                return Ok(ElicitResult::new(ElicitationAction::Decline));
-            }
-        };
-        let requested_schema = serde_json::to_value(&requested_schema)
-            .map_err(|e| ErrorData::invalid_params(format!("unusable requested schema: {e}"), None))?;
-        let asked = Elicitation { server: server.clone(), message, requested_schema: requested_schema.clone() };
-        let waiting = Answering::start(answering);
-        let mut answer = tokio::select! {
-            answer = responder.respond(asked) => answer,
-            // The server gave up on its request (notifications/cancelled).
-            _ = context.ct.cancelled() => ElicitResult::new(ElicitationAction::Cancel),
-        };
-        drop(waiting);
-        if answer.action == ElicitationAction::Accept {
-            let given = answer.content.take().unwrap_or_else(|| Value::Object(Default::default()));
-            answer.content = Some(apply_defaults(&requested_schema, &given));
-        } else {
-            answer.content = None;
-        }
-        Ok(answer)
+        let target = self.calls.target(context.extensions.get::<InboundStreamOrigin>());
+        ask(&self.server, target, request, context.ct).await
     }
+}
+
+impl Registered {
+    /// Answers a question the server asked this call in an `input_required`
+    /// result (2026-07-28, SEP-2322): the call is known, so no stream has to
+    /// name it.
+    pub(crate) async fn answer(&self, server: &str, request: ElicitRequestParams) -> Result<ElicitResult, ErrorData> {
+        let target = self
+            .calls
+            .lock()
+            .1
+            .iter()
+            .find(|c| c.token == self.token)
+            .map(|c| Target { responder: c.responder.clone(), answering: c.answering.clone() })
+            .ok_or_else(|| "the call is no longer in flight".to_string());
+        // The server cannot withdraw a question it put in a result: the call
+        // ends (and drops this future) instead.
+        ask(server, target, request, tokio_util::sync::CancellationToken::new()).await
+    }
+}
+
+/// One form-mode question to `target`'s person, the answer with the
+/// schema's defaults applied; declined when nobody can answer (URL mode is
+/// not offered, the call takes no answers, or no call is meant).
+async fn ask(
+    server: &str,
+    target: Result<Target, String>,
+    request: ElicitRequestParams,
+    cancelled: tokio_util::sync::CancellationToken,
+) -> Result<ElicitResult, ErrorData> {
+    let ElicitRequestParams::FormElicitationParams { message, requested_schema, .. } = request else {
+        tracing::warn!(server = %server, "URL-mode elicitation is not supported (not advertised); declined");
+        return Ok(ElicitResult::new(ElicitationAction::Decline));
+    };
+    let (responder, answering) = match target {
+        Ok(Target { responder: Some(r), answering }) => (r, answering),
+        Ok(Target { responder: None, .. }) => {
+            tracing::info!(server = %server, "elicitation declined: the call in flight takes no answers");
+            return Ok(ElicitResult::new(ElicitationAction::Decline));
+        }
+        Err(why) => {
+            tracing::warn!(server = %server, "elicitation declined: {why}");
+            return Ok(ElicitResult::new(ElicitationAction::Decline));
+        }
+    };
+    let requested_schema = serde_json::to_value(&requested_schema)
+        .map_err(|e| ErrorData::invalid_params(format!("unusable requested schema: {e}"), None))?;
+    let asked = Elicitation { server: server.to_string(), message, requested_schema: requested_schema.clone() };
+    let waiting = Answering::start(answering);
+    let mut answer = tokio::select! {
+        answer = responder.respond(asked) => answer,
+        // The server gave up on its request (notifications/cancelled).
+        _ = cancelled.cancelled() => ElicitResult::new(ElicitationAction::Cancel),
+    };
+    drop(waiting);
+    if answer.action == ElicitationAction::Accept {
+        let given = answer.content.take().unwrap_or_else(|| Value::Object(Default::default()));
+        answer.content = Some(apply_defaults(&requested_schema, &given));
+    } else {
+        answer.content = None;
+    }
+    Ok(answer)
 }
 
 /// Content with SEP-1034 defaults applied: every top-level property of

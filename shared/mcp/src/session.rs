@@ -1,6 +1,18 @@
 //! Opening one MCP session: start the stdio child (or reach the HTTP
-//! endpoint), run `initialize` under a timeout, and send requests with a
-//! timeout and `_meta` (rmcp itself waits forever by default).
+//! endpoint), agree on a protocol revision under a timeout, and send requests
+//! with a timeout and `_meta` (rmcp itself waits forever by default).
+//!
+//! Revisions (docs/MCP.md, "Protocol revisions"): the session opens in
+//! rmcp's `Auto` lifecycle, `server/discover` for 2026-07-28 (stateless:
+//! every request then carries the protocol version, client info and
+//! capabilities in `_meta`, and over HTTP the `MCP-Protocol-Version`,
+//! `Mcp-Method` and `Mcp-Name` headers), falling back to the `initialize`
+//! handshake at 2025-11-25 for a server that does not know `server/discover`,
+//! from which the server negotiates down (2025-06-18, ...) as usual. rmcp
+//! does the probing, the fallback and the headers; this module drives the
+//! 2026-07-28 multi round-trip requests of a tool call (SEP-2322), whose
+//! questions go to the same person as a 2025-11-25 server's
+//! `elicitation/create` does.
 //!
 //! A stdio child runs with a cleared environment: `PATH`, the variables the
 //! config declares, and nothing else, so worker secrets (NATS credentials,
@@ -15,10 +27,10 @@ use std::time::Duration;
 use rmcp::RoleClient;
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotificationParam, ClientCapabilities,
-    ClientConfig, ClientRequest, ElicitationCapability, FormElicitationCapability, Implementation, JsonObject,
-    ProtocolVersion, RequestMetaObject, ServerResult,
+    ClientConfig, ClientRequest, ElicitationCapability, FormElicitationCapability, Implementation, InputRequest,
+    InputRequests, InputResponses, JsonObject, ProtocolVersion, RequestMetaObject, ServerResult,
 };
-use rmcp::service::{PeerRequestOptions, RunningService, ServiceError, ServiceExt};
+use rmcp::service::{ClientLifecycleMode, ClientServiceExt, PeerRequestOptions, RunningService, ServiceError};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use tokio::io::AsyncBufReadExt;
@@ -34,6 +46,10 @@ const MAX_REDIRECTS: usize = 10;
 /// Longest stderr line logged; the rest is cut.
 const STDERR_LINE_MAX: usize = 2000;
 
+/// Most `input_required` answers one tool call may get (SEP-2322): a server
+/// that keeps asking is refused rather than looped with forever.
+const MAX_INPUT_ROUNDS: usize = 8;
+
 /// One open session.
 pub struct Session {
     service: RunningService<RoleClient, FlotillaClient>,
@@ -45,12 +61,11 @@ pub struct Session {
     auth: Option<oauth::SessionAuth>,
 }
 
-/// What Flotilla offers in `initialize`. It speaks the session-based
-/// protocol (an `initialize` handshake), so it offers the newest version that
-/// still has one; servers negotiate down from there as usual. It offers
-/// form-mode elicitation: a person answers through approvals
-/// (docs/APPROVALS.md, "Elicitation"), and the orchestrator validates the
-/// content against the requested schema.
+/// What Flotilla offers in `server/discover`, in every 2026-07-28 request's
+/// `_meta`, and in `initialize` to older servers. It offers form-mode
+/// elicitation: a person answers through approvals (docs/APPROVALS.md,
+/// "Elicitation"), and the orchestrator validates the content against the
+/// requested schema.
 fn client_info() -> ClientConfig {
     let mut form = FormElicitationCapability::new();
     form.schema_validation = Some(true);
@@ -59,12 +74,45 @@ fn client_info() -> ClientConfig {
     let mut capabilities = ClientCapabilities::default();
     capabilities.elicitation = Some(elicitation);
     ClientConfig::new(capabilities, Implementation::new("flotilla", env!("CARGO_PKG_VERSION")))
-        .with_protocol_version(ProtocolVersion::LATEST_WITH_INITIALIZE)
+        .with_protocol_version(ProtocolVersion::LATEST)
 }
 
-/// The handler a session with `settings`' server runs with.
+/// How a session agrees on a revision: `server/discover` offering 2026-07-28;
+/// a server that answers it with an error (it predates the method) gets the
+/// `initialize` handshake offering 2025-11-25, the newest revision that has
+/// one. rmcp's `Auto` mode, which also falls back when a server leaves the
+/// probe unanswered for 10 s. A pinned `protocol_version` speaks that
+/// revision only: `server/discover` without fallback for 2026-07-28,
+/// `initialize` offering it for an older one.
+fn lifecycle(settings: &McpServerSettings) -> ClientLifecycleMode {
+    match settings.protocol_version.as_deref() {
+        None => ClientLifecycleMode::Auto {
+            preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+            legacy_version: Some(ProtocolVersion::LATEST_WITH_INITIALIZE),
+        },
+        Some(v) => {
+            let version = serde_json::from_value::<ProtocolVersion>(serde_json::Value::String(v.to_string()))
+                .unwrap_or(ProtocolVersion::LATEST_WITH_INITIALIZE);
+            if version.has_initialize() {
+                ClientLifecycleMode::Initialize
+            } else {
+                ClientLifecycleMode::Discover { preferred_versions: vec![version] }
+            }
+        }
+    }
+}
+
+/// The handler a session with `settings`' server runs with; it offers the
+/// pinned revision in `initialize`, else 2025-11-25 (the `Auto` fallback
+/// sets that itself).
 fn handler(settings: &McpServerSettings, calls: &Calls) -> FlotillaClient {
-    FlotillaClient::new(settings.name.clone(), client_info(), calls.clone())
+    let mut info = client_info();
+    if let Some(v) = &settings.protocol_version
+        && let Ok(version) = serde_json::from_value::<ProtocolVersion>(serde_json::Value::String(v.clone()))
+    {
+        info.protocol_version = version;
+    }
+    FlotillaClient::new(settings.name.clone(), info, calls.clone())
 }
 
 /// What an error says about `settings`' server, with URL paths redacted.
@@ -126,7 +174,7 @@ impl Session {
                 }
                 let calls = Calls::default();
                 let service = handler(settings, &calls)
-                    .serve(proc)
+                    .serve_with_lifecycle(proc, lifecycle(settings))
                     .await
                     .map_err(|e| connect_err(format!("initialize failed: {e} (see the server's stderr in the log)")))?;
                 Ok(Session { service, calls, pid, auth: None })
@@ -149,25 +197,36 @@ impl Session {
                 };
                 let Some(oauth) = oauth else {
                     let transport = StreamableHttpClientTransport::with_client(client, config);
-                    let service = handler(settings, &calls).serve(transport).await.map_err(init_err)?;
+                    let service = handler(settings, &calls)
+                        .serve_with_lifecycle(transport, lifecycle(settings))
+                        .await
+                        .map_err(init_err)?;
                     return Ok(Session { service, calls, pid: None, auth: None });
                 };
                 // Reactive discovery (docs/MCP.md "OAuth"): the first
                 // `initialize` goes without a token; a 401 says where to get one.
                 let auth = oauth::SessionAuth::new(settings, oauth, url, client).await?;
                 let transport = || StreamableHttpClientTransport::with_client(auth.client.clone(), config.clone());
-                let service = match handler(settings, &calls).serve(transport()).await {
-                    Ok(service) => service,
-                    Err(e) => match e.auth_challenge() {
-                        Some(challenge) if auth.recover(settings, challenge).await? => {
-                            handler(settings, &calls).serve(transport()).await.map_err(init_err)?
-                        }
-                        _ => return Err(init_err(e)),
-                    },
-                };
+                let service =
+                    match handler(settings, &calls).serve_with_lifecycle(transport(), lifecycle(settings)).await {
+                        Ok(service) => service,
+                        Err(e) => match e.auth_challenge() {
+                            Some(challenge) if auth.recover(settings, challenge).await? => handler(settings, &calls)
+                                .serve_with_lifecycle(transport(), lifecycle(settings))
+                                .await
+                                .map_err(init_err)?,
+                            _ => return Err(init_err(e)),
+                        },
+                    };
                 Ok(Session { service, calls, pid: None, auth: Some(auth) })
             }
         }
+    }
+
+    /// The protocol revision agreed with the server (`2026-07-28`,
+    /// `2025-11-25`, `2025-06-18`, ...).
+    pub fn protocol_version(&self) -> Option<String> {
+        self.service.peer().peer_info().map(|info| info.protocol_version.to_string())
     }
 
     /// The peer, for requests beyond tools (resources, prompts).
@@ -194,7 +253,12 @@ impl Session {
     }
 
     /// One `tools/call` with a timeout and request `_meta`; elicitations the
-    /// server sends during it go to `responder` (declined without one).
+    /// server sends during it go to `responder` (declined without one). A
+    /// 2026-07-28 server asks its questions in `input_required` results
+    /// instead (SEP-2322): they go to the same responder, and the call is
+    /// sent again, under a new request id, with the answers and the
+    /// server's `requestState` exactly as it was sent. The timeout covers
+    /// every round but not the time a person takes to answer.
     pub async fn call_tool(
         &self,
         settings: &McpServerSettings,
@@ -205,41 +269,114 @@ impl Session {
         responder: Option<Arc<dyn Responder>>,
     ) -> Result<CallToolResult, McpError> {
         let retry = (arguments.clone(), meta.clone(), responder.clone());
-        let params = CallToolRequestParams::new(tool.to_string()).with_arguments(arguments);
-        let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+        let mut params = CallToolRequestParams::new(tool.to_string()).with_arguments(arguments);
+        let registered = self.calls.register(responder);
         // Our clock, not rmcp's: it stops while a person answers a question
         // of this call (shared/mcp/src/elicitation.rs).
-        let options = PeerRequestOptions::no_options().with_meta(meta);
-        let registered = self.calls.register(responder);
-        let handle =
-            self.service.peer().send_request_with_option(request, options).await.map_err(|e| classify(settings, e))?;
-        let id = handle.id.clone();
-        registered.sent_as(id.clone());
-        let reply = tokio::select! {
-            reply = handle.await_response() => reply,
-            _ = registered.timed_out(timeout) => {
-                // As rmcp does on its own timeouts: tell the server to stop.
-                let cancel = CancelledNotificationParam::new(Some(id), Some("request timeout".into()));
-                let _ = self.service.peer().notify_cancelled(cancel).await;
-                Err(ServiceError::Timeout { timeout })
+        let clock = registered.timed_out(timeout);
+        tokio::pin!(clock);
+        let timed_out =
+            || McpError::Timeout { server: settings.name.clone(), what: format!("tools/call {tool}"), timeout };
+        for round in 0.. {
+            let request = ClientRequest::CallToolRequest(CallToolRequest::new(params.clone()));
+            let options = PeerRequestOptions::no_options().with_meta(meta.clone());
+            let handle = self
+                .service
+                .peer()
+                .send_request_with_option(request, options)
+                .await
+                .map_err(|e| classify(settings, e))?;
+            let id = handle.id.clone();
+            registered.sent_as(id.clone());
+            let reply = tokio::select! {
+                reply = handle.await_response() => reply,
+                _ = &mut clock => {
+                    // As rmcp does on its own timeouts: tell the server to stop.
+                    let cancel = CancelledNotificationParam::new(Some(id), Some("request timeout".into()));
+                    let _ = self.service.peer().notify_cancelled(cancel).await;
+                    Err(ServiceError::Timeout { timeout })
+                }
+            };
+            match reply {
+                Ok(ServerResult::CallToolResult(r)) => return Ok(r),
+                Ok(ServerResult::InputRequiredResult(asked)) => {
+                    let has_requests = asked.input_requests.as_ref().is_some_and(|r| !r.is_empty());
+                    if !has_requests && asked.request_state.is_none() {
+                        return Err(McpError::Rpc {
+                            server: settings.name.clone(),
+                            code: -32603,
+                            message: "input_required result with neither inputRequests nor requestState".into(),
+                        });
+                    }
+                    if round + 1 >= MAX_INPUT_ROUNDS {
+                        return Err(McpError::Rpc {
+                            server: settings.name.clone(),
+                            code: -32603,
+                            message: format!("tools/call {tool} still asked for input after {MAX_INPUT_ROUNDS} rounds"),
+                        });
+                    }
+                    let answers = tokio::select! {
+                        answers = self.answer(settings, &registered, asked.input_requests.unwrap_or_default()) => answers?,
+                        _ = &mut clock => return Err(timed_out()),
+                    };
+                    params.input_responses = (!answers.is_empty()).then_some(answers);
+                    params.request_state = asked.request_state;
+                }
+                Ok(other) => {
+                    return Err(McpError::Rpc {
+                        server: settings.name.clone(),
+                        code: -32603,
+                        message: format!("unexpected reply to tools/call: {}", reply_kind(&other)),
+                    });
+                }
+                Err(ServiceError::Timeout { .. }) => return Err(timed_out()),
+                Err(e) if self.reauthorized(settings, &e).await? => {
+                    let (arguments, meta, responder) = retry;
+                    return Box::pin(self.call_tool(settings, tool, arguments, meta, timeout, responder)).await;
+                }
+                Err(e) => return Err(classify(settings, e)),
             }
-        };
-        match reply {
-            Ok(ServerResult::CallToolResult(r)) => Ok(r),
-            Ok(other) => Err(McpError::Rpc {
+        }
+        unreachable!("the loop returns")
+    }
+
+    /// The answers to one `input_required` result's requests, keyed as
+    /// asked. Form-mode elicitation is what Flotilla declares; a request
+    /// for sampling or roots, which it does not declare, is refused.
+    async fn answer(
+        &self,
+        settings: &McpServerSettings,
+        call: &super::elicitation::Registered,
+        requests: InputRequests,
+    ) -> Result<InputResponses, McpError> {
+        let mut answers = InputResponses::new();
+        for (key, request) in requests {
+            let asked = match request {
+                InputRequest::Elicitation(e) => e.params,
+                _ => {
+                    return Err(McpError::Rpc {
+                        server: settings.name.clone(),
+                        code: -32602,
+                        message: format!(
+                            "the server asked for input {key:?} by sampling or roots; Flotilla offers only \
+                             form-mode elicitation"
+                        ),
+                    });
+                }
+            };
+            let answer = call.answer(&settings.name, asked).await.map_err(|e| McpError::Rpc {
+                server: settings.name.clone(),
+                code: e.code.0,
+                message: e.message.to_string(),
+            })?;
+            let value = serde_json::to_value(answer).map_err(|e| McpError::Rpc {
                 server: settings.name.clone(),
                 code: -32603,
-                message: format!("unexpected reply to tools/call: {}", reply_kind(&other)),
-            }),
-            Err(ServiceError::Timeout { .. }) => {
-                Err(McpError::Timeout { server: settings.name.clone(), what: format!("tools/call {tool}"), timeout })
-            }
-            Err(e) if self.reauthorized(settings, &e).await? => {
-                let (arguments, meta, responder) = retry;
-                Box::pin(self.call_tool(settings, tool, arguments, meta, timeout, responder)).await
-            }
-            Err(e) => Err(classify(settings, e)),
+                message: format!("cannot encode the answer to {key:?}: {e}"),
+            })?;
+            answers.insert(key, value);
         }
+        Ok(answers)
     }
 
     /// Whether `e` was a 401/403 that OAuth has now answered (new token or

@@ -99,7 +99,8 @@ pub struct ToolSet {
     auditor: std::sync::OnceLock<crate::audit::Auditor>,
 }
 
-/// A tool's input schema as the model reads it: without
+/// A Flotilla tool's input schema as the model reads it (an MCP server's
+/// reaches the model as the server listed it): without
 /// `"additionalProperties": false` and `"minLength": 1`, which cost prompt
 /// tokens on every request and add nothing a model needs. The set still
 /// validates every call against the full schema, so a call with an unknown
@@ -171,7 +172,14 @@ impl ToolSet {
         let validator = jsonschema::validator_for(&spec.input_schema)
             .map_err(|e| ToolSetError::Schema { name: spec.name.clone(), message: e.to_string() })?;
         self.sources.insert(spec.name.clone(), source.to_string());
-        let model = ToolSpec { input_schema: model_schema(&spec.input_schema), ..spec.clone() };
+        // A third party's schema reaches the model as its server listed it
+        // (JSON Schema 2020-12 whole: `$schema`, `$defs`, `additionalProperties`,
+        // docs/MCP.md); only Flotilla's own schemas are trimmed.
+        let model = if source.starts_with(flotilla_config::tool_ref::MCP_PREFIX) {
+            spec.clone()
+        } else {
+            ToolSpec { input_schema: model_schema(&spec.input_schema), ..spec.clone() }
+        };
         self.tools.insert(spec.name.clone(), Entry { tool, spec, model, listed_after: None, validator });
         Ok(())
     }
@@ -353,6 +361,57 @@ pub(crate) mod tests {
             model_schema(&json!({"type": "string", "minLength": 1, "maxLength": 9})),
             json!({"type": "string", "maxLength": 9})
         );
+    }
+
+    /// An MCP server's JSON Schema 2020-12 schema (`$schema`, `$defs` with
+    /// `$anchor`, `$ref`, `prefixItems`, `if`/`then`, `additionalProperties`)
+    /// reaches the model byte for byte, and the validator applies every one
+    /// of those keywords.
+    #[tokio::test]
+    async fn an_mcp_schema_reaches_the_model_whole_and_is_validated_as_2020_12() {
+        let schema = json!({
+            "$schema": "https://json-schema.org/draft/2020-12/schema",
+            "type": "object",
+            "$defs": {"address": {"$anchor": "addr", "type": "object",
+                "properties": {"city": {"type": "string", "minLength": 1}}, "required": ["city"],
+                "additionalProperties": false}},
+            "properties": {
+                "home": {"$ref": "#/$defs/address"},
+                "point": {"type": "array", "prefixItems": [{"type": "number"}, {"type": "string"}], "items": false},
+                "kind": {"enum": ["a", "b"]},
+                "x": {"type": "number"}
+            },
+            "if": {"properties": {"kind": {"const": "a"}}, "required": ["kind"]},
+            "then": {"required": ["point"]},
+            "required": ["x"],
+            "additionalProperties": false
+        });
+        struct Remote(Value);
+        #[async_trait]
+        impl Tool for Remote {
+            fn spec(&self) -> ToolSpec {
+                ToolSpec { name: "remote".into(), description: "r".into(), input_schema: self.0.clone() }
+            }
+            async fn call(&self, _: &ToolContext, args: Value) -> Result<Value, ToolError> {
+                Ok(args["x"].clone())
+            }
+        }
+        let mut s = ToolSet::new(Duration::from_millis(200));
+        s.add(Arc::new(Remote(schema.clone())), "mcp:srv/remote").unwrap();
+        assert_eq!(s.model_specs(&[], false)[0].input_schema, schema, "the model reads the server's schema");
+        let fine = json!({"x": 1, "kind": "a", "point": [1, "n"], "home": {"city": "Oslo"}});
+        assert_eq!(s.invoke(&ctx(), "remote", &fine).await.result.unwrap(), json!(1));
+        for (args, why) in [
+            (json!({"x": 1, "home": {"city": ""}}), "$ref into $defs"),
+            (json!({"x": 1, "home": {"city": "Oslo", "zip": 1}}), "additionalProperties in $defs"),
+            (json!({"x": 1, "point": ["n", 1]}), "prefixItems"),
+            (json!({"x": 1, "point": [1, "n", 3]}), "items: false after prefixItems"),
+            (json!({"x": 1, "kind": "a"}), "if/then"),
+            (json!({"x": 1, "y": 2}), "additionalProperties"),
+        ] {
+            let e = s.invoke(&ctx(), "remote", &args).await.result.unwrap_err();
+            assert_eq!(e.kind, ErrorKind::Validation, "{why}: {args}");
+        }
     }
 
     #[tokio::test]
