@@ -1,6 +1,7 @@
 //! `flotilla orchestrator`: the service process. The library
 //! ([`flotilla_orchestrator::service`]) does the work; this file adds what a
-//! process needs around it: its HTTP endpoints and its signals.
+//! process needs around it: its HTTP endpoints, the agent-protocol host
+//! (`[agent_protocol]`) and its signals.
 
 use flotilla_config::Settings;
 use flotilla_orchestrator::service::Orchestrator;
@@ -18,7 +19,12 @@ pub async fn run(settings: Settings) -> anyhow::Result<i32> {
     if let Some(every) = flotilla_telemetry::otel::metrics_interval() {
         orchestrator.refresh_metrics_every(every, stop.clone());
     }
-    endpoints::start(&settings, &orchestrator, stop).await?;
+    endpoints::start(&settings, &orchestrator, stop.clone()).await?;
+    // The Synadia Agent Protocol host (docs/PROTOCOLS.md): one more client
+    // of the job API, on connections of its own.
+    if settings.agent_protocol.enabled {
+        flotilla_agent_protocol::host::start(&settings.agent_protocol, &settings.nats, stop).await?;
+    }
     orchestrator.run(crate::shutdown_signal()).await?;
     Ok(0)
 }

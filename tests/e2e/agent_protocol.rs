@@ -1,0 +1,117 @@
+//! The Synadia Agent Protocol for NATS (docs/PROTOCOLS.md), with the
+//! official SDKs as real processes against a real nats-server, orchestrator
+//! and worker (scripted models): the `synadia-ai-agents` client discovers
+//! the agent `flotilla` through `$SRV.INFO.agents` and prompts the demo job
+//! (tests/fixtures/agent_protocol_client.py).
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+use flotilla_protocol::ids::{JobId, Tenant};
+use flotilla_protocol::{JobStatus, ListRequest, SCHEMA_VERSION};
+use flotilla_testkit::{Deployment, TIMEOUT, TestConfig};
+use futures::StreamExt;
+use serde_json::Value;
+
+const JOB: &str = "Compute the gross margin of region north: revenue 120, cost 75.";
+
+/// The venv with the Synadia SDKs (`scripts/install-deps --test`).
+fn python() -> PathBuf {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.flotilla/test-deps/agents/bin/python");
+    assert!(p.exists(), "{} is missing: run `scripts/install-deps --test` (the Synadia agent SDKs)", p.display());
+    p
+}
+
+/// Runs the SDK caller with `args`; returns its JSON report.
+pub(crate) async fn sdk_client(args: Vec<String>) -> Value {
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/agent_protocol_client.py");
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new(python()).arg(script).args(args).stdin(Stdio::null()).output().expect("run python")
+    })
+    .await
+    .unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "client failed: {stderr}\n{stdout}");
+    serde_json::from_str(stdout.trim().lines().last().unwrap_or_default())
+        .unwrap_or_else(|e| panic!("client printed no JSON ({e}): {stdout}\n{stderr}"))
+}
+
+/// Waits for the first heartbeat on `subject`: the registration is live.
+pub(crate) async fn first_heartbeat(nats: &async_nats::Client, subject: &str) -> Value {
+    let mut sub = nats.subscribe(subject.to_string()).await.unwrap();
+    let msg = tokio::time::timeout(TIMEOUT, sub.next()).await.expect("a heartbeat").expect("subscription");
+    serde_json::from_slice(&msg.payload).expect("heartbeat JSON")
+}
+
+fn strs(v: &Value, key: &str) -> Vec<String> {
+    v["chunks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["type"] == key)
+        .map(|c| c["data"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sdk_client_discovers_flotilla_and_prompts_the_demo_job_to_its_answer() {
+    let d = Deployment::start(1, |url| {
+        let mut c = TestConfig::demo(url, 1, 50);
+        c.section("[agent_protocol]\nenabled = true\ntenants = [\"default\", \"acme\"]\nheartbeat_secs = 1\n");
+        c
+    })
+    .await;
+    d.orchestrator_ready().await;
+    let beat = first_heartbeat(&d.raw.client, "agents.hb.flotilla.default.default").await;
+    assert_eq!((beat["agent"].as_str(), beat["owner"].as_str()), (Some("flotilla"), Some("default")), "{beat}");
+    assert_eq!(beat["interval_s"], 1, "{beat}");
+    assert_eq!(beat["protocol_version"], "0.3", "{beat}");
+    first_heartbeat(&d.raw.client, "agents.hb.flotilla.acme.default").await;
+
+    let args = ["--url", &d.nats.url(), "--owner", "default", "--prompt", JOB].map(String::from).to_vec();
+    let report = sdk_client(args).await;
+
+    // Discovery: one registration per served tenant, protocol 0.3, the prompt
+    // endpoint in queue group `agents` with its capability metadata.
+    let agents = report["agents"].as_array().unwrap();
+    let mut owners: Vec<&str> = agents.iter().map(|a| a["owner"].as_str().unwrap()).collect();
+    owners.sort_unstable();
+    assert_eq!(owners, ["acme", "default"], "{report}");
+    for a in agents {
+        assert_eq!(a["agent"], "flotilla");
+        assert_eq!(a["protocol_version"], "0.3");
+        assert_eq!(a["session"], "default");
+        assert_eq!(a["queue_group"], "agents");
+        assert_eq!(a["attachments_ok"], false);
+        assert_eq!(a["max_payload"], 1 << 20, "the server's max_payload");
+        assert_eq!(a["endpoints"], serde_json::json!(["prompt", "status"]));
+        assert_eq!(a["prompt_subject"], format!("agents.prompt.flotilla.{}.default", a["owner"].as_str().unwrap()));
+    }
+    assert_eq!(report["status"]["agent"], "flotilla", "the status endpoint answers the heartbeat shape: {report}");
+
+    // The stream: the ack first, the job's id, progress, the answer, the terminator.
+    assert!(report.get("error").is_none(), "{report}");
+    assert_eq!(report["terminated"], true, "{report}");
+    let chunks = report["chunks"].as_array().unwrap();
+    assert_eq!(chunks[0], serde_json::json!({"type": "status", "data": "ack"}), "{report}");
+    let job: JobId = strs(&report, "status")
+        .iter()
+        .find_map(|s| s.strip_prefix("job:").map(|id| id.parse().expect("a job id")))
+        .unwrap_or_else(|| panic!("no job:<id> status: {report}"));
+    let responses = strs(&report, "response");
+    assert!(responses.len() >= 2, "progress, then the answer: {report}");
+    assert!(
+        responses.iter().any(|r| r.contains("-> finance:")),
+        "a task dispatched, as `watch` prints it: {responses:?}"
+    );
+    let answer = responses.last().unwrap();
+    assert!(answer.contains("0.375"), "{answer}");
+
+    // The prompt was a job of the tenant its owner token names, and of no other.
+    let rec = d.client().for_tenant(Tenant::default()).status(job).await.unwrap();
+    assert_eq!(rec.status, JobStatus::Completed);
+    assert_eq!(rec.answer.as_deref(), Some(answer.as_str()));
+    let acme = d.client().for_tenant(Tenant::new("acme").unwrap());
+    let listed = acme.call(&ListRequest { v: SCHEMA_VERSION, ..Default::default() }, "list").await.unwrap();
+    assert!(listed.jobs.is_empty(), "tenant acme has no job: {listed:?}");
+}
