@@ -16,7 +16,7 @@
 //! | `GET /workers`, `/queues`, `/approvals` | the fleet pages and the approvals inbox ([`fleet`]) |
 //! | `GET /fragment/jobs`, `/fragment/jobs/<id>` | the same without the page around it |
 //! | `GET /events` | SSE of every visible job's job-level events, from now on |
-//! | `GET /jobs/<id>/events` (also `/api/jobs/<id>/events`) | SSE of one job's job and progress events, from its first to its last |
+//! | `GET /jobs/<id>/events` (also `/api/jobs/<id>/events`) | SSE of one job's job and progress events, from its first to its last (from now on with `?live=1`) |
 //! | `GET /jobs/<id>/tasks/<task>/events`, `/fleet/events` | SSE of one task's progress from its first; the fleet's totals every 2 s |
 //! | `POST /actions/submit`, `/actions/jobs/<id>/cancel`, `/actions/approvals/<call id>` | the pages' forms ([`forms`]) |
 //! | `/api/*` | the JSON API ([`api`], docs/HTTP_API.md) |
@@ -472,15 +472,25 @@ async fn all_events(
     Ok(sse(events))
 }
 
-/// One job's events, from its first to its terminal one (`/jobs/<id>/events`
-/// and `/api/jobs/<id>/events`).
+/// `?live=1` on a job's `/events`: from now on, no replay.
+#[derive(Deserialize, Default)]
+struct JobEventsQuery {
+    #[serde(default)]
+    live: Option<String>,
+}
+
+/// One job's events, from its first (from now on with `?live=1`) to its
+/// terminal one (`/jobs/<id>/events` and `/api/jobs/<id>/events`).
 async fn job_events(
     State(d): State<Dash>,
     Extension(who): Extension<Principal>,
     Path(id): Path<String>,
+    Query(q): Query<JobEventsQuery>,
 ) -> Result<Response, Failure> {
     let rec = d.visible_job(&who, &id).await?;
-    let events = d.client.follow(Scope::Job(rec.tenant, rec.id), true).await.map_err(unavailable)?;
+    let live = q.live.as_deref().is_some_and(|p| p == "1" || p == "true");
+    let scope = if live { Scope::JobLive(rec.tenant, rec.id) } else { Scope::Job(rec.tenant, rec.id) };
+    let events = d.client.follow(scope, true).await.map_err(unavailable)?;
     // The stream ends right after the job's terminal event: nothing follows
     // it, so the response ends then instead of waiting for another event.
     let events = futures::stream::unfold((Box::pin(events), false), |(mut events, ended)| async move {

@@ -38,6 +38,9 @@ impl Event {
 pub enum Scope {
     /// One job, from its first stored event.
     Job(Tenant, JobId),
+    /// One job, from now on: for a view of a very large job, whose stored
+    /// events (several per task) are too many to replay on every visit.
+    JobLive(Tenant, JobId),
     /// One task's progress events, from its first stored one (job events
     /// are not included, whatever `with_progress` says).
     Task(Tenant, JobId, TaskId),
@@ -88,6 +91,8 @@ pub async fn follow_counted(
     let (filter, replay) = match (&scope, with_progress) {
         (Scope::Job(t, id), true) => (s.job_all(t, id), true),
         (Scope::Job(t, id), false) => (s.job_event(t, id), true),
+        (Scope::JobLive(t, id), true) => (s.job_all(t, id), false),
+        (Scope::JobLive(t, id), false) => (s.job_event(t, id), false),
         (Scope::Task(t, id, task), _) => (s.progress(t, id, task), true),
         (Scope::Tenant(t), true) => (s.tenant_jobs(t), false),
         (Scope::Tenant(t), false) => (s.tenant_job_events(t), false),

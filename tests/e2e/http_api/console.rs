@@ -204,3 +204,61 @@ async fn in_chromium_a_running_1000_item_map_shows_its_progress_moving() {
         browser.until(MAP_TIMEOUT, "the map done", &format!("{done} === 1000"));
     });
 }
+
+/// The event names of an open SSE response, read to its end.
+async fn read_to_end(mut sse: reqwest::Response) -> Vec<String> {
+    assert_eq!(sse.status(), StatusCode::OK);
+    let mut text = String::new();
+    let read = async {
+        while let Some(chunk) = sse.chunk().await.expect("the SSE stream") {
+            text.push_str(&String::from_utf8_lossy(&chunk));
+        }
+    };
+    assert!(tokio::time::timeout(TIMEOUT, read).await.is_ok(), "the stream ends with the job; so far:\n{text}");
+    text.lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .map(|d| serde_json::from_str::<Value>(d).unwrap()["event"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
+/// `?live=1` (what the page of a job of more than 2 000 tasks follows)
+/// starts at the moment of the request: none of the events stored before
+/// it is replayed, the ones after it all arrive, and the stream still ends
+/// with the job. The job waits for a worker that starts only once the live
+/// stream is open, so "before" and "after" are events, not times.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_jobs_page_follows_its_events_from_now_without_replaying_them() {
+    let port = free_port();
+    let mut d = Deployment::start(0, |url| {
+        let mut c = TestConfig::demo(url, 1, 0);
+        c.section(&format!("[dashboard]\nlisten = \"127.0.0.1:{port}\"\n"));
+        c
+    })
+    .await;
+    d.orchestrator_ready().await;
+    let base = format!("http://127.0.0.1:{port}");
+    let job = d.submit(DEMO_JOB).await;
+    eventually(TIMEOUT, "the planner to dispatch the four tasks", || async {
+        Some(d.status(job).await).filter(|r| r.tasks_total >= 4)
+    })
+    .await;
+    // No total timeout on this client: a stream lasts as long as its job.
+    flotilla_config::tls::install_crypto_provider();
+    let streaming = reqwest::Client::new();
+    // The response's headers come once its consumer exists (the dashboard's
+    // `job_events` follows before it answers), so every event published
+    // after `send` returns reaches this stream.
+    let live = streaming.get(format!("{base}/api/jobs/{job}/events?live=1")).send().await.expect("GET live events");
+    d.add_worker("w1");
+    let live_kinds = read_to_end(live).await;
+    let replayed = read_to_end(streaming.get(format!("{base}/api/jobs/{job}/events")).send().await.unwrap()).await;
+    assert_eq!(replayed.first().map(String::as_str), Some("submitted"), "{replayed:?}");
+    for stored in ["submitted", "task_dispatched"] {
+        assert!(replayed.iter().any(|k| k == stored), "the full stream has {stored}: {replayed:?}");
+        assert!(!live_kinds.iter().any(|k| k == stored), "{stored} came before the live stream: {live_kinds:?}");
+    }
+    for later in ["started", "finished", "task_reported"] {
+        assert!(live_kinds.iter().any(|k| k == later), "{later} came after: {live_kinds:?}");
+    }
+    assert_eq!(live_kinds.last().map(String::as_str), Some("completed"), "{live_kinds:?}");
+}
