@@ -1,13 +1,19 @@
 //! The official MCP conformance suite (`@modelcontextprotocol/
-//! conformance` 0.1.16 from npm, run on Node 22 from npm, both installed by
-//! `scripts/install-deps --test`) in client mode, against
-//! `mcp-conformance-client`, a thin binary over Flotilla's own MCP client
-//! (its `auth/*` runs go through `flotilla_mcp::oauth`). Every client
-//! scenario the suite lists runs, a few at a time (the suite starts each
-//! scenario's servers on ports of its own); every graded check must be
-//! SUCCESS. The result table goes to `target/conformance-table.md`, and with
-//! `FLOTILLA_UPDATE_DOCS=1` into docs/MCP.md's "Conformance suite (client
-//! mode)" section.
+//! conformance` 0.2.0-alpha.12 from npm, its newest published version, run
+//! on Node 22 from npm, both installed by `scripts/install-deps --test`) in
+//! client mode, against `mcp-conformance-client`, a thin binary over
+//! Flotilla's own MCP client (its `auth/*` runs go through
+//! `flotilla_mcp::oauth`). Every client scenario the suite lists runs, a few
+//! at a time (the suite starts each scenario's servers on ports of its own):
+//! at the revision the suite picks for it, and once more at 2026-07-28 when
+//! it also applies to that revision and to an older one, so a scenario
+//! graded at 2025-11-25 is also graded over `server/discover`. Every graded
+//! check must be SUCCESS, except in the extensions Flotilla does not
+//! implement ([`NOT_IMPLEMENTED`], each with its reason, docs/MCP.md
+//! "Protocol revisions"), which must still be extensions and still fail, so
+//! the list cannot go stale. The result table goes to
+//! `target/conformance-table.md`, and with `FLOTILLA_UPDATE_DOCS=1` into
+//! docs/MCP.md's "Conformance suite (client mode)" section.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -19,8 +25,27 @@ use serde_json::Value;
 /// Scenarios run at once (2 cores; each is mostly waiting on HTTP).
 const PARALLEL: usize = 4;
 
-/// `conformance list` showed 26 client scenarios on 0.1.16.
-const SCENARIOS_0_1_16: usize = 26;
+/// `conformance list --client` shows 48 client scenarios on 0.2.0-alpha.12.
+const SCENARIOS: usize = 48;
+
+/// The revision without `initialize`, which older scenarios are also run at.
+const MODERN: &str = "2026-07-28";
+
+/// Extension scenarios Flotilla's client does not implement, and why.
+const NOT_IMPLEMENTED: [(&str, &str); 7] = [
+    ("auth/dpop", DPOP),
+    ("auth/dpop-nonce", DPOP),
+    ("auth/wif-jwt-bearer", WIF),
+    ("sep-2640-client-no-prefetch", SKILLS),
+    ("sep-2640-client-verify-digest", SKILLS),
+    ("sep-2640-client-verify-size", SKILLS),
+    ("sep-2640-client-verify-frontmatter", SKILLS),
+];
+const DPOP: &str =
+    "DPoP (SEP-1932, extension io.modelcontextprotocol/auth/dpop): rmcp 3.11's OAuth client sends bearer tokens only";
+const WIF: &str = "workload identity (SEP-1933, extension io.modelcontextprotocol/auth/wif): rmcp 3.11 redeems a JWT bearer grant only for an enterprise ID-JAG, and Flotilla has no workload-token grant of its own";
+const SKILLS: &str =
+    "Skills (SEP-2640, extension io.modelcontextprotocol/skills): the client never lists skills, so nothing is graded";
 
 /// SEP-1034: the client fills a schema's defaults into accepted content.
 const ELICITATION: &str = "elicitation-sep1034-client-defaults";
@@ -41,17 +66,37 @@ fn node() -> PathBuf {
     p
 }
 
-/// The client scenarios `conformance list` names.
-async fn client_scenarios() -> Vec<String> {
-    let out = tokio::process::Command::new(node()).arg(suite()).arg("list").output().await.expect("node runs");
+/// The client scenarios `conformance list --client` names, with the
+/// revisions (or `extension`) each applies to.
+async fn client_scenarios() -> Vec<(String, Vec<String>)> {
+    let out =
+        tokio::process::Command::new(node()).arg(suite()).args(["list", "--client"]).output().await.expect("node runs");
     let text = String::from_utf8_lossy(&out.stdout);
     let client = text.split("Client scenarios").nth(1).unwrap_or_else(|| panic!("no client scenarios in:\n{text}"));
     client
         .lines()
         .filter_map(|l| l.trim().strip_prefix("- "))
-        .filter_map(|l| l.split_whitespace().next())
-        .map(str::to_string)
+        .filter_map(|l| {
+            let (name, tags) = l.split_once(' ').unwrap_or((l, ""));
+            let tags = tags.trim().trim_start_matches('[').trim_end_matches(']');
+            Some((name.to_string(), tags.split(',').map(|t| t.trim().to_string()).filter(|t| !t.is_empty()).collect()))
+        })
         .collect()
+}
+
+/// One run: a scenario, at the revision the suite picks (`None`) or at one given.
+type Run = (String, Option<&'static str>);
+
+/// Each scenario once, and the ones that apply to 2026-07-28 and to an
+/// older revision once more at 2026-07-28.
+fn runs(scenarios: &[(String, Vec<String>)]) -> Vec<Run> {
+    let mut runs: Vec<Run> = scenarios.iter().map(|(s, _)| (s.clone(), None)).collect();
+    for (s, tags) in scenarios {
+        if tags.iter().any(|t| t == MODERN) && tags.iter().any(|t| t.as_str() < MODERN) {
+            runs.push((s.clone(), Some(MODERN)));
+        }
+    }
+    runs
 }
 
 /// One graded check.
@@ -63,19 +108,19 @@ struct Check {
 }
 
 /// Runs one scenario; returns its graded checks (or the log when it left none).
-async fn run(scenario: String, out: PathBuf) -> (String, Result<Vec<Check>, String>) {
-    let dir = out.join(scenario.replace('/', "_"));
-    let run = tokio::process::Command::new(node())
-        .arg(suite())
-        .args(["client", "--scenario", &scenario, "--timeout", "30000", "--command"])
-        .arg(bin("mcp-conformance-client"))
-        .arg("-o")
-        .arg(&dir)
-        .kill_on_drop(true)
-        .output();
+async fn run((scenario, revision): Run, out: PathBuf) -> (Run, Result<Vec<Check>, String>) {
+    let dir =
+        out.join(format!("{}{}", scenario.replace('/', "_"), revision.map(|r| format!("@{r}")).unwrap_or_default()));
+    let mut command = tokio::process::Command::new(node());
+    command.arg(suite()).args(["client", "--scenario", &scenario, "--timeout", "30000"]);
+    if let Some(r) = revision {
+        command.args(["--spec-version", r]);
+    }
+    let run =
+        command.arg("--command").arg(bin("mcp-conformance-client")).arg("-o").arg(&dir).kill_on_drop(true).output();
     let output = match tokio::time::timeout(Duration::from_secs(120), run).await {
         Ok(o) => o.expect("node runs"),
-        Err(_) => return (scenario, Err("did not finish in 120 s".into())),
+        Err(_) => return ((scenario, revision), Err("did not finish in 120 s".into())),
     };
     let log = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
     let checks = checks_json(&dir).map(|checks| {
@@ -89,7 +134,7 @@ async fn run(scenario: String, out: PathBuf) -> (String, Result<Vec<Check>, Stri
             })
             .collect()
     });
-    (scenario, checks.ok_or(log))
+    ((scenario, revision), checks.ok_or(log))
 }
 
 /// The suite writes `<dir>/<scenario>-<time>/checks.json` (nested for `auth/`).
@@ -116,58 +161,80 @@ fn passed(checks: &Result<Vec<Check>, String>) -> bool {
 async fn the_official_conformance_suite_passes_its_client_scenarios() {
     let out = TempDir::new("conformance");
     let scenarios = client_scenarios().await;
-    assert!(
-        scenarios.len() >= SCENARIOS_0_1_16,
-        "conformance list shows {} client scenarios: {scenarios:?}",
-        scenarios.len()
-    );
-    for s in ["initialize", "tools_call", "sse-retry", ELICITATION, "auth/metadata-default", "auth/scope-step-up"] {
-        assert!(scenarios.iter().any(|x| x == s), "{s} missing from {scenarios:?}");
+    let names: Vec<&str> = scenarios.iter().map(|(s, _)| s.as_str()).collect();
+    assert!(names.len() >= SCENARIOS, "conformance list shows {} client scenarios: {names:?}", names.len());
+    for s in ["initialize", "tools_call", "sse-retry", ELICITATION, "request-metadata", "sep-2322-client-request-state"]
+        .into_iter()
+        .chain(["http-standard-headers", "http-custom-headers", "json-schema-2020-12-preservation"])
+        .chain(["auth/authorization-server-migration", "auth/wif-jwt-bearer", "auth/scope-step-up"])
+    {
+        assert!(names.contains(&s), "{s} missing from {names:?}");
+    }
+    for (s, _) in NOT_IMPLEMENTED {
+        let tags =
+            &scenarios.iter().find(|(n, _)| n == s).unwrap_or_else(|| panic!("{s} is gone: update NOT_IMPLEMENTED")).1;
+        assert_eq!(tags, &["extension"], "{s} is no longer only an extension: Flotilla must pass it");
     }
 
+    let runs = runs(&scenarios);
     let started = Instant::now();
-    let mut results: Vec<_> = futures::stream::iter(scenarios.iter().cloned())
-        .map(|s| run(s, out.path().to_path_buf()))
+    let mut results: Vec<_> = futures::stream::iter(runs.iter().cloned())
+        .map(|r| run(r, out.path().to_path_buf()))
         .buffer_unordered(PARALLEL)
         .collect()
         .await;
     let wall = started.elapsed();
-    results.sort_by_key(|(s, _)| scenarios.iter().position(|x| x == s));
+    results.sort_by_key(|(r, _)| runs.iter().position(|x| x == r));
 
-    let table = table(&results);
+    let table = table(&scenarios, &results);
     let target = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/conformance-table.md");
     std::fs::write(&target, &table).unwrap();
     let passing = results.iter().filter(|(_, c)| passed(c)).count();
-    println!("{table}\n{passing}/{} client scenarios pass; wall time {:.1} s", results.len(), wall.as_secs_f64());
+    println!("{table}\n{passing}/{} client runs pass; wall time {:.1} s", results.len(), wall.as_secs_f64());
     if std::env::var_os("FLOTILLA_UPDATE_DOCS").is_some() {
         update_docs(&table);
     }
 
     let mut failures = Vec::new();
-    for (scenario, checks) in &results {
+    for ((scenario, revision), checks) in &results {
+        let at = revision.map(|r| format!(" at {r}")).unwrap_or_default();
+        if NOT_IMPLEMENTED.iter().any(|(s, _)| s == scenario) {
+            if passed(checks) {
+                failures.push(format!("{scenario}{at} passes now: remove it from NOT_IMPLEMENTED and docs/MCP.md"));
+            }
+            continue;
+        }
         match checks {
-            Err(log) => failures.push(format!("{scenario}: no checks.json\n{log}")),
-            Ok(c) if c.is_empty() => failures.push(format!("{scenario}: no graded checks")),
+            Err(log) => failures.push(format!("{scenario}{at}: no checks.json\n{log}")),
+            Ok(c) if c.is_empty() => failures.push(format!("{scenario}{at}: no graded checks")),
             Ok(c) => failures.extend(
                 c.iter()
                     .filter(|c| c.status != "SUCCESS")
-                    .map(|c| format!("{scenario}: check {} {}: {}", c.id, c.status, c.error)),
+                    .map(|c| format!("{scenario}{at}: check {} {}: {}", c.id, c.status, c.error)),
             ),
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
-/// `scenario | checks passed | result`, in `conformance list` order.
-fn table(results: &[(String, Result<Vec<Check>, String>)]) -> String {
-    let mut t = String::from("| Scenario | Checks passed | Result |\n|---|---|---|\n");
-    for (scenario, checks) in results {
+/// `scenario | revision | checks passed | result`, in run order. The suite
+/// grades a scenario at 2026-07-28 when that is the only revision it
+/// applies to, else at 2025-11-25 (its `MCP_CONFORMANCE_PROTOCOL_VERSION`).
+fn table(scenarios: &[(String, Vec<String>)], results: &[(Run, Result<Vec<Check>, String>)]) -> String {
+    let mut t = String::from("| Scenario | Revision | Checks passed | Result |\n|---|---|---|---|\n");
+    for ((scenario, revision), checks) in results {
         let (ok, all) = match checks {
             Ok(c) => (c.iter().filter(|c| c.status == "SUCCESS").count(), c.len()),
             Err(_) => (0, 0),
         };
-        let result = if passed(checks) { "pass" } else { "fail" };
-        t.push_str(&format!("| `{scenario}` | {ok}/{all} | {result} |\n"));
+        let result = match NOT_IMPLEMENTED.iter().find(|(s, _)| s == scenario) {
+            Some((_, why)) => format!("not implemented: {why}"),
+            None if passed(checks) => "pass".into(),
+            None => "fail".into(),
+        };
+        let only_modern = scenarios.iter().any(|(s, tags)| s == scenario && tags == &[MODERN]);
+        let revision = revision.unwrap_or(if only_modern { MODERN } else { "2025-11-25" });
+        t.push_str(&format!("| `{scenario}` | {revision} | {ok}/{all} | {result} |\n"));
     }
     t
 }
