@@ -96,6 +96,14 @@ impl Browser {
         Some(r["result"]["value"].clone())
     }
 
+    /// Makes the page's window `width` x `height` CSS pixels, as a phone or
+    /// a narrow browser window is.
+    pub fn viewport(&mut self, width: u32, height: u32) {
+        let session = self.session.clone();
+        let metrics = json!({"width": width, "height": height, "deviceScaleFactor": 1, "mobile": false});
+        self.call(Some(&session), "Emulation.setDeviceMetricsOverride", metrics);
+    }
+
     /// Saves what the page shows now as a PNG at `path`.
     pub fn screenshot(&mut self, path: &std::path::Path) {
         let session = self.session.clone();

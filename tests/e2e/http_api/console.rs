@@ -145,6 +145,23 @@ async fn the_console_shows_a_jobs_progress_tasks_steps_files_and_the_fleet() {
         browser.open(&format!("{base}/queues"));
         browser.until(TIMEOUT, "the queues page", "!!document.querySelector('tr.queue[data-type=finance]')");
         shot(&mut browser, "queues");
+        // A narrow window (a phone's 375 px): each page fits its width; wide
+        // tables scroll inside their own box, not the page.
+        browser.viewport(375, 800);
+        for (path, ready) in [
+            (format!("/jobs/{job}"), "document.getElementById('done-count').textContent === '4'"),
+            (format!("/jobs/{job}/tasks/{south}"), "document.querySelectorAll('#steps tr.step').length >= 4"),
+            (format!("/jobs/{job}/files"), "document.querySelectorAll('tr.file').length >= 5"),
+            ("/workers".to_string(), "!!document.querySelector('tr.worker[data-worker=w1]')"),
+            ("/queues".to_string(), "!!document.querySelector('tr.queue[data-type=finance]')"),
+            ("/approvals".to_string(), "!!document.getElementById('inbox-empty')"),
+        ] {
+            browser.open(&format!("{base}{path}"));
+            browser.until(TIMEOUT, &path, ready);
+            assert_eq!(browser.eval("window.innerWidth"), Some(json!(375)), "the window is narrow");
+            let fits = "document.documentElement.scrollWidth <= window.innerWidth";
+            assert_eq!(browser.eval(fits), Some(Value::Bool(true)), "{path} is wider than a 375 px window");
+        }
     });
 }
 
