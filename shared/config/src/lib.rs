@@ -175,6 +175,8 @@ pub struct Settings {
     pub tenants: TenantsConfig,
     /// `[telemetry]`: OpenTelemetry export.
     pub telemetry: telemetry::TelemetryConfig,
+    /// `[a2a]`: the A2A v1.0 server on the dashboard's listener.
+    pub a2a: a2a::A2aConfig,
     /// `[agent_protocol]`: the Synadia Agent Protocol host (docs/PROTOCOLS.md).
     pub agent_protocol: agent_protocol::AgentProtocolConfig,
 }
@@ -366,9 +368,13 @@ impl Settings {
         }
         raw.tenants.check().map_err(|(k, m)| invalid(k, m))?;
         raw.telemetry.validate()?;
+        raw.a2a.validate().map_err(|m| invalid("a2a", m))?;
         raw.agent_protocol.validate().map_err(|(k, m)| invalid(k, m))?;
         for nats in raw.agent_protocol.accounts.values_mut() {
             Self::validate_nats(nats, base)?;
+        }
+        if raw.a2a.enabled && raw.dashboard.listen.is_none() {
+            return Err(invalid("a2a.enabled", "the A2A server runs on the HTTP API's listener: set [dashboard] listen"));
         }
         let mut mcp_servers = BTreeMap::new();
         for (name, server) in raw.mcp_servers {
@@ -391,6 +397,7 @@ impl Settings {
             jobs: raw.jobs,
             tenants: raw.tenants,
             telemetry: raw.telemetry,
+            a2a: raw.a2a,
             agent_protocol: raw.agent_protocol,
         })
     }

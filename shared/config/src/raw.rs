@@ -36,6 +36,8 @@ pub struct RawConfig {
     pub tenants: super::tenants::TenantsConfig,
     /// `[telemetry]`
     pub telemetry: super::telemetry::TelemetryConfig,
+    /// `[a2a]`
+    pub a2a: super::a2a::A2aConfig,
     /// `[agent_protocol]`
     pub agent_protocol: super::agent_protocol::AgentProtocolConfig,
 }
