@@ -1,6 +1,7 @@
 //! End-to-end tests: one binary (fast to link), one module per feature.
 //! Each test starts its own nats-server and processes, so tests run in parallel.
 
+mod a2a;
 mod agent_protocol;
 mod approvals;
 mod approvals_cancel;

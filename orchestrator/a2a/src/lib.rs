@@ -1,1 +1,14 @@
-//! A2A v1.0 (docs/PROTOCOLS.md).
+//! A2A v1.0, both ways (docs/PROTOCOLS.md, "A2A v1.0").
+//!
+//! - [`wire`]: the protocol's types in its ProtoJSON spelling, shared by both sides.
+//! - `server` (feature `server`, enabled only by `flotilla-cli`): Flotilla's
+//!   job API as an A2A agent on the HTTP API's listener, over the job-API
+//!   client. Behind a feature because the worker links this crate for the
+//!   client and must not reach `flotilla-client` (docs/ARCHITECTURE.md).
+
+#![deny(missing_docs)]
+
+pub mod wire;
+
+#[cfg(feature = "server")]
+pub mod server;

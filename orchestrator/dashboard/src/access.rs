@@ -30,7 +30,7 @@ impl Principal {
 
     /// Whose jobs a listing shows, given the `?tenant=` asked for (every
     /// tenant's when `None`).
-    pub fn list_scope(&self, asked: Option<Tenant>) -> Result<Option<Tenant>, Failure> {
+    pub(crate) fn list_scope(&self, asked: Option<Tenant>) -> Result<Option<Tenant>, Failure> {
         match self {
             Principal::Tenant(t) => match asked {
                 Some(a) if &a != t => Err(other_tenant(t)),
@@ -42,7 +42,7 @@ impl Principal {
 
     /// The one tenant a tenant-wide request (a submit, the approvals list)
     /// acts for, given `?tenant=`.
-    pub fn tenant_for(&self, asked: Option<Tenant>) -> Result<Tenant, Failure> {
+    pub(crate) fn tenant_for(&self, asked: Option<Tenant>) -> Result<Tenant, Failure> {
         match self {
             Principal::Tenant(t) => self.list_scope(asked).map(|_| t.clone()),
             Principal::Admin => Ok(asked.unwrap_or_default()),
@@ -55,7 +55,7 @@ impl Principal {
     }
 
     /// Whether this principal may change a job of `tenant` (which it sees).
-    pub fn may_act(&self, tenant: &Tenant) -> Result<(), Failure> {
+    pub(crate) fn may_act(&self, tenant: &Tenant) -> Result<(), Failure> {
         match self {
             Principal::Anonymous if tenant != &Tenant::default() => Err(Failure(
                 StatusCode::FORBIDDEN,

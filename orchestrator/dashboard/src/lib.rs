@@ -72,7 +72,7 @@ use futures::{Stream, StreamExt};
 use serde::Deserialize;
 
 use csrf::CsrfToken;
-use guard::Principal;
+pub use guard::Principal;
 
 /// Every tenant's job records, read-only: what the dashboard lists and
 /// shows (the orchestrator's job store, handed in by the binary).
@@ -162,6 +162,21 @@ pub fn router(
     client: Client,
     files: &FilesConfig,
 ) -> anyhow::Result<axum::Router> {
+    router_with(addr, config, reader, client, files, axum::Router::new())
+}
+
+/// [`router`] with `mounted`'s routes behind the same guard (the binary's
+/// A2A server, docs/PROTOCOLS.md): each of its requests carries the
+/// authenticated [`Principal`] as an extension, and a bearer-token request
+/// passes without CSRF proof, as for `/api/*`.
+pub fn router_with(
+    addr: SocketAddr,
+    config: &DashboardConfig,
+    reader: Arc<dyn JobRecords>,
+    client: Client,
+    files: &FilesConfig,
+    mounted: axum::Router,
+) -> anyhow::Result<axum::Router> {
     let guard = Arc::new(guard::Guard::from_config(config, addr)?);
     let uploads =
         positive("[dashboard] max_concurrent_uploads", config.max_concurrent_uploads, MAX_CONCURRENT_UPLOADS)?;
@@ -174,6 +189,7 @@ pub fn router(
     };
     // `POST /api/jobs` reads its body itself, within its own limit (api.rs).
     Ok(routes(state)
+        .merge(mounted)
         .layer(axum::extract::DefaultBodyLimit::max(OTHER_BODY_LIMIT))
         .layer(axum::middleware::from_fn_with_state(guard, guard::check)))
 }

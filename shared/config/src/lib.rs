@@ -374,7 +374,10 @@ impl Settings {
             Self::validate_nats(nats, base)?;
         }
         if raw.a2a.enabled && raw.dashboard.listen.is_none() {
-            return Err(invalid("a2a.enabled", "the A2A server runs on the HTTP API's listener: set [dashboard] listen"));
+            return Err(invalid(
+                "a2a.enabled",
+                "the A2A server runs on the HTTP API's listener: set [dashboard] listen",
+            ));
         }
         let mut mcp_servers = BTreeMap::new();
         for (name, server) in raw.mcp_servers {

@@ -41,7 +41,21 @@ pub async fn start(
         let bus = Bus::connect(&settings.nats, "flotilla-dashboard", Duration::from_secs(30)).await?;
         let client = flotilla_client::Client::new(bus, Default::default());
         let records = std::sync::Arc::new(Records(orchestrator.jobs_reader()));
-        let router = flotilla_dashboard::router(addr, &settings.dashboard, records, client, &settings.files)?;
+        let a2a = settings.a2a.enabled.then(|| a2a_server(settings, client.clone()));
+        let mounted = a2a.as_ref().map(|s| s.api_router().layer(axum::middleware::map_request(a2a_caller)));
+        let mut router = flotilla_dashboard::router_with(
+            addr,
+            &settings.dashboard,
+            records,
+            client,
+            &settings.files,
+            mounted.unwrap_or_default(),
+        )?;
+        if let Some(a2a) = &a2a {
+            // The card is public (A2A clients read it to learn how to
+            // authenticate): outside the guard, it holds no tenant's data.
+            router = router.merge(a2a.card_router());
+        }
         let limits = flotilla_dashboard::serve_limits(&settings.dashboard)?;
         let what = "dashboard";
         let listen_error = |source| bind_error("[dashboard] listen", ListenError { what, addr, source });
@@ -51,6 +65,52 @@ pub async fn start(
         tracing::info!(url = %format!("http://{bound}/"), "dashboard");
     }
     Ok(())
+}
+
+/// The A2A server of `[a2a]` (docs/PROTOCOLS.md, "A2A v1.0"): one skill
+/// for the planner and one per subagent type; a bearer scheme on its card
+/// when the listener takes tokens.
+fn a2a_server(settings: &Settings, client: flotilla_client::Client) -> flotilla_a2a::server::A2aServer {
+    use flotilla_a2a::server::Skill;
+    let planner = Skill {
+        id: "planner".into(),
+        description: "Plans the request, delegates its tasks to the subagent types below and answers with their \
+                      consolidated reports; every message goes to it"
+            .into(),
+    };
+    let types =
+        settings.subagents.iter().map(|(ty, c)| Skill { id: ty.to_string(), description: c.description.clone() });
+    let skills = std::iter::once(planner).chain(types).collect();
+    let d = &settings.dashboard;
+    let bearer = d.token_env.is_some() || !d.tenants.is_empty();
+    flotilla_a2a::server::A2aServer::new(client, &settings.a2a, skills, bearer)
+}
+
+/// The A2A caller of a request the dashboard's guard let through: a
+/// tenant's token acts for its tenant, the admin token for any (the
+/// request's `tenant` field, default `default`), no token for the default
+/// tenant only (a loopback listener, as for the HTTP API's writes).
+async fn a2a_caller(mut req: axum::extract::Request) -> axum::extract::Request {
+    use flotilla_a2a::server::Caller;
+    use flotilla_dashboard::Principal;
+    let caller = match req.extensions().get::<Principal>() {
+        Some(Principal::Tenant(t)) => Some(Caller {
+            tenant: t.clone(),
+            any_tenant: false,
+            name: format!("A2A client with the token of tenant {t}"),
+        }),
+        Some(Principal::Admin) => {
+            Some(Caller { tenant: Tenant::default(), any_tenant: true, name: "A2A client with the admin token".into() })
+        }
+        Some(Principal::Anonymous) => {
+            Some(Caller { tenant: Tenant::default(), any_tenant: false, name: "A2A client".into() })
+        }
+        None => None,
+    };
+    if let Some(c) = caller {
+        req.extensions_mut().insert(c);
+    }
+    req
 }
 
 /// The dashboard's view of every tenant's job records: the orchestrator's
