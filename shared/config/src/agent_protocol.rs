@@ -77,7 +77,8 @@ impl AgentProtocolConfig {
         }
         for t in &self.tenants {
             token("agent_protocol.tenants", t, true)?;
-            flotilla_protocol::ids::Tenant::new(t).map_err(|e| ("agent_protocol.tenants".to_string(), e.to_string()))?;
+            flotilla_protocol::ids::Tenant::new(t)
+                .map_err(|e| ("agent_protocol.tenants".to_string(), e.to_string()))?;
         }
         if let Some(t) = self.accounts.keys().find(|t| !self.tenants.contains(t)) {
             return Err((format!("agent_protocol.accounts.{t}"), format!("{t:?} is not in agent_protocol.tenants")));
