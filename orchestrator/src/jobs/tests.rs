@@ -145,6 +145,74 @@ async fn a_filtered_status_page_holds_the_matching_tasks_and_counts_them() {
     assert_eq!((unfiltered.tasks_matched, unfiltered.job.tasks.len()), (None, 5), "an empty filter is no filter");
 }
 
+/// The pages of a job re-read while a person looks at it scan its task
+/// keys once while nothing was dispatched, and a filtered page of an ended
+/// job scans its entries once; a dispatch, or a change to the job, is seen
+/// at once.
+#[tokio::test]
+async fn repeated_pages_reuse_the_scan_while_it_still_describes_the_job() {
+    let (store, backend, job) = store_with_job().await;
+    let mut ids = Vec::new();
+    for i in 0..20 {
+        ids.push(run_task(&store, &job, &format!("call-{i}")).await);
+    }
+    let page = |after| {
+        let store = store.clone();
+        async move { store.status(&job, None, after, 5, None).await.unwrap().unwrap() }
+    };
+    let scans = backend.scans();
+    let first = page(None).await;
+    let again = page(first.next_after).await;
+    assert_eq!(backend.scans() - scans, 1, "the second page slices the first page's scan");
+    assert_eq!(again.job.tasks.iter().map(|t| t.task_id).collect::<Vec<_>>(), ids[5..10]);
+
+    ids.push(run_task(&store, &job, "call-late").await);
+    let scans = backend.scans();
+    let mut seen = Vec::new();
+    let mut after = None;
+    loop {
+        let p = page(after).await;
+        seen.extend(p.job.tasks.iter().map(|t| t.task_id));
+        match p.next_after {
+            Some(next) => after = Some(next),
+            None => break,
+        }
+    }
+    assert_eq!(seen, ids, "a task dispatched since the scan is on its page");
+    assert_eq!(backend.scans() - scans, 1, "one rescan for the five pages");
+
+    let completed = TaskFilter { state: Some(TaskState::Completed), ..TaskFilter::default() };
+    let filtered = |filter: TaskFilter| {
+        let store = store.clone();
+        async move { store.status(&job, None, None, 100, Some(&filter)).await.unwrap().unwrap() }
+    };
+    let scans = backend.scans();
+    filtered(completed.clone()).await;
+    filtered(completed.clone()).await;
+    assert_eq!(backend.scans() - scans, 2, "a running job's entries still change: each filtered page scans");
+
+    store.update(&job, |r| r.status = flotilla_protocol::JobStatus::Completed).await.unwrap();
+    let scans = backend.scans();
+    let cold = filtered(completed.clone()).await;
+    let warm = filtered(completed.clone()).await;
+    assert_eq!(backend.scans() - scans, 1, "an ended job's filtered page is scanned once");
+    assert_eq!(cold.tasks_matched, Some(21));
+    assert_eq!(cold.job.tasks, warm.job.tasks);
+
+    // The job resumes and a task fails meanwhile: the kept matches no longer hold.
+    store.update(&job, |r| r.status = flotilla_protocol::JobStatus::Running).await.unwrap();
+    store
+        .update_task(&job, &ids[3], |t| {
+            t.status = Some(TaskStatus::Failed);
+            true
+        })
+        .await
+        .unwrap();
+    store.update(&job, |r| r.status = flotilla_protocol::JobStatus::Failed).await.unwrap();
+    let after_resume = filtered(completed).await;
+    assert_eq!(after_resume.tasks_matched, Some(20), "the failed task left the completed ones");
+}
+
 #[tokio::test]
 async fn a_dispatch_key_finds_its_task_after_a_restart_even_between_its_two_writes() {
     let (store, backend, job) = store_with_job().await;
