@@ -233,7 +233,7 @@ async fn a_dispatch_key_finds_its_task_after_a_restart_even_between_its_two_writ
 }
 
 #[tokio::test]
-async fn a_record_from_before_issue_12_with_inline_tasks_is_read() {
+async fn a_record_of_the_old_layout_with_inline_tasks_is_read() {
     let backend = Arc::new(FakeJobs::default());
     let job = JobId::new();
     let mut rec = JobRecord::new(job, Tenant::new("acme").unwrap(), "old".into());
