@@ -16,8 +16,8 @@ pub fn build(ty: &SubagentType, config: &SubagentConfig, bus: &Bus) -> anyhow::R
     if config.agent.is_some() {
         anyhow::bail!("subagent type {ty}: `agent` (Synadia Agent Protocol) is not supported by this worker build yet");
     }
-    if config.a2a.is_some() {
-        anyhow::bail!("subagent type {ty}: `a2a` (A2A) is not supported by this worker build yet");
+    if let Some(a2a) = &config.a2a {
+        return Ok(Some(Arc::new(flotilla_a2a::client::A2aAgent::new(ty.as_str(), a2a)?)));
     }
     Ok(None)
 }

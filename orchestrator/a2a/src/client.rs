@@ -1,0 +1,551 @@
+//! A subagent type backed by a remote A2A agent (`[subagents.<type>] a2a =
+//! { url, auth }`, docs/PROTOCOLS.md "A2A v1.0"): one attempt of a task is
+//! one A2A task over the agent's JSON-RPC binding.
+//!
+//! - The task's description is the user message; its `contextId` is the
+//!   task's [`session_key`](RemoteTask::session_key), the same on every
+//!   attempt, so a task redelivered after a worker died re-prompts the same
+//!   remote conversation (A2A has no delivery guarantee of its own; the task
+//!   queue's redelivery is it).
+//! - With `capabilities.streaming` the message is sent with
+//!   `SendStreamingMessage`: status messages and artifact chunks become the
+//!   task's progress (`model_delta`), the artifacts' text (else the final
+//!   message's) the answer. Without, `SendMessage` blocks until the task ends
+//!   or asks, and `GetTask` is not needed.
+//! - `TASK_STATE_INPUT_REQUIRED` is a question for a person: an elicitation
+//!   through the worker's approval gate ([`RemoteTask::ask_person`]); the
+//!   answer goes back as a message naming the task, and the task goes on.
+//! - A cancelled task sends `CancelTask`; an unreachable agent (connect
+//!   error, 5xx, 429) is `transient`, so the worker hands the task back.
+//!
+//! The agent card is read once per worker (at the first task) from
+//! `<url>/.well-known/agent-card.json`; it names the JSON-RPC endpoint.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use flotilla_agent::agent::AgentObserver;
+use flotilla_agent::model::ModelIdentity;
+use flotilla_agent::remote::{RemoteAgent, RemoteAnswer, RemoteFailure, RemoteTask};
+use flotilla_agent::tool::ElicitationAnswer;
+use flotilla_config::a2a::A2aAgentRef;
+use flotilla_protocol::{ErrorInfo, ErrorKind};
+use futures::StreamExt;
+use serde_json::{Value, json};
+use tokio::sync::OnceCell;
+
+use crate::wire::*;
+
+/// How long the card fetch and a unary call may take.
+const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A remote A2A agent.
+pub struct A2aAgent {
+    base: String,
+    token: Option<String>,
+    http: reqwest::Client,
+    /// The subagent type, until the card names the agent.
+    label: String,
+    card: OnceCell<Endpoint>,
+}
+
+/// What the card says about reaching the agent.
+#[derive(Clone, Debug)]
+struct Endpoint {
+    url: String,
+    streaming: bool,
+    name: String,
+}
+
+fn failure(kind: ErrorKind, message: impl Into<String>) -> RemoteFailure {
+    RemoteFailure::from(ErrorInfo::new(kind, message))
+}
+
+impl A2aAgent {
+    /// The agent of type `ty` at `r.url`, with the bearer token of
+    /// `r.auth.bearer_env` (read now: a missing variable fails the worker's
+    /// start, naming it).
+    pub fn new(ty: &str, r: &A2aAgentRef) -> anyhow::Result<Self> {
+        let token = match r.auth.as_ref().and_then(|a| a.bearer_env.as_deref()) {
+            Some(var) => Some(std::env::var(var).map_err(|_| {
+                anyhow::anyhow!("[subagents.{ty}] a2a.auth.bearer_env = {var:?}: the variable is not set")
+            })?),
+            None => None,
+        };
+        if !(r.url.starts_with("http://") || r.url.starts_with("https://")) {
+            anyhow::bail!("[subagents.{ty}] a2a.url = {:?}: give the agent's http:// or https:// base URL", r.url);
+        }
+        flotilla_config::tls::install_crypto_provider();
+        let http = reqwest::Client::builder().build()?;
+        Ok(Self {
+            base: r.url.trim_end_matches('/').to_string(),
+            token,
+            http,
+            label: ty.to_string(),
+            card: OnceCell::new(),
+        })
+    }
+
+    fn post(&self, url: &str) -> reqwest::RequestBuilder {
+        let req = self.http.post(url).header(VERSION_HEADER, PROTOCOL_VERSION);
+        match &self.token {
+            Some(t) => req.bearer_auth(t),
+            None => req,
+        }
+    }
+
+    async fn endpoint(&self) -> Result<&Endpoint, RemoteFailure> {
+        self.card
+            .get_or_try_init(|| async {
+                let url = format!("{}{AGENT_CARD_PATH}", self.base);
+                let mut req = self.http.get(&url).timeout(CALL_TIMEOUT);
+                if let Some(t) = &self.token {
+                    req = req.bearer_auth(t);
+                }
+                let resp = req.send().await.map_err(|e| unreachable(&self.base, e))?;
+                let resp = status_ok(resp, &self.base).await?;
+                let card: AgentCard = resp
+                    .json()
+                    .await
+                    .map_err(|e| failure(ErrorKind::Validation, format!("the agent card at {url} is not one: {e}")))?;
+                let rpc = card.supported_interfaces.iter().find(|i| i.protocol_binding == BINDING_JSONRPC);
+                let url = match rpc {
+                    Some(i) => i.url.clone(),
+                    None if card.supported_interfaces.is_empty() => self.base.clone(),
+                    None => {
+                        return Err(failure(
+                            ErrorKind::Validation,
+                            format!(
+                                "the agent at {} offers no JSON-RPC interface, the binding Flotilla speaks",
+                                self.base
+                            ),
+                        ));
+                    }
+                };
+                Ok(Endpoint { url, streaming: card.capabilities.streaming.unwrap_or(false), name: card.name })
+            })
+            .await
+    }
+
+    /// One JSON-RPC call's result.
+    async fn call(&self, ep: &Endpoint, method: &str, params: Value) -> Result<Value, RemoteFailure> {
+        let body =
+            json!({"jsonrpc": "2.0", "id": uuid::Uuid::new_v4().to_string(), "method": method, "params": params});
+        let resp = self
+            .post(&ep.url)
+            .timeout(CALL_TIMEOUT)
+            .json(&body)
+            .send()
+            .await
+            .map_err(|e| unreachable(&self.base, e))?;
+        let resp = status_ok(resp, &self.base).await?;
+        let reply: RpcResponse = resp
+            .json()
+            .await
+            .map_err(|e| failure(ErrorKind::Validation, format!("{method}: not a JSON-RPC reply: {e}")))?;
+        rpc_result(method, reply)
+    }
+
+    /// Sends `message` and follows the task until it ends or asks.
+    async fn exchange(
+        &self,
+        ep: &Endpoint,
+        message: Message,
+        observer: &dyn AgentObserver,
+        run: &mut Run,
+        remote: &RemoteId,
+    ) -> Result<(), RemoteFailure> {
+        let params = serde_json::to_value(SendMessageRequest { message, ..Default::default() }).unwrap_or_default();
+        if !ep.streaming {
+            let result = self.call(ep, "SendMessage", params).await?;
+            let reply: SendMessageResponse = serde_json::from_value(result)
+                .map_err(|e| failure(ErrorKind::Validation, format!("SendMessage: an unreadable reply: {e}")))?;
+            match reply {
+                SendMessageResponse::Task(t) => run.task(t, observer).await,
+                SendMessageResponse::Message(m) => run.message(m),
+            }
+            remote.set(&run.task_id);
+            return Ok(());
+        }
+        let body = json!({"jsonrpc": "2.0", "id": uuid::Uuid::new_v4().to_string(), "method": "SendStreamingMessage", "params": params});
+        let resp = self
+            .post(&ep.url)
+            .header("accept", "text/event-stream")
+            .json(&body)
+            .send()
+            .await
+            .map_err(|e| unreachable(&self.base, e))?;
+        let resp = status_ok(resp, &self.base).await?;
+        let mut bytes = resp.bytes_stream();
+        let mut buf = String::new();
+        let mut data = String::new();
+        while let Some(chunk) = bytes.next().await {
+            let chunk = chunk.map_err(|e| unreachable(&self.base, e))?;
+            buf.push_str(&String::from_utf8_lossy(&chunk));
+            while let Some(nl) = buf.find('\n') {
+                let line = buf[..nl].trim_end_matches('\r').to_string();
+                buf.drain(..=nl);
+                if line.is_empty() {
+                    if !data.is_empty() {
+                        let reply: RpcResponse = serde_json::from_str(&data).map_err(|e| {
+                            failure(ErrorKind::Validation, format!("SendStreamingMessage: an unreadable event: {e}"))
+                        })?;
+                        data.clear();
+                        let item: StreamResponse = serde_json::from_value(rpc_result("SendStreamingMessage", reply)?)
+                            .map_err(|e| {
+                            failure(ErrorKind::Validation, format!("an unreadable stream item: {e}"))
+                        })?;
+                        run.item(item, observer).await;
+                        remote.set(&run.task_id);
+                        if run.settled() {
+                            return Ok(());
+                        }
+                    }
+                } else if let Some(d) = line.strip_prefix("data:") {
+                    if !data.is_empty() {
+                        data.push('\n');
+                    }
+                    data.push_str(d.strip_prefix(' ').unwrap_or(d));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn attempt(
+        &self,
+        task: &RemoteTask,
+        observer: &dyn AgentObserver,
+        remote: &RemoteId,
+    ) -> Result<RemoteAnswer, RemoteFailure> {
+        let ep = self.endpoint().await?.clone();
+        let context = task.session_key();
+        let mut run = Run::default();
+        let mut message = Message {
+            message_id: format!("{}-{}", task.task_id, task.attempt),
+            context_id: context.clone(),
+            role: Role::User,
+            parts: vec![Part::text(task.description.clone())],
+            ..Default::default()
+        };
+        loop {
+            self.exchange(&ep, message, observer, &mut run, remote).await?;
+            match run.state {
+                TaskState::Completed => return Ok(RemoteAnswer { text: run.answer(), usage: Default::default() }),
+                TaskState::InputRequired => {
+                    let question = run.status_text.clone().unwrap_or_else(|| "The agent asks for input.".into());
+                    let verdict = task.ask_person(&ep.name, &question, None).await;
+                    let reply = match verdict.answer {
+                        ElicitationAnswer::Accept(content) => match content.get("answer").and_then(Value::as_str) {
+                            Some(text) => Part::text(text),
+                            None => Part::data(content),
+                        },
+                        ElicitationAnswer::Decline | ElicitationAnswer::Cancel => {
+                            self.cancel_remote(&ep, &run.task_id).await;
+                            return Err(failure(
+                                ErrorKind::Business,
+                                format!("{} asked \"{question}\" and the answer was {}", ep.name, verdict.decision),
+                            ));
+                        }
+                    };
+                    run.state = TaskState::Working;
+                    message = Message {
+                        message_id: uuid::Uuid::new_v4().to_string(),
+                        context_id: context.clone(),
+                        task_id: run.task_id.clone(),
+                        role: Role::User,
+                        parts: vec![reply],
+                        ..Default::default()
+                    };
+                }
+                TaskState::Failed | TaskState::Rejected | TaskState::Canceled => {
+                    let why = run.status_text.clone().unwrap_or_default();
+                    return Err(failure(
+                        ErrorKind::Business,
+                        format!("{} ended the task {}: {why}", ep.name, run.state.as_str()),
+                    ));
+                }
+                TaskState::AuthRequired => {
+                    return Err(failure(
+                        ErrorKind::Permission,
+                        format!("{} needs the caller to authenticate elsewhere (TASK_STATE_AUTH_REQUIRED)", ep.name),
+                    ));
+                }
+                _ if run.direct.is_some() => return Ok(RemoteAnswer { text: run.answer(), usage: Default::default() }),
+                other => {
+                    // The stream ended without a final state: the agent went away.
+                    return Err(failure(
+                        ErrorKind::Transient,
+                        format!("{}'s stream ended with the task {}", ep.name, other.as_str()),
+                    ));
+                }
+            }
+        }
+    }
+
+    /// `CancelTask` for the run's remote task, best effort.
+    async fn cancel_remote(&self, ep: &Endpoint, id: &str) {
+        if id.is_empty() {
+            return;
+        }
+        if let Err(e) = self.call(ep, "CancelTask", json!({"id": id})).await {
+            tracing::info!(agent = %ep.name, task = %id, error = %e.error.message, "the remote A2A task was not cancelled");
+        }
+    }
+}
+
+#[async_trait]
+impl RemoteAgent for A2aAgent {
+    fn identity(&self) -> ModelIdentity<'_> {
+        let model = self.card.get().map(|e| e.name.as_str()).unwrap_or(&self.label);
+        ModelIdentity { provider: "a2a", model }
+    }
+
+    async fn run(&self, task: &RemoteTask, observer: &dyn AgentObserver) -> Result<RemoteAnswer, RemoteFailure> {
+        let remote = RemoteId::default();
+        let attempt = self.attempt(task, observer, &remote);
+        tokio::pin!(attempt);
+        tokio::select! {
+            r = &mut attempt => r,
+            () = task.cancel.cancelled() => {
+                // Abandoning the stream does not stop the remote task: CancelTask does.
+                if let Some(ep) = self.card.get() {
+                    self.cancel_remote(ep, &remote.get()).await;
+                }
+                Err(failure(ErrorKind::Cancelled, "cancelled"))
+            }
+        }
+    }
+}
+
+/// The remote task's id once the agent named it, readable when the attempt
+/// is dropped on cancel.
+#[derive(Default)]
+struct RemoteId(std::sync::Mutex<String>);
+
+impl RemoteId {
+    fn set(&self, id: &str) {
+        let mut g = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if g.as_str() != id {
+            *g = id.to_string();
+        }
+    }
+
+    fn get(&self) -> String {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+/// What one attempt has seen so far.
+#[derive(Default)]
+struct Run {
+    task_id: String,
+    state: TaskState,
+    status_text: Option<String>,
+    /// Artifact text by id, in arrival order.
+    artifacts: Vec<(String, String)>,
+    /// A direct message answer (no task).
+    direct: Option<String>,
+}
+
+impl Run {
+    fn settled(&self) -> bool {
+        self.direct.is_some() || self.state.is_terminal() || self.state.is_interrupted()
+    }
+
+    fn answer(&self) -> String {
+        if let Some(d) = &self.direct {
+            return d.clone();
+        }
+        let texts: Vec<&str> = self.artifacts.iter().map(|(_, t)| t.as_str()).filter(|t| !t.is_empty()).collect();
+        if texts.is_empty() { self.status_text.clone().unwrap_or_default() } else { texts.join("\n") }
+    }
+
+    fn message(&mut self, m: Message) {
+        self.direct = Some(m.text());
+    }
+
+    async fn status(&mut self, s: TaskStatus, observer: &dyn AgentObserver) {
+        self.state = s.state;
+        if let Some(m) = s.message {
+            let text = m.text();
+            if !text.is_empty() {
+                observer.model_delta(&format!("{text}\n")).await;
+                self.status_text = Some(text);
+            }
+        }
+    }
+
+    fn artifact(&mut self, a: Artifact, append: bool) -> String {
+        let text = a.text();
+        match self.artifacts.iter_mut().find(|(id, _)| *id == a.artifact_id) {
+            Some((_, t)) if append => t.push_str(&text),
+            Some((_, t)) => *t = text.clone(),
+            None => self.artifacts.push((a.artifact_id, text.clone())),
+        }
+        text
+    }
+
+    async fn task(&mut self, t: Task, observer: &dyn AgentObserver) {
+        self.task_id = t.id;
+        for a in t.artifacts {
+            self.artifact(a, false);
+        }
+        self.status(t.status, observer).await;
+    }
+
+    async fn item(&mut self, item: StreamResponse, observer: &dyn AgentObserver) {
+        match item {
+            StreamResponse::Task(t) => self.task(t, observer).await,
+            StreamResponse::Message(m) => self.message(m),
+            StreamResponse::StatusUpdate(u) => {
+                if self.task_id.is_empty() {
+                    self.task_id = u.task_id;
+                }
+                self.status(u.status, observer).await;
+            }
+            StreamResponse::ArtifactUpdate(u) => {
+                let text = self.artifact(u.artifact, u.append);
+                if !text.is_empty() {
+                    observer.model_delta(&text).await;
+                }
+            }
+        }
+    }
+}
+
+fn unreachable(base: &str, e: reqwest::Error) -> RemoteFailure {
+    failure(ErrorKind::Transient, format!("the A2A agent at {base} is not reachable: {}", e.without_url()))
+}
+
+/// The response when it is a success; else the failure its status means.
+async fn status_ok(resp: reqwest::Response, base: &str) -> Result<reqwest::Response, RemoteFailure> {
+    let status = resp.status();
+    if status.is_success() {
+        return Ok(resp);
+    }
+    let kind = match status.as_u16() {
+        401 | 403 => ErrorKind::Permission,
+        404 => ErrorKind::NotFound,
+        408 | 429 | 500..=599 => ErrorKind::Transient,
+        _ => ErrorKind::Validation,
+    };
+    let body: String = resp.text().await.unwrap_or_default().chars().take(300).collect();
+    Err(failure(kind, format!("the A2A agent at {base} answered {status}: {body}")))
+}
+
+fn rpc_result(method: &str, reply: RpcResponse) -> Result<Value, RemoteFailure> {
+    if let Some(e) = reply.error {
+        let kind = match e.code {
+            -32001 => ErrorKind::NotFound,
+            -32603 => ErrorKind::Transient,
+            _ => ErrorKind::Validation,
+        };
+        return Err(failure(kind, format!("{method}: the agent refused ({}): {}", e.code, e.message)));
+    }
+    reply
+        .result
+        .ok_or_else(|| failure(ErrorKind::Validation, format!("{method}: a reply with neither result nor error")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Default)]
+    struct Deltas(std::sync::Mutex<Vec<String>>);
+
+    #[async_trait]
+    impl AgentObserver for Deltas {
+        async fn model_delta(&self, text: &str) {
+            self.0.lock().unwrap().push(text.to_string());
+        }
+    }
+
+    fn item(v: Value) -> StreamResponse {
+        serde_json::from_value(v).expect("a stream item")
+    }
+
+    fn reply(v: Value) -> RpcResponse {
+        serde_json::from_value(v).expect("a JSON-RPC reply")
+    }
+
+    #[tokio::test]
+    async fn a_stream_relays_status_text_and_chunks_and_answers_with_the_artifacts() {
+        let obs = Deltas::default();
+        let mut run = Run::default();
+        run.item(
+            item(json!({"task": {"id": "t1", "contextId": "c", "status": {"state": "TASK_STATE_SUBMITTED"}}})),
+            &obs,
+        )
+        .await;
+        assert_eq!(run.task_id, "t1");
+        assert!(!run.settled());
+        run.item(
+            item(json!({"statusUpdate": {"taskId": "t1", "contextId": "c", "status": {"state": "TASK_STATE_WORKING",
+            "message": {"messageId": "m1", "role": "ROLE_AGENT", "parts": [{"text": "thinking"}]}}}})),
+            &obs,
+        )
+        .await;
+        run.item(item(json!({"artifactUpdate": {"taskId": "t1", "artifact": {"artifactId": "a", "parts": [{"text": "0.3"}]}}})), &obs)
+            .await;
+        run.item(
+            item(json!({"artifactUpdate": {"taskId": "t1", "append": true, "lastChunk": true,
+            "artifact": {"artifactId": "a", "parts": [{"text": "75"}]}}})),
+            &obs,
+        )
+        .await;
+        run.item(item(json!({"statusUpdate": {"taskId": "t1", "status": {"state": "TASK_STATE_COMPLETED"}}})), &obs)
+            .await;
+        assert!(run.settled());
+        assert_eq!(run.state, TaskState::Completed);
+        assert_eq!(run.answer(), "0.375");
+        assert_eq!(*obs.0.lock().unwrap(), ["thinking\n", "0.3", "75"]);
+    }
+
+    #[tokio::test]
+    async fn input_required_settles_with_the_question_and_no_artifacts_answer_with_the_status() {
+        let obs = Deltas::default();
+        let mut run = Run::default();
+        run.item(
+            item(json!({"statusUpdate": {"taskId": "t2", "status": {"state": "TASK_STATE_INPUT_REQUIRED",
+            "message": {"messageId": "q", "role": "ROLE_AGENT", "parts": [{"text": "Which quarter?"}]}}}})),
+            &obs,
+        )
+        .await;
+        assert_eq!(run.task_id, "t2");
+        assert!(run.settled());
+        assert_eq!(run.state, TaskState::InputRequired);
+        assert_eq!(run.status_text.as_deref(), Some("Which quarter?"));
+        assert_eq!(run.answer(), "Which quarter?");
+    }
+
+    #[tokio::test]
+    async fn a_direct_message_is_the_answer() {
+        let mut run = Run::default();
+        run.item(
+            item(json!({"message": {"messageId": "m", "role": "ROLE_AGENT", "parts": [{"text": "hi"}]}})),
+            &Deltas::default(),
+        )
+        .await;
+        assert!(run.settled());
+        assert_eq!(run.answer(), "hi");
+    }
+
+    #[test]
+    fn rpc_errors_map_to_error_kinds() {
+        let kind = |code: i64| {
+            rpc_result("M", reply(json!({"jsonrpc": "2.0", "id": 1, "error": {"code": code, "message": "no"}})))
+                .unwrap_err()
+                .error
+                .kind
+        };
+        assert_eq!(kind(-32001), ErrorKind::NotFound);
+        assert_eq!(kind(-32603), ErrorKind::Transient);
+        assert_eq!(kind(-32602), ErrorKind::Validation);
+        let ok = rpc_result("M", reply(json!({"jsonrpc": "2.0", "id": 1, "result": {"x": 1}}))).unwrap();
+        assert_eq!(ok, json!({"x": 1}));
+        let empty = rpc_result("M", reply(json!({"jsonrpc": "2.0", "id": 1}))).unwrap_err();
+        assert_eq!(empty.error.kind, ErrorKind::Validation);
+    }
+}
