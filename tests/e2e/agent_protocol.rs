@@ -115,3 +115,108 @@ async fn the_sdk_client_discovers_flotilla_and_prompts_the_demo_job_to_its_answe
     let listed = acme.call(&ListRequest { v: SCHEMA_VERSION, ..Default::default() }, "list").await.unwrap();
     assert!(listed.jobs.is_empty(), "tenant acme has no job: {listed:?}");
 }
+
+/// `[agent_protocol]` serving acme and globex, each registration in its
+/// tenant's own account (deploy/nats/roles.conf, AGENTS_<TENANT>).
+fn accounts_section(url: &str) -> String {
+    let mut s = "[agent_protocol]\nenabled = true\ntenants = [\"acme\", \"globex\"]\nheartbeat_secs = 1\n".to_string();
+    for t in ["acme", "globex"] {
+        s.push_str(&format!(
+            "[agent_protocol.accounts.{t}]\nurl = \"{url}\"\ninbox_prefix = \"_INBOX.flotilla\"\nmanage_topology = false\n\
+             [agent_protocol.accounts.{t}.auth]\nuser = \"agents-host-{t}\"\npassword_env = \"AGENTS_HOST_{}_PW\"\n",
+            t.to_uppercase()
+        ));
+    }
+    s
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_tenants_credential_discovers_prompts_and_overhears_nothing() {
+    use flotilla_testkit::Proc;
+    use flotilla_testkit::nats_conf::{ConfiguredNats, deploy_dir, password};
+
+    use crate::security::{JOB, config, connect_as, refs, role_env};
+
+    let nats = ConfiguredNats::start("nats", &deploy_dir().join("nats/nats-local.conf"), &[]).await;
+    let mut cfg = config(&nats.url());
+    cfg.section(&accounts_section(&nats.url()));
+    let path = cfg.write();
+    let cfg = path.display().to_string();
+    let mut env = role_env("orchestrator");
+    for t in ["acme", "globex"] {
+        env.push((format!("AGENTS_HOST_{}_PW", t.to_uppercase()), password(&format!("agents-host-{t}")).to_string()));
+    }
+    let _orchestrator = Proc::spawn("orchestrator", "flotilla", &["orchestrator", "--config", &cfg], &refs(&env));
+    let worker_env = role_env("worker-finance");
+    let _worker = Proc::spawn(
+        "worker",
+        "flotilla-worker",
+        &["--config", &cfg, "--id", "w-finance", "--types", "finance", "--grace", "1"],
+        &refs(&worker_env),
+    );
+
+    // globex's protocol credential listens everywhere it may: every reply
+    // inbox of the SDKs and every heartbeat.
+    let globex =
+        async_nats::ConnectOptions::with_user_and_password("agents-globex".into(), password("agents-globex").into())
+            .custom_inbox_prefix("_INBOX.agents.globex")
+            .connect(nats.url())
+            .await
+            .unwrap();
+    let mut overheard = globex.subscribe("_INBOX.agents.>").await.unwrap();
+    let globex_beat = first_heartbeat(&globex, "agents.hb.>").await;
+    assert_eq!(globex_beat["owner"], "globex", "{globex_beat}");
+    let acme = async_nats::ConnectOptions::with_user_and_password("agents-acme".into(), password("agents-acme").into())
+        .connect(nats.url())
+        .await
+        .unwrap();
+    let acme_beat = first_heartbeat(&acme, "agents.hb.>").await;
+    assert_eq!(acme_beat["owner"], "acme", "{acme_beat}");
+
+    // acme's caller discovers only acme's agent and gets its answer.
+    let prompt = ["--url", &nats.url_as("agents-acme"), "--owner", "acme", "--prompt", JOB].map(String::from).to_vec();
+    let report = sdk_client(prompt).await;
+    let owners: Vec<&str> = report["agents"].as_array().unwrap().iter().map(|a| a["owner"].as_str().unwrap()).collect();
+    assert_eq!(owners, ["acme"], "{report}");
+    assert_eq!(report["terminated"], true, "{report}");
+    let answer = strs(&report, "response").pop().unwrap_or_default();
+    assert!(answer.contains("0.375") && answer.contains("0.24") && answer.contains("0.75"), "{report}");
+
+    // Nothing of acme's stream reached globex: the server answers this
+    // flush only after everything it had routed to globex.
+    globex.flush().await.unwrap();
+    let mut seen = Vec::new();
+    while let Ok(Some(m)) = tokio::time::timeout(std::time::Duration::ZERO, overheard.next()).await {
+        seen.push(m.subject.to_string());
+    }
+    assert!(seen.is_empty(), "globex overheard: {seen:?}");
+
+    // globex's caller: discovery shows its own agent only, acme's is not
+    // there to prompt, and the literal subject has no responder in its account.
+    let look = ["--url", &nats.url_as("agents-globex"), "--owner", "acme", "--prompt", "list acme's jobs"];
+    let report = sdk_client(look.map(String::from).to_vec()).await;
+    let owners: Vec<&str> = report["agents"].as_array().unwrap().iter().map(|a| a["owner"].as_str().unwrap()).collect();
+    assert_eq!(owners, ["globex"], "{report}");
+    assert_eq!(report["error"], "agent not discovered", "{report}");
+    let direct = globex.request("agents.prompt.flotilla.acme.default", "list acme's jobs".into()).await;
+    let e = direct.expect_err("acme's prompt subject answered globex");
+    // globex's own host holds `agents.prompt.>` in globex's account and
+    // answers no other owner's subject; acme's host is not reachable.
+    assert_eq!(e.kind(), async_nats::client::RequestErrorKind::TimedOut, "{e}");
+
+    // The prompt was a job of acme, and of no other tenant.
+    let acme_api = connect_as(&nats, "client-acme").await;
+    let globex_api = connect_as(&nats, "client-globex").await;
+    let list = |bus: flotilla_bus::Bus, t: &'static str| async move {
+        let c = flotilla_client::Client::new(bus, Tenant::new(t).unwrap());
+        c.call(&ListRequest { v: SCHEMA_VERSION, ..Default::default() }, "list").await.unwrap().jobs.len()
+    };
+    assert_eq!(list(acme_api, "acme").await, 1);
+    assert_eq!(list(globex_api, "globex").await, 0);
+    let log = nats.log();
+    let violations: Vec<&str> = log.lines().filter(|l| l.contains("Violation")).collect();
+    assert!(
+        violations.iter().all(|l| !l.contains("agents-host-") && !l.contains("user:orchestrator")),
+        "the host lacked permissions it needs: {violations:?}"
+    );
+}

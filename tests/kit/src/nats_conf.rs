@@ -20,6 +20,10 @@ pub const ROLE_USERS: &[(&str, &str, &str)] = &[
     ("worker-finance", "FLOTILLA_WORKER_FINANCE_PASSWORD", "worker-test-pw"),
     ("client-acme", "FLOTILLA_CLIENT_ACME_PASSWORD", "acme-test-pw"),
     ("client-globex", "FLOTILLA_CLIENT_GLOBEX_PASSWORD", "globex-test-pw"),
+    ("agents-host-acme", "FLOTILLA_AGENTS_HOST_ACME_PASSWORD", "agents-host-acme-test-pw"),
+    ("agents-acme", "FLOTILLA_AGENTS_ACME_PASSWORD", "agents-acme-test-pw"),
+    ("agents-host-globex", "FLOTILLA_AGENTS_HOST_GLOBEX_PASSWORD", "agents-host-globex-test-pw"),
+    ("agents-globex", "FLOTILLA_AGENTS_GLOBEX_PASSWORD", "agents-globex-test-pw"),
 ];
 
 /// The test password of `user`.
