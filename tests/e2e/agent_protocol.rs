@@ -192,7 +192,7 @@ async fn another_tenants_credential_discovers_prompts_and_overhears_nothing() {
     assert!(seen.is_empty(), "globex overheard: {seen:?}");
 
     // globex's caller: discovery shows its own agent only, acme's is not
-    // there to prompt, and the literal subject has no responder in its account.
+    // there to prompt, and the literal subject gets no answer in its account.
     let look = ["--url", &nats.url_as("agents-globex"), "--owner", "acme", "--prompt", "list acme's jobs"];
     let report = sdk_client(look.map(String::from).to_vec()).await;
     let owners: Vec<&str> = report["agents"].as_array().unwrap().iter().map(|a| a["owner"].as_str().unwrap()).collect();

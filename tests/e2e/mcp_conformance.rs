@@ -76,10 +76,10 @@ async fn client_scenarios() -> Vec<(String, Vec<String>)> {
     client
         .lines()
         .filter_map(|l| l.trim().strip_prefix("- "))
-        .filter_map(|l| {
+        .map(|l| {
             let (name, tags) = l.split_once(' ').unwrap_or((l, ""));
             let tags = tags.trim().trim_start_matches('[').trim_end_matches(']');
-            Some((name.to_string(), tags.split(',').map(|t| t.trim().to_string()).filter(|t| !t.is_empty()).collect()))
+            (name.to_string(), tags.split(',').map(|t| t.trim().to_string()).filter(|t| !t.is_empty()).collect())
         })
         .collect()
 }
