@@ -178,6 +178,16 @@ impl ServerHandler for FinanceTools {
         ServerConfig::new(ServerCapabilities::builder().enable_prompts().enable_resources().enable_tools().build())
     }
 
+    /// Up to 2025-11-25: `confirm_payment` asks its question as a
+    /// server-to-client elicitation request, which 2026-07-28 no longer
+    /// allows, so a 2026-07-28 client negotiates down to this server (as it
+    /// does to any 2025 peer, docs/MCP.md).
+    fn supported_protocol_versions(&self) -> std::borrow::Cow<'static, [rmcp::model::ProtocolVersion]> {
+        std::borrow::Cow::Borrowed(rmcp::model::ProtocolVersion::known_up_to(
+            &rmcp::model::ProtocolVersion::V_2025_11_25,
+        ))
+    }
+
     async fn list_resources(
         &self,
         _request: Option<PaginatedRequestParams>,

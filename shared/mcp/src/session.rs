@@ -77,11 +77,17 @@ fn client_info() -> ClientConfig {
         .with_protocol_version(ProtocolVersion::LATEST)
 }
 
+/// How rmcp's `ClientInitializeError::NoCompatibleProtocolVersion` reads:
+/// the discover probe found no revision both sides speak.
+const NO_COMMON_REVISION: &str = "no compatible protocol version";
+
 /// How a session agrees on a revision: `server/discover` offering 2026-07-28;
 /// a server that answers it with an error (it predates the method) gets the
 /// `initialize` handshake offering 2025-11-25, the newest revision that has
 /// one. rmcp's `Auto` mode, which also falls back when a server leaves the
-/// probe unanswered for 10 s. A pinned `protocol_version` speaks that
+/// probe unanswered for 10 s; a server that answers the probe with older
+/// revisions only is opened again offering 2025-11-25
+/// ([`Session::open_with_resolver`]). A pinned `protocol_version` speaks that
 /// revision only: `server/discover` without fallback for 2026-07-28,
 /// `initialize` offering it for an older one.
 fn lifecycle(settings: &McpServerSettings) -> ClientLifecycleMode {
@@ -139,7 +145,22 @@ impl Session {
     ) -> Result<Self, McpError> {
         let server = settings.name.clone();
         let timeout = settings.init_timeout;
-        match tokio::time::timeout(timeout, Self::open_inner(settings, resolver)).await {
+        let open = async {
+            match Self::open_inner(settings, resolver).await {
+                // A server that knows `server/discover` but only revisions with
+                // `initialize` (rmcp answers the probe with the versions it
+                // supports instead of an error): start over offering 2025-11-25.
+                Err(McpError::Connect { message, .. })
+                    if settings.protocol_version.is_none() && message.contains(NO_COMMON_REVISION) =>
+                {
+                    let mut older = settings.clone();
+                    older.protocol_version = Some(ProtocolVersion::LATEST_WITH_INITIALIZE.as_str().to_string());
+                    Self::open_inner(&older, resolver).await
+                }
+                r => r,
+            }
+        };
+        match tokio::time::timeout(timeout, open).await {
             Ok(r) => r,
             Err(_) => Err(McpError::Timeout { server, what: "start and initialize".into(), timeout }),
         }
