@@ -289,7 +289,13 @@ pub(crate) async fn send_streaming(
     base: &str,
 ) -> Result<impl Stream<Item = StreamResponse> + Send + 'static + use<>, A2aError> {
     let (client, job) = start(s, caller, &req, base).await?;
-    let first = current(&client, job, base, None).await?;
+    let mut first = current(&client, job, base, None).await?;
+    // The updates replay the job's events from its start, so the new task
+    // is announced as submitted, whatever its planner did since; its
+    // `running` follows as the first update.
+    if !first.status.state.is_terminal() {
+        first.status.state = TaskState::Submitted;
+    }
     Ok(stream::updates(client, job, first, base.to_string()))
 }
 
