@@ -109,8 +109,6 @@ struct FakeKv {
     max_value: Option<usize>,
     /// Writes still to fail with a timeout, as during a NATS outage.
     outage: usize,
-    /// Key listings and entry scans served (`keys`, `entries`).
-    scans: u64,
 }
 
 impl FakeKv {
@@ -190,11 +188,6 @@ impl FakeJobs {
         self.kv.lock().unwrap().written
     }
 
-    /// Key listings and entry scans served so far.
-    pub fn scans(&self) -> u64 {
-        self.kv.lock().unwrap().scans
-    }
-
     /// Refuses values over `max` bytes from now on, as a too-large payload.
     pub fn set_max_value(&self, max: usize) {
         self.kv.lock().unwrap().max_value = Some(max);
@@ -229,14 +222,11 @@ impl JobBackend for FakeJobs {
     }
 
     async fn keys(&self, filter: &str) -> Result<Vec<String>, BusError> {
-        let mut kv = self.kv.lock().unwrap();
-        kv.scans += 1;
-        Ok(kv.values.keys().filter(|k| matches(filter, k)).cloned().collect())
+        Ok(self.kv.lock().unwrap().values.keys().filter(|k| matches(filter, k)).cloned().collect())
     }
 
     async fn entries(&self, filter: &str) -> Result<Vec<(String, Bytes)>, BusError> {
-        let mut kv = self.kv.lock().unwrap();
-        kv.scans += 1;
+        let kv = self.kv.lock().unwrap();
         Ok(kv.values.iter().filter(|(k, _)| matches(filter, k)).map(|(k, v)| (k.clone(), v.0.clone())).collect())
     }
 

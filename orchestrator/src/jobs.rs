@@ -27,7 +27,6 @@ mod index;
 mod list_cache;
 mod live;
 mod retention;
-mod task_ids;
 mod tasks;
 #[cfg(test)]
 mod tests;
@@ -99,8 +98,6 @@ pub struct JobStore {
     files: Arc<std::sync::OnceLock<flotilla_job_files::JobFiles>>,
     /// Scans behind the later pages of listings (jobs/list_cache.rs).
     list_cache: Arc<list_cache::ListCache>,
-    /// Task ids behind the pages of big jobs (jobs/task_ids.rs).
-    task_ids: Arc<task_ids::TaskIds>,
 }
 
 impl JobStore {
@@ -122,7 +119,6 @@ impl JobStore {
             records: None,
             files: Arc::default(),
             list_cache: Arc::default(),
-            task_ids: Arc::default(),
         }
     }
 

@@ -15,7 +15,7 @@
 //! which matches nothing in a job that completed, so every task is read)
 //! and by search text (one item's name): each once cold (the first call
 //! after the job ended scans the job) and as the median of 5 calls after it
-//! (the orchestrator keeps recent scans, orchestrator/src/jobs/task_ids.rs),
+//! (what repeated reads of the page cost),
 //! as a person re-reads the page.
 //! Results: docs/PERFORMANCE.md.
 

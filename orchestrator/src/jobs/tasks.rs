@@ -12,8 +12,6 @@
 //! A record of the old layout keeps its tasks inline in the header; they are
 //! read and changed there.
 
-use std::sync::Arc;
-
 use bytes::Bytes;
 use flotilla_bus::{BusError, BusErrorKind, Cas, job_keys, retry};
 use flotilla_protocol::ids::{JobId, TaskId, Tenant};
@@ -187,46 +185,16 @@ impl JobStore {
     }
 
     /// Up to `limit` tasks of `job` dispatched after `after`, in dispatch
-    /// order. Lists the job's task keys (headers only) unless a list of them
-    /// is still complete (jobs/task_ids.rs), and reads the page's entries:
-    /// O(tasks of the job) names at most, O(limit) entries.
+    /// order. Lists the job's task keys (headers only) and reads the page's
+    /// entries: O(tasks of the job) names, O(limit) entries.
     pub async fn tasks_page(&self, job: &JobId, after: Option<TaskId>, limit: usize) -> Result<TaskPage, BusError> {
-        let rec = self.get(job).await?;
-        self.page_of_job(job, rec.as_ref(), after, limit).await
-    }
-
-    /// [`tasks_page`](Self::tasks_page) with the job's header `rec` already read.
-    async fn page_of_job(
-        &self,
-        job: &JobId,
-        rec: Option<&JobRecord>,
-        after: Option<TaskId>,
-        limit: usize,
-    ) -> Result<TaskPage, BusError> {
-        if let Some(ids) = rec.and_then(|r| self.task_ids.all(r)) {
-            return self.read_page(job, &ids, after, limit).await;
-        }
         let mut ids: Vec<TaskId> =
             self.backend.keys(&job_keys::tasks(job)).await?.iter().filter_map(|k| job_keys::task_of(job, k)).collect();
-        if let Some(inline) = rec.map(|r| &r.tasks).filter(|t| ids.is_empty() && !t.is_empty()) {
-            return Ok(page_of(inline.clone(), after, limit));
+        let inline = self.get(job).await?.map(|r| r.tasks).unwrap_or_default();
+        if ids.is_empty() && !inline.is_empty() {
+            return Ok(page_of(inline, after, limit));
         }
         ids.sort_unstable();
-        let ids = Arc::new(ids);
-        if let Some(rec) = rec {
-            self.task_ids.keep_all(rec, ids.clone());
-        }
-        self.read_page(job, &ids, after, limit).await
-    }
-
-    /// The entries of up to `limit` of `ids` (sorted) after `after`.
-    async fn read_page(
-        &self,
-        job: &JobId,
-        ids: &[TaskId],
-        after: Option<TaskId>,
-        limit: usize,
-    ) -> Result<TaskPage, BusError> {
         let start = after.map_or(0, |a| ids.partition_point(|t| t <= &a));
         let chosen: Vec<TaskId> = ids[start..].iter().take(limit).copied().collect();
         let more = start + chosen.len() < ids.len();
@@ -241,14 +209,12 @@ impl JobStore {
     }
 
     /// Up to `limit` tasks of `job` matching `filter`, dispatched after
-    /// `after`, with how many match in all; `rec` is the job's header. A
-    /// filter naming its `task` reads that one entry; any other reads every
-    /// entry of the job in one pass (docs/PROTOCOL.md, "status"), except for
-    /// an ended job whose matches a recent pass kept (jobs/task_ids.rs).
-    async fn matching_of_job(
+    /// `after`, with how many match in all. A filter naming its `task`
+    /// reads that one entry; any other reads every entry of the job in one
+    /// pass (docs/PROTOCOL.md, "status").
+    pub async fn tasks_matching(
         &self,
         job: &JobId,
-        rec: Option<&JobRecord>,
         filter: &TaskFilter,
         after: Option<TaskId>,
         limit: usize,
@@ -258,9 +224,6 @@ impl JobStore {
             let matched = found.len() as u64;
             return Ok((page_of(found, after, limit), matched));
         }
-        if let Some(ids) = rec.and_then(|r| self.task_ids.matching(r, filter)) {
-            return Ok((self.read_page(job, &ids, after, limit).await?, ids.len() as u64));
-        }
         let mut tasks: Vec<TaskEntry> = Vec::new();
         for (key, bytes) in self.backend.entries(&job_keys::tasks(job)).await? {
             match protocol::decode::<TaskEntry>(&bytes) {
@@ -268,17 +231,11 @@ impl JobStore {
                 Err(e) => tracing::warn!(key, error = %e, "unreadable task entry left out of a filtered page"),
             }
         }
-        let inline = tasks.is_empty();
-        if inline {
-            tasks = rec.map(|r| r.tasks.clone()).unwrap_or_default();
+        if tasks.is_empty() {
+            tasks = self.get(job).await?.map(|r| r.tasks).unwrap_or_default();
         }
         tasks.retain(|t| filter.matches(t));
         let matched = tasks.len() as u64;
-        if let Some(rec) = rec.filter(|_| !inline) {
-            let mut ids: Vec<TaskId> = tasks.iter().map(|t| t.task_id).collect();
-            ids.sort_unstable();
-            self.task_ids.keep_matching(rec, filter, Arc::new(ids));
-        }
         Ok((page_of(tasks, after, limit), matched))
     }
 }
@@ -360,11 +317,11 @@ impl JobStore {
         let filter = filter.filter(|f| !f.is_empty());
         let (page, tasks_matched) = match filter {
             Some(f) => {
-                let (page, matched) = self.matching_of_job(job, Some(&rec), f, after, limit).await?;
+                let (page, matched) = self.tasks_matching(job, f, after, limit).await?;
                 (page, Some(matched))
             }
             None if limit == 0 => (TaskPage::default(), None),
-            None => (self.page_of_job(job, Some(&rec), after, limit).await?, None),
+            None => (self.tasks_page(job, after, limit).await?, None),
         };
         rec.tasks.clear(); // a record of the old layout: its inline tasks come paged like any
         let mut used = protocol::encode(&rec).len();
