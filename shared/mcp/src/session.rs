@@ -77,9 +77,28 @@ fn client_info() -> ClientConfig {
         .with_protocol_version(ProtocolVersion::LATEST)
 }
 
-/// How rmcp's `ClientInitializeError::NoCompatibleProtocolVersion` reads:
-/// the discover probe found no revision both sides speak.
-const NO_COMMON_REVISION: &str = "no compatible protocol version";
+/// Why a session did not open, and whether the server answered the
+/// `server/discover` probe with older revisions only (rmcp's `Auto` mode
+/// stops there instead of falling back to `initialize`).
+struct OpenFailure {
+    error: McpError,
+    older_revisions_only: bool,
+}
+
+impl From<McpError> for OpenFailure {
+    fn from(error: McpError) -> Self {
+        Self { error, older_revisions_only: false }
+    }
+}
+
+impl OpenFailure {
+    /// `error`, reported for the failed handshake `e`.
+    fn of_handshake(e: &rmcp::service::ClientInitializeError, error: McpError) -> Self {
+        let older_revisions_only =
+            matches!(e, rmcp::service::ClientInitializeError::NoCompatibleProtocolVersion { .. });
+        Self { error, older_revisions_only }
+    }
+}
 
 /// How a session agrees on a revision: `server/discover` offering 2026-07-28;
 /// a server that answers it with an error (it predates the method) gets the
@@ -148,16 +167,13 @@ impl Session {
         let open = async {
             match Self::open_inner(settings, resolver).await {
                 // A server that knows `server/discover` but only revisions with
-                // `initialize` (rmcp answers the probe with the versions it
-                // supports instead of an error): start over offering 2025-11-25.
-                Err(McpError::Connect { message, .. })
-                    if settings.protocol_version.is_none() && message.contains(NO_COMMON_REVISION) =>
-                {
+                // `initialize`: start over offering 2025-11-25.
+                Err(f) if f.older_revisions_only && settings.protocol_version.is_none() => {
                     let mut older = settings.clone();
                     older.protocol_version = Some(ProtocolVersion::LATEST_WITH_INITIALIZE.as_str().to_string());
-                    Self::open_inner(&older, resolver).await
+                    Self::open_inner(&older, resolver).await.map_err(|f| f.error)
                 }
-                r => r,
+                r => r.map_err(|f| f.error),
             }
         };
         match tokio::time::timeout(timeout, open).await {
@@ -166,7 +182,7 @@ impl Session {
         }
     }
 
-    async fn open_inner(settings: &McpServerSettings, resolver: &url_policy::Resolver) -> Result<Self, McpError> {
+    async fn open_inner(settings: &McpServerSettings, resolver: &url_policy::Resolver) -> Result<Self, OpenFailure> {
         let server = settings.name.clone();
         let connect_err = |m: String| McpError::Connect { server: server.clone(), message: m };
         match &settings.transport {
@@ -194,10 +210,11 @@ impl Session {
                     tokio::spawn(drain_stderr(server.clone(), stderr));
                 }
                 let calls = Calls::default();
-                let service = handler(settings, &calls)
-                    .serve_with_lifecycle(proc, lifecycle(settings))
-                    .await
-                    .map_err(|e| connect_err(format!("initialize failed: {e} (see the server's stderr in the log)")))?;
+                let service =
+                    handler(settings, &calls).serve_with_lifecycle(proc, lifecycle(settings)).await.map_err(|e| {
+                        let message = format!("initialize failed: {e} (see the server's stderr in the log)");
+                        OpenFailure::of_handshake(&e, connect_err(message))
+                    })?;
                 Ok(Session { service, calls, pid, auth: None })
             }
             McpTransport::Http { url, headers_from_env, bearer_token_env, allow_insecure_http, oauth } => {
@@ -206,15 +223,15 @@ impl Session {
                 let pinned = match url_policy::resolve_and_pin(&parsed, resolver).await {
                     Ok(p) => p,
                     // Worth a retry later: DNS may be down for a moment.
-                    Err(e @ url_policy::UrlError::Resolve(..)) => return Err(connect_err(e.to_string())),
-                    Err(e) => return Err(config_err(e.to_string())),
+                    Err(e @ url_policy::UrlError::Resolve(..)) => return Err(connect_err(e.to_string()).into()),
+                    Err(e) => return Err(config_err(e.to_string()).into()),
                 };
                 let config = http_config(settings, url, headers_from_env, bearer_token_env.as_deref())?;
                 let client = http_client(pinned.as_ref())
                     .map_err(|e| config_err(format!("cannot build the HTTP client: {e}")))?;
                 let calls = Calls::default();
                 let init_err = |e: rmcp::service::ClientInitializeError| {
-                    connect_err(redacted(settings, format!("initialize failed: {e}")))
+                    OpenFailure::of_handshake(&e, connect_err(redacted(settings, format!("initialize failed: {e}"))))
                 };
                 let Some(oauth) = oauth else {
                     let transport = StreamableHttpClientTransport::with_client(client, config);
