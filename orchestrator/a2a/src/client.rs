@@ -29,6 +29,7 @@ use flotilla_agent::model::ModelIdentity;
 use flotilla_agent::remote::{RemoteAgent, RemoteAnswer, RemoteFailure, RemoteTask};
 use flotilla_agent::tool::ElicitationAnswer;
 use flotilla_config::a2a::A2aAgentRef;
+use flotilla_models::sse::SseReader;
 use flotilla_protocol::{ErrorInfo, ErrorKind};
 use futures::StreamExt;
 use serde_json::{Value, json};
@@ -177,35 +178,26 @@ impl A2aAgent {
             .map_err(|e| unreachable(&self.base, e))?;
         let resp = status_ok(resp, &self.base).await?;
         let mut bytes = resp.bytes_stream();
-        let mut buf = String::new();
-        let mut data = String::new();
-        while let Some(chunk) = bytes.next().await {
-            let chunk = chunk.map_err(|e| unreachable(&self.base, e))?;
-            buf.push_str(&String::from_utf8_lossy(&chunk));
-            while let Some(nl) = buf.find('\n') {
-                let line = buf[..nl].trim_end_matches('\r').to_string();
-                buf.drain(..=nl);
-                if line.is_empty() {
-                    if !data.is_empty() {
-                        let reply: RpcResponse = serde_json::from_str(&data).map_err(|e| {
-                            failure(ErrorKind::Validation, format!("SendStreamingMessage: an unreadable event: {e}"))
-                        })?;
-                        data.clear();
-                        let item: StreamResponse = serde_json::from_value(rpc_result("SendStreamingMessage", reply)?)
-                            .map_err(|e| {
-                            failure(ErrorKind::Validation, format!("an unreadable stream item: {e}"))
-                        })?;
-                        run.item(item, observer).await;
-                        remote.set(&run.task_id);
-                        if run.settled() {
-                            return Ok(());
-                        }
-                    }
-                } else if let Some(d) = line.strip_prefix("data:") {
-                    if !data.is_empty() {
-                        data.push('\n');
-                    }
-                    data.push_str(d.strip_prefix(' ').unwrap_or(d));
+        let mut events = SseReader::default();
+        let mut ended = false;
+        while !ended {
+            let got = match bytes.next().await {
+                Some(chunk) => events.push(&chunk.map_err(|e| unreachable(&self.base, e))?),
+                None => {
+                    ended = true;
+                    events.finish().into_iter().collect()
+                }
+            };
+            for event in got.into_iter().filter(|e| !e.data.is_empty()) {
+                let reply: RpcResponse = serde_json::from_str(&event.data).map_err(|e| {
+                    failure(ErrorKind::Validation, format!("SendStreamingMessage: an unreadable event: {e}"))
+                })?;
+                let item: StreamResponse = serde_json::from_value(rpc_result("SendStreamingMessage", reply)?)
+                    .map_err(|e| failure(ErrorKind::Validation, format!("an unreadable stream item: {e}")))?;
+                run.item(item, observer).await;
+                remote.set(&run.task_id);
+                if run.settled() {
+                    return Ok(());
                 }
             }
         }
