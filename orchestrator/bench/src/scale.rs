@@ -13,10 +13,9 @@
 //! status calls behind the dashboard's job page (orchestrator/dashboard):
 //! the first page of 100 tasks, and a page filtered by state (`failed`,
 //! which matches nothing in a job that completed, so every task is read)
-//! and by search text (one item's name): each once cold (the first call
-//! after the job ended scans the job) and as the median of 5 calls after it
-//! (what repeated reads of the page cost),
-//! as a person re-reads the page.
+//! and by search text (one item's name): each timed on its first call
+//! after the job ended and as the median of the 5 calls after it, as a
+//! person re-reads the page.
 //! Results: docs/PERFORMANCE.md.
 
 use std::time::{Duration, Instant};
