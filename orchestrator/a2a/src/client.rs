@@ -87,23 +87,30 @@ impl A2aAgent {
         })
     }
 
-    fn post(&self, url: &str) -> reqwest::RequestBuilder {
-        let req = self.http.post(url).header(VERSION_HEADER, PROTOCOL_VERSION);
+    /// `req` with the agent's bearer token, when it has one.
+    fn authed(&self, req: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
         match &self.token {
             Some(t) => req.bearer_auth(t),
             None => req,
         }
     }
 
+    /// A JSON-RPC request of `method` with `params` to `url`.
+    fn rpc(&self, url: &str, method: &str, params: Value) -> reqwest::RequestBuilder {
+        let body =
+            json!({"jsonrpc": "2.0", "id": uuid::Uuid::new_v4().to_string(), "method": method, "params": params});
+        self.authed(self.http.post(url).header(VERSION_HEADER, PROTOCOL_VERSION)).json(&body)
+    }
+
     async fn endpoint(&self) -> Result<&Endpoint, RemoteFailure> {
         self.card
             .get_or_try_init(|| async {
                 let url = format!("{}{AGENT_CARD_PATH}", self.base);
-                let mut req = self.http.get(&url).timeout(CALL_TIMEOUT);
-                if let Some(t) = &self.token {
-                    req = req.bearer_auth(t);
-                }
-                let resp = req.send().await.map_err(|e| unreachable(&self.base, e))?;
+                let resp = self
+                    .authed(self.http.get(&url).timeout(CALL_TIMEOUT))
+                    .send()
+                    .await
+                    .map_err(|e| unreachable(&self.base, e))?;
                 let resp = status_ok(resp, &self.base).await?;
                 let card: AgentCard = resp
                     .json()
@@ -130,12 +137,9 @@ impl A2aAgent {
 
     /// One JSON-RPC call's result.
     async fn call(&self, ep: &Endpoint, method: &str, params: Value) -> Result<Value, RemoteFailure> {
-        let body =
-            json!({"jsonrpc": "2.0", "id": uuid::Uuid::new_v4().to_string(), "method": method, "params": params});
         let resp = self
-            .post(&ep.url)
+            .rpc(&ep.url, method, params)
             .timeout(CALL_TIMEOUT)
-            .json(&body)
             .send()
             .await
             .map_err(|e| unreachable(&self.base, e))?;
@@ -168,11 +172,9 @@ impl A2aAgent {
             remote.set(&run.task_id);
             return Ok(());
         }
-        let body = json!({"jsonrpc": "2.0", "id": uuid::Uuid::new_v4().to_string(), "method": "SendStreamingMessage", "params": params});
         let resp = self
-            .post(&ep.url)
+            .rpc(&ep.url, "SendStreamingMessage", params)
             .header("accept", "text/event-stream")
-            .json(&body)
             .send()
             .await
             .map_err(|e| unreachable(&self.base, e))?;
