@@ -381,16 +381,26 @@ mod tests {
         let provider =
             SdkMeterProvider::builder().with_reader(PeriodicReader::builder(collected.clone()).build()).build();
         opentelemetry::global::set_meter_provider(provider.clone());
+        // The meter provider is process-wide and the other tests of this binary run
+        // alongside: an agent name of its own keeps their samples out of the assertions.
+        let agent = "otlp-export-probe";
         let m = AgentMetrics::register(&mut Registry::default());
-        m.set_model("finance", "openai", "gpt-4o-mini");
+        m.set_model(agent, "openai", "gpt-4o-mini");
         let usage = Usage { input_tokens: 100, output_tokens: 7, model_calls: 1, ..Usage::default() };
-        m.model_call("finance", &usage, Duration::from_millis(250));
-        m.model_failed("finance", ErrorKind::Timeout, &Usage::default(), Duration::from_millis(500));
+        m.model_call(agent, &usage, Duration::from_millis(250));
+        m.model_failed(agent, ErrorKind::Timeout, &Usage::default(), Duration::from_millis(500));
         provider.force_flush().unwrap();
-        let got = collected.0.lock().unwrap().clone();
+        let got: Vec<Point> = collected
+            .0
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(_, _, a)| a.iter().any(|(k, v)| k == "flotilla.agent" && v == agent))
+            .cloned()
+            .collect();
         let base = |extra: Option<&str>| {
             let mut a = vec![
-                ("flotilla.agent".to_string(), "finance".to_string()),
+                ("flotilla.agent".to_string(), agent.to_string()),
                 ("gen_ai.operation.name".into(), "chat".into()),
                 ("gen_ai.provider.name".into(), "openai".into()),
                 ("gen_ai.request.model".into(), "gpt-4o-mini".into()),
