@@ -164,6 +164,7 @@ impl Session {
     ) -> Result<Self, McpError> {
         let server = settings.name.clone();
         let timeout = settings.init_timeout;
+        let resolver = &url_policy::resolving_once(resolver);
         let open = async {
             match Self::open_inner(settings, resolver).await {
                 // A server that knows `server/discover` but only revisions with

@@ -42,6 +42,19 @@ pub fn system_resolver() -> Resolver {
     Arc::new(|host, port| Box::pin(async move { Ok(tokio::net::lookup_host((host.as_str(), port)).await?.collect()) }))
 }
 
+/// `resolver`, asked at most once: every later call answers what the first
+/// one did. A session's open that starts over (offering an older revision)
+/// connects to the addresses its first attempt checked, never to a second
+/// answer of the name server.
+pub(crate) fn resolving_once(resolver: &Resolver) -> Resolver {
+    let inner = resolver.clone();
+    let first: Arc<tokio::sync::OnceCell<Vec<SocketAddr>>> = Arc::default();
+    Arc::new(move |host, port| {
+        let (inner, first) = (inner.clone(), first.clone());
+        Box::pin(async move { first.get_or_try_init(|| inner(host, port)).await.cloned() })
+    })
+}
+
 /// Resolves `url`'s host name once, checks every address, and returns them
 /// to pin for the session; `None` for an IP literal (checked by [`check`],
 /// nothing to resolve). A failed or empty resolution is an error: without a
