@@ -144,7 +144,10 @@ impl Browser {
                 // Between two documents: nothing to observe yet.
                 None => std::thread::sleep(Duration::from_millis(50)),
             }
-            assert!(start.elapsed() < timeout, "timed out waiting for {what}");
+            if start.elapsed() >= timeout {
+                let page = self.eval("[...document.querySelectorAll('li.ev')].slice(-40).map(l => l.textContent).join('\\n') + '\\n' + (document.body ? document.body.innerText.slice(0, 600) : '')");
+                panic!("timed out waiting for {what}; the page shows:\n{}", page.unwrap_or_default());
+            }
         }
     }
 }
