@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use flotilla_bus::{BusError, BusErrorKind, Cas, job_keys};
+use flotilla_bus::{BusError, BusErrorKind, Cas, Changes, job_keys};
 use flotilla_protocol::ids::{JobId, SubagentType, TaskId, Tenant};
 use flotilla_protocol::{JobEvent, JobInput, JobRecord, JobTodos, TaskEntry, TaskMessage, TaskReport};
 use tokio::sync::watch;
@@ -109,6 +109,8 @@ struct FakeKv {
     max_value: Option<usize>,
     /// Writes still to fail with a timeout, as during a NATS outage.
     outage: usize,
+    /// Values read by key listings and change reads (`keys`, `changes`).
+    scanned: u64,
 }
 
 impl FakeKv {
@@ -183,6 +185,11 @@ impl FakeJobs {
         self.kv.lock().unwrap().store(key, value).unwrap();
     }
 
+    /// Values read by key listings and change reads so far.
+    pub fn scanned(&self) -> u64 {
+        self.kv.lock().unwrap().scanned
+    }
+
     /// Bytes of every value stored so far.
     pub fn bytes_written(&self) -> u64 {
         self.kv.lock().unwrap().written
@@ -222,12 +229,26 @@ impl JobBackend for FakeJobs {
     }
 
     async fn keys(&self, filter: &str) -> Result<Vec<String>, BusError> {
-        Ok(self.kv.lock().unwrap().values.keys().filter(|k| matches(filter, k)).cloned().collect())
+        let mut kv = self.kv.lock().unwrap();
+        let keys: Vec<String> = kv.values.keys().filter(|k| matches(filter, k)).cloned().collect();
+        kv.scanned += keys.len() as u64;
+        Ok(keys)
     }
 
-    async fn entries(&self, filter: &str) -> Result<Vec<(String, Bytes)>, BusError> {
-        let kv = self.kv.lock().unwrap();
-        Ok(kv.values.iter().filter(|(k, _)| matches(filter, k)).map(|(k, v)| (k.clone(), v.0.clone())).collect())
+    async fn changes(&self, filter: &str, after: u64, headers_only: bool) -> Result<Changes, BusError> {
+        let mut kv = self.kv.lock().unwrap();
+        // Only each key's last write is kept here: a stream would also hand
+        // out the writes in between, which a reader applies in order to the same end.
+        let mut written: Vec<(u64, String, Bytes)> = kv
+            .values
+            .iter()
+            .filter(|(k, (_, rev))| *rev > after && matches(filter, k))
+            .map(|(k, (v, rev))| (*rev, k.clone(), if headers_only { Bytes::new() } else { v.clone() }))
+            .collect();
+        written.sort_by_key(|(rev, ..)| *rev);
+        kv.scanned += written.len() as u64;
+        let last = written.last().map_or(after, |(rev, ..)| *rev);
+        Ok(Changes { entries: written.into_iter().map(|(_, k, v)| (k, Some(v))).collect(), last })
     }
 
     async fn emit(&self, _tenant: &Tenant, _job: &JobId, event: &JobEvent) {

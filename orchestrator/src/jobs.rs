@@ -27,6 +27,7 @@ mod index;
 mod list_cache;
 mod live;
 mod retention;
+mod task_views;
 mod tasks;
 #[cfg(test)]
 mod tests;
@@ -36,7 +37,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use bytes::Bytes;
 use dashmap::DashMap;
-use flotilla_bus::{Bus, BusError, BusErrorKind, Cas, JobIndex, JobRecords, job_keys, retry};
+use flotilla_bus::{Bus, BusError, BusErrorKind, Cas, Changes, JobIndex, JobRecords, job_keys, retry};
 use flotilla_protocol::ids::{JobId, Tenant};
 use flotilla_protocol::{self as protocol, JobEvent, JobEventKind, JobInput, JobRecord, JobSummary, JobTodos, Todo};
 use tokio_util::sync::CancellationToken;
@@ -98,6 +99,8 @@ pub struct JobStore {
     files: Arc<std::sync::OnceLock<flotilla_job_files::JobFiles>>,
     /// Scans behind the later pages of listings (jobs/list_cache.rs).
     list_cache: Arc<list_cache::ListCache>,
+    /// The task ids behind the pages of big jobs (jobs/task_views.rs).
+    task_views: Arc<task_views::TaskViews>,
 }
 
 impl JobStore {
@@ -119,6 +122,7 @@ impl JobStore {
             records: None,
             files: Arc::default(),
             list_cache: Arc::default(),
+            task_views: Arc::default(),
         }
     }
 
@@ -381,8 +385,8 @@ impl JobBackend for NatsJobs {
         self.records.keys(filter).await
     }
 
-    async fn entries(&self, filter: &str) -> Result<Vec<(String, Bytes)>, BusError> {
-        self.records.entries(filter).await
+    async fn changes(&self, filter: &str, after: u64, headers_only: bool) -> Result<Changes, BusError> {
+        self.records.changes(filter, after, headers_only).await
     }
 
     async fn emit(&self, tenant: &Tenant, job: &JobId, event: &JobEvent) {

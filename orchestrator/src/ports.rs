@@ -8,7 +8,7 @@
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use flotilla_bus::{Bus, BusError, Cas};
+use flotilla_bus::{Bus, BusError, Cas, Changes};
 use flotilla_protocol::ids::{JobId, SubagentType, TaskId, Tenant};
 use flotilla_protocol::{TaskMessage, TaskReport};
 
@@ -68,8 +68,10 @@ pub trait JobBackend: Send + Sync {
     async fn update(&self, key: &str, value: Bytes, revision: u64) -> Result<Cas, BusError>;
     /// The keys matching `filter` (`*` one token, as in NATS subjects), in any order.
     async fn keys(&self, filter: &str) -> Result<Vec<String>, BusError>;
-    /// The keys matching `filter` with their values, in any order.
-    async fn entries(&self, filter: &str) -> Result<Vec<(String, Bytes)>, BusError>;
+    /// What was written under `filter` after revision `after` (`0`: every
+    /// live key), in revision order, with the last revision read
+    /// (shared/bus/src/job_records.rs, `changes`); values empty when `headers_only`.
+    async fn changes(&self, filter: &str, after: u64, headers_only: bool) -> Result<Changes, BusError>;
     /// Publishes an event of `job` (fire and forget).
     async fn emit(&self, tenant: &Tenant, job: &JobId, event: &flotilla_protocol::JobEvent);
 }

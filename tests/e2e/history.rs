@@ -21,6 +21,9 @@
 //!   orchestrator's memory (`flotilla_jobs_in_memory`), its RSS within 10 %,
 //!   and each job completed exactly once (a finished job is never planned
 //!   again).
+//! - A job page's task view (orchestrator/src/jobs/task_views.rs) reads
+//!   the jobs bucket's changes after a revision: exactly the writes since,
+//!   in order, purges as deletions.
 
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
@@ -311,4 +314,47 @@ async fn jobs_stored_before_the_index_are_filed_at_the_next_start() {
     assert_eq!(list(&d, &completed).await.jobs.len(), 3, "filed under their status");
     let log = d.orchestrator.as_ref().unwrap().log();
     assert!(log.contains("job index built from the jobs bucket"), "{log}");
+}
+
+/// What a job page's task view reads after its first pass
+/// (orchestrator/src/jobs/task_views.rs): `changes` on the real jobs bucket
+/// gives every live key once, then only the writes after the revision it
+/// returned, in order, with deletions; nothing written is missed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn task_changes_after_a_revision_are_exactly_the_writes_since() {
+    use bytes::Bytes;
+    use flotilla_bus::{Cas, job_keys};
+    use flotilla_protocol::ids::TaskId;
+    let d = Deployment::start(0, |url| TestConfig::demo(url, 1, 0)).await;
+    let records = d.bus.job_records().await.unwrap();
+    let job = JobId::new();
+    let ids: Vec<TaskId> = (0..300).map(|_| TaskId::new()).collect();
+    for (i, t) in ids.iter().enumerate() {
+        let key = job_keys::task(&job, t);
+        let Cas::Stored(rev) = records.create(&key, Bytes::from(format!("v1 {i}"))).await.unwrap() else {
+            panic!("created")
+        };
+        // Every task written twice, as a dispatch then a report would.
+        records.update(&key, Bytes::from(format!("v2 {i}")), rev).await.unwrap();
+    }
+    let filter = job_keys::tasks(&job);
+    let first = records.changes(&filter, 0, false).await.unwrap();
+    assert_eq!(first.entries.len(), 300, "the last revision of each key, once");
+    assert!(first.entries.iter().all(|(_, v)| v.as_ref().is_some_and(|v| v.starts_with(b"v2"))));
+    let again = records.changes(&filter, first.last, true).await.unwrap();
+    assert!(again.entries.is_empty(), "nothing written since: {:?}", again.entries);
+    assert_eq!(again.last, first.last);
+
+    let (changed, added) = (job_keys::task(&job, &ids[7]), job_keys::task(&job, &TaskId::new()));
+    let (_, rev) = records.entry(&changed).await.unwrap().unwrap();
+    records.update(&changed, Bytes::from_static(b"v3"), rev).await.unwrap();
+    records.create(&added, Bytes::from_static(b"v1 new")).await.unwrap();
+    let since = records.changes(&filter, first.last, false).await.unwrap();
+    let keys: Vec<&str> = since.entries.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(keys, [changed.as_str(), added.as_str()], "the two writes since, in order");
+    assert!(since.last > first.last);
+
+    records.remove_job(&job).await.unwrap();
+    let gone = records.changes(&filter, since.last, true).await.unwrap();
+    assert!(gone.entries.iter().all(|(_, v)| v.is_none()), "a purge reads as deletions: {:?}", gone.entries);
 }

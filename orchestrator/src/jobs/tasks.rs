@@ -185,33 +185,26 @@ impl JobStore {
     }
 
     /// Up to `limit` tasks of `job` dispatched after `after`, in dispatch
-    /// order. Lists the job's task keys (headers only) and reads the page's
-    /// entries: O(tasks of the job) names, O(limit) entries.
+    /// order: the ids from the job's view (jobs/task_views.rs: the first
+    /// read lists the job's task keys, later ones what was written since),
+    /// then the page's entries.
     pub async fn tasks_page(&self, job: &JobId, after: Option<TaskId>, limit: usize) -> Result<TaskPage, BusError> {
-        let mut ids: Vec<TaskId> =
-            self.backend.keys(&job_keys::tasks(job)).await?.iter().filter_map(|k| job_keys::task_of(job, k)).collect();
-        let inline = self.get(job).await?.map(|r| r.tasks).unwrap_or_default();
-        if ids.is_empty() && !inline.is_empty() {
-            return Ok(page_of(inline, after, limit));
+        let ids = self.task_views.page(&*self.backend, job, &TaskFilter::default(), after, limit).await?;
+        if ids.total == 0 {
+            let inline = self.get(job).await?.map(|r| r.tasks).unwrap_or_default();
+            if !inline.is_empty() {
+                return Ok(page_of(inline, after, limit));
+            }
         }
-        ids.sort_unstable();
-        let start = after.map_or(0, |a| ids.partition_point(|t| t <= &a));
-        let chosen: Vec<TaskId> = ids[start..].iter().take(limit).copied().collect();
-        let more = start + chosen.len() < ids.len();
-        let tasks: Vec<TaskEntry> = futures::stream::iter(chosen)
-            .map(|t| async move { self.task_entry(job, &t).await })
-            .buffered(PAGE_READS)
-            .try_filter_map(|e| async move { Ok(e.map(|(entry, _)| entry)) })
-            .try_collect()
-            .await?;
-        let next_after = if more && !tasks.is_empty() { tasks.last().map(|t| t.task_id) } else { None };
-        Ok(TaskPage { tasks, next_after })
+        let next_after = ids.ids.last().copied().filter(|_| ids.more);
+        Ok(TaskPage { tasks: self.entries_of(job, ids.ids).await?, next_after })
     }
 
     /// Up to `limit` tasks of `job` matching `filter`, dispatched after
     /// `after`, with how many match in all. A filter naming its `task`
-    /// reads that one entry; any other reads every entry of the job in one
-    /// pass (docs/PROTOCOL.md, "status").
+    /// reads that one entry; any other reads the ids from the view of the
+    /// job through that filter (jobs/task_views.rs: every entry once, then
+    /// what was written since; docs/PROTOCOL.md, "status").
     pub async fn tasks_matching(
         &self,
         job: &JobId,
@@ -224,19 +217,27 @@ impl JobStore {
             let matched = found.len() as u64;
             return Ok((page_of(found, after, limit), matched));
         }
-        let mut tasks: Vec<TaskEntry> = Vec::new();
-        for (key, bytes) in self.backend.entries(&job_keys::tasks(job)).await? {
-            match protocol::decode::<TaskEntry>(&bytes) {
-                Ok(t) => tasks.push(t),
-                Err(e) => tracing::warn!(key, error = %e, "unreadable task entry left out of a filtered page"),
-            }
+        let ids = self.task_views.page(&*self.backend, job, filter, after, limit).await?;
+        if ids.total == 0 {
+            let mut inline = self.get(job).await?.map(|r| r.tasks).unwrap_or_default();
+            inline.retain(|t| filter.matches(t));
+            let matched = inline.len() as u64;
+            return Ok((page_of(inline, after, limit), matched));
         }
-        if tasks.is_empty() {
-            tasks = self.get(job).await?.map(|r| r.tasks).unwrap_or_default();
-        }
-        tasks.retain(|t| filter.matches(t));
-        let matched = tasks.len() as u64;
-        Ok((page_of(tasks, after, limit), matched))
+        let next_after = ids.ids.last().copied().filter(|_| ids.more);
+        let mut tasks = self.entries_of(job, ids.ids).await?;
+        tasks.retain(|t| filter.matches(t)); // written since the view's read
+        Ok((TaskPage { tasks, next_after }, ids.total))
+    }
+
+    /// The entries of `ids` in `job` (those that exist), in that order.
+    async fn entries_of(&self, job: &JobId, ids: Vec<TaskId>) -> Result<Vec<TaskEntry>, BusError> {
+        futures::stream::iter(ids)
+            .map(|t| async move { self.task_entry(job, &t).await })
+            .buffered(PAGE_READS)
+            .try_filter_map(|e| async move { Ok(e.map(|(entry, _)| entry)) })
+            .try_collect()
+            .await
     }
 }
 

@@ -145,6 +145,54 @@ async fn a_filtered_status_page_holds_the_matching_tasks_and_counts_them() {
     assert_eq!((unfiltered.tasks_matched, unfiltered.job.tasks.len()), (None, 5), "an empty filter is no filter");
 }
 
+/// Pages of a big job after the first read only what was written since
+/// (jobs/task_views.rs), and still see every write: a new dispatch, a task
+/// leaving a filter, and writes of another orchestrator on the same bucket.
+#[tokio::test]
+async fn repeated_pages_read_only_what_was_written_since_and_miss_no_write() {
+    let (store, backend, job) = store_with_job().await;
+    let mut ids = Vec::new();
+    for i in 0..200 {
+        ids.push(run_task(&store, &job, &format!("call-{i}")).await);
+    }
+    let failed = TaskFilter { state: Some(TaskState::Failed), ..TaskFilter::default() };
+    let first = store.status(&job, None, None, 10, None).await.unwrap().unwrap();
+    assert_eq!(first.job.tasks.iter().map(|t| t.task_id).collect::<Vec<_>>(), ids[..10]);
+    store.status(&job, None, None, 10, Some(&failed)).await.unwrap().unwrap();
+    let scanned = backend.scanned();
+    for _ in 0..5 {
+        let again = store.status(&job, None, first.next_after, 10, None).await.unwrap().unwrap();
+        assert_eq!(again.job.tasks.iter().map(|t| t.task_id).collect::<Vec<_>>(), ids[10..20]);
+        let none = store.status(&job, None, None, 10, Some(&failed)).await.unwrap().unwrap();
+        assert_eq!(none.tasks_matched, Some(0));
+    }
+    assert_eq!(backend.scanned(), scanned, "re-reads of an unchanged job read no entry again");
+
+    // Another orchestrator fails one task and dispatches another.
+    let other = JobStore::with_backend(backend.clone());
+    let fail = |t: &mut TaskEntry| {
+        t.status = Some(TaskStatus::Failed);
+        true
+    };
+    other.update_task(&job, &ids[42], fail).await.unwrap().expect("changed");
+    let newest = run_task(&other, &job, "call-200").await;
+    let scanned = backend.scanned();
+    let matched = store.status(&job, None, None, 10, Some(&failed)).await.unwrap().unwrap();
+    assert_eq!((matched.tasks_matched, matched.job.tasks[0].task_id), (Some(1), ids[42]));
+    let last = store.status(&job, None, Some(ids[199]), 10, None).await.unwrap().unwrap();
+    assert_eq!((last.job.tasks.len(), last.job.tasks[0].task_id, last.next_after), (1, newest, None));
+    assert!(backend.scanned() - scanned <= 8, "only the writes since were read: {}", backend.scanned() - scanned);
+
+    // And the failed one completes again: it leaves the filter.
+    let complete = |t: &mut TaskEntry| {
+        t.status = Some(TaskStatus::Completed);
+        true
+    };
+    other.update_task(&job, &ids[42], complete).await.unwrap().expect("changed");
+    let gone = store.status(&job, None, None, 10, Some(&failed)).await.unwrap().unwrap();
+    assert_eq!((gone.tasks_matched, gone.job.tasks.len()), (Some(0), 0));
+}
+
 #[tokio::test]
 async fn a_dispatch_key_finds_its_task_after_a_restart_even_between_its_two_writes() {
     let (store, backend, job) = store_with_job().await;

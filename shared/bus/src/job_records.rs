@@ -146,12 +146,29 @@ impl JobRecords {
         list_keys(&self.kv, &self.client, filter).await
     }
 
-    /// The keys matching `filter` with their current values, in no
-    /// particular order: one pass like [`keys`](Self::keys), with the values
-    /// (reading a job's every task entry at once, not one request each).
-    pub async fn entries(&self, filter: &str) -> Result<Vec<(String, Bytes)>, BusError> {
-        last_values(&self.kv, &self.client, filter, false).await
+    /// What changed under `filter` after revision `after` (`0`: every live
+    /// key, as a first read), in revision order, and the last revision read:
+    /// the next call passes it to read only what was written since. A
+    /// revision is the stream sequence of the write, so this follows every
+    /// orchestrator's writes, not only this one's. Values are left empty
+    /// when `headers_only`.
+    pub async fn changes(&self, filter: &str, after: u64, headers_only: bool) -> Result<Changes, BusError> {
+        let from = if after == 0 {
+            DeliverPolicy::LastPerSubject
+        } else {
+            DeliverPolicy::ByStartSequence { start_sequence: after + 1 }
+        };
+        read_subjects(&self.kv, &self.client, filter, from, headers_only, after).await
     }
+}
+
+/// The writes a [`JobRecords::changes`] call read.
+#[derive(Debug, Default)]
+pub struct Changes {
+    /// Each key written with its value then; `None` for a deleted or purged key.
+    pub entries: Vec<(String, Option<Bytes>)>,
+    /// The revision to read on from: the last one read, or the one given.
+    pub last: u64,
 }
 
 /// Purges every message of `subject` (a `$KV.<bucket>.` subject, wildcards
@@ -178,18 +195,20 @@ pub(crate) async fn list_keys(
     client: &async_nats::Client,
     filter: &str,
 ) -> Result<Vec<String>, BusError> {
-    Ok(last_values(kv, client, filter, true).await?.into_iter().map(|(k, _)| k).collect())
+    let read = read_subjects(kv, client, filter, DeliverPolicy::LastPerSubject, true, 0).await?;
+    Ok(read.entries.into_iter().filter_map(|(k, v)| v.map(|_| k)).collect())
 }
 
-/// The live keys of `kv` matching `filter` with their values (empty when
-/// `headers_only`): one ordered consumer over the last revision of each
-/// matching key.
-async fn last_values(
+/// The messages of `kv`'s stream under `filter` from `from` on, as keys
+/// with their values (`None`: deleted), through one ordered consumer.
+async fn read_subjects(
     kv: &kv::Store,
     client: &async_nats::Client,
     filter: &str,
+    from: DeliverPolicy,
     headers_only: bool,
-) -> Result<Vec<(String, Bytes)>, BusError> {
+    after: u64,
+) -> Result<Changes, BusError> {
     let fail = |e: Box<dyn std::error::Error + Send + Sync>| BusError::new(format!("cannot list {filter}"), e);
     let prefix = kv.prefix.clone();
     let consumer = kv
@@ -199,12 +218,12 @@ async fn last_values(
             filter_subject: format!("{prefix}{filter}"),
             headers_only,
             replay_policy: ReplayPolicy::Instant,
-            deliver_policy: DeliverPolicy::LastPerSubject,
+            deliver_policy: from,
             ..Default::default()
         })
         .await
         .map_err(|e| fail(e.into()))?;
-    let mut out = Vec::new();
+    let mut out = Changes { entries: Vec::new(), last: after };
     if consumer.cached_info().num_pending == 0 {
         return Ok(out);
     }
@@ -214,11 +233,13 @@ async fn last_values(
     // purged): when nothing more comes, the listing is complete.
     while let Ok(Some(m)) = tokio::time::timeout(LIST_IDLE, messages.next()).await {
         let m = m.map_err(|e| fail(e.into()))?;
-        let pending = m.info().map_err(fail)?.pending;
+        let info = m.info().map_err(fail)?;
+        let (pending, sequence) = (info.pending, info.stream_sequence);
         let deleted = m.headers.as_ref().and_then(|h| h.get("KV-Operation")).is_some();
-        if !deleted && let Some(key) = m.subject.strip_prefix(prefix.as_str()) {
-            out.push((key.to_string(), m.payload.clone()));
+        if let Some(key) = m.subject.strip_prefix(prefix.as_str()) {
+            out.entries.push((key.to_string(), (!deleted).then(|| m.payload.clone())));
         }
+        out.last = out.last.max(sequence);
         if pending == 0 {
             break;
         }

@@ -68,7 +68,7 @@ pub use checkpoints::Checkpoints;
 pub use events::{EventStream, RawEvent};
 pub use history_seed::seed_finished_jobs;
 pub use job_index::{Indexed, JobIndex, RecentEntries, index_filter, index_key};
-pub use job_records::{Cas, JobRecords, keys as job_keys};
+pub use job_records::{Cas, Changes, JobRecords, keys as job_keys};
 pub use journal::{Appended, Journal, JournalKey, JournalRead, Stored};
 pub use leases::{Lease, Leases};
 pub use mcp_tokens::McpTokens;
