@@ -3,6 +3,7 @@
 
 mod a2a;
 mod agent_protocol;
+mod agent_protocol_caller;
 mod approvals;
 mod approvals_cancel;
 mod async_tasks;

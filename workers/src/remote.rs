@@ -12,9 +12,10 @@ use flotilla_protocol::ids::SubagentType;
 
 /// The remote agent of type `ty`, or `None` when the type runs a model loop here.
 pub fn build(ty: &SubagentType, config: &SubagentConfig, bus: &Bus) -> anyhow::Result<Option<Arc<dyn RemoteAgent>>> {
-    let _ = bus;
-    if config.agent.is_some() {
-        anyhow::bail!("subagent type {ty}: `agent` (Synadia Agent Protocol) is not supported by this worker build yet");
+    if let Some(agent) = &config.agent {
+        let caller = flotilla_agent_protocol::caller::ProtocolAgent::new(bus.nats().clone(), agent)
+            .map_err(|e| anyhow::anyhow!("subagent type {ty}: [subagents.{ty}] agent: {e}"))?;
+        return Ok(Some(Arc::new(caller)));
     }
     if let Some(a2a) = &config.a2a {
         return Ok(Some(Arc::new(flotilla_a2a::client::A2aAgent::new(ty.as_str(), a2a)?)));
