@@ -2,6 +2,7 @@
 //! Each test starts its own nats-server and processes, so tests run in parallel.
 
 mod a2a;
+mod a2a_client;
 mod agent_protocol;
 mod agent_protocol_caller;
 mod approvals;
