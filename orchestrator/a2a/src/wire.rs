@@ -455,7 +455,8 @@ pub struct ListTasksResponse {
     pub next_page_token: String,
     /// The page size used.
     pub page_size: i32,
-    /// How many tasks match in all.
+    /// The tasks on this page: the job listing behind it pages without
+    /// counting every match (docs/PROTOCOLS.md, "A2A v1.0").
     pub total_size: i32,
 }
 
