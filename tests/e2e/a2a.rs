@@ -139,3 +139,28 @@ async fn the_a2a_sdk_streams_the_demo_job_cancels_another_and_another_tenant_see
     assert_eq!(l["page2"][0][0], task_id, "the oldest is the first job: {l}");
     assert_eq!(l["next2"], "", "{l}");
 }
+
+/// The agent card needs no token but sits behind the dashboard's Host
+/// check: a request under a name the listener does not have (a rebound DNS
+/// name, a forged Host) is refused, instead of getting a card whose URLs
+/// point at that name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agent_card_is_refused_under_a_host_the_dashboard_does_not_have() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let port = free_port();
+    let _d = deployment(port).await;
+    let fetch = |host: &'static str| async move {
+        let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.expect("connect");
+        let req = format!("GET /.well-known/agent-card.json HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+        s.write_all(req.as_bytes()).await.unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).await.unwrap();
+        out
+    };
+    let forged = fetch("evil.example").await;
+    assert!(forged.starts_with("HTTP/1.1 421"), "{forged}");
+    assert!(!forged.contains("http://evil.example"), "no card naming the forged host: {forged}");
+    let own = fetch("127.0.0.1").await;
+    assert!(own.starts_with("HTTP/1.1 200"), "{own}");
+    assert!(own.contains("http://127.0.0.1/a2a"), "{own}");
+}

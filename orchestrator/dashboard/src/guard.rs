@@ -217,17 +217,33 @@ fn cookie_from(headers: &HeaderMap) -> Option<String> {
     })
 }
 
+/// The refusal of a request whose Host is not one of the dashboard's names.
+fn misdirected(req: &Request) -> Response {
+    tracing::debug!(host = ?req.headers().get(header::HOST), "dashboard request for another host refused");
+    refuse(
+        StatusCode::MISDIRECTED_REQUEST,
+        "misdirected request: this Host is not one of the dashboard's names. To open the dashboard under \
+         another name, add it to [dashboard] allowed_hosts in the orchestrator's config.\n",
+    )
+}
+
+/// The middleware of the public routes beside the dashboard (the A2A agent
+/// card): the Host check alone. They need no token, but a page on a
+/// rebound name must not read them, and a response that echoes the Host
+/// (the card's URLs) must not carry a name the listener does not have.
+pub async fn check_host(State(guard): State<Arc<Guard>>, req: Request, next: Next) -> Response {
+    if !guard.host_allowed(req.headers(), &req) {
+        return misdirected(&req);
+    }
+    next.run(req).await
+}
+
 /// The middleware: Host check, then token check, then (for a browser's
 /// writes) the CSRF check, then the route with the request's [`Principal`]
 /// and [`CsrfToken`] in its extensions.
 pub async fn check(State(guard): State<Arc<Guard>>, req: Request, next: Next) -> Response {
     if !guard.host_allowed(req.headers(), &req) {
-        tracing::debug!(host = ?req.headers().get(header::HOST), "dashboard request for another host refused");
-        return refuse(
-            StatusCode::MISDIRECTED_REQUEST,
-            "misdirected request: this Host is not one of the dashboard's names. To open the dashboard under \
-             another name, add it to [dashboard] allowed_hosts in the orchestrator's config.\n",
-        );
+        return misdirected(&req);
     }
     if req.uri().path() == login::PATH && !guard.tokens.is_empty() {
         return login::handle(&guard, req).await;

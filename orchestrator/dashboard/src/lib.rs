@@ -194,6 +194,14 @@ pub fn router_with(
         .layer(axum::middleware::from_fn_with_state(guard, guard::check)))
 }
 
+/// `public` behind the dashboard's Host check only, no token: for routes
+/// served beside the dashboard that anyone may read, such as the A2A agent
+/// card. Merge the result into [`router_with`]'s router.
+pub fn public_with(addr: SocketAddr, config: &DashboardConfig, public: axum::Router) -> anyhow::Result<axum::Router> {
+    let guard = Arc::new(guard::Guard::from_config(config, addr)?);
+    Ok(public.layer(axum::middleware::from_fn_with_state(guard, guard::check_host)))
+}
+
 fn routes(state: Dash) -> axum::Router {
     axum::Router::new()
         .route("/", get(jobs_page))

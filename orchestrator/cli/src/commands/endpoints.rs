@@ -53,8 +53,9 @@ pub async fn start(
         )?;
         if let Some(a2a) = &a2a {
             // The card is public (A2A clients read it to learn how to
-            // authenticate): outside the guard, it holds no tenant's data.
-            router = router.merge(a2a.card_router());
+            // authenticate): no token, it holds no tenant's data; but behind
+            // the Host check, since its URLs echo the request's Host.
+            router = router.merge(flotilla_dashboard::public_with(addr, &settings.dashboard, a2a.card_router())?);
         }
         let limits = flotilla_dashboard::serve_limits(&settings.dashboard)?;
         let what = "dashboard";
