@@ -8,7 +8,10 @@
 //!   progress and its artifact the report the planner consolidates;
 //! - `TASK_STATE_INPUT_REQUIRED` is an elicitation a person answers with
 //!   `flotilla approve`; the answer goes back into the same A2A task;
-//! - cancelling the job sends `CancelTask` to the agent.
+//! - cancelling the job sends `CancelTask` to the agent;
+//! - a task whose worker dies while the agent works is redelivered, and the
+//!   new attempt follows the same A2A task (`SubscribeToTask`) instead of
+//!   sending the description again: the agent does the work once.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -152,4 +155,51 @@ async fn an_a2a_sdk_agent_runs_tasks_asks_a_person_and_is_cancelled() {
     assert_eq!(cancelled["taskId"], hanging["taskId"], "{cancelled} {hanging}");
     assert_eq!(end_of(&mut events, job).await["event"], "cancelled");
     assert_eq!(d.status(job).await.status, JobStatus::Cancelled);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redelivered_task_follows_the_a2a_task_its_dead_worker_started() {
+    let port = free_port();
+    let tmp = TempDir::new("a2a-agent");
+    let agent_log = tmp.path().join("agent.jsonl");
+    let _agent = start_agent(port, &agent_log).await;
+    let mut d = Deployment::start(1, |url| {
+        let mut c = TestConfig::new(url);
+        c.nats(2, 5);
+        c.scripted_model("planner", &demo_script("planner.toml"));
+        c.section("[planner]\nmodel = \"planner\"\ntask_timeout = 120\n");
+        c.section(&format!(
+            "[subagents.finance]\ndescription = \"Computes gross margins.\"\n\
+             a2a = {{ url = \"http://127.0.0.1:{port}\" }}\nconcurrency = 2\n"
+        ));
+        c
+    })
+    .await;
+    let mut events = EventLog::subscribe(&d.raw.client, "flotilla.job.>").await;
+    let job = d.submit("Compute the gross margin of region slow: revenue 120, cost 75.").await;
+    let id = job.to_string();
+    events
+        .until(TIMEOUT, "the agent at work", |s, v| {
+            s.contains(".progress.") && v["event"] == "model_delta" && v["job_id"] == id.as_str()
+        })
+        .await;
+
+    // The worker dies mid-task; another one gets the redelivered task.
+    d.workers[0].kill();
+    d.add_worker("w2");
+    events
+        .until(TIMEOUT, "the second attempt", |s, v| {
+            s.contains(".progress.") && v["event"] == "started" && v["attempt"].as_u64() >= Some(2)
+        })
+        .await;
+    std::fs::write(format!("{}.release", agent_log.display()), b"").unwrap();
+
+    let end = end_of(&mut events, job).await;
+    assert_eq!(end["event"], "completed", "{end}");
+    let rec = d.status(job).await;
+    assert_eq!(rec.tasks[0].summary, "gross margin 0.375");
+    assert!(rec.tasks[0].attempt >= 2, "redelivered: attempt {}", rec.tasks[0].attempt);
+    let messages: Vec<Value> = logged(&agent_log).into_iter().filter(|e| e["event"] == "message").collect();
+    assert_eq!(messages.len(), 1, "the description went to the agent once: {messages:?}");
+    assert_eq!(messages[0]["contextId"], rec.tasks[0].task_id.to_string().as_str());
 }

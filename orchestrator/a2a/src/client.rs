@@ -4,9 +4,12 @@
 //!
 //! - The task's description is the user message; its `contextId` is the
 //!   task's [`session_key`](RemoteTask::session_key), the same on every
-//!   attempt, so a task redelivered after a worker died re-prompts the same
-//!   remote conversation (A2A has no delivery guarantee of its own; the task
-//!   queue's redelivery is it).
+//!   attempt. A2A has no delivery guarantee of its own; the task queue's
+//!   redelivery is it: a redelivered task first looks up the remote task an
+//!   earlier attempt started in its context (`ListTasks`, `GetTask`) and,
+//!   when that one completed, asks or still runs, takes it over (its
+//!   artifacts, its question, or `SubscribeToTask`) instead of having the
+//!   agent do the work twice; otherwise it sends the description again.
 //! - With `capabilities.streaming` the message is sent with
 //!   `SendStreamingMessage`: status messages and artifact chunks become the
 //!   task's progress (`model_delta`), the artifacts' text (else the final
@@ -172,8 +175,22 @@ impl A2aAgent {
             remote.set(&run.task_id);
             return Ok(());
         }
+        self.follow(ep, "SendStreamingMessage", params, observer, run, remote).await
+    }
+
+    /// Reads the SSE stream `method` (`SendStreamingMessage`,
+    /// `SubscribeToTask`) answers with, until the task ends or asks.
+    async fn follow(
+        &self,
+        ep: &Endpoint,
+        method: &str,
+        params: Value,
+        observer: &dyn AgentObserver,
+        run: &mut Run,
+        remote: &RemoteId,
+    ) -> Result<(), RemoteFailure> {
         let resp = self
-            .rpc(&ep.url, "SendStreamingMessage", params)
+            .rpc(&ep.url, method, params)
             .header("accept", "text/event-stream")
             .send()
             .await
@@ -191,10 +208,9 @@ impl A2aAgent {
                 }
             };
             for event in got.into_iter().filter(|e| !e.data.is_empty()) {
-                let reply: RpcResponse = serde_json::from_str(&event.data).map_err(|e| {
-                    failure(ErrorKind::Validation, format!("SendStreamingMessage: an unreadable event: {e}"))
-                })?;
-                let item: StreamResponse = serde_json::from_value(rpc_result("SendStreamingMessage", reply)?)
+                let reply: RpcResponse = serde_json::from_str(&event.data)
+                    .map_err(|e| failure(ErrorKind::Validation, format!("{method}: an unreadable event: {e}")))?;
+                let item: StreamResponse = serde_json::from_value(rpc_result(method, reply)?)
                     .map_err(|e| failure(ErrorKind::Validation, format!("an unreadable stream item: {e}")))?;
                 run.item(item, observer).await;
                 remote.set(&run.task_id);
@@ -204,6 +220,51 @@ impl A2aAgent {
             }
         }
         Ok(())
+    }
+
+    /// On a redelivered task: the remote task an earlier attempt started in
+    /// this context, followed instead of sent again when it completed, asks,
+    /// or still runs (then `SubscribeToTask`, with streaming). `false` when
+    /// there is none to take over (none, it failed or was cancelled, or the
+    /// agent lists no tasks): the attempt sends the description again.
+    async fn take_over(
+        &self,
+        ep: &Endpoint,
+        context: &str,
+        observer: &dyn AgentObserver,
+        run: &mut Run,
+        remote: &RemoteId,
+    ) -> Result<bool, RemoteFailure> {
+        let list = ListTasksRequest { context_id: context.into(), page_size: Some(1), ..Default::default() };
+        let listed = match self.call(ep, "ListTasks", serde_json::to_value(list).unwrap_or_default()).await {
+            Ok(v) => serde_json::from_value::<ListTasksResponse>(v).unwrap_or_default(),
+            Err(e) if e.error.kind == ErrorKind::Transient => return Err(e),
+            Err(e) => {
+                tracing::info!(agent = %ep.name, error = %e.error.message, "no earlier A2A task looked up: sending again");
+                return Ok(false);
+            }
+        };
+        let Some(found) = listed.tasks.into_iter().next() else { return Ok(false) };
+        let id = TaskIdRequest { id: found.id.clone(), ..Default::default() };
+        let got = self.call(ep, "GetTask", serde_json::to_value(&id).unwrap_or_default()).await?;
+        let task: Task = serde_json::from_value(got)
+            .map_err(|e| failure(ErrorKind::Validation, format!("GetTask: an unreadable task: {e}")))?;
+        match task.status.state {
+            TaskState::Failed | TaskState::Canceled | TaskState::Rejected => return Ok(false),
+            TaskState::Submitted | TaskState::Working if ep.streaming => {
+                tracing::info!(agent = %ep.name, task = %task.id, "following the A2A task of an earlier attempt");
+                run.task_id = task.id.clone();
+                remote.set(&task.id);
+                let params = serde_json::to_value(&id).unwrap_or_default();
+                self.follow(ep, "SubscribeToTask", params, observer, run, remote).await?;
+            }
+            TaskState::Submitted | TaskState::Working => return Ok(false),
+            _ => {
+                run.task(task, observer).await;
+                remote.set(&run.task_id);
+            }
+        }
+        Ok(true)
     }
 
     async fn attempt(
@@ -222,8 +283,11 @@ impl A2aAgent {
             parts: vec![Part::text(task.description.clone())],
             ..Default::default()
         };
+        let mut resumed = task.attempt > 1 && self.take_over(&ep, &context, observer, &mut run, remote).await?;
         loop {
-            self.exchange(&ep, message, observer, &mut run, remote).await?;
+            if !std::mem::take(&mut resumed) {
+                self.exchange(&ep, message, observer, &mut run, remote).await?;
+            }
             match run.state {
                 TaskState::Completed => return Ok(RemoteAnswer { text: run.answer(), usage: Default::default() }),
                 TaskState::InputRequired => {
