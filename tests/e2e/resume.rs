@@ -180,9 +180,11 @@ async fn start(
     Run { setup, ep, d, log }
 }
 
-/// The tasks (ids) on `worker`: started there last, and not yet reported
-/// to the planner (a task that answered is still the worker's until its
-/// report is stored).
+/// The tasks (ids) on `worker`: started there last, and neither finished
+/// there (the worker's own `finished` event) nor reported to the planner.
+/// `finished` counts too: the orchestrator's `task_reported` of a report it
+/// stored just before an orchestrator SIGKILL is never published, and such a
+/// task would wait on the model forever in the eyes of this test.
 fn running_on(log: &EventLog, worker: &str) -> HashSet<String> {
     let mut owner: HashMap<String, String> = HashMap::new();
     for (s, v) in &log.seen {
@@ -192,6 +194,9 @@ fn running_on(log: &EventLog, worker: &str) -> HashSet<String> {
                 owner.insert(task, v["worker_id"].as_str().unwrap_or_default().to_string());
             }
             Some("task_reported") if s.ends_with(".event") => {
+                owner.remove(&task);
+            }
+            Some("finished") if s.contains(".progress.") => {
                 owner.remove(&task);
             }
             _ => {}
