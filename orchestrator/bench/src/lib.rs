@@ -25,10 +25,14 @@
 //!   named in `--only`, since it takes minutes.
 //! - `load`: many concurrent jobs, then listing against a long history
 //!   ([`load`]); only when named in `--only`.
+//! - `concurrency`: 1 000 subagents in flight at once, each two 2 s model
+//!   calls, on 4 workers x 250 slots ([`concurrency`]); only when named in
+//!   `--only`.
 //! - `resume`: the step journal's size and cost per step, and how soon a
 //!   SIGKILLed worker's tasks resume elsewhere ([`resume`]); only when named
 //!   in `--only`, since its takeovers wait for `ack_wait`.
 
+mod concurrency;
 mod load;
 pub mod mcp;
 mod memory;
@@ -172,6 +176,9 @@ pub async fn run(args: &Options) -> anyhow::Result<Vec<Row>> {
     }
     if args.only.iter().any(|o| o == "scale") {
         rows.extend(scale::measure(&args.scale_sizes).await?);
+    }
+    if args.only.iter().any(|o| o == "concurrency") {
+        rows.extend(concurrency::measure().await?);
     }
     if args.only.iter().any(|o| o == "resume") {
         rows.extend(resume::measure().await?);

@@ -11,7 +11,7 @@ pub struct Args {
     #[arg(long, default_value_t = 300)]
     pub tasks: usize,
     /// Only these scenarios (overhead, throughput, fanout, footprint, mcp;
-    /// scale, load and resume run only when named here).
+    /// scale, load, resume and concurrency run only when named here).
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
     /// Tasks per job of the `scale` scenario.
