@@ -19,12 +19,11 @@ use std::process::{Child, Command, Stdio};
 use flotilla_protocol::JobStatus;
 use flotilla_protocol::ids::JobId;
 use flotilla_testkit::config::demo_script;
-use flotilla_testkit::proc::run_cli;
 use flotilla_testkit::{Deployment, EventLog, TIMEOUT, TempDir, TestConfig, eventually, free_port};
 use serde_json::Value;
 
-/// The agent process; killed on drop.
-struct Agent(Child);
+/// An agent process; killed on drop.
+pub(crate) struct Agent(pub(crate) Child);
 
 impl Drop for Agent {
     fn drop(&mut self) {
@@ -56,6 +55,16 @@ fn logged(log: &Path) -> Vec<Value> {
     std::fs::read_to_string(log).unwrap_or_default().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
 }
 
+/// The demo planner with a `finance` type whose tasks `backend` (an
+/// `agent` or `a2a` key) runs elsewhere.
+pub(crate) fn remote_finance(url: &str, backend: &str) -> TestConfig {
+    let mut c = TestConfig::new(url);
+    c.scripted_model("planner", &demo_script("planner.toml"));
+    c.section("[planner]\nmodel = \"planner\"\ntask_timeout = 120\n");
+    c.section(&format!("[subagents.finance]\ndescription = \"Computes gross margins.\"\n{backend}\nconcurrency = 2\n"));
+    c
+}
+
 /// Waits for `job`'s terminal event (the log holds earlier jobs' too).
 async fn end_of(events: &mut EventLog, job: JobId) -> Value {
     let id = job.to_string();
@@ -68,34 +77,14 @@ async fn end_of(events: &mut EventLog, job: JobId) -> Value {
         .await
 }
 
-async fn cli(d: &Deployment, args: &[&str]) -> (i32, String, String) {
-    let mut all: Vec<String> = args.iter().map(|s| s.to_string()).collect();
-    all.extend(["--config".into(), d.config_arg()]);
-    tokio::task::spawn_blocking(move || {
-        let refs: Vec<&str> = all.iter().map(String::as_str).collect();
-        run_cli(&refs, &[("USER", "tester")])
-    })
-    .await
-    .unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_a2a_sdk_agent_runs_tasks_asks_a_person_and_is_cancelled() {
     let port = free_port();
     let tmp = TempDir::new("a2a-agent");
     let agent_log = tmp.path().join("agent.jsonl");
     let _agent = start_agent(port, &agent_log).await;
-    let d = Deployment::start(1, |url| {
-        let mut c = TestConfig::new(url);
-        c.scripted_model("planner", &demo_script("planner.toml"));
-        c.section("[planner]\nmodel = \"planner\"\ntask_timeout = 120\n");
-        c.section(&format!(
-            "[subagents.finance]\ndescription = \"Computes gross margins.\"\n\
-             a2a = {{ url = \"http://127.0.0.1:{port}\" }}\nconcurrency = 2\n"
-        ));
-        c
-    })
-    .await;
+    let backend = format!("a2a = {{ url = \"http://127.0.0.1:{port}\" }}");
+    let d = Deployment::start(1, |url| remote_finance(url, &backend)).await;
     let mut events = EventLog::subscribe(&d.raw.client, "flotilla.job.>").await;
 
     // 1. The demo job: one A2A task in the context of the Flotilla task.
@@ -125,7 +114,7 @@ async fn an_a2a_sdk_agent_runs_tasks_asks_a_person_and_is_cancelled() {
     let task = req["task_id"].as_str().unwrap().to_string();
     let call = req["call_id"].as_str().unwrap().to_string();
     let answer = ["approve", &job.to_string(), &call, "--task", &task, "--content", r#"{"answer": "north"}"#];
-    let (code, out, err) = cli(&d, &answer).await;
+    let (code, out, err) = crate::approvals::cli(&d, &answer).await;
     assert_eq!(code, 0, "{out}{err}");
     let end = end_of(&mut events, job).await;
     assert_eq!(end["event"], "completed", "{end}");
@@ -145,7 +134,7 @@ async fn an_a2a_sdk_agent_runs_tasks_asks_a_person_and_is_cancelled() {
             s.contains(".progress.") && v["event"] == "model_delta" && v["job_id"] == job.to_string().as_str()
         })
         .await;
-    let (code, out, err) = cli(&d, &["cancel", &job.to_string(), "--reason", "not needed"]).await;
+    let (code, out, err) = crate::approvals::cli(&d, &["cancel", &job.to_string(), "--reason", "not needed"]).await;
     assert_eq!(code, 0, "{out}{err}");
     let cancelled = eventually(TIMEOUT, "CancelTask to reach the agent", || async {
         logged(&agent_log).into_iter().find(|e| e["event"] == "cancel")
@@ -163,15 +152,10 @@ async fn a_redelivered_task_follows_the_a2a_task_its_dead_worker_started() {
     let tmp = TempDir::new("a2a-agent");
     let agent_log = tmp.path().join("agent.jsonl");
     let _agent = start_agent(port, &agent_log).await;
+    let backend = format!("a2a = {{ url = \"http://127.0.0.1:{port}\" }}");
     let mut d = Deployment::start(1, |url| {
-        let mut c = TestConfig::new(url);
+        let mut c = remote_finance(url, &backend);
         c.nats(2, 5);
-        c.scripted_model("planner", &demo_script("planner.toml"));
-        c.section("[planner]\nmodel = \"planner\"\ntask_timeout = 120\n");
-        c.section(&format!(
-            "[subagents.finance]\ndescription = \"Computes gross margins.\"\n\
-             a2a = {{ url = \"http://127.0.0.1:{port}\" }}\nconcurrency = 2\n"
-        ));
         c
     })
     .await;

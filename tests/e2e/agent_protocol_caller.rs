@@ -14,27 +14,16 @@
 //!   once.
 
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 
 use flotilla_protocol::JobStatus;
-use flotilla_testkit::config::demo_script;
-use flotilla_testkit::proc::run_cli;
 use flotilla_testkit::{Deployment, EventLog, TIMEOUT, TempDir, TestConfig};
 use serde_json::Value;
 
+use crate::a2a_client::Agent;
 use crate::agent_protocol::first_heartbeat;
 
 const JOB: &str = "Compute the gross margin of region north: revenue 120, cost 75.";
-
-/// The agent process; killed on drop.
-struct Agent(Child);
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// Starts the SDK agent `margins` of owner `flotilla`, logging prompts to `log`.
 async fn start_agent(d: &Deployment, log: &std::path::Path, ask: bool) -> Agent {
@@ -53,14 +42,7 @@ async fn start_agent(d: &Deployment, log: &std::path::Path, ask: bool) -> Agent 
 }
 
 fn config(url: &str) -> TestConfig {
-    let mut c = TestConfig::new(url);
-    c.scripted_model("planner", &demo_script("planner.toml"));
-    c.section("[planner]\nmodel = \"planner\"\ntask_timeout = 120\n");
-    c.section(
-        "[subagents.finance]\ndescription = \"Computes gross margins.\"\n\
-         agent = { name = \"margins\", owner = \"flotilla\" }\nconcurrency = 2\n",
-    );
-    c
+    crate::a2a_client::remote_finance(url, "agent = { name = \"margins\", owner = \"flotilla\" }")
 }
 
 fn prompts(log: &std::path::Path) -> Vec<String> {
@@ -69,17 +51,6 @@ fn prompts(log: &std::path::Path) -> Vec<String> {
         .lines()
         .map(|l| serde_json::from_str::<Value>(l).unwrap()["prompt"].as_str().unwrap().to_string())
         .collect()
-}
-
-async fn cli(d: &Deployment, args: &[&str]) -> (i32, String, String) {
-    let mut all: Vec<String> = args.iter().map(|s| s.to_string()).collect();
-    all.extend(["--config".into(), d.config_arg()]);
-    tokio::task::spawn_blocking(move || {
-        let refs: Vec<&str> = all.iter().map(String::as_str).collect();
-        run_cli(&refs, &[("USER", "tester")])
-    })
-    .await
-    .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -100,7 +71,7 @@ async fn a_protocol_agent_runs_a_task_streams_it_and_asks_a_person_through_appro
     let task = req["task_id"].as_str().unwrap().to_string();
     let answer = r#"{"answer": "yes, net"}"#;
     let call = ["approve", &job.to_string(), "remote-1-elicit", "--task", &task, "--content", answer];
-    let (code, out, err) = cli(&d, &call).await;
+    let (code, out, err) = crate::approvals::cli(&d, &call).await;
     assert_eq!(code, 0, "{out}{err}");
 
     let end = events.job_end(TIMEOUT).await;
