@@ -12,13 +12,10 @@
 
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
 use flotilla_client::NewFile;
-use flotilla_client::events::{self, Event, Scope};
+use flotilla_client::events::{self, Scope};
 use flotilla_protocol::path::FilePath;
-use flotilla_protocol::{JobEventKind, TaskStatus};
 use flotilla_testkit::scripts::{MAP_PLANNER, finance_margin, region_items};
-use futures::StreamExt;
 
 use crate::Row;
 use crate::setup::{self, FinanceModel, Rig};
@@ -88,27 +85,12 @@ async fn run(rig: &Rig) -> anyhow::Result<Measured> {
         bytes: region_items(TASKS).into_bytes(),
     };
     let staged = api.upload(&[file]).await?;
-    let mut events = std::pin::pin!(events::follow(rig.bus(), Scope::All, false).await?);
+    let events = std::pin::pin!(events::follow(rig.bus(), Scope::All, false).await?);
     let before = rig.nats().bytes_received().await;
     let started = Instant::now();
     api.submit_with_files("Gross margin of every region in /inputs/regions.jsonl".to_string(), staged).await?;
-    let mut completed = 0;
-    tokio::time::timeout(JOB_TIMEOUT, async {
-        while let Some(ev) = events.next().await {
-            if let Event::Job(j) = ev? {
-                match j.kind {
-                    JobEventKind::TaskReported { status: TaskStatus::Completed, .. } => completed += 1,
-                    JobEventKind::Completed { .. } => return Ok(()),
-                    JobEventKind::Failed { error } => anyhow::bail!("job failed: {error}"),
-                    _ => {}
-                }
-            }
-        }
-        anyhow::bail!("event stream ended")
-    })
-    .await
-    .with_context(|| format!("no end within {JOB_TIMEOUT:?}"))??;
+    let end = setup::until_completed(events, JOB_TIMEOUT).await?;
     let wall = started.elapsed();
     let bytes_in = rig.nats().bytes_received().await - before;
-    Ok(Measured { wall, completed, idle_kib, peak_kib: largest("VmHWM:")?, bytes_in })
+    Ok(Measured { wall, completed: end.completed, idle_kib, peak_kib: largest("VmHWM:")?, bytes_in })
 }

@@ -20,16 +20,13 @@
 
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
 use flotilla_protocol::path::FilePath;
-use flotilla_protocol::{JobEventKind, TaskStatus};
 use flotilla_testkit::scripts::{MAP_PLANNER, region_items};
-use futures::StreamExt;
 
 use crate::Row;
 use crate::setup::{self, Rig};
 use flotilla_client::NewFile;
-use flotilla_client::events::{self, Event, Scope};
+use flotilla_client::events::{self, Scope};
 
 /// Task fan-out by `task` stops here (one planner turn holds every call).
 const MAX_TASK_FANOUT: usize = 10_000;
@@ -144,33 +141,16 @@ async fn run(rig: &Rig, mode: Mode, n: usize) -> anyhow::Result<Measured> {
             ("Gross margin of every region in /inputs/regions.jsonl".to_string(), staged)
         }
     };
-    let mut events = std::pin::pin!(events::follow(rig.bus(), Scope::All, false).await?);
+    let events = std::pin::pin!(events::follow(rig.bus(), Scope::All, false).await?);
     let before = rig.nats().bytes_received().await;
     let started = Instant::now();
     let job_id = api.submit_with_files(input, files).await?;
-    let (mut max_input_tokens, mut completed) = (0, 0);
-    let answer = tokio::time::timeout(JOB_TIMEOUT, async {
-        while let Some(ev) = events.next().await {
-            if let Event::Job(j) = ev? {
-                match j.kind {
-                    JobEventKind::PlannerStep { usage, .. } => {
-                        max_input_tokens = max_input_tokens.max(usage.input_tokens)
-                    }
-                    JobEventKind::TaskReported { status: TaskStatus::Completed, .. } => completed += 1,
-                    JobEventKind::Completed { answer, .. } => return Ok(answer),
-                    JobEventKind::Failed { error } => anyhow::bail!("job failed: {error}"),
-                    _ => {}
-                }
-            }
-        }
-        anyhow::bail!("event stream ended")
-    })
-    .await
-    .with_context(|| format!("no end within {JOB_TIMEOUT:?}"))??;
+    let end = setup::until_completed(events, JOB_TIMEOUT).await?;
     let wall = started.elapsed();
     let bytes_in = rig.nats().bytes_received().await - before;
     let peak_rss_kib = rig.memory_kib("orchestrator", "VmHWM:")?;
     let console = console_calls(&api, job_id, n).await?;
+    let setup::JobEnd { answer, completed, max_input_tokens } = end;
     Ok(Measured { wall, bytes_in, peak_rss_kib, max_input_tokens, completed, answer, console })
 }
 

@@ -258,3 +258,44 @@ api_burst = 1000000
         drop(self.d);
     }
 }
+
+/// What a job's events said until it completed.
+pub struct JobEnd {
+    /// The job's answer.
+    pub answer: String,
+    /// Tasks whose report was consolidated as completed.
+    pub completed: usize,
+    /// The input tokens of the planner's largest model request.
+    pub max_input_tokens: u64,
+}
+
+/// Follows `events` (the job's, from before its submit) until the job
+/// completes; an error when it fails, the stream ends or `timeout` passes.
+pub async fn until_completed(
+    mut events: impl futures::Stream<Item = anyhow::Result<Event>> + Unpin,
+    timeout: Duration,
+) -> anyhow::Result<JobEnd> {
+    let (mut completed, mut max_input_tokens) = (0, 0);
+    tokio::time::timeout(timeout, async {
+        while let Some(ev) = events.next().await {
+            if let Event::Job(j) = ev? {
+                match j.kind {
+                    JobEventKind::PlannerStep { usage, .. } => {
+                        max_input_tokens = max_input_tokens.max(usage.input_tokens)
+                    }
+                    JobEventKind::TaskReported { status: flotilla_protocol::TaskStatus::Completed, .. } => {
+                        completed += 1
+                    }
+                    JobEventKind::Completed { answer, .. } => {
+                        return Ok(JobEnd { answer, completed, max_input_tokens });
+                    }
+                    JobEventKind::Failed { error } => anyhow::bail!("job failed: {error}"),
+                    _ => {}
+                }
+            }
+        }
+        anyhow::bail!("event stream ended")
+    })
+    .await
+    .with_context(|| format!("no end within {timeout:?}"))?
+}
