@@ -12,6 +12,9 @@
 //! - a task whose worker dies while the agent works is redelivered, and the
 //!   new attempt follows the same A2A task (`SubscribeToTask`) instead of
 //!   sending the description again: the agent does the work once.
+//!
+//! Each runs twice: over the JSON-RPC binding and over HTTP+JSON, with an
+//! agent that offers and serves only that one.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -32,12 +35,15 @@ impl Drop for Agent {
     }
 }
 
-async fn start_agent(port: u16, log: &Path) -> Agent {
+/// The a2a-sdk agent on `port`, serving (and offering on its card) only
+/// `binding`: `JSONRPC` or `HTTP+JSON`.
+async fn start_agent(port: u16, log: &Path, binding: &str) -> Agent {
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/a2a_agent.py");
     let child = Command::new(crate::a2a::python())
         .arg(script)
         .arg(port.to_string())
         .arg(log)
+        .arg(binding)
         .stdin(Stdio::null())
         .spawn()
         .expect("start the a2a-sdk agent");
@@ -79,10 +85,22 @@ async fn end_of(events: &mut EventLog, job: JobId) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_a2a_sdk_agent_runs_tasks_asks_a_person_and_is_cancelled() {
+    runs_tasks_asks_a_person_and_is_cancelled("JSONRPC").await;
+}
+
+/// The same over the HTTP+JSON binding: the agent offers and serves no
+/// JSON-RPC, so every call above must go as `POST /message:stream`,
+/// `POST /tasks/{id}:cancel`, ...
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_http_json_an_a2a_sdk_agent_runs_tasks_asks_a_person_and_is_cancelled() {
+    runs_tasks_asks_a_person_and_is_cancelled("HTTP+JSON").await;
+}
+
+async fn runs_tasks_asks_a_person_and_is_cancelled(binding: &str) {
     let port = free_port();
     let tmp = TempDir::new("a2a-agent");
     let agent_log = tmp.path().join("agent.jsonl");
-    let _agent = start_agent(port, &agent_log).await;
+    let _agent = start_agent(port, &agent_log, binding).await;
     let backend = format!("a2a = {{ url = \"http://127.0.0.1:{port}\" }}");
     let d = Deployment::start(1, |url| remote_finance(url, &backend)).await;
     let mut events = EventLog::subscribe(&d.raw.client, "flotilla.job.>").await;
@@ -148,10 +166,21 @@ async fn an_a2a_sdk_agent_runs_tasks_asks_a_person_and_is_cancelled() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redelivered_task_follows_the_a2a_task_its_dead_worker_started() {
+    follows_the_a2a_task_its_dead_worker_started("JSONRPC").await;
+}
+
+/// The same over HTTP+JSON: `GET /tasks?contextId=`, `GET /tasks/{id}`,
+/// `GET /tasks/{id}:subscribe`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_http_json_a_redelivered_task_follows_the_a2a_task_its_dead_worker_started() {
+    follows_the_a2a_task_its_dead_worker_started("HTTP+JSON").await;
+}
+
+async fn follows_the_a2a_task_its_dead_worker_started(binding: &str) {
     let port = free_port();
     let tmp = TempDir::new("a2a-agent");
     let agent_log = tmp.path().join("agent.jsonl");
-    let _agent = start_agent(port, &agent_log).await;
+    let _agent = start_agent(port, &agent_log, binding).await;
     let backend = format!("a2a = {{ url = \"http://127.0.0.1:{port}\" }}");
     let mut d = Deployment::start(1, |url| {
         let mut c = remote_finance(url, &backend);

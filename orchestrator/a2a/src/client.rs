@@ -1,6 +1,7 @@
 //! A subagent type backed by a remote A2A agent (`[subagents.<type>] a2a =
 //! { url, auth }`, docs/PROTOCOLS.md "A2A v1.0"): one attempt of a task is
-//! one A2A task over the agent's JSON-RPC binding.
+//! one A2A task over the agent's JSON-RPC binding, or its HTTP+JSON
+//! binding when the card offers no JSON-RPC interface.
 //!
 //! - The task's description is the user message; its `contextId` is the
 //!   task's [`session_key`](RemoteTask::session_key), the same on every
@@ -22,7 +23,11 @@
 //!   error, 5xx, 429) is `transient`, so the worker hands the task back.
 //!
 //! The agent card is read once per worker (at the first task) from
-//! `<url>/.well-known/agent-card.json`; it names the JSON-RPC endpoint.
+//! `<url>/.well-known/agent-card.json`; it names the endpoint and its
+//! binding. Both bindings carry the same request and response objects
+//! (wire.rs): JSON-RPC as a method and `params` in an envelope, HTTP+JSON as
+//! a verb and path (`POST /message:send`, `GET /tasks/{id}`, ...) with the
+//! object as the body or query, and every SSE event as the bare object.
 
 use std::time::Duration;
 
@@ -57,8 +62,17 @@ pub struct A2aAgent {
 #[derive(Clone, Debug)]
 struct Endpoint {
     url: String,
+    binding: Binding,
     streaming: bool,
     name: String,
+}
+
+/// The protocol binding a task is sent over: JSON-RPC when the card offers
+/// it, else HTTP+JSON.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Binding {
+    JsonRpc,
+    HttpJson,
 }
 
 fn failure(kind: ErrorKind, message: impl Into<String>) -> RemoteFailure {
@@ -105,6 +119,50 @@ impl A2aAgent {
         self.authed(self.http.post(url).header(VERSION_HEADER, PROTOCOL_VERSION)).json(&body)
     }
 
+    /// The request of operation `method` (its JSON-RPC name) with `params`
+    /// over `ep`'s binding.
+    fn request(&self, ep: &Endpoint, method: &str, params: Value) -> Result<reqwest::RequestBuilder, RemoteFailure> {
+        match ep.binding {
+            Binding::JsonRpc => Ok(self.rpc(&ep.url, method, params)),
+            Binding::HttpJson => self.rest(&ep.url, method, params),
+        }
+    }
+
+    /// The HTTP+JSON request of `method`: the task id of `params` in the
+    /// path, the rest as the body (POST) or the query (GET).
+    fn rest(&self, base: &str, method: &str, params: Value) -> Result<reqwest::RequestBuilder, RemoteFailure> {
+        use reqwest::Method;
+        let id = params.get("id").and_then(Value::as_str).unwrap_or_default();
+        let (verb, segments): (Method, Vec<String>) = match method {
+            "SendMessage" => (Method::POST, vec!["message:send".into()]),
+            "SendStreamingMessage" => (Method::POST, vec!["message:stream".into()]),
+            "GetTask" => (Method::GET, vec!["tasks".into(), id.into()]),
+            "CancelTask" => (Method::POST, vec!["tasks".into(), format!("{id}:cancel")]),
+            "SubscribeToTask" => (Method::GET, vec!["tasks".into(), format!("{id}:subscribe")]),
+            "ListTasks" => (Method::GET, vec!["tasks".into()]),
+            other => return Err(failure(ErrorKind::Bug, format!("{other} has no HTTP+JSON form here"))),
+        };
+        let bad =
+            |e: String| failure(ErrorKind::Validation, format!("the HTTP+JSON URL {base:?} of the agent card: {e}"));
+        let mut url = reqwest::Url::parse(base).map_err(|e| bad(e.to_string()))?;
+        url.path_segments_mut().map_err(|()| bad("not a base URL".into()))?.pop_if_empty().extend(&segments);
+        let query: Vec<(&String, String)> = match verb {
+            Method::GET => params
+                .as_object()
+                .into_iter()
+                .flatten()
+                .filter(|(k, _)| k.as_str() != "id")
+                .map(|(k, v)| (k, v.as_str().map_or_else(|| v.to_string(), str::to_string)))
+                .collect(),
+            _ => Vec::new(),
+        };
+        if !query.is_empty() {
+            url.query_pairs_mut().extend_pairs(query);
+        }
+        let req = self.authed(self.http.request(verb.clone(), url).header(VERSION_HEADER, PROTOCOL_VERSION));
+        Ok(if verb == Method::GET { req } else { req.json(&params) })
+    }
+
     async fn endpoint(&self) -> Result<&Endpoint, RemoteFailure> {
         self.card
             .get_or_try_init(|| async {
@@ -119,39 +177,43 @@ impl A2aAgent {
                     .json()
                     .await
                     .map_err(|e| failure(ErrorKind::Validation, format!("the agent card at {url} is not one: {e}")))?;
-                let rpc = card.supported_interfaces.iter().find(|i| i.protocol_binding == BINDING_JSONRPC);
-                let url = match rpc {
-                    Some(i) => i.url.clone(),
-                    None if card.supported_interfaces.is_empty() => self.base.clone(),
-                    None => {
+                let offered = |binding: &str| card.supported_interfaces.iter().find(|i| i.protocol_binding == binding);
+                let (url, binding) = match (offered(BINDING_JSONRPC), offered(BINDING_HTTP_JSON)) {
+                    (Some(i), _) => (i.url.clone(), Binding::JsonRpc),
+                    (None, Some(i)) => (i.url.clone(), Binding::HttpJson),
+                    (None, None) if card.supported_interfaces.is_empty() => (self.base.clone(), Binding::JsonRpc),
+                    (None, None) => {
+                        let offered: Vec<&str> =
+                            card.supported_interfaces.iter().map(|i| i.protocol_binding.as_str()).collect();
                         return Err(failure(
                             ErrorKind::Validation,
                             format!(
-                                "the agent at {} offers no JSON-RPC interface, the binding Flotilla speaks",
+                                "the agent at {} offers the bindings {offered:?}; Flotilla speaks {BINDING_JSONRPC} \
+                                 and {BINDING_HTTP_JSON}",
                                 self.base
                             ),
                         ));
                     }
                 };
-                Ok(Endpoint { url, streaming: card.capabilities.streaming.unwrap_or(false), name: card.name })
+                Ok(Endpoint { url, binding, streaming: card.capabilities.streaming.unwrap_or(false), name: card.name })
             })
             .await
     }
 
-    /// One JSON-RPC call's result.
+    /// One unary call's result.
     async fn call(&self, ep: &Endpoint, method: &str, params: Value) -> Result<Value, RemoteFailure> {
         let resp = self
-            .rpc(&ep.url, method, params)
+            .request(ep, method, params)?
             .timeout(CALL_TIMEOUT)
             .send()
             .await
             .map_err(|e| unreachable(&self.base, e))?;
         let resp = status_ok(resp, &self.base).await?;
-        let reply: RpcResponse = resp
+        let body: Value = resp
             .json()
             .await
-            .map_err(|e| failure(ErrorKind::Validation, format!("{method}: not a JSON-RPC reply: {e}")))?;
-        rpc_result(method, reply)
+            .map_err(|e| failure(ErrorKind::Validation, format!("{method}: not a JSON reply: {e}")))?;
+        ep.binding.result(method, body)
     }
 
     /// Sends `message` and follows the task until it ends or asks.
@@ -190,7 +252,7 @@ impl A2aAgent {
         remote: &RemoteId,
     ) -> Result<(), RemoteFailure> {
         let resp = self
-            .rpc(&ep.url, method, params)
+            .request(ep, method, params)?
             .header("accept", "text/event-stream")
             .send()
             .await
@@ -208,9 +270,9 @@ impl A2aAgent {
                 }
             };
             for event in got.into_iter().filter(|e| !e.data.is_empty()) {
-                let reply: RpcResponse = serde_json::from_str(&event.data)
+                let body: Value = serde_json::from_str(&event.data)
                     .map_err(|e| failure(ErrorKind::Validation, format!("{method}: an unreadable event: {e}")))?;
-                let item: StreamResponse = serde_json::from_value(rpc_result(method, reply)?)
+                let item: StreamResponse = serde_json::from_value(ep.binding.result(method, body)?)
                     .map_err(|e| failure(ErrorKind::Validation, format!("an unreadable stream item: {e}")))?;
                 run.item(item, observer).await;
                 remote.set(&run.task_id);
@@ -492,6 +554,21 @@ async fn status_ok(resp: reqwest::Response, base: &str) -> Result<reqwest::Respo
     Err(failure(kind, format!("the A2A agent at {base} answered {status}: {body}")))
 }
 
+impl Binding {
+    /// The operation's result in a reply body (or SSE event) of this
+    /// binding: a JSON-RPC envelope's `result`, or the HTTP+JSON body itself.
+    fn result(self, method: &str, body: Value) -> Result<Value, RemoteFailure> {
+        match self {
+            Binding::HttpJson => Ok(body),
+            Binding::JsonRpc => {
+                let reply: RpcResponse = serde_json::from_value(body)
+                    .map_err(|e| failure(ErrorKind::Validation, format!("{method}: not a JSON-RPC reply: {e}")))?;
+                rpc_result(method, reply)
+            }
+        }
+    }
+}
+
 fn rpc_result(method: &str, reply: RpcResponse) -> Result<Value, RemoteFailure> {
     if let Some(e) = reply.error {
         let kind = match e.code {
@@ -588,6 +665,41 @@ mod tests {
         .await;
         assert!(run.settled());
         assert_eq!(run.answer(), "hi");
+    }
+
+    #[test]
+    fn http_json_requests_put_the_task_id_in_the_path_and_the_rest_in_the_body_or_query() {
+        let r = A2aAgentRef { url: "http://127.0.0.1:1".into(), auth: None };
+        let agent = A2aAgent::new("finance", &r).unwrap();
+        let built = |method: &str, params: Value| {
+            let req = agent.rest("http://127.0.0.1:1/a2a/", method, params).unwrap().build().unwrap();
+            let body = req.body().and_then(|b| b.as_bytes()).map(|b| String::from_utf8_lossy(b).into_owned());
+            (req.method().to_string(), req.url().to_string(), body)
+        };
+        let (verb, url, body) = built("SendStreamingMessage", json!({"message": {"messageId": "m1"}}));
+        assert_eq!((verb.as_str(), url.as_str()), ("POST", "http://127.0.0.1:1/a2a/message:stream"));
+        assert_eq!(body.as_deref(), Some(r#"{"message":{"messageId":"m1"}}"#));
+        let (verb, url, body) = built("GetTask", json!({"id": "t 1/x"}));
+        assert_eq!((verb.as_str(), url.as_str(), body), ("GET", "http://127.0.0.1:1/a2a/tasks/t%201%2Fx", None));
+        let (verb, url, _) = built("CancelTask", json!({"id": "t1"}));
+        assert_eq!((verb.as_str(), url.as_str()), ("POST", "http://127.0.0.1:1/a2a/tasks/t1:cancel"));
+        let (verb, url, _) = built("SubscribeToTask", json!({"id": "t1"}));
+        assert_eq!((verb.as_str(), url.as_str()), ("GET", "http://127.0.0.1:1/a2a/tasks/t1:subscribe"));
+        let (verb, url, body) = built("ListTasks", json!({"contextId": "c1", "pageSize": 1}));
+        assert_eq!(
+            (verb.as_str(), url.as_str(), body),
+            ("GET", "http://127.0.0.1:1/a2a/tasks?contextId=c1&pageSize=1", None)
+        );
+    }
+
+    #[test]
+    fn an_http_json_body_is_the_result_and_a_json_rpc_one_is_unwrapped() {
+        let task = json!({"id": "t1", "status": {"state": "TASK_STATE_COMPLETED"}});
+        assert_eq!(Binding::HttpJson.result("GetTask", task.clone()).unwrap(), task);
+        let envelope = json!({"jsonrpc": "2.0", "id": "1", "result": task.clone()});
+        assert_eq!(Binding::JsonRpc.result("GetTask", envelope).unwrap(), task);
+        let refused = json!({"jsonrpc": "2.0", "id": "1", "error": {"code": -32001, "message": "no such task"}});
+        assert_eq!(Binding::JsonRpc.result("GetTask", refused).unwrap_err().error.kind, ErrorKind::NotFound);
     }
 
     #[test]
