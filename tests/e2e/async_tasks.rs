@@ -193,11 +193,15 @@ async fn three_started_tasks_are_checked_messaged_cancelled_and_awaited() {
     let rec = d.status(job).await;
     assert_eq!(rec.status, JobStatus::Completed);
     assert_eq!(rec.answer.as_deref(), Some("finished: 2 ended, 0 running"), "never woken: every outcome was shown");
-    // Each task's follow-up consumer goes with the task, not after an expiry.
+    // A task's own follow-up consumer, if it had one, goes with the task,
+    // not after an expiry; what stays is each worker's one follower of the
+    // type's messages.
     let stream = d.bus.subjects.task_messages_stream();
     flotilla_testkit::eventually(Duration::from_secs(5), "the tasks' follow-up consumers to be deleted", || async {
-        let mut messages = d.raw.js.get_stream(&stream).await.ok()?;
-        (messages.info().await.ok()?.state.consumer_count == 0).then_some(())
+        let messages = d.raw.js.get_stream(&stream).await.ok()?;
+        let names: Vec<String> = messages.consumer_names().filter_map(|n| async { n.ok() }).collect().await;
+        let followers = names.iter().filter(|n| n.starts_with(flotilla_bus::MESSAGE_FOLLOWER_PREFIX)).count();
+        (followers == names.len() && followers == 2).then_some(())
     })
     .await;
 
@@ -331,11 +335,57 @@ async fn under_the_roles_a_worker_reads_follow_ups_and_a_client_cannot_touch_the
     let inbox = worker.task_messages().follow(&acme, &job, &finance, task).await.expect("a worker follows a task");
     let mut inbox = std::pin::pin!(inbox);
     let got = tokio::time::timeout(TIMEOUT, inbox.next()).await.expect("the stored message is replayed");
-    assert_eq!(got, Some(msg.clone()));
+    assert_eq!(got.map(|(_, m)| m), Some(msg.clone()));
 
     let read =
         client.task_messages().follow(&acme, &job, &finance, task).await.err().expect("a client reads follow-ups");
     assert!(format!("{read:#}").contains("ermission"), "{read:#}");
     let wrote = client.task_messages().publish(&acme, &msg).await.expect_err("a client writes follow-ups");
     assert!(format!("{wrote:#}").contains("ermission"), "{wrote:#}");
+}
+
+/// A message stored while its task was still queued (no worker yet) is not
+/// among those the worker's type-wide follower sees (it starts later); the
+/// task finds it when it starts (workers/src/inbox.rs) and its first model
+/// call reads it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_sent_while_the_task_was_queued_reaches_its_first_model_call() {
+    use flotilla_protocol::ids::{JobId, SubagentType, TaskId};
+    use flotilla_protocol::{FollowUp, TaskMessage};
+
+    let (model_url, mock) = MockModel::start().await;
+    mock.gate.send_replace(true);
+    let mut d = Deployment::start(0, |url| config(url, PLANNER, &model_url)).await;
+    let (tenant, job, analyst) = (Default::default(), JobId::new(), SubagentType::new("analyst").unwrap());
+    let mut reports = Box::pin(d.bus.reports().live_of_job(&tenant, &job).await.unwrap());
+    let task = TaskMessage {
+        v: flotilla_protocol::SCHEMA_VERSION,
+        job_id: job,
+        task_id: TaskId::new(),
+        subagent_type: analyst.clone(),
+        description: "alpha: list the job files".into(),
+        tenant: tenant.clone(),
+        attempt: 1,
+        deadline: None,
+        traceparent: None,
+        created_at: flotilla_protocol::now(),
+    };
+    let msg = FollowUp {
+        v: 1,
+        id: format!("{job}.call_1"),
+        job_id: job,
+        task_id: task.task_id,
+        subagent_type: analyst,
+        text: FOLLOW_UP.into(),
+        sent_at: flotilla_protocol::now(),
+    };
+    d.bus.task_messages().publish(&tenant, &msg).await.unwrap();
+    d.bus.tasks().publish(&task).await.unwrap();
+    d.add_worker("w1");
+
+    let report = tokio::time::timeout(TIMEOUT, reports.next()).await.expect("the task's report").unwrap();
+    assert_eq!(report.status, TaskStatus::Completed, "{report:?}");
+    assert_eq!(report.summary, format!("alpha done; noted: {FOLLOW_UP}"));
+    let calls = mock.requests_of("alpha");
+    assert_eq!(calls.len(), 1, "the first model call had the message: {calls:?}");
 }

@@ -197,6 +197,16 @@ async fn a_worker_credential_cannot_read_beat_report_or_file_for_another_type() 
     follow_ups(&raw_worker, &format!("flotilla.job.acme.{job}.message.finance.{fin_task}"))
         .await
         .expect("its own type's follow-ups stay readable");
+    // The type-wide follower and the per-task look-up a worker starts with
+    // are scoped the same way: research's are refused, its own allowed.
+    let looked = worker.task_messages().last_for(&acme_t, &job, &research, &res_task).await.err();
+    assert!(format!("{:#}", looked.expect("looked up a research task's messages")).contains("ermission"));
+    let followed = worker.task_messages().follow_type(&research).await.err();
+    assert!(format!("{:#}", followed.expect("followed research's messages")).contains("ermission"));
+    let finance = SubagentType::new("finance").unwrap();
+    let own = worker.task_messages().last_for(&acme_t, &job, &finance, &fin_task).await;
+    assert_eq!(own.expect("its own type's look-up is allowed"), None, "no message was stored for the finance task");
+    let _own = worker.task_messages().follow_type(&finance).await.expect("its own type's messages stay followable");
 
     // 2. Heartbeats: it cannot claim research, nor speak for another worker.
     let evil = heartbeat("w-evil", &research);

@@ -147,6 +147,10 @@ async fn run(args: Args, mut settings: Settings) -> anyhow::Result<i32> {
     }
     // Every tool call and approval of every served type goes to the audit stream.
     let audit = Arc::new(flotilla_bus_adapters::BusAudit(flotilla_bus::audit::BusAuditSink::new(bus.clone())));
+    // Follow-up messages are followed per type before the first task is pulled.
+    for rt in &runtimes {
+        rt.inboxes.start(&bus).await;
+    }
     for rt in &runtimes {
         rt.tools.set_auditor(flotilla_agent::audit::Auditor::new(audit.clone(), rt.ty.as_str(), &worker_id));
     }

@@ -37,6 +37,8 @@ pub struct SubagentRuntime {
     pub config: SubagentConfig,
     /// What runs its tasks: a model loop here, or an agent elsewhere.
     pub backend: Backend,
+    /// The follow-up messages of its running tasks (inbox.rs).
+    pub inboxes: crate::inbox::Inboxes,
     /// Its tools, and nothing else.
     pub tools: Arc<ToolSet>,
     /// Bounds tasks of this type in flight on this worker.
@@ -104,6 +106,7 @@ impl SubagentRuntime {
         let output_schema = output_schema(ty.as_str(), &config)?;
         Ok(Self {
             ty: ty.clone(),
+            inboxes: crate::inbox::Inboxes::new(ty.clone()),
             slots: Arc::new(Semaphore::new(config.concurrency)),
             config,
             backend,

@@ -245,7 +245,7 @@ impl Subagent<'_> {
             None => None,
         };
         // Follow-up messages (`message_task`) reach the subagent before its next model call.
-        let inbox = crate::inbox::TaskInbox::open(&ctx.bus, task, conv.inbox_taken).await;
+        let inbox = rt.inboxes.open(&ctx.bus, task, conv.inbox_taken).await;
         let gate = BusApprovalGate::new(
             ctx.bus.clone(),
             rt.approvals.clone(),

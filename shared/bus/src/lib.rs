@@ -13,7 +13,7 @@
 //! | `flotilla-task-<type>`     | durable pull consumer| `flotilla.task.<type>.*`               | [`TaskQueue::consumer`] (`tasks.rs`) yields [`TaskDelivery`]s: progress, hand back, dead-letter, ack (`task_delivery.rs`) |
 //! | `FLOTILLA_REPORTS`         | stream, limits 7 d   | `flotilla.job.*.*.report.*`            | [`ReportStream`]: publish, stored report of a task, follow (`reports.rs`) |
 //! | `FLOTILLA_EVENTS`          | stream, limits 24 h  | `flotilla.job.*.*.event`, `.progress.*`| [`Bus::publish_event`]; [`EventStream`]: follow a filter with its stored count (`events.rs`) |
-//! | `FLOTILLA_MESSAGES`        | stream, limits 7 d   | `flotilla.job.*.*.message.*`           | [`TaskMessages`]: publish, follow one task's (`task_messages.rs`) |
+//! | `FLOTILLA_MESSAGES`        | stream, limits 7 d   | `flotilla.job.*.*.message.*`           | [`TaskMessages`]: publish, follow a type's, look up and replay one task's (`task_messages.rs`) |
 //! | `FLOTILLA_JOURNAL`         | stream, limits 7 d, direct get | `flotilla.journal.<type>.<tenant>.<job>.<task>[.snapshot]` | [`Journal`]: append, read (last snapshot + entries after it), purge a job's (`journal.rs`) |
 //! | `FLOTILLA_DEADLETTER`      | stream, limits 30 d  | `flotilla.deadletter.>` + reason header; tasks on `.deadletter.task.<type>` | [`Bus::dead_letter`], [`Bus::dead_letter_task`] (`dead_letters.rs`) |
 //! | `FLOTILLA_AUDIT`           | stream               | `flotilla.audit.<tenant>.<job>`        | [`audit::BusAuditSink`], [`audit::read`] (`audit.rs`) |
@@ -75,7 +75,7 @@ pub use mcp_tokens::McpTokens;
 pub use reports::ReportStream;
 pub use service::Announcement;
 pub use task_delivery::{TaskConsumer, TaskDelivery};
-pub use task_messages::TaskMessages;
+pub use task_messages::{MESSAGE_FOLLOWER_PREFIX, TaskMessages};
 pub use tasks::{GivenUp, QueueDepth, StoredTask, TaskQueue};
 pub use workers::TTL_INTERVALS;
 

@@ -102,6 +102,11 @@ impl Subjects {
     pub fn task_message(&self, tenant: &Tenant, job: &JobId, ty: &SubagentType, task: &TaskId) -> String {
         format!("{}.job.{tenant}.{job}.message.{ty}.{task}", self.prefix)
     }
+    /// `<p>.job.*.*.message.<type>.*`: the follow-up messages to every task
+    /// of `ty`, of every tenant (what one worker of the type follows).
+    pub fn task_messages_of_type(&self, ty: &SubagentType) -> String {
+        format!("{}.job.*.*.message.{ty}.*", self.prefix)
+    }
     /// `<p>.job.*.*.message.*.*`: every follow-up message (the messages stream).
     pub fn all_task_messages(&self) -> String {
         format!("{}.job.*.*.message.*.*", self.prefix)
