@@ -34,7 +34,7 @@ pub async fn offload(
     answer: String,
 ) -> Result<(String, Option<FileRef>), ErrorInfo> {
     let path = path_for(task);
-    let stored = rt.files.write_reserved(&task.job_id, &path, answer.as_bytes()).await;
+    let stored = rt.files.store_reserved(&task.job_id, &path, answer.as_bytes()).await;
     if answer.len() <= rt.report_budget {
         if let Err(e) = stored {
             tracing::warn!(error = %e, path = %path, "full report not stored in job files; the report message carries it");
@@ -58,7 +58,7 @@ pub async fn offload(
 pub async fn store_failure(rt: &SubagentRuntime, task: &TaskMessage, status: &str, error: &ErrorInfo) {
     let path = path_for(task);
     let text = unfinished_report(&task.task_id, status, error);
-    if let Err(e) = rt.files.write_reserved(&task.job_id, &path, text.as_bytes()).await {
+    if let Err(e) = rt.files.store_reserved(&task.job_id, &path, text.as_bytes()).await {
         tracing::warn!(error = %e, path = %path, "report of an unfinished task not stored in job files");
     }
 }

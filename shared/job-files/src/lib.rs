@@ -245,6 +245,25 @@ impl JobFiles {
         self.put(job, path, bytes, metadata).await
     }
 
+    /// Like [`Self::write_reserved`] without saying whether the file is new:
+    /// one lookup fewer, for a writer that does not need to know (every
+    /// task's report, workers/src/large_report.rs).
+    pub async fn store_reserved(&self, job: &JobId, path: &FilePath, bytes: &[u8]) -> Result<(), FileError> {
+        self.check_size(path, bytes)?;
+        let metadata = HashMap::from([(CHECKSUM_KEY.to_string(), sha256_hex(bytes))]);
+        self.backend.put(&Self::object_name(job, path), bytes, metadata).await.map_err(FileError::Store)
+    }
+
+    fn check_size(&self, path: &FilePath, bytes: &[u8]) -> Result<(), FileError> {
+        if path.is_root() {
+            return Err(FileError::Path(PathError::Empty));
+        }
+        if bytes.len() as u64 > self.max_file_bytes {
+            return Err(FileError::TooLarge { path: path.clone(), size: bytes.len() as u64, max: self.max_file_bytes });
+        }
+        Ok(())
+    }
+
     async fn put(
         &self,
         job: &JobId,
@@ -252,12 +271,7 @@ impl JobFiles {
         bytes: &[u8],
         metadata: HashMap<String, String>,
     ) -> Result<bool, FileError> {
-        if path.is_root() {
-            return Err(FileError::Path(PathError::Empty));
-        }
-        if bytes.len() as u64 > self.max_file_bytes {
-            return Err(FileError::TooLarge { path: path.clone(), size: bytes.len() as u64, max: self.max_file_bytes });
-        }
+        self.check_size(path, bytes)?;
         let existed = self.stat(job, path).await?.is_some();
         self.backend.put(&Self::object_name(job, path), bytes, metadata).await.map_err(FileError::Store)?;
         Ok(!existed)
@@ -345,6 +359,18 @@ fn verify(path: &FilePath, bytes: &[u8], expected: &str) -> Result<(), FileError
 mod tests {
     use super::*;
 
+    #[tokio::test]
+    async fn a_stored_report_is_checksummed_and_size_checked_without_a_lookup() {
+        let backend = Arc::new(CountingLists::default());
+        let files = JobFiles::new(backend.clone(), 8);
+        let (job, path) = (JobId::new(), report_path(&flotilla_protocol::ids::TaskId::new()));
+        files.store_reserved(&job, &path, b"answer").await.unwrap();
+        assert_eq!(backend.infos.load(std::sync::atomic::Ordering::Relaxed), 0, "stored without a lookup");
+        assert_eq!(files.read(&job, &path).await.unwrap(), b"answer", "read back against its checksum");
+        let e = files.store_reserved(&job, &path, b"too long an answer").await.unwrap_err();
+        assert!(matches!(e, FileError::TooLarge { .. }), "{e}");
+    }
+
     #[test]
     fn object_names_stay_inside_their_job() {
         let job = JobId::new();
@@ -359,15 +385,18 @@ mod tests {
         }
     }
 
-    /// Counts the listings a backend serves.
+    /// Counts the listings and lookups a backend serves.
+    #[derive(Default)]
     struct CountingLists {
         inner: MemoryBackend,
         lists: std::sync::atomic::AtomicUsize,
+        infos: std::sync::atomic::AtomicUsize,
     }
 
     #[async_trait::async_trait]
     impl ObjectBackend for CountingLists {
         async fn info(&self, name: &str) -> Result<Option<ObjectInfo>, String> {
+            self.infos.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             self.inner.info(name).await
         }
         async fn get(&self, name: &str, max: u64) -> Result<Option<(Vec<u8>, HashMap<String, String>)>, String> {
@@ -387,7 +416,7 @@ mod tests {
 
     #[tokio::test]
     async fn purging_many_jobs_lists_the_store_once_and_spares_the_others() {
-        let backend = Arc::new(CountingLists { inner: MemoryBackend::default(), lists: Default::default() });
+        let backend = Arc::new(CountingLists::default());
         let files = JobFiles::new(backend.clone(), 1024);
         let jobs: Vec<JobId> = (0..5).map(|_| JobId::new()).collect();
         for job in &jobs {
