@@ -11,8 +11,9 @@
 //! type's [`Inboxes`] follows the messages of all its tasks once, from the
 //! worker's start, and hands each to the running task it names; a task that
 //! starts registers first, then looks up (one direct get) whether a message
-//! was stored before, and only then replays its own from the start. Both
-//! may deliver one message: each is taken once, by id.
+//! was stored before, and only then replays its own from the start instead
+//! (a message the follower handed over in between is taken once, by id). A
+//! redelivered attempt that took messages before replays at once.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -84,12 +85,19 @@ impl Inboxes {
         let messages = bus.task_messages();
         let (tenant, job, ty, id) = (&task.tenant, &task.job_id, &task.subagent_type, &task.task_id);
         let mut last = None;
-        if self.follow.get().is_some() {
+        // An attempt that took messages before replays them all (they
+        // exist), and only the replay knows which it skips.
+        if self.follow.get().is_some() && taken == 0 {
             let subject = bus.subjects.task_message(tenant, job, ty, id);
             self.routes.insert(task.task_id, (subject, feed.clone()));
-            inbox._registration = Some(Registration { routes: self.routes.clone(), task: task.task_id });
+            let registration = Registration { routes: self.routes.clone(), task: task.task_id };
             match messages.last_for(tenant, job, ty, id).await {
-                Ok(None) => return inbox,
+                Ok(None) => {
+                    inbox._registration = Some(registration);
+                    return inbox;
+                }
+                // The replay follows new messages too; one the type's
+                // follower handed over meanwhile is taken once, by id.
                 Ok(found) => last = found,
                 Err(e) => tracing::debug!(error = %e, "follow-up messages not looked up; replayed"),
             }
@@ -97,11 +105,10 @@ impl Inboxes {
         let opening = std::time::Instant::now();
         match messages.follow(tenant, job, ty, task.task_id).await {
             Ok(replay) => {
-                let (follow, through) = feed.replay(replay, taken);
+                let (follow, mut through) = feed.replay(replay, taken);
                 inbox._follow = Some(follow);
                 // The first model call reads every message stored before the start.
                 if let Some(last) = last {
-                    let mut through = through;
                     let caught_up = through.wait_for(|seq| *seq >= last);
                     if tokio::time::timeout(REPLAY_WAIT, caught_up).await.is_err() {
                         tracing::warn!(last, "follow-up replay slow; the subagent starts without waiting for it");
