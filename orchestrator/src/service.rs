@@ -76,6 +76,8 @@ struct Service {
     buckets: RateBuckets,
     /// Each tenant's unfinished jobs, as last counted.
     queued: QueuedCounts,
+    /// The configured subagent types (`[subagents]`), a direct job's choice.
+    types: Arc<Vec<SubagentType>>,
 }
 
 /// How long a count of a tenant's unfinished jobs answers for its submits.
@@ -185,6 +187,7 @@ impl Orchestrator {
             planner_config.concurrency,
             settings.tenants.clone(),
         );
+        let types: Arc<Vec<SubagentType>> = Arc::new(settings.subagents.keys().cloned().collect());
         let service = Arc::new(Service {
             bus,
             jobs,
@@ -194,8 +197,9 @@ impl Orchestrator {
             tenants: settings.tenants.clone(),
             buckets: RateBuckets::default(),
             queued: QueuedCounts::default(),
+            types: types.clone(),
         });
-        Ok(Self { service, types: Arc::new(settings.subagents.keys().cloned().collect()) })
+        Ok(Self { service, types })
     }
 
     /// `GET /metrics` for Prometheus (src/metrics.rs); queue depths and the
@@ -345,6 +349,18 @@ impl Service {
                 format!("the job text is {} bytes; the limit is {MAX_INPUT_BYTES}", req.input.len()),
             );
         }
+        if let Some(ty) = &req.subagent_type
+            && !self.types.contains(ty)
+        {
+            let known: Vec<&str> = self.types.iter().map(SubagentType::as_str).collect();
+            return ApiReply::error(
+                ErrorKind::Validation,
+                format!(
+                    "no subagent type \"{ty}\" is configured for a direct job; the types are: {}",
+                    known.join(", ")
+                ),
+            );
+        }
         let max_queued = self.tenants.limits(tenant.as_str()).max_queued_jobs;
         match self.queued.get(&tenant, || self.jobs.unfinished_of(&tenant)).await {
             Ok(n) if n >= max_queued => {
@@ -364,7 +380,8 @@ impl Service {
         if let Err(e) = self.files.adopt(&tenant, &id, &req.files).await {
             return ApiReply::error(e.kind, e.message);
         }
-        let rec = JobRecord::new(id, tenant.clone(), req.input.clone());
+        let rec =
+            JobRecord { subagent_type: req.subagent_type, ..JobRecord::new(id, tenant.clone(), req.input.clone()) };
         if let Err(e) = self.jobs.insert(rec).await {
             return ApiReply::error(ErrorKind::Transient, format!("job not stored: {e}"));
         }

@@ -116,6 +116,69 @@ async fn the_sdk_client_discovers_flotilla_and_prompts_the_demo_job_to_its_answe
     assert!(listed.jobs.is_empty(), "tenant acme has no job: {listed:?}");
 }
 
+/// `[agent_protocol] subagents`: the type `finance` is an agent of its own,
+/// and a prompt on it runs as one finance task of the caller's tenant (a
+/// direct job, docs/PROTOCOL.md): no planner model runs, the task's
+/// description is the prompt verbatim, its report is the answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subagent_type_is_an_agent_whose_prompt_runs_one_task_of_that_type() {
+    let d = Deployment::start(1, |url| {
+        let mut c = TestConfig::demo(url, 1, 0);
+        c.section("[agent_protocol]\nenabled = true\nsubagents = [\"finance\"]\nheartbeat_secs = 1\n");
+        c
+    })
+    .await;
+    d.orchestrator_ready().await;
+    let beat = first_heartbeat(&d.raw.client, "agents.hb.finance.default.default").await;
+    assert_eq!(beat["agent"], "finance", "{beat}");
+
+    let prompt = "Compute the gross margin of region north: revenue 120, cost 75.";
+    let args = ["--url", &d.nats.url(), "--agent", "finance", "--owner", "default", "--prompt", prompt];
+    let report = sdk_client(args.map(String::from).to_vec()).await;
+    let mut agents: Vec<&str> =
+        report["agents"].as_array().unwrap().iter().map(|a| a["agent"].as_str().unwrap()).collect();
+    agents.sort_unstable();
+    assert_eq!(agents, ["finance", "flotilla"], "the planner's agent and the type's: {report}");
+    let finance = report["agents"].as_array().unwrap().iter().find(|a| a["agent"] == "finance").unwrap();
+    assert_eq!(finance["prompt_subject"], "agents.prompt.finance.default.default", "{report}");
+    assert!(report.get("error").is_none(), "{report}");
+    assert_eq!(report["terminated"], true, "{report}");
+    let job: JobId = strs(&report, "status")
+        .iter()
+        .find_map(|s| s.strip_prefix("job:").map(|id| id.parse().expect("a job id")))
+        .unwrap_or_else(|| panic!("no job:<id> status: {report}"));
+    let answer = strs(&report, "response").pop().unwrap_or_default();
+    assert_eq!(answer.trim(), "0.375", "the task's report itself, no planner's table: {report}");
+
+    let rec = d.status(job).await;
+    assert_eq!(rec.status, JobStatus::Completed);
+    assert_eq!(rec.subagent_type.as_ref().map(|t| t.as_str()), Some("finance"));
+    assert_eq!(rec.planner_usage, Default::default(), "no planner model call: {:?}", rec.planner_usage);
+    assert_eq!(rec.tasks_total, 1);
+    assert_eq!(rec.tasks[0].description, prompt, "the prompt is the task, verbatim");
+    assert_eq!(rec.usage.model_calls, 2, "the finance task's two turns, nothing else: {:?}", rec.usage);
+}
+
+/// `flotilla submit --subagent-type`: a direct job from the CLI; a type the
+/// orchestrator does not configure is refused before any job exists.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_submits_a_direct_job_and_an_unknown_type_is_refused_naming_the_types() {
+    use flotilla_testkit::proc::run_cli;
+    let d = Deployment::start(1, |url| TestConfig::demo(url, 1, 0)).await;
+    d.orchestrator_ready().await;
+    let cfg = d.config_arg();
+    let prompt = "Compute the gross margin of region south: revenue 100, cost 76.";
+    let (code, out, err) = run_cli(&["--config", &cfg, "submit", "--wait", "--subagent-type", "finance", prompt], &[]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.trim(), "0.24", "stdout is the task's report: {out}\n{err}");
+
+    let (code, out, err) = run_cli(&["--config", &cfg, "submit", "--subagent-type", "legal", prompt], &[]);
+    assert_ne!(code, 0, "{out}");
+    assert!(err.contains("no subagent type \"legal\"") && err.contains("the types are: finance"), "{err}");
+    let listed = d.client().call(&ListRequest { v: SCHEMA_VERSION, ..Default::default() }, "list").await.unwrap();
+    assert_eq!(listed.jobs.len(), 1, "the refused submit left no job: {listed:?}");
+}
+
 /// `[agent_protocol]` serving acme and globex, each registration in its
 /// tenant's own account (deploy/nats/roles.conf, AGENTS_<TENANT>).
 fn accounts_section(url: &str) -> String {

@@ -83,6 +83,37 @@ async fn a_killed_orchestrators_job_is_taken_over_within_the_lease_ttl() {
     );
 }
 
+/// A direct job (one task, no planner) whose orchestrator dies while its
+/// task runs: the next owner re-attaches to that task under its fixed
+/// dispatch key, so the task runs once and its report is the answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_orchestrators_direct_job_reattaches_to_its_one_task() {
+    let mut d = Deployment::start(1, |url| config(url, 1, 1500)).await;
+    d.orchestrator_ready().await;
+    let mut log = EventLog::subscribe(&d.raw.client, "flotilla.job.>").await;
+    let description = "Compute the gross margin of region east: revenue 200, cost 50.";
+    let ty = flotilla_protocol::ids::SubagentType::new("finance").unwrap();
+    let job = d.client().submit_task(ty, description.into(), Vec::new()).await.unwrap();
+    log.until_count(TIMEOUT, 1, "the task started", |s, v| s.contains(".progress.") && v["event"] == "started").await;
+    let b = orchestrator(&d, "orchestrator-b");
+    eventually(TIMEOUT, "orchestrator B to be ready", || async {
+        b.log().contains("orchestrator ready").then_some(())
+    })
+    .await;
+    d.orchestrator.as_mut().unwrap().kill();
+    let end = log.job_end(TIMEOUT).await;
+    assert_eq!(end["event"], "completed", "{end}");
+    assert!(b.log().contains("taking the job over"), "{}", b.log());
+    log.drain();
+    let rec = d.status(job).await;
+    assert_eq!(rec.tasks.len(), 1, "no second task dispatched: {:?}", rec.tasks);
+    assert_eq!(rec.tasks[0].status, Some(TaskStatus::Completed));
+    let starts = starts(&log);
+    assert_eq!(starts.values().copied().collect::<Vec<_>>(), [1], "the task started once: {starts:?}");
+    assert_eq!(rec.answer.as_deref().map(str::trim), Some("0.75"));
+    assert_eq!(rec.planner_usage.model_calls, 0);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_orchestrators_killed_in_turn_complete_every_job_once() {
     let mut d = Deployment::start(3, |url| config(url, 4, 150)).await;

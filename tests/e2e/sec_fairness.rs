@@ -50,7 +50,7 @@ fn demo(url: &str, latency_ms: u64, tenants: &str) -> TestConfig {
 }
 
 async fn submit_as(bus: &Bus, tenant: &Tenant, input: &str) -> Result<JobId, ErrorInfo> {
-    let req = SubmitRequest { v: SCHEMA_VERSION, input: input.into(), files: vec![] };
+    let req = SubmitRequest { v: SCHEMA_VERSION, input: input.into(), files: vec![], subagent_type: None };
     let reply = eventually(TIMEOUT, "the orchestrator to answer a submit", || {
         let req = req.clone();
         async move { bus.request::<_, ApiReply<SubmitReply>>(tenant, "submit", &req, Duration::from_secs(5)).await.ok() }

@@ -168,7 +168,7 @@ async fn one_tenant_over_its_staging_quota_is_refused_and_another_still_submits(
         size: all.len() as u64,
         sha256: flotilla_protocol::digest::sha256_hex(&all),
     };
-    let req = SubmitRequest { v: SCHEMA_VERSION, input: "use the data".into(), files: vec![file] };
+    let req = SubmitRequest { v: SCHEMA_VERSION, input: "use the data".into(), files: vec![file], subagent_type: None };
     let reply: ApiReply<SubmitReply> =
         d.bus.request(&globex, "submit", &req, Duration::from_secs(30)).await.expect("submit answered");
     let job = reply.into_result().expect("globex's submit").job_id;

@@ -59,7 +59,7 @@ fn section(ty: &str, root: &Path) -> String {
 }
 
 async fn submit(d: &Deployment, tenant: &Tenant, input: &str) -> JobId {
-    let req = SubmitRequest { v: SCHEMA_VERSION, input: input.into(), files: vec![] };
+    let req = SubmitRequest { v: SCHEMA_VERSION, input: input.into(), files: vec![], subagent_type: None };
     flotilla_testkit::eventually(TIMEOUT, "the orchestrator to accept a job", || {
         let req = req.clone();
         async move {

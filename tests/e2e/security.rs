@@ -122,7 +122,7 @@ fn config_as(nats: &ConfiguredNats, user: &str) -> NatsConfig {
 }
 
 pub async fn submit(bus: &Bus, tenant: &Tenant, input: &str) -> JobId {
-    let req = SubmitRequest { v: SCHEMA_VERSION, input: input.into(), files: vec![] };
+    let req = SubmitRequest { v: SCHEMA_VERSION, input: input.into(), files: vec![], subagent_type: None };
     flotilla_testkit::eventually(Duration::from_secs(120), "the orchestrator to accept a job", || {
         let req = req.clone();
         async move {
@@ -254,7 +254,7 @@ async fn roles_confine_every_process_and_audit_every_tool_call() {
 
     // The worker credential: no job API, no other type's queue, no raw task subjects.
     let worker = connect_as(&nats, "worker-finance").await;
-    let req = SubmitRequest { v: SCHEMA_VERSION, input: "x".into(), files: vec![] };
+    let req = SubmitRequest { v: SCHEMA_VERSION, input: "x".into(), files: vec![], subagent_type: None };
     let e = worker.request::<_, ApiReply<SubmitReply>>(&acme_tenant, "submit", &req, T).await.unwrap_err();
     assert!(format!("{e:#}").contains("permission denied"), "{e:#}");
     let research = SubagentType::new("research").unwrap();

@@ -14,7 +14,7 @@
 //! the only way to keep the SDKs' fixed reply inboxes (`_INBOX.agents.>`)
 //! and the registrations themselves from other tenants (docs/SECURITY.md).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -24,7 +24,7 @@ use bytes::Bytes;
 use flotilla_client::{Client, EndWatch, Event, Scope, render};
 use flotilla_config::NatsConfig;
 use flotilla_config::agent_protocol::AgentProtocolConfig;
-use flotilla_protocol::ids::{JobId, Tenant};
+use flotilla_protocol::ids::{JobId, SubagentType, Tenant};
 use flotilla_protocol::{
     ApprovalKind, ApprovalRequest, ApproveRequest, Decision, ErrorKind, JobEventKind, ProgressKind, SCHEMA_VERSION,
 };
@@ -35,14 +35,27 @@ use tokio_util::sync::CancellationToken;
 
 use crate::wire::{self, AgentSubjects, Chunk, Envelope, Heartbeat};
 
-/// Starts the host: the job-API connection, then one registration per
-/// served tenant (on its account's connection, or on `nats`), each with
-/// its prompt and status endpoints and its heartbeat, until `stop` fires.
-/// Fails when a connection or a registration cannot be made.
-pub async fn start(config: &AgentProtocolConfig, nats: &NatsConfig, stop: CancellationToken) -> anyhow::Result<()> {
+/// Starts the host: the job-API connection, then per served tenant (on its
+/// account's connection, or on `nats`) the registration of the agent
+/// `config.agent` and one of each type of `config.subagents` (described by
+/// `descriptions`, the `[subagents]` descriptions), each with its prompt
+/// and status endpoints and its heartbeat, until `stop` fires. Fails when a
+/// connection or a registration cannot be made.
+pub async fn start(
+    config: &AgentProtocolConfig,
+    nats: &NatsConfig,
+    descriptions: &BTreeMap<SubagentType, String>,
+    stop: CancellationToken,
+) -> anyhow::Result<()> {
     let wait = Duration::from_secs(30);
     let bus = flotilla_bus::Bus::connect(nats, "flotilla-agent-protocol", wait).await?;
     let api = Client::new(bus.clone(), Tenant::default());
+    let mut served = vec![(config.agent.clone(), None)];
+    for ty in &config.subagents {
+        let ty = SubagentType::new(ty)?;
+        let description = descriptions.get(&ty).cloned().unwrap_or_default();
+        served.push((ty.as_str().to_string(), Some((ty, description))));
+    }
     for t in &config.tenants {
         let tenant = Tenant::new(t.as_str())?;
         let conn = match config.accounts.get(t) {
@@ -56,15 +69,20 @@ pub async fn start(config: &AgentProtocolConfig, nats: &NatsConfig, stop: Cancel
             }
             None => bus.nats().clone(),
         };
-        let subjects = AgentSubjects::new(&config.agent, t, &config.session).map_err(anyhow::Error::msg)?;
-        let host = Registration {
-            api: api.for_tenant(tenant),
-            nats: conn,
-            subjects,
-            heartbeat: Duration::from_secs(config.heartbeat_secs),
-            keepalive: Duration::from_secs(config.keepalive_secs),
-        };
-        host.register(stop.clone()).await.with_context(|| format!("registering the agent for tenant {t}"))?;
+        for (agent, direct) in &served {
+            let subjects = AgentSubjects::new(agent, t, &config.session).map_err(anyhow::Error::msg)?;
+            let host = Registration {
+                api: api.for_tenant(tenant.clone()),
+                nats: conn.clone(),
+                subjects,
+                direct: direct.clone(),
+                heartbeat: Duration::from_secs(config.heartbeat_secs),
+                keepalive: Duration::from_secs(config.keepalive_secs),
+            };
+            host.register(stop.clone())
+                .await
+                .with_context(|| format!("registering the agent {agent} for tenant {t}"))?;
+        }
     }
     Ok(())
 }
@@ -75,6 +93,9 @@ struct Registration {
     api: Client,
     nats: async_nats::Client,
     subjects: AgentSubjects,
+    /// The subagent type (and its description) of a per-type agent, whose
+    /// prompts are direct jobs of one task; `None` for the planner's agent.
+    direct: Option<(SubagentType, String)>,
     heartbeat: Duration,
     keepalive: Duration,
 }
@@ -91,10 +112,7 @@ impl Registration {
         let service = self
             .nats
             .service_builder()
-            .description(format!(
-                "Flotilla: each prompt is a job of tenant {}, streamed back as it runs (progress, approvals, the answer)",
-                s.owner
-            ))
+            .description(self.description())
             .metadata(metadata)
             .queue_group(wire::QUEUE_GROUP)
             .start(wire::SERVICE_NAME, env!("CARGO_PKG_VERSION"))
@@ -127,6 +145,19 @@ impl Registration {
         tokio::spawn(me.clone().answer_status(statuses, beat, stop.clone()));
         tokio::spawn(me.serve_prompts(prompts, service, stop));
         Ok(())
+    }
+
+    fn description(&self) -> String {
+        let owner = &self.subjects.owner;
+        match &self.direct {
+            None => format!(
+                "Flotilla: each prompt is a job of tenant {owner}, streamed back as it runs (progress, approvals, the answer)"
+            ),
+            Some((ty, what)) => format!(
+                "Flotilla subagent {ty}: each prompt runs as one {ty} task of tenant {owner}, streamed back as it runs \
+                 (progress, approvals, the report). {what}"
+            ),
+        }
     }
 
     /// `max_payload` is the server's own limit (a larger prompt could not
@@ -231,7 +262,11 @@ impl Registration {
         }
         // The ack goes out before any work (§6.4).
         stream.send(&Chunk::ack()).await;
-        let job = self.api.submit(envelope.prompt).await.map_err(refusal)?;
+        let job = match &self.direct {
+            None => self.api.submit(envelope.prompt).await,
+            Some((ty, _)) => self.api.submit_task(ty.clone(), envelope.prompt, Vec::new()).await,
+        }
+        .map_err(refusal)?;
         stream.send(&Chunk::Status(format!("job:{job}"))).await;
         tracing::info!(%job, tenant = %self.api.tenant(), "agent protocol prompt submitted a job");
         self.follow(job, stream, stop).await

@@ -316,6 +316,9 @@ impl Planner {
     }
 
     async fn plan(&self, rec: &JobRecord, cancel: CancellationToken) -> Result<String, flotilla_protocol::ErrorInfo> {
+        if let Some(ty) = &rec.subagent_type {
+            return self.run_direct(rec, ty, cancel).await;
+        }
         let agent = Agent {
             model: self.model.clone(),
             tools: self.tools.clone(),
@@ -372,4 +375,64 @@ impl Planner {
         flotilla_agent::spans::agent_ended(&span, &conv.usage, status, error);
         outcome
     }
+
+    /// A direct job: its input is the description of one task of `ty`,
+    /// dispatched as the planner's `task` tool would under the fixed key
+    /// [`DIRECT_TASK_KEY`] (so the job's next owner, after a failover,
+    /// re-attaches to the same task instead of dispatching another), and its
+    /// report is the answer. No planner model runs; the task is consolidated
+    /// into the job like any other.
+    async fn run_direct(
+        &self,
+        rec: &JobRecord,
+        ty: &SubagentType,
+        cancel: CancellationToken,
+    ) -> Result<String, ErrorInfo> {
+        let ctx = flotilla_agent::tool::ToolContext {
+            job_id: rec.id,
+            task_id: None,
+            tenant: rec.tenant.clone(),
+            call_id: DIRECT_TASK_KEY.into(),
+            idempotency_key: format!("{}:{DIRECT_TASK_KEY}", rec.id),
+            traceparent: rec.traceparent.clone(),
+            cancel,
+            approvals: None,
+        };
+        let to_error = |e: flotilla_agent::tool::ToolError| ErrorInfo::new(e.kind, e.message);
+        // A dispatch that failed on the bus is tried again (it is idempotent
+        // per key) rather than failing the job: no model would retry it.
+        let deadline = tokio::time::Instant::now() + DIRECT_DISPATCH_BUDGET;
+        let mut backoff = flotilla_retry::Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
+        let task = loop {
+            match self.dispatcher.start(&ctx, ty.as_str(), rec.input.clone(), DIRECT_TASK_KEY).await {
+                Ok(task) => break task,
+                Err(e) if e.kind == ErrorKind::Transient && tokio::time::Instant::now() < deadline => {
+                    tracing::warn!(job_id = %rec.id, error = %e.message, "direct task not dispatched; trying again");
+                    tokio::select! {
+                        _ = ctx.cancel.cancelled() => return Err(ErrorInfo::new(ErrorKind::Cancelled, "cancelled")),
+                        _ = tokio::time::sleep(backoff.next_delay()) => {}
+                    }
+                }
+                Err(e) => return Err(to_error(e)),
+            }
+        };
+        let outcome = self.dispatcher.wait(&ctx, task).await.map_err(to_error)?;
+        if outcome.status != flotilla_protocol::TaskStatus::Completed {
+            return Err(to_error(outcome.error(ty)));
+        }
+        Ok(match &outcome.report_file {
+            Some(f) => format!(
+                "{}\n\n(The report is cut short here: the whole of it, {} bytes, is {} in the job's files.)",
+                outcome.summary, f.size_bytes, f.path
+            ),
+            None => outcome.summary,
+        })
+    }
 }
+
+/// The dispatch key of a direct job's one task (a `task` call's is its
+/// tool call key).
+const DIRECT_TASK_KEY: &str = "direct";
+
+/// How long a direct job tries to dispatch its task through a bus outage.
+const DIRECT_DISPATCH_BUDGET: Duration = Duration::from_secs(60);

@@ -75,7 +75,7 @@ impl Client {
 
     /// Submits a job without files; returns its id at once.
     pub async fn submit(&self, input: String) -> anyhow::Result<JobId> {
-        let req = SubmitRequest { v: SCHEMA_VERSION, input, files: vec![] };
+        let req = SubmitRequest { v: SCHEMA_VERSION, input, files: vec![], subagent_type: None };
         Ok(self.call(&req, "submit refused").await?.job_id)
     }
 

@@ -19,7 +19,7 @@ use flotilla_protocol::SCHEMA_VERSION;
 use flotilla_protocol::SubmitRequest;
 use flotilla_protocol::digest::sha256_hex;
 use flotilla_protocol::files_api::{FILE_PART_BYTES, FilesGetRequest, FilesPutRequest, StagedFile, UploadId};
-use flotilla_protocol::ids::JobId;
+use flotilla_protocol::ids::{JobId, SubagentType};
 
 use crate::Client;
 
@@ -60,7 +60,23 @@ impl Client {
     /// Submits a job whose `files` were uploaded by [`Client::upload`];
     /// returns its id at once.
     pub async fn submit_with_files(&self, input: String, files: Vec<StagedFile>) -> anyhow::Result<JobId> {
-        let req = SubmitRequest { v: SCHEMA_VERSION, input, files };
+        self.submit_request(SubmitRequest { v: SCHEMA_VERSION, input, files, subagent_type: None }).await
+    }
+
+    /// Submits a direct job: `description` runs as one task of
+    /// `subagent_type`, without a planner model, and the task's report is
+    /// the job's answer (docs/PROTOCOL.md, "Direct jobs"). Returns its id at once.
+    pub async fn submit_task(
+        &self,
+        subagent_type: SubagentType,
+        description: String,
+        files: Vec<StagedFile>,
+    ) -> anyhow::Result<JobId> {
+        let req = SubmitRequest { v: SCHEMA_VERSION, input: description, files, subagent_type: Some(subagent_type) };
+        self.submit_request(req).await
+    }
+
+    async fn submit_request(&self, req: SubmitRequest) -> anyhow::Result<JobId> {
         Ok(self.call_within(&req, FILE_TIMEOUT, "submit refused").await?.job_id)
     }
 

@@ -30,6 +30,10 @@ pub struct AgentProtocolConfig {
     pub session: String,
     /// The tenants served: one registration each, `owner` = tenant.
     pub tenants: Vec<String>,
+    /// Subagent types registered as agents of their own, named after the
+    /// type, for every served tenant: a prompt on one runs one task of that
+    /// type (a direct job, no planner) and streams its report back.
+    pub subagents: Vec<String>,
     /// Seconds between heartbeats (`agents.hb.…`), 1 to 300.
     pub heartbeat_secs: u64,
     /// Seconds a running prompt's stream may stay quiet before an `ack`
@@ -52,6 +56,7 @@ impl Default for AgentProtocolConfig {
             agent: "flotilla".into(),
             session: "default".into(),
             tenants: vec!["default".into()],
+            subagents: Vec::new(),
             heartbeat_secs: 30,
             keepalive_secs: 15,
             accounts: Default::default(),
@@ -79,6 +84,15 @@ impl AgentProtocolConfig {
             token("agent_protocol.tenants", t, true)?;
             flotilla_protocol::ids::Tenant::new(t)
                 .map_err(|e| ("agent_protocol.tenants".to_string(), e.to_string()))?;
+        }
+        for ty in &self.subagents {
+            token("agent_protocol.subagents", ty, false)?;
+            if ty == &self.agent {
+                return Err((
+                    "agent_protocol.subagents".into(),
+                    format!("{ty:?} is also agent_protocol.agent: the two registrations would share their subjects"),
+                ));
+            }
         }
         if let Some(t) = self.accounts.keys().find(|t| !self.tenants.contains(t)) {
             return Err((format!("agent_protocol.accounts.{t}"), format!("{t:?} is not in agent_protocol.tenants")));

@@ -370,6 +370,15 @@ impl Settings {
         raw.telemetry.validate()?;
         raw.a2a.validate().map_err(|m| invalid("a2a", m))?;
         raw.agent_protocol.validate().map_err(|(k, m)| invalid(k, m))?;
+        if let Some(ty) =
+            raw.agent_protocol.subagents.iter().find(|t| !subagents.keys().any(|k| k.as_str() == t.as_str()))
+        {
+            let known: Vec<&str> = subagents.keys().map(SubagentType::as_str).collect();
+            return Err(invalid(
+                "agent_protocol.subagents",
+                format!("{ty:?} is not a configured subagent type (the types: {})", known.join(", ")),
+            ));
+        }
         for nats in raw.agent_protocol.accounts.values_mut() {
             Self::validate_nats(nats, base)?;
         }

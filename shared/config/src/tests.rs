@@ -213,3 +213,21 @@ fn a_remote_type_names_its_agent_instead_of_a_model_and_refuses_model_loop_keys(
         assert!(err.contains(&format!("`{key}`")) && err.contains(why), "{body:?}: {err}");
     }
 }
+
+#[test]
+fn agent_protocol_subagents_must_be_configured_types_distinct_from_the_planners_agent() {
+    let d = tmpdir();
+    write(&d, "s.toml", "");
+    let with = |list: &str| format!("{GOOD}\n[agent_protocol]\nenabled = true\nsubagents = {list}\n");
+    let s = Settings::load_with_env(Some(&write(&d, "f.toml", &with("[\"finance\"]"))), vec![]).unwrap();
+    assert_eq!(s.agent_protocol.subagents, ["finance"]);
+    let cases = [
+        ("[\"coder\"]", "not a configured subagent type (the types: finance)"),
+        ("[\"flotilla\"]", "also agent_protocol.agent"),
+        ("[\"Fin\"]", "not a protocol subject token"),
+    ];
+    for (list, why) in cases {
+        let err = Settings::load_with_env(Some(&write(&d, "f.toml", &with(list))), vec![]).unwrap_err().to_string();
+        assert!(err.contains("`agent_protocol.subagents`") && err.contains(why), "{list}: {err}");
+    }
+}

@@ -14,13 +14,21 @@ pub struct SubmitRequest {
     /// Schema version.
     #[serde(default = "super::schema_version")]
     pub v: u32,
-    /// The job text for the planner.
+    /// The job text for the planner (or, with `subagent_type`, the task's
+    /// description).
     pub input: String,
     /// Files uploaded beforehand by `files_put` (src/files_api.rs), stored in
     /// the new job's files before its planner starts; one that cannot be
     /// stored fails the submit and no job starts.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub files: Vec<crate::files_api::StagedFile>,
+    /// Runs `input` as one task of this subagent type, without a planner
+    /// model: the job's answer is the task's report (a direct job,
+    /// docs/PROTOCOL.md). A type the orchestrator does not configure is
+    /// refused; an orchestrator that predates the field refuses it too
+    /// (unknown fields are), rather than planning the text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subagent_type: Option<crate::ids::SubagentType>,
 }
 
 /// Reply to a submit: the job id, at once.

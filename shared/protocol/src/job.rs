@@ -261,6 +261,10 @@ pub struct JobRecord {
     pub tenant: Tenant,
     /// The job text as submitted.
     pub input: String,
+    /// A direct job: `input` runs as one task of this type, without a
+    /// planner model, and the task's report is the answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subagent_type: Option<SubagentType>,
     /// Where it stands.
     pub status: JobStatus,
     /// The planner's current todo list.
@@ -311,6 +315,7 @@ impl JobRecord {
             id,
             tenant,
             input,
+            subagent_type: None,
             status: JobStatus::Submitted,
             todos: Vec::new(),
             tasks: Vec::new(),

@@ -71,7 +71,7 @@ fn every_message_round_trips() {
     entry.published = true;
     rec.tasks.push(entry);
     round_trip(&rec);
-    round_trip(&SubmitRequest { v: 1, input: "x".into(), files: vec![] });
+    round_trip(&SubmitRequest { v: 1, input: "x".into(), files: vec![], subagent_type: None });
     round_trip(&ApiReply::ok(SubmitReply { job_id: t.job_id }));
     round_trip(&ApiReply::<SubmitReply>::error(ErrorKind::NotFound, "no job"));
 }

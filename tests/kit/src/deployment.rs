@@ -102,7 +102,7 @@ impl Deployment {
 
     /// Submits through the job API, retrying while the orchestrator starts.
     pub async fn submit(&self, input: &str) -> JobId {
-        let req = SubmitRequest { v: SCHEMA_VERSION, input: input.into(), files: vec![] };
+        let req = SubmitRequest { v: SCHEMA_VERSION, input: input.into(), files: vec![], subagent_type: None };
         crate::eventually(TIMEOUT, "the orchestrator to accept a job", || {
             let req = req.clone();
             async move {

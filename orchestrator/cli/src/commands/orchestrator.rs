@@ -23,7 +23,8 @@ pub async fn run(settings: Settings) -> anyhow::Result<i32> {
     // The Synadia Agent Protocol host (docs/PROTOCOLS.md): one more client
     // of the job API, on connections of its own.
     if settings.agent_protocol.enabled {
-        flotilla_agent_protocol::host::start(&settings.agent_protocol, &settings.nats, stop).await?;
+        let descriptions = settings.subagents.iter().map(|(t, c)| (t.clone(), c.description.clone())).collect();
+        flotilla_agent_protocol::host::start(&settings.agent_protocol, &settings.nats, &descriptions, stop).await?;
     }
     orchestrator.run(crate::shutdown_signal()).await?;
     Ok(0)

@@ -1,6 +1,7 @@
 //! `flotilla submit`: start a job; prints its id at once. `--file` uploads
 //! local files into the job's files first (src/commands/files.rs): the job starts
 //! only once every file is stored, and a failed upload starts no job.
+//! `--subagent-type` makes it a direct job: one task of that type, no planner.
 //!
 //! With `--wait`, stdout holds the outcome only (the answer, or with
 //! `--json` the final job record; a job that failed or was cancelled prints
@@ -39,6 +40,10 @@ pub struct Args {
     /// `/inputs/<file name>`); repeatable.
     #[arg(long = "file", value_name = "LOCAL[:/job/path]")]
     pub files: Vec<super::files::LocalFile>,
+    /// Run the text as one task of this subagent type, without the planner:
+    /// the task's report is the job's answer (a direct job).
+    #[arg(long, value_name = "TYPE")]
+    pub subagent_type: Option<flotilla_protocol::ids::SubagentType>,
 }
 
 /// Runs the command; returns the process exit code. `json`: print the
@@ -53,7 +58,10 @@ pub async fn run(settings: &Settings, tenant: &Tenant, args: Args, json: bool) -
     };
     let api = connect(settings, tenant).await?;
     let staged = super::files::upload(&api, &args.files, settings.files.max_upload_bytes).await?;
-    let id = super::files::submit(&api, input, staged).await?;
+    let id = match args.subagent_type {
+        Some(ty) => api.submit_task(ty, input, staged).await?,
+        None => super::files::submit(&api, input, staged).await?,
+    };
     if !args.wait {
         if json {
             out::json(&flotilla_protocol::SubmitReply { job_id: id })?;
