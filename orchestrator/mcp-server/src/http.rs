@@ -1,5 +1,5 @@
 //! Streamable HTTP for `flotilla mcp serve`: rmcp's service at `/mcp` behind
-//! two checks (docs/MCP.md, "Use Flotilla from an MCP host"):
+//! three checks (docs/MCP.md, "Use Flotilla from an MCP host"):
 //!
 //! 1. The bearer token, when `--token-env VAR` names one: every request must
 //!    send `Authorization: Bearer <token>` or gets 401 with
@@ -14,6 +14,13 @@
 //!    http or https (the same rule as the dashboard's Host check).
 //! 3. A session belongs to the credential that opened it
 //!    (src/sessions.rs).
+//!
+//! The token (or OAuth) check and the session binding are axum layers in
+//! front of rmcp's service, and rmcp's Host and Origin checks come first in
+//! its handler, so all of them hold for every request to `/mcp` whatever
+//! its revision: a stateless 2026-07-28 request, which has no session and
+//! no `initialize` before it, is checked exactly as a request of a 2025
+//! session is, and the tools act for the tenant of its own credential.
 
 use std::future::Future;
 use std::sync::Arc;

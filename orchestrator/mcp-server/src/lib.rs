@@ -15,6 +15,13 @@
 //! the HTTP transport (`http.rs`, with its bearer token and DNS-rebinding
 //! checks, or OAuth resource-server mode in `oauth.rs`); stdio (`--stdio`, for a host that starts the
 //! command) is rmcp's own.
+//!
+//! Every MCP revision from 2024-11-05 to 2026-07-28 is served by the same
+//! handler over both transports (docs/MCP.md, "Protocol revisions"): rmcp
+//! does the 2026-07-28 lifecycle (`server/discover`, per-request `_meta`,
+//! no session) and the `initialize` negotiation of older hosts; what is
+//! this server's is which revisions it offers and what its answers carry
+//! (`tools.rs`).
 
 #![deny(missing_docs)]
 
@@ -145,10 +152,11 @@ impl Server {
             }
             (Some(_), None) => anyhow::bail!("flotilla mcp serve over HTTP needs a bound listener"),
             (None, _) => {
-                let service = tools
-                    .serve(rmcp::transport::stdio())
-                    .await
-                    .map_err(|e| anyhow::anyhow!("MCP over stdio: the host's initialize failed: {e}"))?;
+                let service = tools.serve(rmcp::transport::stdio()).await.map_err(|e| {
+                    anyhow::anyhow!(
+                        "MCP over stdio: the host's first request (initialize, or a 2026-07-28 request) failed: {e}"
+                    )
+                })?;
                 service.waiting().await.map_err(|e| anyhow::anyhow!("MCP over stdio ended abnormally: {e}"))?;
                 Ok(())
             }

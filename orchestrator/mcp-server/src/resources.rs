@@ -4,6 +4,12 @@
 //! job API's `files_get` like `flotilla files get` (orchestrator/cli/src/commands/files.rs), checked
 //! against the file's sha256. UTF-8 files come back as text, others as
 //! base64 blobs. The job id may be a unique prefix, as for the tools.
+//!
+//! A URI that names no file of the caller's jobs is an error, never empty
+//! `contents` (SEP-2164), and the error's `data` is `{"uri": ...}` so a
+//! host can tell which of its reads failed. A malformed URI is invalid
+//! params; a missing job or file is resource-not-found (-32002), which rmcp
+//! sends as -32602 to 2026-07-28 clients, the code SEP-2164 settled on.
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
@@ -40,7 +46,7 @@ pub fn parse(uri: &str) -> Result<(JobRef, String), String> {
 
 /// Reads the file `uri` names.
 pub async fn read(api: &Client, uri: &str) -> Result<ReadResourceResult, ErrorData> {
-    let (job, path) = parse(uri).map_err(|e| ErrorData::invalid_params(e, None))?;
+    let (job, path) = parse(uri).map_err(|e| ErrorData::invalid_params(e, Some(naming(uri))))?;
     let id = api.resolve(&job).await.map_err(|e| not_found(uri, e))?;
     let (bytes, _) = api.download(id, &path).await.map_err(|e| not_found(uri, e))?;
     let contents = match String::from_utf8(bytes) {
@@ -52,7 +58,12 @@ pub async fn read(api: &Client, uri: &str) -> Result<ReadResourceResult, ErrorDa
 
 /// A job API refusal as MCP's "resource not found", with the API's message.
 fn not_found(uri: &str, e: anyhow::Error) -> ErrorData {
-    ErrorData::resource_not_found(format!("{uri}: {e:#}"), None)
+    ErrorData::resource_not_found(format!("{uri}: {e:#}"), Some(naming(uri)))
+}
+
+/// The error data naming the URI read.
+fn naming(uri: &str) -> serde_json::Value {
+    serde_json::json!({ "uri": uri })
 }
 
 #[cfg(test)]
@@ -69,5 +80,14 @@ mod tests {
         assert!(parse("file:///etc/passwd").unwrap_err().contains("not a job file URI"));
         assert!(parse(&format!("flotilla://jobs/{id}/files/")).unwrap_err().contains("names no file"));
         assert!(parse("flotilla://jobs/xyz/files/a").unwrap_err().contains("flotilla://jobs/xyz"));
+    }
+
+    #[test]
+    fn a_missing_file_is_resource_not_found_naming_the_uri() {
+        let uri = "flotilla://jobs/0195f3a2/files/inputs/missing.txt";
+        let e = not_found(uri, anyhow::anyhow!("no such file"));
+        assert_eq!(e.code, rmcp::model::ErrorCode::RESOURCE_NOT_FOUND);
+        assert_eq!(e.data, Some(serde_json::json!({"uri": uri})));
+        assert!(e.message.contains("no such file"), "{}", e.message);
     }
 }

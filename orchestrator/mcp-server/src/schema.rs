@@ -5,6 +5,12 @@
 //! flotilla-protocol so the bus schema can grow without changing what MCP
 //! hosts were promised. Inputs accept unknown fields, as every Flotilla
 //! reader does (docs/PROTOCOL.md).
+//!
+//! A `job_id` argument is also an HTTP header (`x-mcp-header`, SEP-2243):
+//! 2026-07-28 clients send it as `Mcp-Param-Job-Id` next to the body, so a
+//! gateway in front of `mcp serve` can log, limit or route calls by job
+//! without parsing JSON-RPC, and rmcp refuses a call whose header is
+//! missing or disagrees with the body (400, -32020) before any tool runs.
 
 use flotilla_protocol::{JobRecord, JobStatus, ListReply, TaskCounts};
 use schemars::JsonSchema;
@@ -14,6 +20,10 @@ use time::format_description::well_known::Rfc3339;
 
 /// The version every tool result carries as `v`.
 pub const RESULT_VERSION: u32 = 1;
+
+/// The `x-mcp-header` name of every `job_id` argument: the header is
+/// `Mcp-Param-Job-Id` (see the module doc).
+pub const JOB_ID_HEADER: &str = "Job-Id";
 
 /// `submit_job` arguments.
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -52,6 +62,7 @@ pub struct SubmitJobResult {
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct JobStatusParams {
     /// A job id, or a unique prefix of one (at least 4 characters).
+    #[schemars(extend("x-mcp-header" = JOB_ID_HEADER))]
     pub job_id: String,
     /// Wait up to this many seconds (at most 60) for the job to end before
     /// answering, with a progress notification per job event when the
@@ -116,6 +127,7 @@ pub struct TaskCountsOut {
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct CancelJobParams {
     /// A job id, or a unique prefix of one (at least 4 characters).
+    #[schemars(extend("x-mcp-header" = JOB_ID_HEADER))]
     pub job_id: String,
     /// Why, recorded on the job and its open tasks.
     #[serde(default)]

@@ -11,6 +11,10 @@
 //! another owner, or one never handed out here, is answered exactly as
 //! rmcp answers an unknown session (404 `Session not found`), so nobody
 //! learns that the id exists. A `DELETE` is only passed on for the owner.
+//!
+//! A 2026-07-28 request has no session (each one carries its own `_meta`
+//! and is authenticated on its own), so it names none and passes through
+//! here untouched; rmcp hands out no session id for it to bind.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};

@@ -6,6 +6,19 @@
 //! refusal by the job API is a tool error (`isError: true`) carrying its
 //! message, so the host's model can read why and correct itself. The
 //! handler also serves job files as resources (src/resources.rs).
+//!
+//! Revisions (docs/MCP.md, "Protocol revisions"): rmcp 3.11 serves them
+//! all from this one handler. A 2026-07-28 host asks `server/discover`
+//! and then sends each request on its own, its revision, client info and
+//! capabilities in the request's `_meta`, with no session; rmcp checks the
+//! `_meta`, the `MCP-Protocol-Version`, `Mcp-Method`, `Mcp-Name` and
+//! `Mcp-Param-*` headers against the body, and adds the caching hints that
+//! revision requires (`ttlMs: 0`, `cacheScope: "private"`: a tenant's
+//! answers are never shared, and job state changes under a host). An older
+//! host's `initialize` is negotiated down to 2025-11-25, 2025-06-18 or
+//! older, and its session goes on as before. This server's own part is
+//! which revisions it offers ([`revisions`]) and that its tool list is as
+//! private as the rest (`list_tools`).
 
 use std::time::Duration;
 
@@ -18,8 +31,8 @@ use rmcp::handler::server::tool::ToolCallContext;
 use rmcp::handler::server::wrapper::{Json, Parameters};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, ContentBlock, GetTaskParams,
-    GetTaskResult, Implementation, ListResourceTemplatesResult, PaginatedRequestParams, ReadResourceRequestParams,
-    ReadResourceResponse, ServerCapabilities, ServerConfig,
+    GetTaskResult, Implementation, ListResourceTemplatesResult, ListToolsResult, PaginatedRequestParams,
+    ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities, ServerConfig,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler, tool, tool_handler, tool_router};
@@ -34,6 +47,8 @@ use super::schema::{
 const DEFAULT_LIST: usize = 20;
 /// The most `list_jobs` returns in one call.
 const MAX_LIST: usize = 200;
+/// The newest revision this server is tested at (tests/e2e/mcp_server_conformance.rs).
+const NEWEST: ProtocolVersion = ProtocolVersion::V_2026_07_28;
 
 /// The server: one tenant's job API as MCP tools.
 #[derive(Clone)]
@@ -176,6 +191,14 @@ async fn submit(api: &Client, p: SubmitJobParams, max_upload: u64) -> Result<Sub
     Ok(SubmitJobResult { v: RESULT_VERSION, job_id: job.to_string(), status: "submitted".into(), files: paths })
 }
 
+/// Every revision rmcp knows up to [`NEWEST`]: `server/discover` lists
+/// them, `initialize` negotiates within them and a request naming another
+/// is refused. Capped, so a later rmcp that learns a newer revision does not
+/// offer it to hosts before this server has been tried at it.
+fn revisions() -> &'static [ProtocolVersion] {
+    ProtocolVersion::known_up_to(&NEWEST)
+}
+
 /// A job id or unique prefix, as `flotilla status` takes it ([`JobRef`]).
 async fn resolve(api: &Client, raw: &str) -> Result<flotilla_protocol::ids::JobId, String> {
     let job: JobRef = raw.parse()?;
@@ -227,6 +250,11 @@ impl ServerHandler for JobTools {
                  with the tasks extension); poll job_status until done is true. A job's files are resources: flotilla://jobs/<id>/files/<path>."
                     .to_string(),
             )
+    }
+
+    /// The revisions `revisions` lists.
+    fn supported_protocol_versions(&self) -> std::borrow::Cow<'static, [ProtocolVersion]> {
+        std::borrow::Cow::Borrowed(revisions())
     }
 
     /// Every tool call, in its span; [`JobTools::call_tool_in_span`] answers it.
@@ -286,6 +314,19 @@ impl ServerHandler for JobTools {
         Ok(())
     }
 
+    /// The tools, with no caching hints of their own: at 2026-07-28 rmcp
+    /// then fills in `ttlMs: 0` and `cacheScope: "private"`, as for every
+    /// other list here. The generated default would say `public`, which lets
+    /// an intermediary hand the answer to callers this server refuses;
+    /// nothing behind the credential is offered for shared caching.
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        Ok(ListToolsResult::with_all_items(self.tool_router.list_all()))
+    }
+
     async fn list_resource_templates(
         &self,
         _request: Option<PaginatedRequestParams>,
@@ -324,6 +365,23 @@ mod tests {
         assert_eq!(required("submit_job"), serde_json::json!(["input"]));
         assert_eq!(required("cancel_job"), serde_json::json!(["job_id"]));
         assert_eq!(required("list_jobs"), serde_json::Value::Null, "status and limit are optional");
+        for t in &tools {
+            let dialect = t.input_schema.get("$schema");
+            assert_eq!(dialect, Some(&serde_json::json!("https://json-schema.org/draft/2020-12/schema")), "{}", t.name);
+        }
+        let header = |name: &str| {
+            let t = tools.iter().find(|t| t.name == name).unwrap();
+            t.input_schema["properties"]["job_id"].get("x-mcp-header").cloned()
+        };
+        for name in ["job_status", "cancel_job"] {
+            assert_eq!(header(name), Some(serde_json::json!("Job-Id")), "{name}'s job_id is Mcp-Param-Job-Id");
+        }
+    }
+
+    #[test]
+    fn the_revisions_offered_run_from_2024_11_05_to_2026_07_28() {
+        let offered: Vec<&str> = revisions().iter().map(ProtocolVersion::as_str).collect();
+        assert_eq!(offered, ["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25", "2026-07-28"]);
     }
 
     #[test]
