@@ -112,7 +112,12 @@ impl FilesApi {
     /// verified) from the store.
     async fn read(&self, job: &JobId, path: &FilePath) -> Result<Read, Refusal> {
         let meta = self.files.stat(job, path).await.map_err(refusal)?;
-        let meta = meta.ok_or_else(|| refusal(FileError::NotFound(path.clone())))?;
+        let Some(meta) = meta else {
+            // A task report not stored yet is served from its record
+            // (`JobFiles::read` through the report anchor); others are missing.
+            let bytes = self.files.read(job, path).await.map_err(refusal)?;
+            return Ok(Read { sha256: sha256_hex(&bytes).into(), bytes: bytes.into() });
+        };
         if let Some(read) = self.recent.get(job, path, &meta) {
             return Ok(read);
         }

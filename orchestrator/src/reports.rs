@@ -61,6 +61,12 @@ impl ReportAnchor for ConsolidatedReports {
         let entry = entry.ok_or_else(|| format!("{task} is not a task of this job"))?;
         expected_report_sha256(&entry).ok_or_else(|| format!("task {task} has not reported yet"))
     }
+
+    async fn derived_report(&self, job: &JobId, task: &TaskId) -> Result<Option<Vec<u8>>, String> {
+        let entry =
+            self.jobs.task(job, task).await.map_err(|e| format!("the record of task {task} is unreadable: {e}"))?;
+        Ok(entry.as_ref().and_then(derived_report_text).map(String::into_bytes))
+    }
 }
 
 /// The sha256 of the `/reports/<task>.md` that goes with `entry`'s
@@ -69,19 +75,32 @@ impl ReportAnchor for ConsolidatedReports {
 /// answer of a report that carried it, or the text of an unfinished task.
 /// `None` while the task has not reported.
 pub fn expected_report_sha256(entry: &TaskEntry) -> Option<String> {
-    let status = entry.status?;
+    entry.status?;
     if let Some(file) = &entry.report_file {
         return Some(file.sha256.clone());
     }
-    let text = match status {
+    derived_report_text(entry).map(|text| flotilla_protocol::digest::sha256_hex(text.as_bytes()))
+}
+
+/// The whole text of `/reports/<task>.md` when `entry`'s consolidated
+/// report carried it (no report by reference): the answer of a completed
+/// task, the status and error of one that did not complete. The
+/// orchestrator writes this file after consolidating (the dispatcher's
+/// report-file write) and serves it from here until then. `None` while the
+/// task has not reported, or when the file is the report's only copy.
+pub fn derived_report_text(entry: &TaskEntry) -> Option<String> {
+    let status = entry.status?;
+    if entry.report_file.is_some() {
+        return None;
+    }
+    Some(match status {
         TaskStatus::Completed => entry.summary.clone(),
         _ => {
             let none = || ErrorInfo::new(ErrorKind::Bug, "report without error");
             let error = entry.error.clone().unwrap_or_else(none);
             unfinished_report(&entry.task_id, status.as_str(), &error)
         }
-    };
-    Some(flotilla_protocol::digest::sha256_hex(text.as_bytes()))
+    })
 }
 
 /// A completed task's summary that is a JSON object or array, as that value:

@@ -154,3 +154,39 @@ model = "writer"
     assert!(task.summary.ends_with(&reference), "{}", task.summary);
     assert!(task.summary.len() < 2000, "the job record keeps only the head");
 }
+
+/// A report that carried its whole text is written to `/reports/<task>.md`
+/// by the orchestrator after consolidating it, not by the worker on the
+/// task's path (docs/TOOLS.md, "Job inputs and reports"); a read that finds
+/// no stored file, because the write has not landed or was lost, is served
+/// from the task's record.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_report_file_is_derived_from_the_record_and_served_from_it_when_missing() {
+    use flotilla_config::FilesConfig;
+    use flotilla_job_files::{FilePath, report_path};
+    let d = Deployment::start(1, |url| TestConfig::demo(url, 1, 0)).await;
+    d.orchestrator_ready().await;
+    let mut log = EventLog::subscribe(&d.raw.client, "flotilla.job.>").await;
+    let ty = flotilla_protocol::ids::SubagentType::new("finance").unwrap();
+    let description = "Compute the gross margin of region north: revenue 120, cost 75.";
+    let job = d.client().submit_task(ty, description.into(), Vec::new()).await.unwrap();
+    let end = log.job_end(TIMEOUT).await;
+    assert_eq!(end["event"], "completed", "{end}");
+    let rec = d.status(job).await;
+    let task = rec.tasks[0].task_id;
+    let path: FilePath = report_path(&task);
+    let files = d.bus.job_files(&FilesConfig::default()).await.unwrap();
+    flotilla_testkit::eventually(TIMEOUT, "the report file to be stored", || async {
+        files.stat(&job, &path).await.unwrap().map(|_| ())
+    })
+    .await;
+    let (stored, sha) = d.client().download(job, path.as_str()).await.unwrap();
+    assert_eq!(stored, b"0.375");
+    assert_eq!(sha, sha256_hex(b"0.375"));
+
+    assert!(files.delete(&job, &path).await.unwrap(), "the stored file is gone");
+    let (served, _) = d.client().download(job, path.as_str()).await.expect("served from the record");
+    assert_eq!(served, b"0.375");
+    let missing = d.client().download(job, "/reports/q2.md").await.unwrap_err();
+    assert!(format!("{missing:#}").contains("not found") || format!("{missing:#}").contains("no file"), "{missing:#}");
+}

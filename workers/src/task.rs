@@ -365,7 +365,7 @@ async fn handed_back(
 }
 
 /// The report of a finished attempt; a long answer goes to the job files
-/// (`large_report.rs`), so does the partial work of a failed one.
+/// first (`large_report.rs`).
 async fn report(
     ctx: &WorkerContext,
     rt: &SubagentRuntime,
@@ -382,7 +382,6 @@ async fn report(
         },
         Err((e, usage)) => {
             let status = if e.kind == ErrorKind::Cancelled { TaskStatus::Cancelled } else { TaskStatus::Failed };
-            crate::large_report::store_failure(rt, task, status.as_str(), &e).await;
             (status, String::new(), None, Some(e), usage)
         }
     };

@@ -64,6 +64,9 @@ pub struct Dispatcher {
     report_tokens: usize,
     /// Each tenant's places for tasks in flight.
     in_flight: Arc<InFlight>,
+    /// Where the report file a consolidated report carried whole is written
+    /// ([`Dispatcher::with_report_files`]); `None` writes none.
+    report_files: Option<flotilla_job_files::JobFiles>,
 }
 
 /// `[tenants] max_tasks_in_flight`: a semaphore per tenant, and the permit
@@ -106,6 +109,9 @@ impl InFlight {
         }
     }
 }
+
+/// Tries of a derived report file's write before it is left to the record.
+const REPORT_FILE_ATTEMPTS: u32 = 5;
 
 /// How long a lookup of the live workers answers for every task of a type.
 const SERVED_FRESH: Duration = Duration::from_secs(5);
@@ -187,7 +193,43 @@ impl Dispatcher {
             served: Arc::default(),
             report_tokens: usize::MAX,
             in_flight: Arc::default(),
+            report_files: None,
         }
+    }
+
+    /// Writes `/reports/<task>.md` of every task whose consolidated report
+    /// carried its whole text into `files`, after the record is stored and
+    /// without waiting for it (docs/TOOLS.md, "Job inputs and reports"):
+    /// the file is derived from the record, so it stays off both the
+    /// worker's and the planner's path, and a read of it before it lands is
+    /// served from the record (`ConsolidatedReports`, orchestrator/src/reports.rs).
+    /// A report by reference was stored by its worker before it was sent.
+    pub fn with_report_files(mut self, files: flotilla_job_files::JobFiles) -> Self {
+        self.report_files = Some(files);
+        self
+    }
+
+    /// Starts writing the derived report file of `entry` (see
+    /// [`Self::with_report_files`]); a write that fails after its retries
+    /// leaves the file to the record, which serves every orchestrator read.
+    fn write_report_file(&self, job: JobId, entry: &TaskEntry) {
+        let (Some(files), Some(text)) = (&self.report_files, crate::reports::derived_report_text(entry)) else {
+            return;
+        };
+        let (files, task) = (files.clone(), entry.task_id);
+        tokio::spawn(async move {
+            let path = flotilla_job_files::report_path(&task);
+            let mut backoff = flotilla_retry::Backoff::new(Duration::from_millis(50), Duration::from_secs(2));
+            for attempt in 1..=REPORT_FILE_ATTEMPTS {
+                match files.store_reserved(&job, &path, text.as_bytes()).await {
+                    Ok(()) => return,
+                    Err(e) if attempt == REPORT_FILE_ATTEMPTS => {
+                        tracing::warn!(%task, error = %e, "report file not stored; reads are served from the task record");
+                    }
+                    Err(_) => tokio::time::sleep(backoff.next_delay()).await,
+                }
+            }
+        });
     }
 
     /// Caps each tenant's tasks in flight (`[tenants] max_tasks_in_flight`).
@@ -506,7 +548,8 @@ impl Dispatcher {
             })
             .await;
         match recorded {
-            Ok(Some(_)) => {
+            Ok(Some(entry)) => {
+                self.write_report_file(*job, &entry);
                 let kind = JobEventKind::TaskReported {
                     task_id: *task,
                     status: TaskStatus::Failed,
@@ -567,6 +610,7 @@ impl Dispatcher {
             .await;
         let recorded = match updated {
             Ok(Some(entry)) => {
+                self.write_report_file(report.job_id, &entry);
                 let summary = if report.status == TaskStatus::Completed {
                     report.summary.chars().take(200).collect()
                 } else {

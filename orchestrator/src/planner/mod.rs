@@ -86,7 +86,8 @@ impl Planner {
             Duration::from_secs(config.no_worker_timeout.max(1)),
         )
         .with_report_tokens(config.report_tokens as usize)
-        .with_tenants(settings.tenants.clone());
+        .with_tenants(settings.tenants.clone())
+        .with_report_files(files.clone());
         tools.add(Arc::new(TaskTool { dispatcher: dispatcher.clone() }), "planner")?;
         let journal = bus.journal();
         let async_tasks = async_tasks::AsyncTasks::new(dispatcher.clone(), bus, cancelled.clone());

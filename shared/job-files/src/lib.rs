@@ -177,8 +177,20 @@ impl JobFiles {
     /// The bytes of `path`. A file in a reserved directory is verified
     /// against the checksum the runtime stored with it, a task report
     /// against the report anchor when there is one.
+    /// A task report not (yet) stored is served from the anchor when the
+    /// anchor derives it ([`ReportAnchor::derived_report`]).
     pub async fn read(&self, job: &JobId, path: &FilePath) -> Result<Vec<u8>, FileError> {
-        let (bytes, metadata) = self.read_raw(job, path).await?;
+        let (bytes, metadata) = match self.read_raw(job, path).await {
+            Err(FileError::NotFound(missing)) => {
+                if let (Some(anchor), Some(task)) = (&self.anchor, reserved::report_task(path))
+                    && let Ok(Some(bytes)) = anchor.derived_report(job, &task).await
+                {
+                    return Ok(bytes);
+                }
+                return Err(FileError::NotFound(missing));
+            }
+            other => other?,
+        };
         if let (Some(anchor), Some(task)) = (&self.anchor, reserved::report_task(path)) {
             let expected = anchor
                 .report_sha256(job, &task)
@@ -510,6 +522,41 @@ mod tests {
         let evicted = FilePath::parse("/large_tool_results/t1/call_1").unwrap();
         anchored.write_reserved(&job, &evicted, b"big").await.unwrap();
         assert_eq!(anchored.read(&job, &evicted).await.unwrap(), b"big");
+    }
+
+    /// Derives one task's report, as the orchestrator's records do for a
+    /// report that carried its whole text.
+    struct Derived(flotilla_protocol::ids::TaskId, &'static str);
+
+    #[async_trait::async_trait]
+    impl ReportAnchor for Derived {
+        async fn report_sha256(&self, _: &JobId, task: &flotilla_protocol::ids::TaskId) -> Result<String, String> {
+            (task == &self.0).then(|| sha256_hex(self.1.as_bytes())).ok_or_else(|| "not reported".to_string())
+        }
+
+        async fn derived_report(
+            &self,
+            _: &JobId,
+            task: &flotilla_protocol::ids::TaskId,
+        ) -> Result<Option<Vec<u8>>, String> {
+            Ok((task == &self.0).then(|| self.1.as_bytes().to_vec()))
+        }
+    }
+
+    #[tokio::test]
+    async fn a_report_not_stored_yet_is_served_from_the_anchor_and_only_through_it() {
+        let (task, other) = (flotilla_protocol::ids::TaskId::new(), flotilla_protocol::ids::TaskId::new());
+        let files = JobFiles::in_memory(1024);
+        let anchored = files.clone().with_report_anchor(Arc::new(Derived(task, "0.375")));
+        let job = JobId::new();
+        assert_eq!(anchored.read(&job, &report_path(&task)).await.unwrap(), b"0.375");
+        assert!(matches!(files.read(&job, &report_path(&task)).await, Err(FileError::NotFound(_))), "no anchor");
+        assert!(matches!(anchored.read(&job, &report_path(&other)).await, Err(FileError::NotFound(_))));
+        let plain = FilePath::parse("/reports/q2.md").unwrap();
+        assert!(matches!(anchored.read(&job, &plain).await, Err(FileError::NotFound(_))), "not a task's report");
+        // Once stored, the stored file is read (and checked against the anchor).
+        files.store_reserved(&job, &report_path(&task), b"forged").await.unwrap();
+        assert!(matches!(anchored.read(&job, &report_path(&task)).await, Err(FileError::Tampered { .. })));
     }
 
     #[tokio::test]

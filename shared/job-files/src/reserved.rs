@@ -45,6 +45,18 @@ pub trait ReportAnchor: Send + Sync {
     /// why no report file of that task can be trusted (it has not reported,
     /// it is not a task of the job, the record cannot be read).
     async fn report_sha256(&self, job: &JobId, task: &TaskId) -> Result<String, String>;
+
+    /// The bytes of `/reports/<task>.md` of `job` when its consolidated
+    /// report carried them whole (a completed task's answer that fitted the
+    /// report message, or a task that did not complete): such a file is
+    /// derived from the record, written after the report (off the task's
+    /// path, orchestrator/src/planner/dispatch.rs), and a read that comes
+    /// before that write lands, or after it was lost, is served from here.
+    /// `None` for a report by reference, whose file is the only copy.
+    async fn derived_report(&self, job: &JobId, task: &TaskId) -> Result<Option<Vec<u8>>, String> {
+        let _ = (job, task);
+        Ok(None)
+    }
 }
 
 /// Directory of evicted tool results and oversized task reports.
