@@ -13,14 +13,21 @@
 //! worker that lost its task to `ack_wait` but still runs) are not folded by
 //! later attempts, so the journal stays one line of history.
 //!
-//! The answering turn is not awaited: the report, stored right after it on
-//! the same connection, is its record; every other step is.
+//! What waits for the stream's ack: a model turn that calls tools, before
+//! the calls run (so a resumed attempt replays the same calls under the
+//! same idempotency keys), and every marker. A tool result is published and
+//! its ack awaited just before the next entry goes out, so the model call
+//! it feeds runs while the ack travels: the journal still stores entries in
+//! the order the loop made them, and a worker lost before the ack is the
+//! same as one lost just before the append (the tool runs again, under the
+//! same key). The answering turn is not awaited: the report, stored right
+//! after it on the same connection, is its record.
 
 use std::time::Duration;
 
 use flotilla_agent::agent::{Conversation, Step};
 use flotilla_agent::model::ChatMessage;
-use flotilla_bus::{Bus, Journal, JournalKey, Stored, retry};
+use flotilla_bus::{Appended, Bus, Journal, JournalKey, Stored, retry};
 use flotilla_protocol::{self as protocol, Message, TaskMessage};
 use serde::{Deserialize, Serialize};
 
@@ -88,6 +95,8 @@ pub struct StepJournal {
     attempt: u32,
     /// The model turns this attempt took over, once it resumed.
     resumed_from: std::sync::OnceLock<u32>,
+    /// Tool results published whose acks are still awaited, in order.
+    unacked: tokio::sync::Mutex<Vec<(JournalEntry, Appended)>>,
 }
 
 impl StepJournal {
@@ -95,7 +104,7 @@ impl StepJournal {
     pub fn new(bus: &Bus, task: &TaskMessage, attempt: u32) -> Self {
         let journal = bus.journal();
         let key = journal.key(&task.subagent_type, &task.tenant, &task.job_id, &task.task_id);
-        Self { journal, key, attempt, resumed_from: Default::default() }
+        Self { journal, key, attempt, resumed_from: Default::default(), unacked: Default::default() }
     }
 
     /// The model turns this attempt took over from earlier ones, if it resumed.
@@ -109,7 +118,11 @@ impl StepJournal {
     pub async fn step(&self, step: &Step) {
         let answering = matches!(step, Step::Turn { message: ChatMessage::Assistant { tool_calls, .. }, .. } if tool_calls.is_empty());
         let snapshot = matches!(step, Step::Snapshot { .. });
-        self.append(Record::Step { step: step.clone() }, snapshot, !answering).await;
+        let record = Record::Step { step: step.clone() };
+        if matches!(step, Step::ToolResult { .. }) {
+            return self.append_unacked(record).await;
+        }
+        self.append(record, snapshot, !answering).await;
     }
 
     /// Appends a marker and waits until it is stored.
@@ -117,10 +130,40 @@ impl StepJournal {
         self.append(record, false, true).await;
     }
 
-    async fn append(&self, record: Record, snapshot: bool, wait: bool) {
+    /// Publishes a tool result and keeps its ack for the next append
+    /// (module docs); one that cannot be published is appended at once.
+    async fn append_unacked(&self, record: Record) {
+        let mut unacked = self.unacked.lock().await;
         let entry = JournalEntry { v: protocol::SCHEMA_VERSION, attempt: self.attempt, record };
+        match self.journal.append(&self.key, &entry, false).await {
+            Ok(appended) => unacked.push((entry, appended)),
+            Err(_) => {
+                drop(unacked);
+                self.append(entry.record, false, true).await;
+            }
+        }
+    }
+
+    /// Waits for the acks of the tool results published before; an entry
+    /// without one is appended again (awaited) before anything after it.
+    async fn settle(&self) {
+        let pending = std::mem::take(&mut *self.unacked.lock().await);
+        for (entry, appended) in pending {
+            if appended.stored().await.is_err() {
+                self.store(&entry, false, true).await;
+            }
+        }
+    }
+
+    async fn append(&self, record: Record, snapshot: bool, wait: bool) {
+        self.settle().await;
+        let entry = JournalEntry { v: protocol::SCHEMA_VERSION, attempt: self.attempt, record };
+        self.store(&entry, snapshot, wait).await;
+    }
+
+    async fn store(&self, entry: &JournalEntry, snapshot: bool, wait: bool) {
         let stored = retry("journal append", APPEND_BUDGET, || async {
-            let appended = self.journal.append(&self.key, &entry, snapshot).await?;
+            let appended = self.journal.append(&self.key, entry, snapshot).await?;
             if wait { appended.stored().await.map(drop) } else { Ok(()) }
         })
         .await;
