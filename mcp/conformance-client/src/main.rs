@@ -58,6 +58,7 @@ const SERVER: &str = "conformance";
 const SECRET_ENV: &str = "CONFORMANCE_CLIENT_SECRET";
 const KEY_ENV: &str = "CONFORMANCE_PRIVATE_KEY";
 const ID_TOKEN_ENV: &str = "CONFORMANCE_ID_TOKEN";
+const WORKLOAD_JWT_ENV: &str = "CONFORMANCE_WORKLOAD_JWT";
 
 /// The Client ID Metadata Document the suite's CIMD scenario expects.
 const CLIENT_METADATA_URL: &str = "https://conformance-test.local/client-metadata.json";
@@ -76,7 +77,13 @@ fn main() -> anyhow::Result<()> {
     let oauth = scenario.starts_with("auth/").then(|| oauth_section(&scenario, &context));
     let pinned = std::env::var("MCP_CONFORMANCE_PROTOCOL_VERSION").ok().filter(|v| v.as_str() < "2026-07-28");
     // Still one thread: no other thread can read the environment meanwhile.
-    for (var, key) in [(SECRET_ENV, "client_secret"), (KEY_ENV, "private_key_pem"), (ID_TOKEN_ENV, "idp_id_token")] {
+    let secrets = [
+        (SECRET_ENV, "client_secret"),
+        (KEY_ENV, "private_key_pem"),
+        (ID_TOKEN_ENV, "idp_id_token"),
+        (WORKLOAD_JWT_ENV, "valid_jwt"),
+    ];
+    for (var, key) in secrets {
         if let Some(v) = context[key].as_str() {
             unsafe { std::env::set_var(var, v) };
         }
@@ -98,7 +105,10 @@ fn oauth_section(scenario: &str, context: &Value) -> RawMcpOAuth {
         client_secret_env: None,
         id_token_env: Some(ID_TOKEN_ENV.into()),
     });
+    // Workload identity (SEP-1933): the context carries the platform's signed workload JWT.
+    let workload = context["valid_jwt"].is_string();
     let grant = match (&idp, client_credentials) {
+        _ if workload => "workload_identity",
         (Some(_), _) => "enterprise_managed",
         (None, true) => "client_credentials",
         (None, false) => "authorization_code",
@@ -113,6 +123,10 @@ fn oauth_section(scenario: &str, context: &Value) -> RawMcpOAuth {
         client_metadata_url: (grant == "authorization_code").then(|| CLIENT_METADATA_URL.to_string()),
         client_name: Some("flotilla-conformance-client".into()),
         redirect_uri: Some("http://localhost:3000/callback".into()),
+        assertion_env: workload.then(|| WORKLOAD_JWT_ENV.to_string()),
+        // The DPoP scenarios' servers want sender-constrained tokens, as an
+        // operator of such a server would know and configure.
+        dpop: scenario.starts_with("auth/dpop").then_some(true),
         ..Default::default()
     }
 }

@@ -76,9 +76,11 @@ pub const PROTOCOL_VERSIONS: [&str; 4] = ["2026-07-28", "2025-11-25", "2025-06-1
 #[serde(default, deny_unknown_fields)]
 pub struct RawMcpOAuth {
     /// `client_credentials` (default: the worker authenticates as itself),
-    /// `authorization_code` (a person signs in once with `flotilla mcp login`)
-    /// or `enterprise_managed` (an enterprise identity provider's ID token
-    /// exchanged for access, SEP-990; needs `[idp]`).
+    /// `authorization_code` (a person signs in once with `flotilla mcp login`),
+    /// `enterprise_managed` (an enterprise identity provider's ID token
+    /// exchanged for access, SEP-990; needs `[idp]`) or `workload_identity`
+    /// (the platform's signed workload token redeemed as a JWT bearer
+    /// grant, RFC 7523; needs `assertion_file` or `assertion_env`).
     pub grant: Option<String>,
     /// A client registered with the authorization server beforehand; without
     /// it the client registers through its metadata document or dynamically.
@@ -102,6 +104,17 @@ pub struct RawMcpOAuth {
     pub redirect_uri: Option<String>,
     /// enterprise_managed: the identity provider (`[mcp_servers.<name>.oauth.idp]`).
     pub idp: Option<RawMcpOAuthIdp>,
+    /// workload_identity: a file holding the workload's JWT (a Kubernetes
+    /// projected service-account token, a SPIFFE JWT-SVID; relative to the
+    /// config file), read again at every authorization so a rotated token is
+    /// picked up.
+    pub assertion_file: Option<String>,
+    /// workload_identity: the environment variable holding the workload's JWT.
+    pub assertion_env: Option<String>,
+    /// Sender-constrained tokens (DPoP, RFC 9449): the session asks for
+    /// tokens bound to a key only it holds and proves possession on every
+    /// request (default false; authorization_code and client_credentials).
+    pub dpop: Option<bool>,
 }
 
 /// `[mcp_servers.<name>.oauth.idp]`: the enterprise identity provider that
@@ -163,6 +176,19 @@ pub enum OAuthGrant {
     /// An enterprise ID token exchanged at the identity provider, then at the
     /// server's authorization server (SEP-990); no browser.
     EnterpriseManaged,
+    /// The platform's workload token (a JWT its identity provider signed)
+    /// redeemed at the server's authorization server as an RFC 7523 JWT
+    /// bearer grant (SEP-1933); no client secret, no browser.
+    WorkloadIdentity,
+}
+
+/// Where a `workload_identity` grant reads the workload's JWT from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WorkloadAssertion {
+    /// A file, read again at every authorization (tokens rotate).
+    File(PathBuf),
+    /// An environment variable.
+    Env(String),
 }
 
 /// A validated `[mcp_servers.<name>.oauth.idp]`.
@@ -219,6 +245,10 @@ pub struct McpOAuth {
     pub redirect_uri: String,
     /// enterprise_managed: the identity provider.
     pub idp: Option<McpOAuthIdp>,
+    /// workload_identity: where the workload's JWT is.
+    pub assertion: Option<WorkloadAssertion>,
+    /// DPoP-bound tokens.
+    pub dpop: bool,
 }
 
 /// `flotilla mcp login`'s loopback callback, the default redirect URI.
@@ -227,20 +257,44 @@ pub const DEFAULT_REDIRECT_URI: &str = "http://127.0.0.1:8976/callback";
 /// Signing algorithms rmcp's `private_key_jwt` supports.
 const SIGNING_ALGS: [&str; 5] = ["RS256", "RS384", "RS512", "ES256", "ES384"];
 
-fn validate_oauth(name: &str, raw: RawMcpOAuth) -> Result<McpOAuth, McpConfigProblem> {
+fn validate_oauth(name: &str, raw: RawMcpOAuth, base: &Path) -> Result<McpOAuth, McpConfigProblem> {
     let problem = |k: &str, m: String| McpConfigProblem { key: format!("mcp_servers.{name}.oauth.{k}"), message: m };
     let grant = match raw.grant.as_deref() {
         None | Some("client_credentials") => OAuthGrant::ClientCredentials,
         Some("authorization_code") => OAuthGrant::AuthorizationCode,
         Some("enterprise_managed") => OAuthGrant::EnterpriseManaged,
+        Some("workload_identity") => OAuthGrant::WorkloadIdentity,
         Some(other) => {
             return Err(problem(
                 "grant",
                 format!(
-                    "unknown grant {other:?}: use \"client_credentials\", \"authorization_code\" or \"enterprise_managed\""
+                    "unknown grant {other:?}: use \"client_credentials\", \"authorization_code\", \"enterprise_managed\" or \"workload_identity\""
                 ),
             ));
         }
+    };
+    let assertion = match (grant, raw.assertion_file, raw.assertion_env) {
+        (OAuthGrant::WorkloadIdentity, Some(_), Some(_)) => {
+            return Err(problem("assertion_env", "set assertion_file or assertion_env, not both".into()));
+        }
+        (OAuthGrant::WorkloadIdentity, Some(file), None) if file.is_empty() => {
+            return Err(problem("assertion_file", "must be a path".into()));
+        }
+        (OAuthGrant::WorkloadIdentity, Some(file), None) => Some(WorkloadAssertion::File(base.join(file))),
+        (OAuthGrant::WorkloadIdentity, None, Some(env)) if !is_env_name(&env) => {
+            return Err(problem("assertion_env", "must name an environment variable (never the token itself)".into()));
+        }
+        (OAuthGrant::WorkloadIdentity, None, Some(env)) => Some(WorkloadAssertion::Env(env)),
+        (OAuthGrant::WorkloadIdentity, None, None) => {
+            return Err(problem(
+                "assertion_file",
+                "grant \"workload_identity\" needs assertion_file or assertion_env (where the workload's JWT is)"
+                    .into(),
+            ));
+        }
+        (_, Some(_), _) => return Err(problem("assertion_file", "only used with grant \"workload_identity\"".into())),
+        (_, _, Some(_)) => return Err(problem("assertion_env", "only used with grant \"workload_identity\"".into())),
+        (_, None, None) => None,
     };
     let idp = match (grant, raw.idp) {
         (OAuthGrant::EnterpriseManaged, Some(idp)) => Some(validate_idp(name, idp)?),
@@ -287,6 +341,15 @@ fn validate_oauth(name: &str, raw: RawMcpOAuth) -> Result<McpOAuth, McpConfigPro
             return Err(problem("private_key_env", "grant \"enterprise_managed\" takes client_secret_env".into()));
         }
     }
+    let dpop = raw.dpop.unwrap_or(false);
+    if dpop && !matches!(grant, OAuthGrant::AuthorizationCode | OAuthGrant::ClientCredentials) {
+        return Err(problem("dpop", "applies to grants \"authorization_code\" and \"client_credentials\"".into()));
+    }
+    if grant == OAuthGrant::WorkloadIdentity && client_auth != OAuthClientAuth::None {
+        let key =
+            if matches!(client_auth, OAuthClientAuth::Secret { .. }) { "client_secret_env" } else { "private_key_env" };
+        return Err(problem(key, "grant \"workload_identity\" authenticates with the workload's JWT alone".into()));
+    }
     if grant == OAuthGrant::ClientCredentials {
         if raw.client_id.is_none() {
             return Err(problem("client_id", "required for grant \"client_credentials\"".into()));
@@ -325,6 +388,8 @@ fn validate_oauth(name: &str, raw: RawMcpOAuth) -> Result<McpOAuth, McpConfigPro
         client_name: raw.client_name.unwrap_or_else(|| "flotilla".into()),
         redirect_uri,
         idp,
+        assertion,
+        dpop,
     })
 }
 
@@ -364,6 +429,9 @@ impl McpOAuth {
         if let Some(idp) = &self.idp {
             vars.extend(idp.client_secret_env.as_deref());
             vars.push(&idp.id_token_env);
+        }
+        if let Some(WorkloadAssertion::Env(env)) = &self.assertion {
+            vars.push(env);
         }
         vars
     }
@@ -494,7 +562,7 @@ pub fn validate(name: &str, raw: RawMcpServer, base: &Path) -> Result<McpServerS
             if raw.oauth.is_some() && raw.bearer_token_env.is_some() {
                 return Err(problem("oauth", "set bearer_token_env (a static token) or oauth, not both".into()));
             }
-            let oauth = raw.oauth.map(|o| validate_oauth(name, o).map(Box::new)).transpose()?;
+            let oauth = raw.oauth.map(|o| validate_oauth(name, o, base).map(Box::new)).transpose()?;
             McpTransport::Http {
                 url,
                 headers_from_env: raw.headers_from_env,
@@ -714,6 +782,32 @@ mod tests {
         ] {
             let p = validate("x", oauth(raw), Path::new(".")).unwrap_err();
             assert_eq!(p.key, format!("mcp_servers.x.{key}"), "{}", p.message);
+        }
+        let wif = RawMcpOAuth {
+            grant: Some("workload_identity".into()),
+            assertion_file: Some("run/token.jwt".into()),
+            ..Default::default()
+        };
+        let s = validate("x", oauth(wif.clone()), Path::new("/etc/flotilla")).unwrap();
+        let McpTransport::Http { oauth: Some(o), .. } = &s.transport else { panic!("{s:?}") };
+        assert_eq!(o.assertion, Some(WorkloadAssertion::File("/etc/flotilla/run/token.jwt".into())));
+        let from_env = RawMcpOAuth { assertion_file: None, assertion_env: Some("WORKLOAD_JWT".into()), ..wif.clone() };
+        let s = validate("x", oauth(from_env.clone()), Path::new(".")).unwrap();
+        let McpTransport::Http { oauth: Some(o), .. } = &s.transport else { panic!("{s:?}") };
+        assert_eq!((o.grant, o.env_vars()), (OAuthGrant::WorkloadIdentity, vec!["WORKLOAD_JWT"]));
+        for (raw, key) in [
+            (RawMcpOAuth { assertion_file: None, ..wif.clone() }, "assertion_file"),
+            (RawMcpOAuth { assertion_env: Some("WORKLOAD_JWT".into()), ..wif.clone() }, "assertion_env"),
+            (RawMcpOAuth { assertion_env: Some("eyJhbGciOi.x.y".into()), ..from_env }, "assertion_env"),
+            (
+                RawMcpOAuth { client_secret_env: Some("S".into()), client_id: Some("c".into()), ..wif.clone() },
+                "client_secret_env",
+            ),
+            (RawMcpOAuth { assertion_file: Some("t.jwt".into()), ..secret.clone() }, "assertion_file"),
+            (RawMcpOAuth { dpop: Some(true), ..wif.clone() }, "dpop"),
+        ] {
+            let p = validate("x", oauth(raw), Path::new(".")).unwrap_err();
+            assert_eq!(p.key, format!("mcp_servers.x.oauth.{key}"), "{}", p.message);
         }
         let on_stdio = RawMcpServer { oauth: Some(secret.clone()), ..stdio() };
         assert_eq!(validate("x", on_stdio, Path::new(".")).unwrap_err().key, "mcp_servers.x.oauth");

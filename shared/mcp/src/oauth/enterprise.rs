@@ -7,12 +7,9 @@
 //! hands the token to the session's manager. No browser is involved.
 
 use rmcp::transport::auth::enterprise::{EmaAuthorizationServer, EmaClientAuthentication, EmaExchangeRequest};
-use rmcp::transport::auth::{
-    AuthError, AuthorizationManager, AuthorizationMetadata, CredentialStore, InMemoryCredentialStore,
-    OAuthTokenResponse, StoredCredentials, default_oauth_http_client,
-};
+use rmcp::transport::auth::{AuthorizationManager, AuthorizationMetadata, default_oauth_http_client};
 
-use super::{auth_error, config_error, secret};
+use super::{auth_error, config_error, install_token, secret};
 use crate::config::{McpOAuth, McpServerSettings, OAuthClientAuth};
 use crate::error::McpError;
 
@@ -22,7 +19,7 @@ pub(super) async fn authorize(
     oauth: &McpOAuth,
     url: &str,
     metadata: &AuthorizationMetadata,
-    mut manager: AuthorizationManager,
+    manager: AuthorizationManager,
 ) -> Result<AuthorizationManager, McpError> {
     let idp_config =
         oauth.idp.as_ref().ok_or_else(|| config_error(settings, "grant enterprise_managed needs [idp]"))?;
@@ -59,21 +56,9 @@ pub(super) async fn authorize(
             message: crate::session::redacted(settings, format!("OAuth enterprise-managed authorization failed: {e}")),
         })?;
 
-    // rmcp's manager reads tokens from its credential store.
-    let mut response = serde_json::json!({"access_token": token.access_token.secret(), "token_type": "bearer"});
-    if let Some(expires) = token.expires_in {
-        response["expires_in"] = expires.as_secs().into();
-    }
-    let response: OAuthTokenResponse = serde_json::from_value(response)
-        .map_err(|_| config_error(settings, "the access token response could not be stored"))?;
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).ok();
-    let store = InMemoryCredentialStore::new();
-    let credentials =
-        StoredCredentials::new(client_id.clone(), Some(response), token.scopes.into_iter().collect(), now);
-    store.save(credentials).await.map_err(|e| auth_error(settings, "storing the token", e))?;
-    manager.set_credential_store(store);
-    manager.configure_client_id(&client_id).map_err(|e: AuthError| auth_error(settings, "OAuth client", e))?;
-    Ok(manager)
+    let expires_in = token.expires_in.map(|e| e.as_secs());
+    let scopes = token.scopes.into_iter().collect();
+    install_token(settings, manager, &client_id, token.access_token.secret(), expires_in, scopes).await
 }
 
 /// Client secret in the form body only when the server advertises that and not HTTP Basic.

@@ -24,32 +24,51 @@
 //! and are never formatted into errors: [`auth_error`] keeps rmcp's message,
 //! which names endpoints and OAuth error codes, not credentials.
 
+mod dpop;
 mod enterprise;
 mod legacy;
 mod runtime;
+mod session_http;
 mod stored;
+mod workload;
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rmcp::transport::AuthClient;
 use rmcp::transport::auth::{
     AuthError, AuthorizationCallback, AuthorizationManager, AuthorizationRequest, AuthorizationSession,
-    ClientCredentialsConfig, JwtSigningAlgorithm, WWWAuthenticateParams,
+    ClientCredentialsConfig, CredentialStore, InMemoryCredentialStore, JwtSigningAlgorithm, OAuthTokenResponse,
+    StoredCredentials, WWWAuthenticateParams,
 };
 pub use runtime::{Authorizer, CredentialStores, set_runtime};
+pub use session_http::SessionHttp;
 pub use stored::{StoredCredentialStores, StoredSummary, TokenStore, TokenStoreError};
 
-use crate::config::{McpOAuth, McpServerSettings, OAuthClientAuth, OAuthGrant};
+use crate::config::{McpOAuth, McpServerSettings, McpTransport, OAuthClientAuth, OAuthGrant};
 use crate::error::McpError;
 
 /// The HTTP client a session sends MCP requests through, with OAuth tokens.
-pub type OAuthHttpClient = AuthClient<reqwest::Client>;
+pub type OAuthHttpClient = AuthClient<SessionHttp>;
 
 /// A manager for `url` with no token yet: requests go out without one and
-/// the server's 401 starts [`authorize`].
-pub(crate) async fn unauthorized(settings: &McpServerSettings, url: &str) -> Result<AuthorizationManager, McpError> {
-    AuthorizationManager::new(url).await.map_err(|e| auth_error(settings, "cannot prepare OAuth", e))
+/// the server's 401 starts [`authorize`]. Under DPoP its OAuth requests go
+/// through [`dpop::DpopOAuthHttp`], which adds the proofs.
+pub(crate) async fn unauthorized(
+    settings: &McpServerSettings,
+    url: &str,
+    dpop: Option<&Arc<dpop::Dpop>>,
+) -> Result<AuthorizationManager, McpError> {
+    let manager = match dpop {
+        None => AuthorizationManager::new(url).await,
+        Some(dpop) => {
+            let insecure = matches!(&settings.transport, McpTransport::Http { allow_insecure_http: true, .. });
+            let http = dpop::DpopOAuthHttp::new(dpop.clone(), insecure)
+                .map_err(|e| config_error(settings, &format!("cannot build the DPoP HTTP client: {e}")))?;
+            AuthorizationManager::new_with_oauth_http_client(url, Arc::new(http)).await
+        }
+    };
+    manager.map_err(|e| auth_error(settings, "cannot prepare OAuth", e))
 }
 
 /// Obtains a token for `settings`' server as its `[oauth]` section says,
@@ -64,7 +83,8 @@ pub(crate) async fn authorize(
     challenge: Option<&str>,
 ) -> Result<(), McpError> {
     let server = &settings.name;
-    let mut manager = unauthorized(settings, url).await?;
+    let dpop = client.http_client.dpop();
+    let mut manager = unauthorized(settings, url, dpop).await?;
     if oauth.grant == OAuthGrant::AuthorizationCode
         && let Some(store) = runtime::store_for(server)
     {
@@ -76,11 +96,14 @@ pub(crate) async fn authorize(
     }
     let metadata = match manager.resolve_metadata_from_challenge(challenge).await {
         Ok(resolution) => resolution.metadata,
-        Err(e @ AuthError::AuthorizationServerMismatch { .. }) => legacy::root_metadata(&client.http_client, url)
+        Err(e @ AuthError::AuthorizationServerMismatch { .. }) => legacy::root_metadata(&client.http_client.http, url)
             .await
             .ok_or_else(|| auth_error(settings, "OAuth discovery failed", e))?,
         Err(e) => return Err(auth_error(settings, "OAuth discovery failed", e)),
     };
+    if let Some(dpop) = dpop {
+        dpop.use_server(&metadata).map_err(|m| McpError::Connect { server: server.clone(), message: m })?;
+    }
     manager.set_metadata(metadata.clone());
     let manager = match oauth.grant {
         OAuthGrant::ClientCredentials => {
@@ -90,6 +113,11 @@ pub(crate) async fn authorize(
         }
         OAuthGrant::AuthorizationCode => authorization_code(settings, oauth, manager).await?,
         OAuthGrant::EnterpriseManaged => enterprise::authorize(settings, oauth, url, &metadata, manager).await?,
+        OAuthGrant::WorkloadIdentity => {
+            let scopes =
+                if oauth.scopes.is_empty() { manager.select_initial_scopes(&[]).await } else { oauth.scopes.clone() };
+            workload::authorize(settings, oauth, url, &metadata, scopes, manager).await?
+        }
     };
     *client.auth_manager.lock().await = manager;
     Ok(())
@@ -127,6 +155,19 @@ pub(crate) async fn step_up(
                     "the server needs scope {required:?}, which enterprise-managed authorization did not grant"
                 ),
             });
+        }
+        OAuthGrant::WorkloadIdentity => {
+            // Counts the attempt against rmcp's bound; the URL it builds is unused.
+            let _ =
+                guard.request_scope_upgrade(&required).await.map_err(|e| auth_error(settings, "scope step-up", e))?;
+            let mut scopes = guard.get_current_scopes().await;
+            drop(guard);
+            scopes.extend(oauth.scopes.iter().cloned());
+            scopes.extend(required.split_whitespace().map(str::to_string));
+            scopes.sort();
+            scopes.dedup();
+            let wider = McpOAuth { scopes, ..oauth.clone() };
+            return Box::pin(authorize(settings, &wider, url, client, Some(challenge))).await;
         }
         OAuthGrant::ClientCredentials => {
             // Counts the attempt against rmcp's bound; the URL it builds is unused.
@@ -272,6 +313,33 @@ fn secret(settings: &McpServerSettings, env: &str) -> Result<String, McpError> {
     })
 }
 
+/// Installs an access token obtained outside rmcp's own grants (which read
+/// tokens from the manager's credential store) into `manager`.
+async fn install_token(
+    settings: &McpServerSettings,
+    mut manager: AuthorizationManager,
+    client_id: &str,
+    access_token: &str,
+    expires_in: Option<u64>,
+    scopes: Vec<String>,
+) -> Result<AuthorizationManager, McpError> {
+    let mut response = serde_json::json!({"access_token": access_token, "token_type": "bearer"});
+    if let Some(expires) = expires_in {
+        response["expires_in"] = expires.into();
+    }
+    let response: OAuthTokenResponse = serde_json::from_value(response)
+        .map_err(|_| config_error(settings, "the access token response could not be stored"))?;
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).ok();
+    let store = InMemoryCredentialStore::new();
+    store
+        .save(StoredCredentials::new(client_id.to_string(), Some(response), scopes, now))
+        .await
+        .map_err(|e| auth_error(settings, "storing the token", e))?;
+    manager.set_credential_store(store);
+    manager.configure_client_id(client_id).map_err(|e| auth_error(settings, "OAuth client", e))?;
+    Ok(manager)
+}
+
 fn signing_alg(alg: &str) -> JwtSigningAlgorithm {
     match alg {
         "RS384" => JwtSigningAlgorithm::RS384,
@@ -319,9 +387,15 @@ impl SessionAuth {
         url: &str,
         http: reqwest::Client,
     ) -> Result<Self, McpError> {
-        let manager = unauthorized(settings, url).await?;
+        let dpop = match oauth.dpop {
+            true => {
+                Some(Arc::new(dpop::Dpop::generate().map_err(|e| config_error(settings, &format!("DPoP key: {e}")))?))
+            }
+            false => None,
+        };
+        let manager = unauthorized(settings, url, dpop.as_ref()).await?;
         Ok(SessionAuth {
-            client: AuthClient::new(http, manager),
+            client: AuthClient::new(SessionHttp::new(http, dpop), manager),
             oauth: oauth.clone(),
             url: url.to_string(),
             reauthorizations: Mutex::new((0, Instant::now())),
