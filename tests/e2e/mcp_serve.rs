@@ -501,12 +501,22 @@ async fn submit_job_as_a_task_survives_a_restart_of_mcp_serve_completes_with_the
 /// An access token from the test AS (tests/fixtures/oauth_as.py) for
 /// `client`, issued for `resource`.
 async fn access_token(issuer: &str, client: &str, resource: &str) -> String {
+    token_request(issuer, client, resource, None).await
+}
+
+/// The same, bound to the key in `dpop`'s header (the fixture binds without
+/// checking the signature; `mcp serve` checks every proof).
+async fn token_request(issuer: &str, client: &str, resource: &str, dpop: Option<&str>) -> String {
     let mut form = reqwest::Url::parse("http://form.invalid/").unwrap();
     form.query_pairs_mut().append_pair("grant_type", "client_credentials").append_pair("resource", resource);
-    let reply: Value = reqwest::Client::new()
+    let mut request = reqwest::Client::new()
         .post(format!("{issuer}/token"))
         .basic_auth(client, Some(format!("{client}-secret")))
-        .header("Content-Type", "application/x-www-form-urlencoded")
+        .header("Content-Type", "application/x-www-form-urlencoded");
+    if let Some(proof) = dpop {
+        request = request.header("DPoP", proof);
+    }
+    let reply: Value = request
         .body(form.query().unwrap().to_string())
         .send()
         .await
@@ -550,7 +560,13 @@ async fn oauth_resource_server_mode_acts_for_the_tenant_of_an_introspected_token
         .expect("python runs");
     let mut lines = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(authz.stdout.take().unwrap()));
     assert_eq!(lines.next_line().await.unwrap().as_deref(), Some("READY"));
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    let as_log = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let kept = as_log.clone();
+    tokio::spawn(async move {
+        while let Ok(Some(line)) = lines.next_line().await {
+            kept.lock().unwrap().push(line);
+        }
+    });
 
     // The introspection endpoint is found in the AS's metadata.
     let args = [
@@ -659,8 +675,56 @@ async fn oauth_resource_server_mode_acts_for_the_tenant_of_an_introspected_token
     check_tools(&found);
     assert_eq!(found["listed"]["jobs"][0]["job_id"], id.as_str(), "the SDK's token acts for acme: {found}");
 
+    // DPoP (RFC 9449): Flotilla's own MCP client with `dpop = true` gets a
+    // token bound to its session's key and proves it on every request.
+    let dpop_cfg = format!("{cfg}.dpop.toml");
+    let section = format!(
+        "\n[mcp_servers.fleet]\nurl = \"{resource}\"\n\n[mcp_servers.fleet.oauth]\ngrant = \"client_credentials\"\n\
+         client_id = \"acme-host\"\nclient_secret_env = \"ACME_HOST_SECRET\"\ndpop = true\n"
+    );
+    std::fs::write(&dpop_cfg, std::fs::read_to_string(&cfg).unwrap() + &section).unwrap();
+    let (code, out, err) = tokio::task::spawn_blocking(move || {
+        let args = ["--config", &dpop_cfg, "mcp", "call", "fleet", "list_jobs", "{}"];
+        run_cli(&args, &[("ACME_HOST_SECRET", "acme-host-secret")])
+    })
+    .await
+    .unwrap();
+    assert_eq!(code, 0, "mcp call through DPoP: {out}\n{err}");
+    assert!(out.contains(&id), "the bound token acts for acme: {out}");
+    let issued = as_log.lock().unwrap().clone();
+    assert!(issued.iter().any(|l| l == &format!("token: issued to acme-host for {resource} (DPoP)")), "{issued:?}");
+    // The bound token without its key: as a bearer token, without a proof,
+    // with a proof its key did not sign.
+    let b64 = |v: Value| {
+        use base64::Engine;
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(v.to_string())
+    };
+    let point = "f83OJ3D2xF1Bg8vub9tLe1gHMzV76e8Tus9uPHvRVEU";
+    let jwk = json!({"kty": "EC", "crv": "P-256", "x": point, "y": "x_FEzRu9m36HLN_tue659LNpXW6pCyStikYjKIWI5a0"});
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+    let claims = json!({"jti": "e2e-1", "htm": "POST", "htu": resource, "iat": now});
+    let forged = format!("{}.{}.{}", b64(json!({"typ": "dpop+jwt", "alg": "ES256", "jwk": jwk})), b64(claims), point);
+    let bound = token_request(&issuer, "acme-host", &resource, Some(&forged)).await;
+    let r = initialize(&resource, &[("Authorization", &bearer(&bound))]).await;
+    assert_eq!(r.status(), 401, "a bound token as a bearer token");
+    let c = r.headers()["www-authenticate"].to_str().unwrap().to_string();
+    assert!(c.contains("error=\"invalid_token\"") && c.contains("DPoP-bound"), "{c}");
+    let scheme = format!("DPoP {bound}");
+    for (what, headers) in [
+        ("no proof", vec![("Authorization", scheme.as_str())]),
+        ("a forged proof", vec![("Authorization", scheme.as_str()), ("DPoP", forged.as_str())]),
+    ] {
+        let r = initialize(&resource, &headers).await;
+        assert_eq!(r.status(), 401, "{what}");
+        let c = r.headers()["www-authenticate"].to_str().unwrap();
+        assert!(c.starts_with("DPoP error=\"invalid_dpop_proof\""), "{what}: {c}");
+    }
+    let meta: Value = reqwest::get(&meta_url).await.unwrap().json().await.unwrap();
+    assert_eq!(meta["dpop_bound_access_tokens_required"], false, "{meta}");
+
     let log = server.log();
-    assert!(![&acme, &default, &reader, &stale].iter().any(|t| log.contains(t.as_str())), "no token in the log");
+    let tokens = [&acme, &default, &reader, &stale, &bound];
+    assert!(!tokens.iter().any(|t| log.contains(t.as_str())), "no token in the log");
     assert!(!log.contains(RS_SECRET), "no client secret in the log");
 }
 

@@ -25,6 +25,7 @@
 
 #![deny(missing_docs)]
 
+mod dpop;
 mod http;
 mod oauth;
 mod resources;

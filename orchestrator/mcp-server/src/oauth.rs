@@ -18,6 +18,8 @@
 //!   tenants this server may act for (`--tenant` and each `--oauth-tenant`)
 //!   are accepted; a token naming none is refused rather than defaulted, so
 //!   a token minted for some other use of the AS never acts for a tenant.
+//! - A token the AS bound to a key (`cnf.jkt`) counts only under the `DPoP`
+//!   scheme with a valid proof of that key ([`super::dpop`]).
 
 use std::sync::Arc;
 
@@ -30,6 +32,7 @@ use flotilla_protocol::ids::Tenant;
 use serde_json::{Map, Value, json};
 
 use super::ServeArgs;
+use super::dpop::{self, Proofs};
 use super::http::Caller;
 use super::sessions::Owner;
 
@@ -50,6 +53,8 @@ pub struct ResourceServer {
     tenant_claim: String,
     tenants: Vec<Tenant>,
     http: reqwest::Client,
+    /// DPoP proofs seen (replay protection).
+    proofs: Proofs,
 }
 
 /// Why a request is refused, and how to say so.
@@ -63,6 +68,17 @@ enum Refusal {
     Forbidden(String),
     /// 503: the AS could not be asked.
     Unavailable(String),
+    /// 401 `invalid_dpop_proof`: a DPoP proof that does not hold.
+    Proof(String),
+}
+
+/// How the request presented its token.
+#[derive(Debug, PartialEq)]
+enum Presented {
+    /// `Authorization: Bearer`.
+    Bearer,
+    /// `Authorization: DPoP` with a valid proof made with the key of this thumbprint.
+    Dpop(String),
 }
 
 impl ResourceServer {
@@ -111,6 +127,7 @@ impl ResourceServer {
             tenant_claim: args.oauth_tenant_claim.clone(),
             tenants,
             http,
+            proofs: Proofs::default(),
         }))
     }
 
@@ -121,6 +138,8 @@ impl ResourceServer {
             "authorization_servers": [self.issuer],
             "bearer_methods_supported": ["header"],
             "resource_name": "Flotilla job API (flotilla mcp serve)",
+            "dpop_signing_alg_values_supported": dpop::ALGORITHMS,
+            "dpop_bound_access_tokens_required": false,
         });
         if !self.scopes.is_empty() {
             doc["scopes_supported"] = json!(self.scopes);
@@ -149,7 +168,7 @@ impl ResourceServer {
 
     /// The tenant `token` acts for and whom it stands for (its subject, else
     /// its client), after asking the AS about it.
-    async fn authorize(&self, token: &str) -> Result<(Tenant, Owner), Refusal> {
+    async fn authorize(&self, token: &str, presented: Presented) -> Result<(Tenant, Owner), Refusal> {
         let mut form = reqwest::Url::parse("http://form.invalid/").expect("a constant URL");
         form.query_pairs_mut().append_pair("token", token).append_pair("token_type_hint", "access_token");
         let reply = self
@@ -172,6 +191,7 @@ impl ResourceServer {
             .map_err(|e| self.unavailable(&format!("answered no JSON object: {}", e.without_url())))?;
         let now = time::OffsetDateTime::now_utc().unix_timestamp();
         let tenant = self.decide(&claims, now)?;
+        binding(&claims, presented)?;
         let subject = ["sub", "client_id", "username"].iter().find_map(|k| claims.get(*k).and_then(Value::as_str));
         // A token naming nobody shares its sessions with no other token.
         let who = subject.map(str::to_string).unwrap_or_else(|| format!("token {}", sha256_hex(token.as_bytes())));
@@ -246,6 +266,13 @@ impl ResourceServer {
                 (StatusCode::FORBIDDEN, [(header::WWW_AUTHENTICATE, challenge)], body).into_response()
             }
             Refusal::Forbidden(why) => (StatusCode::FORBIDDEN, why).into_response(),
+            Refusal::Proof(why) => {
+                let algs = dpop::ALGORITHMS.join(" ");
+                let challenge = format!(
+                    "DPoP error=\"invalid_dpop_proof\", error_description=\"{why}\", algs=\"{algs}\", resource_metadata=\"{meta}\""
+                );
+                (StatusCode::UNAUTHORIZED, [(header::WWW_AUTHENTICATE, challenge)], why).into_response()
+            }
             Refusal::Unavailable(why) => {
                 tracing::warn!("{why}");
                 let body = "the authorization server could not check this token now: retry shortly \
@@ -254,6 +281,27 @@ impl ResourceServer {
             }
         }
     }
+}
+
+/// Whether the token was presented as its binding requires: a token bound
+/// to a key (`cnf.jkt`) only with a proof made with that key, an unbound one
+/// only as a bearer token.
+fn binding(claims: &Map<String, Value>, presented: Presented) -> Result<(), Refusal> {
+    let invalid = |why: &str| Refusal::Unauthorized { sent: true, why: why.to_string() };
+    match (dpop::bound_key(claims), presented) {
+        (None, Presented::Bearer) => {}
+        (Some(bound), Presented::Dpop(key)) if bound == key => {}
+        (Some(_), Presented::Dpop(_)) => {
+            return Err(Refusal::Proof("the proof is made with another key than the token is bound to".into()));
+        }
+        (Some(_), Presented::Bearer) => {
+            return Err(invalid("the token is DPoP-bound: present it with the DPoP scheme and a proof"));
+        }
+        (None, Presented::Dpop(_)) => {
+            return Err(invalid("the token is not DPoP-bound: present it as a bearer token"));
+        }
+    }
+    Ok(())
 }
 
 /// Refuses a URL with credentials in it (`user:pass@`): they would travel
@@ -297,20 +345,32 @@ fn metadata_url(issuer: &str) -> anyhow::Result<String> {
     Ok(format!("{}/.well-known/oauth-authorization-server{path}", u.origin().ascii_serialization()))
 }
 
-/// Middleware: the request's bearer token must pass [`ResourceServer::decide`];
-/// marks the request with the tenant it acts for.
+/// Middleware: the request's token (a bearer token, or a DPoP-bound one
+/// with its proof) must pass [`ResourceServer::decide`]; marks the request
+/// with the tenant it acts for.
 pub async fn check(State(rs): State<Arc<ResourceServer>>, mut req: Request, next: Next) -> Response {
-    let token = req
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
-        .map(|t| t.trim().to_string());
-    let Some(token) = token.filter(|t| !t.is_empty()) else {
+    let authorization = req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).unwrap_or_default();
+    let (scheme, token) = authorization.split_once(' ').unwrap_or((authorization, ""));
+    let token = token.trim().to_string();
+    let dpop_scheme = scheme.eq_ignore_ascii_case("dpop");
+    if token.is_empty() || !(dpop_scheme || scheme.eq_ignore_ascii_case("bearer")) {
         let why = "an OAuth access token is required: see the resource_metadata in WWW-Authenticate".to_string();
         return rs.refuse(Refusal::Unauthorized { sent: false, why });
+    }
+    let presented = if dpop_scheme {
+        let proofs: Vec<&str> = req.headers().get_all("dpop").iter().filter_map(|v| v.to_str().ok()).collect();
+        let [proof] = proofs[..] else {
+            return rs.refuse(Refusal::Proof("a DPoP request carries exactly one DPoP proof header".into()));
+        };
+        let now = time::OffsetDateTime::now_utc().unix_timestamp();
+        match rs.proofs.check(proof, req.method().as_str(), &rs.resource, &token, now) {
+            Ok(key) => Presented::Dpop(key),
+            Err(why) => return rs.refuse(Refusal::Proof(why)),
+        }
+    } else {
+        Presented::Bearer
     };
-    match rs.authorize(&token).await {
+    match rs.authorize(&token, presented).await {
         Ok((tenant, owner)) => {
             req.extensions_mut().insert(Caller(tenant));
             req.extensions_mut().insert(owner);
@@ -336,11 +396,24 @@ mod tests {
             tenant_claim: "flotilla_tenant".into(),
             tenants: vec![Tenant::default(), Tenant::new("acme").unwrap()],
             http: reqwest::Client::new(),
+            proofs: Proofs::default(),
         }
     }
 
     fn claims(v: Value) -> Map<String, Value> {
         v.as_object().unwrap().clone()
+    }
+
+    #[test]
+    fn a_bound_token_counts_only_with_a_proof_of_its_key_and_an_unbound_one_only_as_bearer() {
+        let bound = claims(json!({"active": true, "cnf": {"jkt": "key-a"}}));
+        let unbound = claims(json!({"active": true}));
+        assert_eq!(binding(&bound, Presented::Dpop("key-a".into())), Ok(()));
+        assert_eq!(binding(&unbound, Presented::Bearer), Ok(()));
+        assert!(matches!(binding(&bound, Presented::Dpop("key-b".into())), Err(Refusal::Proof(_))));
+        for (c, p) in [(&bound, Presented::Bearer), (&unbound, Presented::Dpop("key-a".into()))] {
+            assert!(matches!(binding(c, p), Err(Refusal::Unauthorized { sent: true, .. })));
+        }
     }
 
     #[test]
