@@ -85,9 +85,10 @@ impl Dpop {
                 algs.map(|a| Value::from(a.clone()).to_string()).unwrap_or_else(|| "none".into())
             ));
         }
-        let mut state = self.state();
-        state.token_endpoint = Some(metadata.token_endpoint.clone());
-        state.bound = false;
+        // `bound` stays as the last token left it until the next token
+        // response says otherwise: requests still in flight keep presenting
+        // the current token the way it was issued.
+        self.state().token_endpoint = Some(metadata.token_endpoint.clone());
         Ok(())
     }
 
