@@ -35,6 +35,7 @@ mod mcp_serve;
 mod mcp_server_conformance;
 mod model_providers;
 mod operations;
+mod pulls;
 mod queues;
 mod readme;
 mod real_models;

@@ -1,6 +1,9 @@
 //! The worker's consume loops: one per served subagent type, each pulling from
 //! the type's durable consumer only while it has a free slot, so a busy worker
-//! never hoards messages that an idle replica could run.
+//! never hoards messages that an idle replica could run. One pull asks for as
+//! many tasks as there are free slots at that moment, each task delivered
+//! taking one of the slots the pull holds; slots a pull did not fill are
+//! given back when it ends.
 //!
 //! Stopping drains (docs/RELIABILITY.md): on SIGTERM the loops stop pulling,
 //! running tasks go on (keeping their in-progress acks) for up to the grace
@@ -11,6 +14,7 @@ use std::time::Duration;
 
 use flotilla_bus::{TOPOLOGY_BUDGET, TaskConsumer, retry};
 use flotilla_retry::Backoff;
+use futures::StreamExt;
 use tokio_util::task::TaskTracker;
 
 use crate::runtime::SubagentRuntime;
@@ -58,41 +62,73 @@ pub async fn run(ctx: Arc<WorkerContext>, runtimes: Vec<Arc<SubagentRuntime>>, g
 async fn consume(ctx: Arc<WorkerContext>, rt: Arc<SubagentRuntime>, consumer: TaskConsumer, tracker: TaskTracker) {
     let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
     loop {
-        let permit = tokio::select! {
+        let first = tokio::select! {
             p = rt.slots.clone().acquire_owned() => p,
             _ = ctx.shutdown.cancelled() => return,
         };
-        let Ok(permit) = permit else { return };
+        let Ok(first) = first else { return };
+        // The slots this pull holds, one per task it asks for.
+        let mut slots = vec![first];
+        while let Ok(more) = rt.slots.clone().try_acquire_owned() {
+            slots.push(more);
+        }
         if ctx.shutdown.is_cancelled() {
             return;
         }
         // Cut short on shutdown: a task that arrives after the signal must not
         // start on a draining worker. Dropping the pull ends its inbox's
         // interest, so the server keeps the next task for another worker.
-        let pulled = tokio::select! {
-            pulled = consumer.next(PULL_EXPIRES) => pulled,
+        let pull = tokio::select! {
+            pull = consumer.pull(slots.len(), PULL_EXPIRES) => pull,
             _ = ctx.shutdown.cancelled() => return,
         };
-        match pulled {
-            Ok(Some(delivery)) if ctx.shutdown.is_cancelled() => {
-                // Delivered as the signal came: back to the queue at once.
-                if let Err(e) = delivery.hand_back(None).await {
-                    tracing::warn!(error = %e, "a task delivered during shutdown was not handed back; ack_wait redelivers it");
-                }
-                return;
-            }
-            Ok(Some(delivery)) => {
-                backoff.reset();
-                let (ctx, rt) = (ctx.clone(), rt.clone());
-                tracker.spawn(async move {
-                    task::handle(ctx, rt, delivery).await;
-                    drop(permit);
-                });
-            }
-            Ok(None) => {} // expired with no task: ask again
+        let pull = match pull {
+            Ok(pull) => pull,
             Err(e) => {
                 tracing::warn!(subagent_type = %rt.ty, error = %e, "pull failed; retrying");
+                drop(slots);
                 tokio::time::sleep(backoff.next_delay()).await;
+                continue;
+            }
+        };
+        let mut pull = std::pin::pin!(pull);
+        loop {
+            let delivered = tokio::select! {
+                delivered = pull.next() => delivered,
+                _ = ctx.shutdown.cancelled() => return,
+            };
+            match delivered {
+                Some(Ok(delivery)) if ctx.shutdown.is_cancelled() => {
+                    // Delivered as the signal came: back to the queue at once.
+                    if let Err(e) = delivery.hand_back(None).await {
+                        tracing::warn!(error = %e, "a task delivered during shutdown was not handed back; ack_wait redelivers it");
+                    }
+                    return;
+                }
+                Some(Ok(delivery)) => {
+                    backoff.reset();
+                    // The server delivers at most the tasks asked for.
+                    let Some(slot) = slots.pop() else {
+                        tracing::warn!(subagent_type = %rt.ty, "a pull delivered more tasks than it asked for; handing one back");
+                        if let Err(e) = delivery.hand_back(None).await {
+                            tracing::warn!(error = %e, "the extra task was not handed back; ack_wait redelivers it");
+                        }
+                        continue;
+                    };
+                    let (ctx, rt) = (ctx.clone(), rt.clone());
+                    tracker.spawn(async move {
+                        task::handle(ctx, rt, delivery).await;
+                        drop(slot);
+                    });
+                }
+                Some(Err(e)) => {
+                    tracing::warn!(subagent_type = %rt.ty, error = %e, "pull failed; retrying");
+                    drop(slots);
+                    tokio::time::sleep(backoff.next_delay()).await;
+                    break;
+                }
+                // All asked for came, or the wait expired: ask again.
+                None => break,
             }
         }
     }

@@ -10,7 +10,7 @@ use std::time::Duration;
 use async_nats::jetstream::consumer::PullConsumer;
 use async_nats::jetstream::{AckKind, Message};
 use bytes::Bytes;
-use futures::StreamExt;
+use futures::{Stream, StreamExt};
 
 use crate::{Bus, BusError, TRACEPARENT};
 use flotilla_protocol::ids::SubagentType;
@@ -23,23 +23,29 @@ pub struct TaskConsumer {
 }
 
 impl TaskConsumer {
-    /// Asks for one task, waiting up to `expires`; `None` when none came.
-    /// A worker asks only when it has a free slot, so it never holds a task
-    /// an idle replica could run.
-    pub async fn next(&self, expires: Duration) -> Result<Option<TaskDelivery>, BusError> {
-        let mut batch = self
+    /// Asks for up to `max` tasks with one pull request: the stream yields
+    /// them as they come and ends when `max` came or `expires` passed. A
+    /// worker asks for as many as it has free slots, so it never holds a
+    /// task an idle replica could run, and a run of tasks costs one request
+    /// (and one reply inbox) per `max` of them instead of one each.
+    pub async fn pull(
+        &self,
+        max: usize,
+        expires: Duration,
+    ) -> Result<impl Stream<Item = Result<TaskDelivery, BusError>> + use<>, BusError> {
+        let batch = self
             .consumer
             .batch()
-            .max_messages(1)
+            .max_messages(max)
             .expires(expires)
             .messages()
             .await
             .map_err(|e| BusError::new("cannot ask for a task", e))?;
-        match batch.next().await {
-            Some(Ok(msg)) => Ok(Some(TaskDelivery { bus: self.bus.clone(), msg })),
-            Some(Err(e)) => Err(BusError::new("the pull for a task ended", e)),
-            None => Ok(None),
-        }
+        let bus = self.bus.clone();
+        Ok(batch.map(move |m| match m {
+            Ok(msg) => Ok(TaskDelivery { bus: bus.clone(), msg }),
+            Err(e) => Err(BusError::new("the pull for a task ended", e)),
+        }))
     }
 }
 
