@@ -71,7 +71,7 @@ async fn give_up(bus: &Bus, files: &JobFiles, advisory: GivenUp) {
 fn failed_report(task: &TaskMessage, reason: &str, attempt: u32) -> TaskReport {
     let now = protocol::now();
     TaskReport {
-        v: protocol::SCHEMA_VERSION,
+        v: protocol::REPORT_VERSION,
         job_id: task.job_id,
         task_id: task.task_id,
         subagent_type: task.subagent_type.clone(),

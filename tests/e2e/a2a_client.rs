@@ -120,7 +120,7 @@ async fn runs_tasks_asks_a_person_and_is_cancelled(binding: &str) {
     let progress: String = events
         .seen
         .iter()
-        .filter(|(s, v)| s.contains(".progress.") && v["event"] == "model_delta" && v["task_id"] == task.as_str())
+        .filter(|(s, v)| s.ends_with(&format!(".progress.{task}")) && v["event"] == "model_delta")
         .filter_map(|(_, v)| v["text"].as_str())
         .collect();
     assert!(progress.contains("computing the margin"), "status messages are progress: {progress:?}");
@@ -149,7 +149,7 @@ async fn runs_tasks_asks_a_person_and_is_cancelled(binding: &str) {
     let job = d.submit("Compute the gross margin of region hang: revenue 120, cost 75.").await;
     events
         .until(TIMEOUT, "the agent at work", |s, v| {
-            s.contains(".progress.") && v["event"] == "model_delta" && v["job_id"] == job.to_string().as_str()
+            s.contains(&format!(".{job}.progress.")) && v["event"] == "model_delta"
         })
         .await;
     let (code, out, err) = crate::approvals::cli(&d, &["cancel", &job.to_string(), "--reason", "not needed"]).await;
@@ -193,7 +193,7 @@ async fn follows_the_a2a_task_its_dead_worker_started(binding: &str) {
     let id = job.to_string();
     events
         .until(TIMEOUT, "the agent at work", |s, v| {
-            s.contains(".progress.") && v["event"] == "model_delta" && v["job_id"] == id.as_str()
+            s.contains(&format!(".{id}.progress.")) && v["event"] == "model_delta"
         })
         .await;
 

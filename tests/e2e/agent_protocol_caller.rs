@@ -90,7 +90,7 @@ async fn a_protocol_agent_runs_a_task_streams_it_and_asks_a_person_through_appro
     let deltas: Vec<&str> = events
         .seen
         .iter()
-        .filter(|(s, v)| s.contains(".progress.") && v["event"] == "model_delta" && v["task_id"] == task.as_str())
+        .filter(|(s, v)| s.ends_with(&format!(".progress.{task}")) && v["event"] == "model_delta")
         .filter_map(|(_, v)| v["text"].as_str())
         .collect();
     assert_eq!(deltas.concat(), "margin (yes, net) 0.375", "{deltas:?}");

@@ -166,8 +166,12 @@ async fn a_compacted_planner_resumes_from_its_checkpoint_after_an_orchestrator_k
     let rec = d.status(job).await;
     assert_eq!(rec.answer.as_deref(), Some(expected().as_str()));
     // No task ran twice.
-    let started: std::collections::HashSet<_> =
-        log.events("started").iter().map(|v| v["task_id"].as_str().unwrap().to_string()).collect();
+    let started: std::collections::HashSet<_> = log
+        .seen
+        .iter()
+        .filter(|(_, v)| v["event"] == "started")
+        .map(|(s, v)| flotilla_testkit::events::task_of(s, v))
+        .collect();
     assert_eq!(started.len(), REGIONS.len());
     assert_eq!(log.events("started").len(), REGIONS.len(), "each task started once");
 }

@@ -28,7 +28,7 @@ fn starts_per_task(log: &EventLog) -> HashMap<String, usize> {
     let mut m = HashMap::new();
     for (s, v) in &log.seen {
         if is_started(s, v) {
-            *m.entry(v["task_id"].as_str().unwrap().to_string()).or_default() += 1;
+            *m.entry(flotilla_testkit::events::task_of(s, v)).or_default() += 1;
         }
     }
     m

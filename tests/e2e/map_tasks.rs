@@ -138,7 +138,7 @@ impl Watcher {
         tokio::spawn(async move {
             while let Some(m) = sub.next().await {
                 let v: Value = serde_json::from_slice(&m.payload).unwrap_or(Value::Null);
-                let task = v["task_id"].as_str().unwrap_or_default().to_string();
+                let task = flotilla_testkit::events::task_of(&m.subject, &v);
                 let mut t = t.lock().unwrap();
                 match v["event"].as_str() {
                     Some("started") if m.subject.contains(".progress.") => *t.starts.entry(task).or_default() += 1,

@@ -105,7 +105,10 @@ async fn the_demo_job_is_observable_end_to_end() {
     assert_eq!(code, 0, "watch exits 0 for a completed job\n{out}\n{err}");
     let events: Vec<Value> =
         out.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"))).collect();
-    assert!(events.iter().all(|e| e["v"] == 1 && e["job_id"] == job.to_string()), "versioned, this job's");
+    // Progress events are at version 2 (docs/PROTOCOL.md), written whole here.
+    let progress = ["started", "heartbeat", "model_delta", "model_call", "tool_call", "tool_result", "finished"];
+    let version = |e: &Value| if progress.contains(&e["event"].as_str().unwrap_or_default()) { 2 } else { 1 };
+    assert!(events.iter().all(|e| e["v"] == version(e) && e["job_id"] == job.to_string()), "versioned, this job's");
     let kinds: Vec<&str> = events.iter().map(|e| e["event"].as_str().unwrap()).collect();
     let first = |k: &str| kinds.iter().position(|x| *x == k).unwrap_or_else(|| panic!("no {k} in {kinds:?}"));
     assert_eq!(kinds[0], "submitted");

@@ -89,6 +89,13 @@ async fn publish(bus: &Bus, subject: String, body: &impl flotilla_protocol::Mess
     bus.publish_durable(subject, body, None, None).await.map_err(|e| format!("{e:#}"))
 }
 
+/// Publishes a report body as written: a version 1 body, which names its
+/// job, task and type, or a version 2 one, which leaves them to the subject.
+async fn publish_report(bus: &Bus, subject: String, report: &TaskReport, v1: bool) -> Result<(), String> {
+    let body = if v1 { serde_json::to_vec(report).unwrap() } else { report.encode() };
+    bus.publish_durable_bytes(subject, body, "task report", None, None).await.map_err(|e| format!("{e:#}"))
+}
+
 fn heartbeat(worker: &str, ty: &SubagentType) -> WorkerHeartbeat {
     let load = TypeLoad {
         subagent_type: ty.clone(),
@@ -233,15 +240,19 @@ async fn a_worker_credential_cannot_read_beat_report_or_file_for_another_type() 
         format!("flotilla.job.acme.{job}.report.research.{res_task}"),
         format!("flotilla.job.acme.{job}.report.{res_task}"), // the type-less subject of before
     ] {
-        assert_denied(publish(&worker, subject.clone(), &as_research).await, &subject);
+        assert_denied(publish_report(&worker, subject.clone(), &as_research, false).await, &subject);
     }
     // On its own type's subject: stored, but refused by the orchestrator,
-    // whether the body claims research (body and subject disagree) or
-    // finance (the task is research's).
+    // whether a version 1 body claims research (body and subject disagree)
+    // or another task, or a version 2 body leaves the ids to the subject
+    // (finance, but the task is research's).
     let own = format!("flotilla.job.acme.{job}.report.finance.{res_task}");
-    publish(&worker, own.clone(), &as_research).await.expect("its own type's report subject");
+    publish_report(&worker, own.clone(), &as_research, true).await.expect("its own type's report subject");
     logged(&orchestrator_proc, "report refused: its body names another subagent type than its subject").await;
-    publish(&worker, own, &as_finance).await.expect("its own type's report subject");
+    let elsewhere = forged_report(job, TaskId::new(), &finance);
+    publish_report(&worker, own.clone(), &elsewhere, true).await.expect("its own type's report subject");
+    logged(&orchestrator_proc, "report refused: its body names another task than its subject").await;
+    publish_report(&worker, own, &as_finance, false).await.expect("its own type's report subject");
     logged(&orchestrator_proc, "report refused: the task is of another subagent type").await;
     let rec = status(&acme, &acme_t, job).await.expect("status");
     let entry = rec.tasks.iter().find(|e| e.task_id == res_task).unwrap();
@@ -275,8 +286,14 @@ async fn a_worker_credential_cannot_read_beat_report_or_file_for_another_type() 
         let r = crate::sec_roles::open_consumer(&raw_worker, "FLOTILLA_JOURNAL", &filter).await;
         assert_denied(r, &format!("a finance worker reading journal {filter}"));
     }
-    assert_denied(publish(&worker, res_journal.clone(), &as_research).await, "forging a research journal step");
-    assert_denied(publish(&worker, format!("{res_journal}.snapshot"), &as_research).await, "forging its snapshot");
+    assert_denied(
+        publish_report(&worker, res_journal.clone(), &as_research, true).await,
+        "forging a research journal step",
+    );
+    assert_denied(
+        publish_report(&worker, format!("{res_journal}.snapshot"), &as_research, true).await,
+        "forging its snapshot",
+    );
     let raw_client = raw_as(&nats, "client-acme").await;
     let r = crate::sec_roles::open_consumer(&raw_client, "FLOTILLA_JOURNAL", &fin_journal).await;
     assert_denied(r, "a tenant reading its task's journal");

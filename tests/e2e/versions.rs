@@ -1,5 +1,5 @@
 //! A worker one release newer than the planner. Its report
-//! says `"v": 1.1` and carries a field this build does not know; the planner
+//! says `"v": 2.1` and carries a field this build does not know; the planner
 //! consolidates it like any other (peer messages accept unknown fields and
 //! any minor version of their major, docs/PROTOCOL.md).
 
@@ -27,7 +27,7 @@ async fn a_newer_workers_report_with_unknown_fields_is_consolidated() {
     let task: TaskId = dispatched["task_id"].as_str().unwrap().parse().unwrap();
     let now = flotilla_protocol::now();
     let report = TaskReport {
-        v: 1,
+        v: flotilla_protocol::REPORT_VERSION,
         job_id: job,
         task_id: task,
         subagent_type: SubagentType::new("finance").unwrap(),
@@ -43,8 +43,8 @@ async fn a_newer_workers_report_with_unknown_fields_is_consolidated() {
         finished_at: now,
         duration_ms: 3,
     };
-    let mut newer = serde_json::to_value(&report).unwrap();
-    newer["v"] = json!(1.1);
+    let mut newer: serde_json::Value = serde_json::from_slice(&report.encode()).unwrap();
+    newer["v"] = json!(2.1);
     newer["reasoning_tokens"] = json!(42); // a field of the next release
     let subject = d.bus.subjects.report(&Tenant::default(), &job, &report.subagent_type, &task);
     let ack = d.raw.js.publish(subject, serde_json::to_vec(&newer).unwrap().into()).await.unwrap();

@@ -39,7 +39,12 @@ async fn six_parallel_tasks_over_two_workers_are_consolidated_once_each() {
     // Each task started exactly once, and both workers ran some.
     let started = log.events("started");
     assert_eq!(started.len(), 6, "one start per task");
-    let tasks: HashSet<_> = started.iter().map(|v| v["task_id"].as_str().unwrap().to_string()).collect();
+    let tasks: HashSet<_> = log
+        .seen
+        .iter()
+        .filter(|(s, v)| s.contains(".progress.") && v["event"] == "started")
+        .map(|(s, v)| flotilla_testkit::events::task_of(s, v))
+        .collect();
     assert_eq!(tasks.len(), 6);
     let mut per_worker: HashMap<String, usize> = HashMap::new();
     for t in &rec.tasks {

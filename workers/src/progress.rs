@@ -54,7 +54,7 @@ impl ProgressPublisher {
     /// Publishes one event.
     pub async fn emit(&self, kind: ProgressKind) {
         let ev = ProgressEvent {
-            v: protocol::SCHEMA_VERSION,
+            v: protocol::PROGRESS_VERSION,
             job_id: self.job_id,
             task_id: self.task_id,
             subagent_type: self.subagent_type.clone(),
@@ -63,7 +63,7 @@ impl ProgressPublisher {
             at: protocol::now(),
             kind,
         };
-        self.bus.publish_event(self.bus.subjects.progress(&self.tenant, &self.job_id, &self.task_id), &ev).await;
+        self.bus.publish_progress(&self.tenant, &ev).await;
     }
 
     /// Publishes the streamed text still waiting (a step's end, or a run

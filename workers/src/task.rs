@@ -386,7 +386,7 @@ async fn report(
         }
     };
     TaskReport {
-        v: protocol::SCHEMA_VERSION,
+        v: protocol::REPORT_VERSION,
         job_id: task.job_id,
         task_id: task.task_id,
         subagent_type: task.subagent_type.clone(),

@@ -240,7 +240,7 @@ mod tests {
 
     fn ev(ms: i64, kind: ProgressKind) -> ProgressEvent {
         ProgressEvent {
-            v: 1,
+            v: flotilla_protocol::PROGRESS_VERSION,
             job_id: JobId::new(),
             task_id: TaskId::new(),
             subagent_type: SubagentType::new("finance").unwrap(),

@@ -87,8 +87,9 @@ use bytes::Bytes;
 
 use denials::{Denial, DenialKind, Denials};
 use flotilla_config::NatsConfig;
+use flotilla_protocol::ids::Tenant;
 use flotilla_protocol::subjects::Subjects;
-use flotilla_protocol::{self as protocol, MAX_MESSAGE_BYTES, Message};
+use flotilla_protocol::{self as protocol, MAX_MESSAGE_BYTES, Message, ProgressEvent};
 
 pub use flotilla_retry::{Backoff, Retryable, retry};
 
@@ -473,7 +474,21 @@ impl Bus {
         msg_id: Option<&str>,
         traceparent: Option<&str>,
     ) -> Result<(), BusError> {
-        let payload = checked(protocol::encode(msg).into(), T::NAME)?;
+        self.publish_durable_bytes(subject, protocol::encode(msg), T::NAME, msg_id, traceparent).await
+    }
+
+    /// [`Self::publish_durable`] of a body already encoded, `what` naming
+    /// it in errors: for messages whose body depends on their subject
+    /// (progress events, task reports; docs/PROTOCOL.md).
+    pub async fn publish_durable_bytes(
+        &self,
+        subject: String,
+        payload: Vec<u8>,
+        what: &str,
+        msg_id: Option<&str>,
+        traceparent: Option<&str>,
+    ) -> Result<(), BusError> {
+        let payload = checked(payload.into(), what)?;
         let mut headers = async_nats::HeaderMap::new();
         if let Some(id) = msg_id {
             headers.insert(async_nats::header::NATS_MESSAGE_ID, id);
@@ -511,7 +526,19 @@ impl Bus {
     /// Publishes an observation (progress, job event) without waiting for an
     /// ack: the events stream stores it, and losing one changes no result.
     pub async fn publish_event<T: Message>(&self, subject: String, msg: &T) {
-        match checked(protocol::encode(msg).into(), T::NAME) {
+        self.publish_observation(subject, protocol::encode(msg), T::NAME).await
+    }
+
+    /// Publishes a task's progress event on its subject, the way
+    /// [`Self::publish_event`] does; the body leaves out the ids the
+    /// subject carries ([`ProgressEvent::encode`]).
+    pub async fn publish_progress(&self, tenant: &Tenant, ev: &ProgressEvent) {
+        self.publish_observation(self.subjects.progress(tenant, &ev.job_id, &ev.task_id), ev.encode(), "progress event")
+            .await
+    }
+
+    async fn publish_observation(&self, subject: String, payload: Vec<u8>, what: &str) {
+        match checked(payload.into(), what) {
             Ok(payload) => {
                 if let Err(e) = self.client.publish(subject.clone(), payload).await {
                     tracing::warn!(%subject, error = %e, "event not published");

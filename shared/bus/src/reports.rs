@@ -14,8 +14,8 @@ use async_nats::jetstream::consumer::{DeliverPolicy, pull};
 use futures::{Stream, StreamExt};
 
 use crate::{Bus, BusError};
+use flotilla_protocol::TaskReport;
 use flotilla_protocol::ids::{JobId, SubagentType, TaskId, Tenant};
-use flotilla_protocol::{self as protocol, TaskReport};
 
 /// The reports stream.
 #[derive(Clone)]
@@ -42,7 +42,7 @@ impl ReportStream {
     ) -> Result<(), BusError> {
         let subject = self.bus.subjects.report(tenant, &report.job_id, &report.subagent_type, &report.task_id);
         let id = format!("report:{}", report.task_id);
-        self.bus.publish_durable(subject, report, Some(&id), traceparent).await
+        self.bus.publish_durable_bytes(subject, report.encode(), TaskReport::NAME, Some(&id), traceparent).await
     }
 
     /// The report stored for `task`, if any (the last one: a redelivered
@@ -57,29 +57,32 @@ impl ReportStream {
     }
 
     /// The report in `payload`, received on `subject`, when it decodes and
-    /// its body names the subject's type (and so the type whose credential
-    /// may publish there); `None`, logged, otherwise.
+    /// its body, if it names a type, job or task (a version 1 body), names
+    /// the subject's (the subject's type is the one whose credential may
+    /// publish there); `None`, logged, otherwise.
     fn checked(&self, subject: &str, payload: &[u8]) -> Option<TaskReport> {
-        let report = match protocol::decode::<TaskReport>(payload) {
+        let Some((job, ty, task)) = self.bus.subjects.ids_of_report(subject) else {
+            tracing::warn!(%subject, "report refused: not on a typed report subject (a worker of an earlier version?)");
+            return None;
+        };
+        let report = match TaskReport::decode(payload, job, &ty, task) {
             Ok(r) => r,
             Err(e) => {
                 tracing::warn!(%subject, error = %e, "undecodable report ignored");
                 return None;
             }
         };
-        match self.bus.subjects.type_of_report(subject) {
-            Some(ty) if ty == report.subagent_type.as_str() => Some(report),
-            Some(ty) => {
-                tracing::warn!(%subject, task_id = %report.task_id, body_type = %report.subagent_type, subject_type = ty,
-                    "report refused: its body names another subagent type than its subject");
-                None
-            }
-            None => {
-                tracing::warn!(%subject, task_id = %report.task_id,
-                    "report refused: not on a typed report subject (a worker of an earlier version?)");
-                None
-            }
+        if report.subagent_type != ty {
+            tracing::warn!(%subject, task_id = %report.task_id, body_type = %report.subagent_type, subject_type = %ty,
+                "report refused: its body names another subagent type than its subject");
+            return None;
         }
+        if (report.job_id, report.task_id) != (job, task) {
+            tracing::warn!(%subject, body_job = %report.job_id, body_task = %report.task_id,
+                "report refused: its body names another task than its subject");
+            return None;
+        }
+        Some(report)
     }
 
     /// Reports published from now on, of every job, as they are stored

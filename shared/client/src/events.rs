@@ -22,11 +22,13 @@ pub enum Event {
 }
 
 impl Event {
-    /// The event as its JSON wire form.
+    /// The event as JSON: a job event as on the bus, a progress event whole,
+    /// with the job and task ids its bus body leaves to the subject
+    /// (docs/PROTOCOL.md, "ProgressEvent").
     pub fn to_json(&self) -> String {
         match self {
             Event::Job(e) => String::from_utf8_lossy(&protocol::encode(e)).into_owned(),
-            Event::Progress(e) => String::from_utf8_lossy(&protocol::encode(e)).into_owned(),
+            Event::Progress(e) => serde_json::to_string(e).expect("protocol types serialize infallibly"),
         }
     }
 }
@@ -101,8 +103,10 @@ pub async fn follow_counted(
     };
     let (stored, messages) = bus.events().follow(filter, replay).await?;
     let marker = format!("{}.job.", s.prefix());
+    let subjects = s.clone();
     let events = messages.filter_map(move |m| {
         let marker = marker.clone();
+        let subjects = subjects.clone();
         async move {
             let m = match m {
                 Ok(m) => m,
@@ -111,8 +115,11 @@ pub async fn follow_counted(
             let is_event = m.subject.as_str().strip_prefix(&marker).is_some_and(|r| r.ends_with(".event"));
             let decoded = if is_event {
                 protocol::decode::<JobEvent>(&m.payload).map(Event::Job)
+            } else if let Some((job, task)) = subjects.ids_of_progress(&m.subject) {
+                ProgressEvent::decode(&m.payload, job, task).map(Event::Progress)
             } else {
-                protocol::decode::<ProgressEvent>(&m.payload).map(Event::Progress)
+                tracing::warn!(subject = %m.subject, "event on an unknown subject skipped");
+                return None;
             };
             match decoded {
                 Ok(e) => Some(Ok(e)),

@@ -177,10 +177,10 @@ mod tests {
     /// given as `--content` (docs/APPROVALS.md, "Elicitation").
     #[test]
     fn an_elicitation_request_names_content_decline_and_cancel() {
-        use flotilla_protocol::{DecisionKind, ProgressEvent, ProgressKind, SCHEMA_VERSION};
+        use flotilla_protocol::{DecisionKind, PROGRESS_VERSION, ProgressEvent, ProgressKind};
         let job = flotilla_protocol::ids::JobId::new();
         let e = Event::Progress(ProgressEvent {
-            v: SCHEMA_VERSION,
+            v: PROGRESS_VERSION,
             job_id: job,
             task_id: flotilla_protocol::ids::TaskId::new(),
             subagent_type: flotilla_protocol::ids::SubagentType::new("payments").unwrap(),
@@ -206,7 +206,7 @@ mod tests {
     fn the_plain_output_leaves_out_keep_alive_heartbeats_only() {
         let progress = |kind| {
             Event::Progress(flotilla_protocol::ProgressEvent {
-                v: flotilla_protocol::SCHEMA_VERSION,
+                v: flotilla_protocol::PROGRESS_VERSION,
                 job_id: flotilla_protocol::ids::JobId::new(),
                 task_id: flotilla_protocol::ids::TaskId::new(),
                 subagent_type: flotilla_protocol::ids::SubagentType::new("finance").unwrap(),

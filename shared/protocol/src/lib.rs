@@ -5,9 +5,12 @@
 //! Every other Flotilla crate depends on this one; it depends on nothing of
 //! Flotilla's (docs/ARCHITECTURE.md).
 //!
-//! Messages are JSON objects carrying `"v": 1` (the schema version); All messages are JSON objects carrying `"v": 1` (the schema version);
-//! [`decode`] checks the version before the shape so a peer on another version
-//! gets a precise error instead of a confusing missing-field one.
+//! Messages are JSON objects carrying `"v": 1` (the schema version), except
+//! progress events and task reports, at version 2 ([`ProgressEvent::decode`],
+//! [`TaskReport::decode`]), whose bodies leave out the ids of their subject;
+//! [`decode`]
+//! checks the version before the shape so a peer on another version gets a
+//! precise error instead of a confusing missing-field one.
 //!
 //! Versions evolve without a flag day: `v` is `major` or `major.minor`. A
 //! reader accepts every minor version of its major (a newer writer only adds
@@ -57,9 +60,9 @@ pub use heartbeat::{McpServerHealth, TypeLoad, WorkerHeartbeat, WorkerState};
 pub use job::{JobInput, JobRecord, JobStatus, JobTodos, TaskCounts, TaskEntry, TaskState};
 pub use job_event::{JobEvent, JobEventKind};
 pub use op::{OPERATIONS, Op};
-pub use progress::{ProgressEvent, ProgressKind};
+pub use progress::{PROGRESS_VERSION, ProgressEvent, ProgressKind};
 pub use queues::QueueStats;
-pub use report::{TaskReport, TaskStatus};
+pub use report::{REPORT_VERSION, TaskReport, TaskStatus};
 pub use resolve::{
     MAX_RESOLVE_CANDIDATES, MIN_JOB_PREFIX, ResolveReply, ResolveRequest, check_job_prefix, matches_short_id,
 };
@@ -98,10 +101,15 @@ pub enum DecodeError {
     #[error("malformed message: {0}")]
     Malformed(String),
     /// A major version this build does not speak.
-    #[error("unsupported schema version {found} (this build speaks version {SCHEMA_VERSION} and its minor versions)")]
+    #[error(
+        "unsupported schema version {found} (this build speaks version {} of this message and its minor versions)",
+        versions(speaks)
+    )]
     Version {
         /// The version in the message, as written.
         found: String,
+        /// The majors this build reads for the message.
+        speaks: Vec<u32>,
     },
     /// Right version, wrong shape (missing or unknown field, wrong type).
     #[error("invalid {what}: {detail}")]
@@ -113,38 +121,27 @@ pub enum DecodeError {
     },
 }
 
+fn versions(majors: &[u32]) -> String {
+    majors.iter().map(u32::to_string).collect::<Vec<_>>().join(" or ")
+}
+
 #[derive(Deserialize)]
 struct VersionProbe {
     v: Option<serde_json::Number>,
 }
 
-/// How a message's `v` relates to [`SCHEMA_VERSION`].
-enum Version {
-    /// Exactly this build's.
-    Current,
-    /// A minor version of this build's major (`1.1`): read with `v` set to the major.
-    Minor,
-}
-
-fn version_of(v: &serde_json::Number) -> Result<Version, DecodeError> {
-    let refused = || DecodeError::Version { found: v.to_string() };
+/// Whether `v` is `major` or one of its minor versions (`1.1`).
+fn is_version_of(v: &serde_json::Number, major: u32) -> bool {
     if let Some(n) = v.as_u64() {
-        return if n == u64::from(SCHEMA_VERSION) { Ok(Version::Current) } else { Err(refused()) };
+        return n == u64::from(major);
     }
-    match v.as_f64() {
-        Some(f) if f.is_finite() && f >= 0.0 && f.trunc() == f64::from(SCHEMA_VERSION) => Ok(Version::Minor),
-        _ => Err(refused()),
-    }
+    v.as_f64().is_some_and(|f| f.is_finite() && f >= 0.0 && f.trunc() == f64::from(major))
 }
 
-/// A message type with a name for error messages.
-pub trait Message: Serialize + DeserializeOwned {
-    /// Human name of the message type, e.g. `"task message"`.
-    const NAME: &'static str;
-}
-
-/// Decodes a message, checking size, JSON syntax, version and shape in that order.
-pub fn decode<T: Message>(bytes: &[u8]) -> Result<T, DecodeError> {
+/// Checks size, JSON syntax and the version field of a message whose type
+/// speaks the majors `known`; true when `v` is a bare major (`1`), not a
+/// minor version of one (`1.1`).
+fn check_version(bytes: &[u8], known: &[u32]) -> Result<bool, DecodeError> {
     if bytes.len() > MAX_MESSAGE_BYTES {
         return Err(DecodeError::TooLarge { size: bytes.len(), max: MAX_MESSAGE_BYTES });
     }
@@ -157,21 +154,45 @@ pub fn decode<T: Message>(bytes: &[u8]) -> Result<T, DecodeError> {
     let Some(v) = probe.v else {
         return Err(DecodeError::Malformed("missing schema version field \"v\"".into()));
     };
-    let shape = |e: serde_json::Error| DecodeError::Shape { what: T::NAME, detail: e.to_string() };
-    match version_of(&v)? {
-        Version::Current => serde_json::from_slice(bytes).map_err(shape),
-        Version::Minor => {
-            let mut value: serde_json::Value = serde_json::from_slice(bytes).map_err(shape)?;
-            value["v"] = SCHEMA_VERSION.into();
-            serde_json::from_value(value).map_err(shape)
-        }
+    if !known.iter().any(|major| is_version_of(&v, *major)) {
+        return Err(DecodeError::Version { found: v.to_string(), speaks: known.to_vec() });
     }
+    Ok(v.as_u64().is_some())
+}
+
+/// A message type with a name for error messages.
+pub trait Message: Serialize + DeserializeOwned {
+    /// Human name of the message type, e.g. `"task message"`.
+    const NAME: &'static str;
+}
+
+/// Decodes a message, checking size, JSON syntax, version and shape in that order.
+pub fn decode<T: Message>(bytes: &[u8]) -> Result<T, DecodeError> {
+    let exact = check_version(bytes, &[SCHEMA_VERSION])?;
+    let shape = |e: serde_json::Error| DecodeError::Shape { what: T::NAME, detail: e.to_string() };
+    if exact {
+        return serde_json::from_slice(bytes).map_err(shape);
+    }
+    // A minor version of this major: read with `v` set to the major.
+    let mut value: serde_json::Value = serde_json::from_slice(bytes).map_err(shape)?;
+    value["v"] = SCHEMA_VERSION.into();
+    serde_json::from_value(value).map_err(shape)
 }
 
 /// Encodes a message as JSON bytes.
 pub fn encode<T: Message>(msg: &T) -> Vec<u8> {
     // Serializing our own plain data types cannot fail.
     serde_json::to_vec(msg).expect("protocol types serialize infallibly")
+}
+
+/// Serde helper: an `attempt` left out of a bus body is the first.
+fn first_attempt() -> u32 {
+    1
+}
+
+/// Serde helper: bus bodies leave out `attempt` when it is the first.
+fn is_first_attempt(attempt: &u32) -> bool {
+    *attempt == 1
 }
 
 /// Serde helper for the `v` field: always written as [`SCHEMA_VERSION`].

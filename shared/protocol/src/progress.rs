@@ -1,21 +1,36 @@
-//! Progress events of a running task, on `<prefix>.job.<job>.progress.<task>`.
-//! They are observations, not commands: losing one never changes a result.
+//! Progress events of a running task, on
+//! `<prefix>.job.<tenant>.<job>.progress.<task>`. They are observations, not
+//! commands: losing one never changes a result.
+//!
+//! On the bus a progress event is version 2 ([`PROGRESS_VERSION`]): its body
+//! leaves out the job and task ids, which are tokens of the subject it is
+//! published on ([`ProgressEvent::encode`], [`ProgressEvent::decode`]). A
+//! task sends half a dozen of them, and the ids were a sixth of every body;
+//! the subject is also what NATS authorized, so a reader takes the ids from
+//! there. `attempt` is left out when it is 1. Version 1 bodies (with the
+//! ids) are still read, and refused when their ids are not those of their
+//! subject. Everywhere else (the CLI's `--json`, the HTTP API) an event is
+//! written whole, ids and attempt included.
 
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
-use super::{DecisionKind, ErrorKind, Message, TaskStatus, Usage};
+use super::{DecisionKind, DecodeError, ErrorKind, TaskStatus, Usage};
 use crate::ids::{JobId, SubagentType, TaskId};
+
+/// Schema version of progress events: 2 since their bus body stopped
+/// repeating the ids of its subject (docs/PROTOCOL.md, "ProgressEvent").
+pub const PROGRESS_VERSION: u32 = 2;
 
 /// One observation of a task's run.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ProgressEvent {
-    /// Schema version.
-    #[serde(default = "super::schema_version")]
+    /// Schema version ([`PROGRESS_VERSION`]).
+    #[serde(default = "progress_version")]
     pub v: u32,
-    /// The job.
+    /// The job (on the bus: the subject's `<job>` token).
     pub job_id: JobId,
-    /// The task.
+    /// The task (on the bus: the subject's `<task>` token).
     pub task_id: TaskId,
     /// Its subagent type.
     pub subagent_type: SubagentType,
@@ -106,7 +121,8 @@ pub enum ProgressKind {
         call_id: String,
         /// Tool name.
         tool: String,
-        /// `None` on success.
+        /// `None` (and omitted) on success.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
         error_kind: Option<ErrorKind>,
         /// Size of the result as given to the model, in bytes.
         size: usize,
@@ -178,6 +194,78 @@ fn is_zero_usage(u: &Usage) -> bool {
     *u == Usage::default()
 }
 
-impl Message for ProgressEvent {
-    const NAME: &'static str = "progress event";
+fn progress_version() -> u32 {
+    PROGRESS_VERSION
+}
+
+/// The bus body of a progress event, as written: no ids.
+#[derive(Serialize)]
+struct BodyOut<'a> {
+    v: u32,
+    subagent_type: &'a SubagentType,
+    worker_id: &'a str,
+    #[serde(skip_serializing_if = "super::is_first_attempt")]
+    attempt: u32,
+    #[serde(with = "time::serde::rfc3339")]
+    at: OffsetDateTime,
+    #[serde(flatten)]
+    kind: &'a ProgressKind,
+}
+
+/// The bus body of a progress event, as read: version 1 carries the ids,
+/// which must then be the subject's.
+#[derive(Deserialize)]
+struct BodyIn {
+    #[serde(default)]
+    job_id: Option<JobId>,
+    #[serde(default)]
+    task_id: Option<TaskId>,
+    subagent_type: SubagentType,
+    worker_id: String,
+    #[serde(default = "super::first_attempt")]
+    attempt: u32,
+    #[serde(with = "time::serde::rfc3339")]
+    at: OffsetDateTime,
+    #[serde(flatten)]
+    kind: ProgressKind,
+}
+
+const NAME: &str = "progress event";
+
+impl ProgressEvent {
+    /// The body to publish on the event's progress subject
+    /// ([`Subjects::progress`](crate::subjects::Subjects::progress)).
+    pub fn encode(&self) -> Vec<u8> {
+        let body = BodyOut {
+            v: PROGRESS_VERSION,
+            subagent_type: &self.subagent_type,
+            worker_id: &self.worker_id,
+            attempt: self.attempt,
+            at: self.at,
+            kind: &self.kind,
+        };
+        // Serializing our own plain data types cannot fail.
+        serde_json::to_vec(&body).expect("protocol types serialize infallibly")
+    }
+
+    /// Reads a body received on the progress subject of `job_id` and
+    /// `task_id`: version 2, or version 1 whose ids are the subject's.
+    pub fn decode(bytes: &[u8], job_id: JobId, task_id: TaskId) -> Result<Self, DecodeError> {
+        super::check_version(bytes, &[1, PROGRESS_VERSION])?;
+        let shape = |detail: String| DecodeError::Shape { what: NAME, detail };
+        let body: BodyIn = serde_json::from_slice(bytes).map_err(|e| shape(e.to_string()))?;
+        if body.job_id.is_some_and(|j| j != job_id) || body.task_id.is_some_and(|t| t != task_id) {
+            return Err(shape(format!("the body names another task than its subject's ({job_id} {task_id})")));
+        }
+        Ok(ProgressEvent {
+            v: PROGRESS_VERSION,
+            job_id,
+            task_id,
+            subagent_type: body.subagent_type,
+            worker_id: body.worker_id,
+            attempt: body.attempt,
+            at: body.at,
+            kind: body.kind,
+        })
+    }
 }

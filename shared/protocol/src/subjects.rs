@@ -56,7 +56,7 @@ impl Subjects {
     /// NATS permissions can confine a client to its own tenant's jobs; the
     /// type lets them confine a worker credential to reporting on its own
     /// type's tasks, and readers check it against the body
-    /// ([`Self::type_of_report`], docs/SECURITY.md).
+    /// ([`Self::ids_of_report`], docs/SECURITY.md).
     pub fn report(&self, tenant: &Tenant, job: &JobId, ty: &SubagentType, task: &TaskId) -> String {
         format!("{}.job.{tenant}.{job}.report.{ty}.{task}", self.prefix)
     }
@@ -68,20 +68,31 @@ impl Subjects {
     pub fn job_reports(&self, tenant: &Tenant, job: &JobId) -> String {
         format!("{}.job.{tenant}.{job}.report.*.*", self.prefix)
     }
-    /// The subagent type token of a report subject
+    /// The job, type and task of a report subject
     /// (`<p>.job.<tenant>.<job>.report.<type>.<task>`), or `None` for any
-    /// other shape (such as the type-less report subject of earlier versions).
-    pub fn type_of_report<'a>(&self, subject: &'a str) -> Option<&'a str> {
+    /// other shape or tokens that do not parse: a version 2 report body
+    /// carries none of them (docs/PROTOCOL.md, "TaskReport").
+    pub fn ids_of_report(&self, subject: &str) -> Option<(JobId, SubagentType, TaskId)> {
         let rest = subject.strip_prefix(self.prefix.as_str())?.strip_prefix(".job.")?;
-        let tokens: Vec<&str> = rest.split('.').collect();
-        match tokens.as_slice() {
-            [_, _, "report", ty, _] => Some(ty),
+        match rest.split('.').collect::<Vec<_>>().as_slice() {
+            [_, job, "report", ty, task] => Some((job.parse().ok()?, SubagentType::new(*ty).ok()?, task.parse().ok()?)),
             _ => None,
         }
     }
     /// `<p>.job.<tenant>.<job>.progress.<task>`: progress events of a task.
     pub fn progress(&self, tenant: &Tenant, job: &JobId, task: &TaskId) -> String {
         format!("{}.job.{tenant}.{job}.progress.{task}", self.prefix)
+    }
+    /// The job and task of a progress subject
+    /// (`<p>.job.<tenant>.<job>.progress.<task>`), or `None` for any other
+    /// shape or ids that do not parse: a progress body carries neither
+    /// (docs/PROTOCOL.md, "ProgressEvent").
+    pub fn ids_of_progress(&self, subject: &str) -> Option<(JobId, TaskId)> {
+        let rest = subject.strip_prefix(self.prefix.as_str())?.strip_prefix(".job.")?;
+        match rest.split('.').collect::<Vec<_>>().as_slice() {
+            [_, job, "progress", task] => Some((job.parse().ok()?, task.parse().ok()?)),
+            _ => None,
+        }
     }
     /// `<p>.job.<tenant>.<job>.event`: job-level events.
     pub fn job_event(&self, tenant: &Tenant, job: &JobId) -> String {
@@ -327,11 +338,14 @@ mod tests {
             s.report(&acme, &job, &ty, &task),
             "flotilla.job.acme.0190c0de-0000-7000-8000-000000000001.report.finance.0190c0de-0000-7000-8000-000000000002"
         );
-        assert_eq!(s.type_of_report(&s.report(&acme, &job, &ty, &task)), Some("finance"));
-        assert_eq!(s.type_of_report(&format!("flotilla.job.acme.{job}.report.{task}")), None, "old shape");
-        assert_eq!(s.type_of_report(&format!("other.job.acme.{job}.report.finance.{task}")), None);
+        assert_eq!(s.ids_of_report(&s.report(&acme, &job, &ty, &task)), Some((job, ty.clone(), task)));
+        assert_eq!(s.ids_of_report(&format!("flotilla.job.acme.{job}.report.{task}")), None, "old shape");
+        assert_eq!(s.ids_of_report(&format!("other.job.acme.{job}.report.finance.{task}")), None);
         assert_eq!(s.job_reports(&acme, &job), format!("flotilla.job.acme.{job}.report.*.*"));
         assert_eq!(s.job_event(&acme, &job), format!("flotilla.job.acme.{job}.event"));
+        assert_eq!(s.ids_of_progress(&s.progress(&acme, &job, &task)), Some((job, task)));
+        assert_eq!(s.ids_of_progress(&format!("flotilla.job.acme.{job}.progress.not-an-id")), None);
+        assert_eq!(s.ids_of_progress(&s.job_event(&acme, &job)), None);
         assert_eq!(s.job_all(&acme, &job), format!("flotilla.job.acme.{job}.>"));
         assert_eq!(s.tenant_jobs(&acme), "flotilla.job.acme.>");
         assert_eq!(s.all_reports(), "flotilla.job.*.*.report.*.*");

@@ -32,10 +32,10 @@ pub struct TaskMessage {
     #[serde(default = "one")]
     pub attempt: u32,
     /// When the task must be finished; workers stop it after this.
-    #[serde(default, with = "time::serde::rfc3339::option")]
+    #[serde(default, with = "time::serde::rfc3339::option", skip_serializing_if = "Option::is_none")]
     pub deadline: Option<OffsetDateTime>,
     /// W3C traceparent of the dispatching planner step.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub traceparent: Option<String>,
     /// When the planner created it.
     #[serde(with = "time::serde::rfc3339")]

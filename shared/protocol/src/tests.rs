@@ -22,6 +22,11 @@ fn round_trip<T: Message + PartialEq + std::fmt::Debug>(msg: &T) {
     assert_eq!(&back, msg);
 }
 
+fn round_trip_progress(ev: &ProgressEvent) {
+    let back = ProgressEvent::decode(&ev.encode(), ev.job_id, ev.task_id).unwrap();
+    assert_eq!(&back, ev);
+}
+
 #[test]
 fn every_message_round_trips() {
     let t = task();
@@ -43,9 +48,10 @@ fn every_message_round_trips() {
         finished_at: now(),
         duration_ms: 12,
     };
-    round_trip(&report);
-    round_trip(&ProgressEvent {
-        v: SCHEMA_VERSION,
+    let back = TaskReport::decode(&report.encode(), report.job_id, &report.subagent_type, report.task_id).unwrap();
+    assert_eq!(back, TaskReport { v: REPORT_VERSION, ..report.clone() });
+    round_trip_progress(&ProgressEvent {
+        v: PROGRESS_VERSION,
         job_id: t.job_id,
         task_id: t.task_id,
         subagent_type: t.subagent_type.clone(),
@@ -148,7 +154,7 @@ mod fuzz {
         #[test]
         fn arbitrary_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..512)) {
             let _ = decode::<TaskMessage>(&bytes);
-            let _ = decode::<TaskReport>(&bytes);
+            let _ = TaskReport::decode(&bytes, crate::ids::JobId::new(), &crate::ids::SubagentType::new("finance").unwrap(), crate::ids::TaskId::new());
             let _ = decode::<SubmitRequest>(&bytes);
             let _ = decode::<JobEvent>(&bytes);
         }
@@ -185,7 +191,7 @@ mod fuzz {
 #[test]
 fn newer_minor_versions_and_unknown_report_fields_are_accepted() {
     let report = TaskReport {
-        v: SCHEMA_VERSION,
+        v: REPORT_VERSION,
         job_id: JobId::new(),
         task_id: TaskId::new(),
         subagent_type: SubagentType::new("finance").unwrap(),
@@ -201,15 +207,21 @@ fn newer_minor_versions_and_unknown_report_fields_are_accepted() {
         finished_at: crate::now(),
         duration_ms: 5,
     };
-    let mut v = serde_json::to_value(&report).unwrap();
-    v["v"] = serde_json::json!(1.1);
+    let read = |v: &serde_json::Value| {
+        TaskReport::decode(&serde_json::to_vec(v).unwrap(), report.job_id, &report.subagent_type, report.task_id)
+    };
+    let mut v: serde_json::Value = serde_json::from_slice(&report.encode()).unwrap();
+    v["v"] = serde_json::json!(2.1);
     v["confidence"] = 0.9.into();
     v["usage"]["cache_read_tokens"] = 7.into();
-    let read: TaskReport = decode(&serde_json::to_vec(&v).unwrap()).expect("a newer minor version is read");
-    assert_eq!(read, report, "known fields read as written, v normalised to the major");
-    v["v"] = serde_json::json!(2.0);
-    let e = decode::<TaskReport>(&serde_json::to_vec(&v).unwrap()).unwrap_err().to_string();
-    assert!(e.contains("unsupported schema version 2.0"), "{e}");
+    assert_eq!(read(&v).expect("a newer minor version is read"), report, "known fields read as written");
+    // A version 1 body (an older worker's) carries the ids, and is read.
+    let mut old = serde_json::to_value(&report).unwrap();
+    old["v"] = serde_json::json!(1.1);
+    assert_eq!(read(&old).expect("version 1 is read"), report);
+    v["v"] = serde_json::json!(3.0);
+    let e = read(&v).unwrap_err().to_string();
+    assert!(e.contains("unsupported schema version 3.0"), "{e}");
     // A command stays strict at any minor version: a task cannot carry unknown fields.
     let mut t = serde_json::to_value(task()).unwrap();
     t["v"] = serde_json::json!(1.2);
@@ -237,7 +249,7 @@ fn cache_token_counts_round_trip_add_up_and_are_optional_on_the_wire() {
 fn a_model_delta_event_is_tagged_and_omits_a_zero_skip() {
     let t = task();
     let ev = ProgressEvent {
-        v: SCHEMA_VERSION,
+        v: PROGRESS_VERSION,
         job_id: t.job_id,
         task_id: t.task_id,
         subagent_type: t.subagent_type.clone(),
@@ -246,8 +258,8 @@ fn a_model_delta_event_is_tagged_and_omits_a_zero_skip() {
         at: now(),
         kind: ProgressKind::ModelDelta { step: 2, text: "The margin is".into(), skipped_chars: 0 },
     };
-    round_trip(&ev);
-    let json: serde_json::Value = serde_json::from_slice(&encode(&ev)).unwrap();
+    round_trip_progress(&ev);
+    let json: serde_json::Value = serde_json::from_slice(&ev.encode()).unwrap();
     assert_eq!(json["event"], "model_delta");
     assert_eq!(json["text"], "The margin is");
     assert!(json.get("skipped_chars").is_none(), "{json}");
@@ -257,7 +269,7 @@ fn a_model_delta_event_is_tagged_and_omits_a_zero_skip() {
 fn a_failed_model_call_is_tagged_and_omits_a_zero_usage() {
     let t = task();
     let mut ev = ProgressEvent {
-        v: SCHEMA_VERSION,
+        v: PROGRESS_VERSION,
         job_id: t.job_id,
         task_id: t.task_id,
         subagent_type: t.subagent_type.clone(),
@@ -271,8 +283,8 @@ fn a_failed_model_call_is_tagged_and_omits_a_zero_usage() {
             usage: Usage::default(),
         },
     };
-    round_trip(&ev);
-    let json: serde_json::Value = serde_json::from_slice(&encode(&ev)).unwrap();
+    round_trip_progress(&ev);
+    let json: serde_json::Value = serde_json::from_slice(&ev.encode()).unwrap();
     assert_eq!(json["event"], "model_failed");
     assert_eq!(
         (json["step"].as_u64(), json["error_kind"].as_str(), json["latency_ms"].as_u64()),
@@ -281,8 +293,8 @@ fn a_failed_model_call_is_tagged_and_omits_a_zero_usage() {
     assert!(json.get("usage").is_none(), "{json}");
     let usage = Usage { input_tokens: 40, ..Usage::default() };
     ev.kind = ProgressKind::ModelFailed { step: 3, error_kind: ErrorKind::Validation, latency_ms: 9, usage };
-    round_trip(&ev);
-    let json: serde_json::Value = serde_json::from_slice(&encode(&ev)).unwrap();
+    round_trip_progress(&ev);
+    let json: serde_json::Value = serde_json::from_slice(&ev.encode()).unwrap();
     assert_eq!(json["usage"]["input_tokens"], 40);
     let planner = JobEvent {
         v: SCHEMA_VERSION,
@@ -299,4 +311,77 @@ fn a_failed_model_call_is_tagged_and_omits_a_zero_usage() {
     let json: serde_json::Value = serde_json::from_slice(&encode(&planner)).unwrap();
     assert_eq!(json["event"], "planner_step_failed");
     assert_eq!(json["error_kind"], "timeout");
+}
+
+#[test]
+fn a_progress_body_takes_its_ids_from_the_subject_and_reads_version_one() {
+    let t = task();
+    let ev = ProgressEvent {
+        v: PROGRESS_VERSION,
+        job_id: t.job_id,
+        task_id: t.task_id,
+        subagent_type: t.subagent_type.clone(),
+        worker_id: "w1".into(),
+        attempt: 2,
+        at: now(),
+        kind: ProgressKind::Started,
+    };
+    let body: serde_json::Value = serde_json::from_slice(&ev.encode()).unwrap();
+    assert_eq!(body["v"], 2);
+    assert!(body.get("job_id").is_none() && body.get("task_id").is_none(), "the subject carries them: {body}");
+    assert_eq!((body["event"].as_str(), body["attempt"].as_u64()), (Some("started"), Some(2)));
+    let first = ProgressEvent { attempt: 1, ..ev.clone() };
+    let body: serde_json::Value = serde_json::from_slice(&first.encode()).unwrap();
+    assert!(body.get("attempt").is_none(), "a first attempt is the default: {body}");
+    assert_eq!(ProgressEvent::decode(&first.encode(), t.job_id, t.task_id).unwrap(), first);
+    let other = TaskId::new();
+    assert_eq!(ProgressEvent::decode(&ev.encode(), t.job_id, other).unwrap().task_id, other, "the subject's ids");
+
+    // A version 1 body (an older worker's) is read when its ids are its subject's.
+    let mut v1 = serde_json::to_value(&ev).unwrap();
+    v1["v"] = 1.into();
+    let v1 = serde_json::to_vec(&v1).unwrap();
+    assert_eq!(ProgressEvent::decode(&v1, t.job_id, t.task_id).unwrap(), ev);
+    let e = ProgressEvent::decode(&v1, t.job_id, other).unwrap_err().to_string();
+    assert!(e.contains("names another task than its subject's"), "{e}");
+    let e = ProgressEvent::decode(br#"{"v":3,"event":"started"}"#, t.job_id, t.task_id).unwrap_err().to_string();
+    assert!(e.contains("unsupported schema version 3 (this build speaks version 1 or 2"), "{e}");
+    let e = decode::<TaskMessage>(br#"{"v":2}"#).unwrap_err().to_string();
+    assert!(e.contains("speaks version 1 of this message"), "{e}");
+}
+
+#[test]
+fn a_report_body_takes_its_ids_from_the_subject_and_keeps_those_of_version_one() {
+    let t = task();
+    let report = TaskReport {
+        v: REPORT_VERSION,
+        job_id: t.job_id,
+        task_id: t.task_id,
+        subagent_type: t.subagent_type.clone(),
+        status: TaskStatus::Completed,
+        summary: "0.375".into(),
+        summary_file: None,
+        error: None,
+        usage: Usage::default(),
+        worker_id: "w1".into(),
+        attempt: 1,
+        resumed_from_step: None,
+        started_at: now(),
+        finished_at: now(),
+        duration_ms: 5,
+    };
+    let body: serde_json::Value = serde_json::from_slice(&report.encode()).unwrap();
+    assert_eq!(body["v"], 2);
+    for field in ["job_id", "task_id", "subagent_type", "attempt"] {
+        assert!(body.get(field).is_none(), "{field} is the subject's (or the default): {body}");
+    }
+    let research = SubagentType::new("research").unwrap();
+    let other = TaskId::new();
+    let read = TaskReport::decode(&report.encode(), t.job_id, &research, other).unwrap();
+    assert_eq!((read.subagent_type, read.task_id, read.attempt), (research.clone(), other, 1), "the subject's");
+    // A version 1 body keeps the ids it claims, for the reader to compare.
+    let mut v1 = serde_json::to_value(&report).unwrap();
+    v1["v"] = 1.into();
+    let read = TaskReport::decode(&serde_json::to_vec(&v1).unwrap(), t.job_id, &research, other).unwrap();
+    assert_eq!((read.subagent_type, read.task_id), (t.subagent_type, t.task_id));
 }

@@ -7,6 +7,16 @@ use futures::StreamExt;
 use serde_json::Value;
 use tokio::sync::mpsc;
 
+/// The task a bus message is about: the last token of a progress subject
+/// (a progress body leaves the job and task to its subject,
+/// docs/PROTOCOL.md), else the body's `task_id` (empty when it has none).
+pub fn task_of(subject: &str, body: &Value) -> String {
+    if subject.contains(".progress.") {
+        return subject.rsplit('.').next().unwrap_or_default().to_string();
+    }
+    body["task_id"].as_str().unwrap_or_default().to_string()
+}
+
 /// Messages seen on a subject filter, in arrival order.
 pub struct EventLog {
     rx: mpsc::UnboundedReceiver<(String, Value)>,

@@ -377,11 +377,11 @@ fn finish(line: &TaskLine, id: &TaskId, status: TaskStatus, summary: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use flotilla_protocol::{DecisionKind, ProgressEvent, SCHEMA_VERSION};
+    use flotilla_protocol::{DecisionKind, PROGRESS_VERSION, ProgressEvent};
 
     fn progress(job: JobId, task: TaskId, kind: ProgressKind) -> Event {
         Event::Progress(ProgressEvent {
-            v: SCHEMA_VERSION,
+            v: PROGRESS_VERSION,
             job_id: job,
             task_id: task,
             subagent_type: flotilla_protocol::ids::SubagentType::new("finance").unwrap(),

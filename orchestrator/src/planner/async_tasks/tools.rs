@@ -243,7 +243,7 @@ impl CancelTask {
         let Some(entry) = entry else { return Ok(()) };
         let now = protocol::now();
         let report = TaskReport {
-            v: protocol::SCHEMA_VERSION,
+            v: protocol::REPORT_VERSION,
             job_id: ctx.job_id,
             task_id: *task,
             subagent_type: entry.subagent_type,
