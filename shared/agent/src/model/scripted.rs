@@ -14,6 +14,7 @@
 //! documented in docs/SCRIPTED.md; this module implements it.
 
 use std::path::Path;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use minijinja::{Environment, Value as JValue, context};
@@ -101,9 +102,12 @@ impl ScriptedModel {
         if script.turns.is_empty() {
             return Err(err("a script needs at least one [[turns]]".into()));
         }
-        let env = environment();
+        // Every template is compiled once, here, under the name it is
+        // reported by (a turn is played per model call: parsing its
+        // templates again each time was most of the provider's cost).
+        let mut env = environment();
         if let Some(c) = &script.compaction {
-            env.template_from_str(c).map_err(|e| err(format!("compaction: {e}")))?;
+            env.add_template_owned("compaction", c.clone()).map_err(|e| err(format!("compaction: {e}")))?;
         }
         for (k, expr) in &script.vars.0 {
             env.compile_expression(expr).map_err(|e| err(format!("vars.{k}: {e}")))?;
@@ -113,10 +117,12 @@ impl ScriptedModel {
                 return Err(err(format!("turns[{i}] has neither content nor calls")));
             }
             if let Some(c) = &t.content {
-                env.template_from_str(c).map_err(|e| err(format!("turns[{i}].content: {e}")))?;
+                let name = format!("turns[{i}].content");
+                env.add_template_owned(name.clone(), c.clone()).map_err(|e| err(format!("{name}: {e}")))?;
             }
             for (j, c) in t.calls.iter().enumerate() {
-                env.template_from_str(&c.args).map_err(|e| err(format!("turns[{i}].calls[{j}].args: {e}")))?;
+                let name = format!("turns[{i}].calls[{j}].args");
+                env.add_template_owned(name.clone(), c.args.clone()).map_err(|e| err(format!("{name}: {e}")))?;
                 if let Some(f) = &c.for_each {
                     env.compile_expression(f).map_err(|e| err(format!("turns[{i}].calls[{j}].for_each: {e}")))?;
                 }
@@ -145,7 +151,7 @@ impl ScriptedModel {
             ctx.insert(k.clone(), value);
         }
         let content = match &turn.content {
-            Some(t) => Some(self.render(t, jv(&ctx), &format!("turns[{step}].content"))?),
+            Some(_) => Some(self.render(&format!("turns[{step}].content"), jv(&ctx))?),
             None => None,
         };
         let mut calls = Vec::new();
@@ -165,7 +171,7 @@ impl ScriptedModel {
             let base = jv(&ctx);
             for (index, item) in items.into_iter().enumerate() {
                 let scope = context! { item => item, index => index, ..base.clone() };
-                let text = self.render(&c.args, scope, &format!("{what}.args"))?;
+                let text = self.render(&format!("{what}.args"), scope)?;
                 let arguments: Value = serde_json::from_str(&text).unwrap_or(Value::String(text));
                 calls.push(ToolCall { id: format!("call_{step}_{}", calls.len()), name: c.tool.clone(), arguments });
             }
@@ -184,8 +190,8 @@ impl ScriptedModel {
                 _ => None,
             })
             .unwrap_or_default();
-        if let Some(t) = &self.script.compaction {
-            return self.render(t, context! { transcript => transcript }, "compaction");
+        if self.script.compaction.is_some() {
+            return self.render("compaction", context! { transcript => transcript });
         }
         let digest: Vec<String> = transcript
             .lines()
@@ -201,8 +207,37 @@ impl ScriptedModel {
         serde_json::to_value(&v).map_err(|e| self.fail(ErrorKind::Bug, format!("{what}: {e}")))
     }
 
-    fn render(&self, template: &str, ctx: JValue, what: &str) -> Result<String, ModelError> {
-        self.env.render_str(template, ctx).map_err(|e| self.fail(ErrorKind::Bug, format!("{what}: {e}")))
+    /// Renders the template registered as `name` at load (its place in the script).
+    fn render(&self, name: &str, ctx: JValue) -> Result<String, ModelError> {
+        let rendered = self.env.get_template(name).and_then(|t| t.render(ctx));
+        rendered.map_err(|e| self.fail(ErrorKind::Bug, format!("{name}: {e}")))
+    }
+}
+
+/// The patterns `captures` was called with, compiled once each: a script
+/// names a handful, and compiling one took longer than the rest of a turn.
+/// Shared, not cloned: a cloned `Regex` starts with an empty match cache.
+#[derive(Default)]
+struct Regexes(std::sync::Mutex<std::collections::HashMap<String, Arc<regex::Regex>>>);
+
+impl Regexes {
+    /// More distinct patterns than a script could hold means they are built
+    /// from the conversation; past this many, the cache starts over.
+    const MAX: usize = 256;
+
+    fn get(&self, pattern: &str) -> Result<Arc<regex::Regex>, minijinja::Error> {
+        let mut cache = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(re) = cache.get(pattern) {
+            return Ok(re.clone());
+        }
+        let re = regex::Regex::new(pattern)
+            .map(Arc::new)
+            .map_err(|e| minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, format!("bad regex: {e}")))?;
+        if cache.len() >= Self::MAX {
+            cache.clear();
+        }
+        cache.insert(pattern.to_string(), re.clone());
+        Ok(re)
     }
 }
 
@@ -215,9 +250,9 @@ fn environment() -> Environment<'static> {
     let mut env = Environment::new();
     env.set_undefined_behavior(minijinja::UndefinedBehavior::Strict);
     env.set_formatter(json_formatter);
-    env.add_function("captures", |text: String, pattern: String| -> Result<JValue, minijinja::Error> {
-        let re = regex::Regex::new(&pattern)
-            .map_err(|e| minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, format!("bad regex: {e}")))?;
+    let compiled = Regexes::default();
+    env.add_function("captures", move |text: String, pattern: String| -> Result<JValue, minijinja::Error> {
+        let re = compiled.get(&pattern)?;
         let all: Vec<Vec<String>> = re
             .captures_iter(&text)
             .map(|c| c.iter().map(|m| m.map(|m| m.as_str().to_string()).unwrap_or_default()).collect())
