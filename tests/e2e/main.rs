@@ -54,6 +54,7 @@ mod sec_sandbox;
 mod sec_worker_scope;
 mod security;
 mod service_api;
+mod step_events;
 mod tls;
 mod tools_reserved;
 mod tracing;

@@ -22,13 +22,22 @@
 //! same as one lost just before the append (the tool runs again, under the
 //! same key). The answering turn is not awaited: the report, stored right
 //! after it on the same connection, is its record.
+//!
+//! A step's progress event (`model_call` of a turn, `tool_result` of a tool
+//! result) rides in its entry's header, and the stream republishes it to
+//! the task's progress subject (shared/bus/src/journal.rs): one write per
+//! step. An event published on its own after an entry whose ack is still
+//! outstanding would race the republished one into the events stream, so
+//! [`StepJournal::settle`] runs before every such event
+//! (workers/src/progress.rs): watchers see a task's events in the order
+//! the loop made them.
 
 use std::time::Duration;
 
 use flotilla_agent::agent::{Conversation, Step};
 use flotilla_agent::model::ChatMessage;
 use flotilla_bus::{Appended, Bus, Journal, JournalKey, Stored, retry};
-use flotilla_protocol::{self as protocol, Message, TaskMessage};
+use flotilla_protocol::{self as protocol, Message, ProgressEvent, TaskMessage};
 use serde::{Deserialize, Serialize};
 
 /// How long an append may be retried (NATS restarting) before the task goes
@@ -88,23 +97,57 @@ pub struct Resume {
     pub interrupted: usize,
 }
 
+/// An entry published whose ack is still awaited, with the progress event
+/// it carries (encoded), if any.
+type Unacked = (JournalEntry, Option<String>, Appended);
+
 /// The journal of one task attempt.
 pub struct StepJournal {
     journal: Journal,
     key: JournalKey,
     attempt: u32,
+    /// Whether entries carry their step's progress event (the stream
+    /// republishes it); read once per worker ([`carries_progress`]).
+    carries_progress: bool,
     /// The model turns this attempt took over, once it resumed.
     resumed_from: std::sync::OnceLock<u32>,
-    /// Tool results published whose acks are still awaited, in order.
-    unacked: tokio::sync::Mutex<Vec<(JournalEntry, Appended)>>,
+    /// Entries published whose acks are still awaited, in order: tool
+    /// results, and an answering turn that carries its event.
+    unacked: tokio::sync::Mutex<Vec<Unacked>>,
+}
+
+/// Whether the journal stream of `bus` republishes the progress events its
+/// entries carry (module docs); `false`, logged, when that cannot be read:
+/// every event is then published on its own.
+pub async fn carries_progress(bus: &Bus) -> bool {
+    match bus.journal().carries_progress().await {
+        Ok(carries) => {
+            if !carries {
+                tracing::warn!(
+                    "the journal stream does not republish progress events (declared by an older Flotilla): each step's event is published on its own"
+                );
+            }
+            carries
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "journal stream not read; each step's progress event is published on its own");
+            false
+        }
+    }
 }
 
 impl StepJournal {
-    /// The journal of `task`, written as `attempt`.
-    pub fn new(bus: &Bus, task: &TaskMessage, attempt: u32) -> Self {
+    /// The journal of `task`, written as `attempt`; its entries carry their
+    /// progress events when `carries_progress` ([`carries_progress`]).
+    pub fn new(bus: &Bus, task: &TaskMessage, attempt: u32, carries_progress: bool) -> Self {
         let journal = bus.journal();
         let key = journal.key(&task.subagent_type, &task.tenant, &task.job_id, &task.task_id);
-        Self { journal, key, attempt, resumed_from: Default::default(), unacked: Default::default() }
+        Self { journal, key, attempt, carries_progress, resumed_from: Default::default(), unacked: Default::default() }
+    }
+
+    /// Whether entries carry their step's progress event.
+    pub fn carries_progress(&self) -> bool {
+        self.carries_progress
     }
 
     /// The model turns this attempt took over from earlier ones, if it resumed.
@@ -112,64 +155,75 @@ impl StepJournal {
         self.resumed_from.get().copied()
     }
 
-    /// Appends a completed step and waits until it is stored, except the
-    /// answering turn (module docs). A journal that cannot be written is
-    /// logged and the task goes on: it loses only the resume point.
-    pub async fn step(&self, step: &Step) {
+    /// Appends a completed step and waits until it is stored, except a tool
+    /// result and the answering turn (module docs), with `event`, the
+    /// step's progress event, in the entry when entries carry them. Whether
+    /// the event went out with the entry: when not, the caller publishes
+    /// it. A journal that cannot be written is logged and the task goes on:
+    /// it loses only the resume point.
+    pub async fn step(&self, step: &Step, event: Option<&ProgressEvent>) -> bool {
         let answering = matches!(step, Step::Turn { message: ChatMessage::Assistant { tool_calls, .. }, .. } if tool_calls.is_empty());
         let snapshot = matches!(step, Step::Snapshot { .. });
-        let record = Record::Step { step: step.clone() };
-        if matches!(step, Step::ToolResult { .. }) {
-            return self.append_unacked(record).await;
+        let event = event.filter(|_| self.carries_progress && !snapshot).and_then(header_value);
+        let entry = self.entry(Record::Step { step: step.clone() });
+        if matches!(step, Step::ToolResult { .. }) || (answering && event.is_some()) {
+            return self.append_unacked(entry, event).await;
         }
-        self.append(record, snapshot, !answering).await;
+        let mut unacked = self.unacked.lock().await;
+        await_acks(&mut unacked, self).await;
+        self.store(&entry, snapshot, event.as_deref(), !answering).await && event.is_some()
     }
 
     /// Appends a marker and waits until it is stored.
     pub async fn mark(&self, record: Record) {
-        self.append(record, false, true).await;
-    }
-
-    /// Publishes a tool result and keeps its ack for the next append
-    /// (module docs); one that cannot be published is appended at once.
-    async fn append_unacked(&self, record: Record) {
         let mut unacked = self.unacked.lock().await;
-        let entry = JournalEntry { v: protocol::SCHEMA_VERSION, attempt: self.attempt, record };
-        match self.journal.append(&self.key, &entry, false).await {
-            Ok(appended) => unacked.push((entry, appended)),
+        await_acks(&mut unacked, self).await;
+        self.store(&self.entry(record), false, None, true).await;
+    }
+
+    /// Waits for the acks of the entries published before (module docs);
+    /// an entry without one is appended again (awaited).
+    pub async fn settle(&self) {
+        let mut unacked = self.unacked.lock().await;
+        if !unacked.is_empty() {
+            await_acks(&mut unacked, self).await;
+        }
+    }
+
+    fn entry(&self, record: Record) -> JournalEntry {
+        JournalEntry { v: protocol::SCHEMA_VERSION, attempt: self.attempt, record }
+    }
+
+    /// Publishes an entry and keeps its ack for the next append or event
+    /// (module docs); one that cannot be published is appended at once.
+    async fn append_unacked(&self, entry: JournalEntry, event: Option<String>) -> bool {
+        let mut unacked = self.unacked.lock().await;
+        match self.journal.append(&self.key, &entry, false, event.as_deref()).await {
+            Ok(appended) => {
+                let carried = event.is_some();
+                unacked.push((entry, event, appended));
+                carried
+            }
             Err(_) => {
-                drop(unacked);
-                self.append(entry.record, false, true).await;
+                await_acks(&mut unacked, self).await;
+                self.store(&entry, false, event.as_deref(), true).await && event.is_some()
             }
         }
     }
 
-    /// Waits for the acks of the tool results published before; an entry
-    /// without one is appended again (awaited) before anything after it.
-    async fn settle(&self) {
-        let pending = std::mem::take(&mut *self.unacked.lock().await);
-        for (entry, appended) in pending {
-            if appended.stored().await.is_err() {
-                self.store(&entry, false, true).await;
-            }
-        }
-    }
-
-    async fn append(&self, record: Record, snapshot: bool, wait: bool) {
-        self.settle().await;
-        let entry = JournalEntry { v: protocol::SCHEMA_VERSION, attempt: self.attempt, record };
-        self.store(&entry, snapshot, wait).await;
-    }
-
-    async fn store(&self, entry: &JournalEntry, snapshot: bool, wait: bool) {
+    /// Appends `entry` (with `event` in its header), retried within
+    /// [`APPEND_BUDGET`], waiting for the ack when `wait`; whether it was
+    /// published.
+    async fn store(&self, entry: &JournalEntry, snapshot: bool, event: Option<&str>, wait: bool) -> bool {
         let stored = retry("journal append", APPEND_BUDGET, || async {
-            let appended = self.journal.append(&self.key, entry, snapshot).await?;
+            let appended = self.journal.append(&self.key, entry, snapshot, event).await?;
             if wait { appended.stored().await.map(drop) } else { Ok(()) }
         })
         .await;
-        if let Err(e) = stored {
+        if let Err(e) = &stored {
             tracing::warn!(error = %e, "step not journaled; a later attempt would redo it");
         }
+        stored.is_ok()
     }
 
     /// Folds the journal onto `base` (the task's first conversation) and
@@ -192,6 +246,24 @@ impl StepJournal {
         self.mark(Record::Resumed { from_step, reason: resume.reason.clone(), upto }).await;
         Some(resume)
     }
+}
+
+/// Awaits the acks of `unacked` in order (held locked, so no entry or event
+/// overtakes them); one without an ack is stored again, awaited, with its
+/// event: a watcher may then see that event twice, never not at all.
+async fn await_acks(unacked: &mut Vec<Unacked>, journal: &StepJournal) {
+    for (entry, event, appended) in unacked.drain(..) {
+        if appended.stored().await.is_err() {
+            journal.store(&entry, false, event.as_deref(), true).await;
+        }
+    }
+}
+
+/// A progress event as the header of the entry that carries it: its
+/// version 2 body, which is one line of JSON; `None` (the event is then
+/// published on its own) for one that could not be a header value.
+fn header_value(event: &ProgressEvent) -> Option<String> {
+    String::from_utf8(event.encode()).ok().filter(|text| !text.contains(['\r', '\n']))
 }
 
 /// The conversation the journal describes: `snapshot` (else `base`) with the

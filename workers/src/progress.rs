@@ -1,5 +1,9 @@
 //! Publishes a task's progress events as the agent loop runs. Events are
-//! observations: they go out without waiting for acks and never slow the task.
+//! observations: they go out without waiting for their own acks and never
+//! slow the task. The event of a journaled step (`model_call`,
+//! `tool_result`) goes out in the step's journal entry, one write for both
+//! (workers/src/journal.rs); any other event waits for the acks of the
+//! entries before it, so the two paths keep the loop's order.
 //!
 //! A streaming model's text (`[models.<name>] stream = true`) goes out as
 //! `model_delta` events, coalesced by [`DeltaCoalescer`]: at most one per
@@ -51,9 +55,30 @@ pub struct ProgressPublisher {
 }
 
 impl ProgressPublisher {
-    /// Publishes one event.
+    /// Publishes one event on its own, after the journal entries still
+    /// unacked, whose events would otherwise race it (workers/src/journal.rs).
     pub async fn emit(&self, kind: ProgressKind) {
-        let ev = ProgressEvent {
+        self.publish(&self.event(kind)).await;
+    }
+
+    async fn publish(&self, event: &ProgressEvent) {
+        if self.journal.carries_progress() {
+            self.journal.settle().await;
+        }
+        self.bus.publish_progress(&self.tenant, event).await;
+    }
+
+    /// Journals `step` with its event `kind` in one write when the journal
+    /// carries events, else each on its own.
+    async fn journaled(&self, step: &Step, kind: ProgressKind) {
+        let event = self.event(kind);
+        if !self.journal.step(step, Some(&event)).await {
+            self.publish(&event).await;
+        }
+    }
+
+    fn event(&self, kind: ProgressKind) -> ProgressEvent {
+        ProgressEvent {
             v: protocol::PROGRESS_VERSION,
             job_id: self.job_id,
             task_id: self.task_id,
@@ -62,8 +87,7 @@ impl ProgressPublisher {
             attempt: self.attempt,
             at: protocol::now(),
             kind,
-        };
-        self.bus.publish_progress(&self.tenant, &ev).await;
+        }
     }
 
     /// Publishes the streamed text still waiting (a step's end, or a run
@@ -92,11 +116,13 @@ impl AgentObserver for ProgressPublisher {
     }
 
     async fn model_called(&self, step: u32, usage: Usage, latency: Duration) {
-        self.flush_deltas().await;
-        self.deltas.lock().await.step = step + 1;
-        tracing::debug!(step, input_tokens = usage.input_tokens, output_tokens = usage.output_tokens, "model call");
-        self.metrics.model_call(self.subagent_type.as_str(), &usage, latency);
-        self.emit(ProgressKind::ModelCall { step, usage, latency_ms: latency.as_millis() as u64 }).await;
+        let kind = self.model_call(step, usage, latency).await;
+        self.emit(kind).await;
+    }
+
+    async fn turn_completed(&self, step: &Step, number: u32, usage: Usage, latency: Duration) {
+        let kind = self.model_call(number, usage, latency).await;
+        self.journaled(step, kind).await;
     }
 
     async fn model_failed(&self, step: u32, kind: ErrorKind, latency: Duration, usage: Usage) {
@@ -120,22 +146,45 @@ impl AgentObserver for ProgressPublisher {
     }
 
     async fn tool_finished(&self, call: &ToolCall, outcome: &ToolOutcome) {
-        let error_kind = outcome.result.as_ref().err().map(|e| e.kind);
-        self.metrics.tool_call(self.subagent_type.as_str(), &call.name, error_kind, outcome.duration);
-        self.emit(ProgressKind::ToolResult {
-            call_id: call.id.clone(),
-            tool: call.name.clone(),
-            error_kind: outcome.result.as_ref().err().map(|e| e.kind),
-            size: outcome.to_model_text().len(),
-            duration_ms: outcome.duration.as_millis() as u64,
-        })
-        .await;
+        self.emit(self.tool_result(call, outcome)).await;
+    }
+
+    async fn tool_completed(&self, step: Option<&Step>, call: &ToolCall, outcome: &ToolOutcome) {
+        match step {
+            Some(step) => self.journaled(step, self.tool_result(call, outcome)).await,
+            None => self.tool_finished(call, outcome).await,
+        }
     }
 
     async fn checkpoint(&self, _conversation: &Conversation) {}
 
     async fn step(&self, step: &Step) {
-        self.journal.step(step).await;
+        self.journal.step(step, None).await;
+    }
+}
+
+impl ProgressPublisher {
+    /// The `model_call` event of turn `step`, after the streamed text still
+    /// waiting (which goes out first) and the metrics.
+    async fn model_call(&self, step: u32, usage: Usage, latency: Duration) -> ProgressKind {
+        self.flush_deltas().await;
+        self.deltas.lock().await.step = step + 1;
+        tracing::debug!(step, input_tokens = usage.input_tokens, output_tokens = usage.output_tokens, "model call");
+        self.metrics.model_call(self.subagent_type.as_str(), &usage, latency);
+        ProgressKind::ModelCall { step, usage, latency_ms: latency.as_millis() as u64 }
+    }
+
+    /// The `tool_result` event of a call that ended, counted in the metrics.
+    fn tool_result(&self, call: &ToolCall, outcome: &ToolOutcome) -> ProgressKind {
+        let error_kind = outcome.result.as_ref().err().map(|e| e.kind);
+        self.metrics.tool_call(self.subagent_type.as_str(), &call.name, error_kind, outcome.duration);
+        ProgressKind::ToolResult {
+            call_id: call.id.clone(),
+            tool: call.name.clone(),
+            error_kind,
+            size: outcome.to_model_text().len(),
+            duration_ms: outcome.duration.as_millis() as u64,
+        }
     }
 }
 

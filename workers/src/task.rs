@@ -41,6 +41,9 @@ pub struct WorkerContext {
     pub metrics: Arc<WorkerMetrics>,
     /// Cancelled jobs; aborts their running subagents.
     pub cancels: Arc<CancelWatch>,
+    /// Whether journal entries carry their step's progress event
+    /// (workers/src/journal.rs, [`crate::journal::carries_progress`]).
+    pub journal_carries_progress: bool,
 }
 
 /// What a resumed subagent with a sandbox reads before its next model call:
@@ -169,7 +172,7 @@ fn progress_publisher(ctx: &WorkerContext, task: &TaskMessage, attempt: u32) -> 
         attempt,
         metrics: ctx.metrics.agent.clone(),
         deltas: Default::default(),
-        journal: Arc::new(StepJournal::new(&ctx.bus, task, attempt)),
+        journal: Arc::new(StepJournal::new(&ctx.bus, task, attempt, ctx.journal_carries_progress)),
     }
 }
 

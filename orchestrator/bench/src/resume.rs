@@ -92,7 +92,7 @@ async fn appends(journal: &Journal, bytes: usize, n: usize) -> anyhow::Result<Ve
     let mut out = Vec::with_capacity(n);
     for i in 0..n + 20 {
         let started = Instant::now();
-        journal.append(&key, &entry, false).await?.stored().await?;
+        journal.append(&key, &entry, false, None).await?.stored().await?;
         if i >= 20 {
             out.push(started.elapsed());
         }

@@ -162,6 +162,25 @@ pub trait AgentObserver: Send + Sync {
     /// journal) lets a later attempt resume after it. The turn that answers
     /// is handed over like any other.
     async fn step(&self, _step: &Step) {}
+    /// A model call returned turn `number` of the run: `step` (its
+    /// [`Step::Turn`]) is handed over as [`step`](Self::step) would be, then
+    /// announced as [`model_called`](Self::model_called) would; an observer
+    /// that records and announces a step in one write (a worker, whose step
+    /// journal carries the progress event) does both at once.
+    async fn turn_completed(&self, step: &Step, number: u32, usage: Usage, latency: Duration) {
+        self.step(step).await;
+        self.model_called(number, usage, latency).await;
+    }
+    /// A tool call ended: its result `step` (none when the call was cut short
+    /// by the run stopping: not a step), then the announcement of
+    /// [`tool_finished`](Self::tool_finished); together, as
+    /// [`turn_completed`](Self::turn_completed).
+    async fn tool_completed(&self, step: Option<&Step>, call: &ToolCall, outcome: &ToolOutcome) {
+        if let Some(step) = step {
+            self.step(step).await;
+        }
+        self.tool_finished(call, outcome).await;
+    }
     /// Older turns were replaced by a summary: the request measured
     /// `before_tokens` and now measures `after_tokens` (o200k_base, the whole
     /// request); `usage` is the compaction call's, already added to the
@@ -354,9 +373,8 @@ impl Agent {
             let message = ChatMessage::Assistant { content: response.content, tool_calls: response.tool_calls };
             // Recorded before it is announced or acted on.
             let step = Step::Turn { message, usage: response.usage };
-            observer.step(&step).await;
+            observer.turn_completed(&step, conv.steps + 1, response.usage, latency).await;
             conv.apply(step);
-            observer.model_called(conv.steps, response.usage, latency).await;
             if done && let Some(schema) = &self.output {
                 match self.checked(schema, &answer, conv, observer).await? {
                     Some(valid) => return Ok(valid),
@@ -436,10 +454,8 @@ impl Agent {
             // did not complete: it is not a step, and runs again on resume.
             let cut_short = ctx.cancel.is_cancelled()
                 && outcome.result.as_ref().err().is_some_and(|e| e.kind == ErrorKind::Cancelled);
-            if !cut_short {
-                observer.step(&Step::ToolResult { message: message.clone(), ran: true }).await;
-            }
-            observer.tool_finished(call, &outcome).await;
+            let step = (!cut_short).then(|| Step::ToolResult { message: message.clone(), ran: true });
+            observer.tool_completed(step.as_ref(), call, &outcome).await;
             message
         });
         Ok((futures::future::join_all(runs).await, ran))

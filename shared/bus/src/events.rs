@@ -8,7 +8,7 @@ use async_nats::jetstream::consumer::{DeliverPolicy, pull};
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
 
-use crate::{Bus, BusError};
+use crate::{Bus, BusError, PROGRESS_HEADER};
 
 /// The events stream.
 #[derive(Clone)]
@@ -59,9 +59,21 @@ impl EventStream {
         let stored = consumer.cached_info().num_pending as usize;
         let messages = consumer.messages().await.map_err(|e| BusError::new("cannot follow events", e))?;
         let events = messages.map(|m| match m {
-            Ok(m) => Ok(RawEvent { subject: m.subject.to_string(), payload: m.payload.clone() }),
+            Ok(m) => {
+                Ok(RawEvent { subject: m.subject.to_string(), payload: event_body(&m.payload, m.headers.as_ref()) })
+            }
             Err(e) => Err(BusError::new("event stream error", e)),
         });
         Ok((stored, events))
+    }
+}
+
+/// The body of an event message: its payload, or for a progress event that
+/// its step's journal entry carried (republished headers only, an empty
+/// payload; shared/bus/src/journal.rs) the [`PROGRESS_HEADER`] header.
+pub fn event_body(payload: &Bytes, headers: Option<&async_nats::HeaderMap>) -> Bytes {
+    match headers.and_then(|h| h.get(PROGRESS_HEADER)) {
+        Some(event) if payload.is_empty() => Bytes::copy_from_slice(event.as_str().as_bytes()),
+        _ => payload.clone(),
     }
 }

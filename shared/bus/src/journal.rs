@@ -5,6 +5,14 @@
 //! latest compaction snapshot on the same subject plus `.snapshot`; the
 //! entries themselves are the worker's (workers/src/journal.rs).
 //!
+//! A step and its progress event are one message (docs/PROTOCOL.md,
+//! "Progress events carried by the journal"): the entry is the body, the
+//! event (version 2 body) rides in the [`PROGRESS_HEADER`] header, and the
+//! stream republishes the headers alone of every steps message to the
+//! task's progress subject, where the events stream stores it like any
+//! event. One write per step serves the journal and the watchers; the body,
+//! with the tool arguments and results, never leaves this stream.
+//!
 //! Writes are appends, O(1) in the task's length. Reading is rare (an attempt
 //! after the first): the last snapshot by a direct get, then the entries
 //! stored after it through an ordered consumer. Only the task's own type may
@@ -16,6 +24,7 @@
 
 use std::time::Duration;
 
+use async_nats::HeaderMap;
 use async_nats::jetstream::consumer::{DeliverPolicy, pull};
 use async_nats::jetstream::context::PublishAckFuture;
 use async_nats::jetstream::stream::{self, DirectGetErrorKind};
@@ -33,6 +42,11 @@ const RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
 /// How long reading a journal may take before the attempt gives up on it.
 const READ_BUDGET: Duration = Duration::from_secs(10);
 
+/// The header of a journal message that carries the progress event of its
+/// step; the stream republishes it (headers only) to the task's progress
+/// subject.
+pub const PROGRESS_HEADER: &str = "Flotilla-Progress";
+
 /// The stream's configuration, declared with the rest of the topology.
 pub(crate) fn stream_config(s: &Subjects) -> stream::Config {
     stream::Config {
@@ -42,7 +56,19 @@ pub(crate) fn stream_config(s: &Subjects) -> stream::Config {
         max_age: RETENTION,
         max_message_size: MAX_MESSAGE_BYTES as i32,
         allow_direct: true,
+        republish: Some(progress_republish(s)),
         ..Default::default()
+    }
+}
+
+/// Steps messages (`<p>.journal.<type>.<tenant>.<job>.<task>`, not
+/// snapshots) go on, headers only, to `<p>.job.<tenant>.<job>.progress.<task>`.
+fn progress_republish(s: &Subjects) -> stream::Republish {
+    let p = s.prefix();
+    stream::Republish {
+        source: format!("{p}.journal.*.*.*.*"),
+        destination: format!("{p}.job.{{{{wildcard(2)}}}}.{{{{wildcard(3)}}}}.progress.{{{{wildcard(4)}}}}"),
+        headers_only: true,
     }
 }
 
@@ -111,17 +137,44 @@ impl Journal {
     }
 
     /// Sends `entry` to the journal's steps (`snapshot` false) or snapshot
-    /// subject; the entry is stored once [`Appended::stored`] returns.
-    pub async fn append<T: Message>(&self, key: &JournalKey, entry: &T, snapshot: bool) -> Result<Appended, BusError> {
+    /// subject, with `progress` (an encoded progress event of the step) in
+    /// [`PROGRESS_HEADER`] when given; the entry is stored once
+    /// [`Appended::stored`] returns. A progress event only goes to steps
+    /// subjects, the ones the stream republishes.
+    pub async fn append<T: Message>(
+        &self,
+        key: &JournalKey,
+        entry: &T,
+        snapshot: bool,
+        progress: Option<&str>,
+    ) -> Result<Appended, BusError> {
         let subject = if snapshot { key.snapshot.clone() } else { key.steps.clone() };
         let payload = checked(protocol::encode(entry).into(), T::NAME)?;
-        let ack = self
-            .bus
-            .js
-            .publish(subject.clone(), payload)
-            .await
-            .map_err(|e| BusError::new(format!("cannot publish to {subject}"), e))?;
+        let publish = match progress.filter(|_| !snapshot) {
+            Some(event) => {
+                let mut headers = HeaderMap::new();
+                headers.insert(PROGRESS_HEADER, event);
+                self.bus.js.publish_with_headers(subject.clone(), headers, payload).await
+            }
+            None => self.bus.js.publish(subject.clone(), payload).await,
+        };
+        let ack = publish.map_err(|e| BusError::new(format!("cannot publish to {subject}"), e))?;
         Ok(Appended { subject, ack })
+    }
+
+    /// Whether the stream republishes the progress events its steps carry
+    /// (a stream declared by a Flotilla without it does not: the worker then
+    /// publishes each event on its own). Read once per worker.
+    pub async fn carries_progress(&self) -> Result<bool, BusError> {
+        let name = self.bus.subjects.journal_stream();
+        let stream = self.bus.js.get_stream(&name).await.map_err(|e| BusError::new("no journal stream", e))?;
+        let info = stream.cached_info();
+        let wanted = progress_republish(&self.bus.subjects);
+        Ok(info
+            .config
+            .republish
+            .as_ref()
+            .is_some_and(|r| r.source == wanted.source && r.destination == wanted.destination && r.headers_only))
     }
 
     /// Reads the journal: its latest snapshot and the entries after it.

@@ -14,7 +14,7 @@
 //! | `FLOTILLA_REPORTS`         | stream, limits 7 d   | `flotilla.job.*.*.report.*`            | [`ReportStream`]: publish, stored report of a task, follow (`reports.rs`) |
 //! | `FLOTILLA_EVENTS`          | stream, limits 24 h  | `flotilla.job.*.*.event`, `.progress.*`| [`Bus::publish_event`]; [`EventStream`]: follow a filter with its stored count (`events.rs`) |
 //! | `FLOTILLA_MESSAGES`        | stream, limits 7 d   | `flotilla.job.*.*.message.*`           | [`TaskMessages`]: publish, follow a type's, look up and replay one task's (`task_messages.rs`) |
-//! | `FLOTILLA_JOURNAL`         | stream, limits 7 d, direct get | `flotilla.journal.<type>.<tenant>.<job>.<task>[.snapshot]` | [`Journal`]: append, read (last snapshot + entries after it), purge a job's (`journal.rs`) |
+//! | `FLOTILLA_JOURNAL`         | stream, limits 7 d, direct get, republishes steps headers-only to progress | `flotilla.journal.<type>.<tenant>.<job>.<task>[.snapshot]` | [`Journal`]: append (with the step's progress event in a header), read (last snapshot + entries after it), purge a job's (`journal.rs`) |
 //! | `FLOTILLA_DEADLETTER`      | stream, limits 30 d  | `flotilla.deadletter.>` + reason header; tasks on `.deadletter.task.<type>` | [`Bus::dead_letter`], [`Bus::dead_letter_task`] (`dead_letters.rs`) |
 //! | `FLOTILLA_AUDIT`           | stream               | `flotilla.audit.<tenant>.<job>`        | [`audit::BusAuditSink`], [`audit::read`] (`audit.rs`) |
 //! | `flotilla_jobs`            | KV bucket            | job headers and one key per task       | [`JobRecords`]: entry, create, update (by revision), keys by filter (`job_records.rs`); the orchestrator's job store writes them |
@@ -65,11 +65,11 @@ pub use api::{ApiRequest, ApiRequests};
 pub use approvals::{APPROVAL_RETENTION, ApprovalStore, Versioned, Write};
 pub use cancellations::{Cancellations, Cancelled};
 pub use checkpoints::Checkpoints;
-pub use events::{EventStream, RawEvent};
+pub use events::{EventStream, RawEvent, event_body};
 pub use history_seed::seed_finished_jobs;
 pub use job_index::{Indexed, JobIndex, RecentEntries, index_filter, index_key};
 pub use job_records::{Cas, Changes, JobRecords, keys as job_keys};
-pub use journal::{Appended, Journal, JournalKey, JournalRead, Stored};
+pub use journal::{Appended, Journal, JournalKey, JournalRead, PROGRESS_HEADER, Stored};
 pub use leases::{Lease, Leases};
 pub use mcp_tokens::McpTokens;
 pub use reports::ReportStream;

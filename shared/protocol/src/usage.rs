@@ -15,7 +15,9 @@ pub struct Usage {
     pub output_tokens: u64,
     /// Model round trips.
     pub model_calls: u64,
-    /// Tool calls executed (including failed ones).
+    /// Tool calls executed (including failed ones); omitted when 0, as in
+    /// the usage of every single model call.
+    #[serde(skip_serializing_if = "is_zero_u64")]
     pub tool_calls: u64,
     /// Cost in US dollars of the model calls, from the model's configured
     /// prices (`[models.<name>] price_*_per_mtok`, docs/CONFIG.md);

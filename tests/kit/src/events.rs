@@ -32,7 +32,10 @@ impl EventLog {
         let (tx, rx) = mpsc::unbounded_channel();
         tokio::spawn(async move {
             while let Some(m) = sub.next().await {
-                let v = serde_json::from_slice(&m.payload).unwrap_or(Value::Null);
+                // A step's progress event arrives in its journal entry's
+                // header, republished without the body (shared/bus/src/journal.rs).
+                let body = flotilla_bus::event_body(&m.payload, m.headers.as_ref());
+                let v = serde_json::from_slice(&body).unwrap_or(Value::Null);
                 if tx.send((m.subject.to_string(), v)).is_err() {
                     return;
                 }

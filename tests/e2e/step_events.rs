@@ -1,0 +1,117 @@
+//! A step's progress event travels in the step's journal entry
+//! (docs/PROTOCOL.md, "Progress events carried by the journal"): one write
+//! per step serves the journal and the watchers. The journal stream
+//! republishes the entry's headers alone to the task's progress subject, so
+//! a progress subscriber never receives the entry (tool arguments and
+//! results), and the events stream stores the event like any other.
+
+use std::collections::HashMap;
+
+use async_nats::HeaderMap;
+use bytes::Bytes;
+use flotilla_bus::PROGRESS_HEADER;
+use flotilla_client::events::{self, Event, Scope};
+use flotilla_protocol::ProgressKind;
+use flotilla_protocol::ids::Tenant;
+use flotilla_testkit::{Deployment, TIMEOUT, TestConfig};
+use futures::StreamExt;
+use serde_json::Value;
+
+use crate::durability::regions;
+
+/// One message as a core NATS subscriber receives it.
+struct Seen {
+    subject: String,
+    headers: Option<HeaderMap>,
+    payload: Bytes,
+}
+
+impl Seen {
+    fn header_event(&self) -> Option<Value> {
+        let h = self.headers.as_ref()?.get(PROGRESS_HEADER)?;
+        Some(serde_json::from_str(h.as_str()).expect("the header is a progress event"))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_steps_progress_event_rides_in_its_journal_entry_and_watchers_never_receive_the_entry() {
+    let d = Deployment::start(1, |url| TestConfig::demo(url, 2, 0)).await;
+    let mut sub = d.raw.client.subscribe("flotilla.>").await.expect("subscribe");
+    d.raw.client.flush().await.expect("flush");
+    let job = d.submit(&regions(2)).await;
+
+    let mut seen = Vec::new();
+    let ended = tokio::time::timeout(TIMEOUT, async {
+        while let Some(m) = sub.next().await {
+            let end = m.subject.ends_with(".event")
+                && serde_json::from_slice::<Value>(&m.payload)
+                    .is_ok_and(|v| matches!(v["event"].as_str(), Some("completed" | "failed" | "cancelled")));
+            seen.push(Seen { subject: m.subject.to_string(), headers: m.headers, payload: m.payload });
+            if end {
+                return;
+            }
+        }
+    })
+    .await;
+    assert!(ended.is_ok(), "the job did not end; saw {} messages", seen.len());
+
+    // What the worker wrote: journal entries, two model turns and a tool
+    // result per task, each with its event in the header.
+    let journal: Vec<&Seen> = seen.iter().filter(|m| m.subject.starts_with("flotilla.journal.")).collect();
+    let carried: Vec<Value> = journal.iter().filter_map(|m| m.header_event()).collect();
+    let kinds = |events: &[Value], kind: &str| events.iter().filter(|e| e["event"] == kind).count();
+    assert_eq!(
+        (kinds(&carried, "model_call"), kinds(&carried, "tool_result"), carried.len()),
+        (4, 2, 6),
+        "two tasks' turns and tool results carry their events: {carried:?}"
+    );
+    for m in &journal {
+        let entry: Value = serde_json::from_slice(&m.payload).expect("a journal entry body");
+        assert_eq!(entry["entry"], "step", "{entry}");
+    }
+
+    // What a progress subscriber received: the carried events with an empty
+    // body (the entry stays in the journal stream), each once, and no
+    // `model_call` or `tool_result` published on its own.
+    let progress: Vec<&Seen> = seen.iter().filter(|m| m.subject.contains(".progress.")).collect();
+    let republished: Vec<&Seen> = progress.iter().copied().filter(|m| m.header_event().is_some()).collect();
+    assert_eq!(republished.len(), carried.len(), "each carried event reaches the progress subject once");
+    for m in &republished {
+        assert!(m.payload.is_empty(), "the journal entry leaked to {}: {:?}", m.subject, m.payload);
+    }
+    let on_their_own: Vec<Value> = progress
+        .iter()
+        .filter(|m| !m.payload.is_empty())
+        .map(|m| serde_json::from_slice(&m.payload).unwrap())
+        .collect();
+    assert_eq!(
+        (kinds(&on_their_own, "model_call"), kinds(&on_their_own, "tool_result")),
+        (0, 0),
+        "no step's event is a second write: {on_their_own:?}"
+    );
+    assert_eq!(kinds(&on_their_own, "started"), 2, "{on_their_own:?}");
+
+    // Stored: a watcher replaying the job reads every event of each task,
+    // the carried ones decoded from their header, in the loop's order.
+    let (stored, replay) =
+        events::follow_counted(&d.bus, Scope::Job(Tenant::default(), job), true).await.expect("follow the job");
+    let replay: Vec<Event> = replay.take(stored).map(|e| e.expect("a stored event")).collect().await;
+    let mut per_task: HashMap<_, Vec<String>> = HashMap::new();
+    for e in replay {
+        if let Event::Progress(p) = e {
+            let kind = match p.kind {
+                ProgressKind::ModelCall { step, .. } => format!("model_call {step}"),
+                other => serde_json::to_value(&other).unwrap()["event"].as_str().unwrap().to_string(),
+            };
+            per_task.entry(p.task_id).or_default().push(kind);
+        }
+    }
+    assert_eq!(per_task.len(), 2, "{per_task:?}");
+    for (task, kinds) in per_task {
+        assert_eq!(
+            kinds,
+            ["started", "model_call 1", "tool_call", "tool_result", "model_call 2", "finished"],
+            "task {task}"
+        );
+    }
+}
