@@ -1,6 +1,7 @@
-//! Worker memory with a model that reports its own usage (an `openai`
-//! provider on a local OpenAI-format endpoint, tests/kit/src/metered.rs), the
-//! way a production worker runs: RSS idle, and with 16 subagents in flight
+//! Worker and orchestrator memory with models that report their own usage
+//! (an `openai` provider on a local OpenAI-format endpoint,
+//! tests/kit/src/metered.rs), the way production processes run: the idle
+//! orchestrator's RSS, and the worker's idle and with 16 subagents in flight
 //! (each inside one 2 s model call), so memory per in-flight subagent is
 //! the difference over 16. The scripted rows of `footprint` differ: a
 //! scripted model counts every request in o200k tokens, so that worker
@@ -23,10 +24,22 @@ const IN_FLIGHT: usize = 16;
 pub async fn measure() -> anyhow::Result<Vec<Row>> {
     let endpoint = MeteredEndpoint::start(Duration::from_secs(2), Arc::new(|_| text_reply("0.375"))).await;
     let planner = setup::planner(0);
-    let rig =
-        Rig::launch(1, |url| setup::config_with(url, &planner, FinanceModel::OpenAi(&endpoint.url), IN_FLIGHT, ""))
-            .await?;
+    let rig = Rig::launch(1, |url| {
+        let mut c = setup::config_with(url, &planner, FinanceModel::OpenAi(&endpoint.url), IN_FLIGHT, "");
+        // The planner on the endpoint too, as a production orchestrator
+        // runs: a scripted planner counts every request in o200k tokens,
+        // so it builds the tokenizer's tables at start. Idle, it is not called.
+        let scripted = "[models.planner]\nprovider = \"scripted\"\nscript = \"planner.toml\"\n";
+        let openai = format!(
+            "[models.planner]\nprovider = \"openai\"\nbase_url = \"{}\"\nmodel = \"m\"\nmax_retries = 0\n",
+            endpoint.url
+        );
+        c.section_replace(scripted, &openai);
+        c
+    })
+    .await?;
     let idle = rig.memory_kib("worker-1", "VmRSS:")?;
+    let idle_orchestrator = rig.memory_kib("orchestrator", "VmRSS:")?;
     let job = JobId::new();
     let ty = SubagentType::new("finance")?;
     for _ in 0..IN_FLIGHT {
@@ -43,6 +56,11 @@ pub async fn measure() -> anyhow::Result<Vec<Row>> {
     let mib = |kib: u64| format!("{:.1} MiB", kib as f64 / 1024.0);
     Ok(vec![
         ("idle worker RSS, openai-provider model (no o200k tables)".into(), mib(idle), "<= 20 MiB".into()),
+        (
+            "idle orchestrator RSS, openai-provider planner (no o200k tables)".into(),
+            mib(idle_orchestrator),
+            "<= 30 MiB".into(),
+        ),
         (
             format!("worker RSS, {IN_FLIGHT} subagents in flight (peak)"),
             format!("{} ({})", mib(loaded), mib(peak)),
