@@ -3,7 +3,9 @@
 //! per step serves the journal and the watchers. The journal stream
 //! republishes the entry's headers alone to the task's progress subject, so
 //! a progress subscriber never receives the entry (tool arguments and
-//! results), and the events stream stores the event like any other.
+//! results), and the events stream stores the event like any other. A
+//! journal stream an older Flotilla declared does not republish: a worker
+//! then publishes every event on its own.
 
 use std::collections::HashMap;
 
@@ -13,7 +15,7 @@ use flotilla_bus::PROGRESS_HEADER;
 use flotilla_client::events::{self, Event, Scope};
 use flotilla_protocol::ProgressKind;
 use flotilla_protocol::ids::Tenant;
-use flotilla_testkit::{Deployment, TIMEOUT, TestConfig};
+use flotilla_testkit::{Deployment, TIMEOUT, TestConfig, eventually};
 use futures::StreamExt;
 use serde_json::Value;
 
@@ -33,13 +35,11 @@ impl Seen {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_steps_progress_event_rides_in_its_journal_entry_and_watchers_never_receive_the_entry() {
-    let d = Deployment::start(1, |url| TestConfig::demo(url, 2, 0)).await;
+/// Every message on the bus from `d`'s job of `regions` until its end.
+async fn run_job(d: &Deployment, regions: &str) -> (flotilla_protocol::ids::JobId, Vec<Seen>) {
     let mut sub = d.raw.client.subscribe("flotilla.>").await.expect("subscribe");
     d.raw.client.flush().await.expect("flush");
-    let job = d.submit(&regions(2)).await;
-
+    let job = d.submit(regions).await;
     let mut seen = Vec::new();
     let ended = tokio::time::timeout(TIMEOUT, async {
         while let Some(m) = sub.next().await {
@@ -54,12 +54,22 @@ async fn a_steps_progress_event_rides_in_its_journal_entry_and_watchers_never_re
     })
     .await;
     assert!(ended.is_ok(), "the job did not end; saw {} messages", seen.len());
+    (job, seen)
+}
+
+fn kinds(events: &[Value], kind: &str) -> usize {
+    events.iter().filter(|e| e["event"] == kind).count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_steps_progress_event_rides_in_its_journal_entry_and_watchers_never_receive_the_entry() {
+    let d = Deployment::start(1, |url| TestConfig::demo(url, 2, 0)).await;
+    let (job, seen) = run_job(&d, &regions(2)).await;
 
     // What the worker wrote: journal entries, two model turns and a tool
     // result per task, each with its event in the header.
     let journal: Vec<&Seen> = seen.iter().filter(|m| m.subject.starts_with("flotilla.journal.")).collect();
     let carried: Vec<Value> = journal.iter().filter_map(|m| m.header_event()).collect();
-    let kinds = |events: &[Value], kind: &str| events.iter().filter(|e| e["event"] == kind).count();
     assert_eq!(
         (kinds(&carried, "model_call"), kinds(&carried, "tool_result"), carried.len()),
         (4, 2, 6),
@@ -114,4 +124,40 @@ async fn a_steps_progress_event_rides_in_its_journal_entry_and_watchers_never_re
             "task {task}"
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_on_a_journal_stream_that_does_not_republish_publishes_each_event_on_its_own() {
+    let mut d = Deployment::start(0, |url| TestConfig::demo(url, 2, 0)).await;
+    // The orchestrator declares the streams, then the buckets, the files
+    // bucket among them: once that exists, no declaration is still to come.
+    eventually(TIMEOUT, "the orchestrator to declare the topology", || async {
+        d.raw.js.get_stream("OBJ_flotilla_files").await.ok()
+    })
+    .await;
+    // The journal stream as a Flotilla before the republish declared it;
+    // the worker declares nothing (a least-privilege worker never does).
+    let mut stream = d.raw.js.get_stream("FLOTILLA_JOURNAL").await.expect("journal stream");
+    let mut config = stream.info().await.expect("stream info").config.clone();
+    assert!(config.republish.is_some(), "this Flotilla declares the republish");
+    config.republish = None;
+    d.raw.js.update_stream(config).await.expect("republish removed");
+    let now = stream.info().await.expect("stream info").config.republish.clone();
+    assert!(now.is_none(), "the stream still republishes: {now:?}");
+    d.add_worker_env("w1", &[], &[("FLOTILLA_NATS__MANAGE_TOPOLOGY", "false")]);
+    let (_, seen) = run_job(&d, &regions(1)).await;
+
+    let journal: Vec<&Seen> = seen.iter().filter(|m| m.subject.starts_with("flotilla.journal.")).collect();
+    assert!(journal.len() >= 3, "the steps are still journaled: {}", journal.len());
+    assert!(journal.iter().all(|m| m.header_event().is_none()), "no entry carries an event nobody republishes");
+    let own: Vec<Value> = seen
+        .iter()
+        .filter(|m| m.subject.contains(".progress.") && !m.payload.is_empty())
+        .map(|m| serde_json::from_slice(&m.payload).unwrap())
+        .collect();
+    assert_eq!(
+        (kinds(&own, "started"), kinds(&own, "model_call"), kinds(&own, "tool_result"), kinds(&own, "finished")),
+        (1, 2, 1, 1),
+        "every event published on its own: {own:?}"
+    );
 }

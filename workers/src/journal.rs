@@ -116,9 +116,16 @@ pub struct StepJournal {
     unacked: tokio::sync::Mutex<Vec<Unacked>>,
 }
 
+/// How often a worker reads again whether the journal stream republishes:
+/// an older orchestrator that restarts declares the stream without it, and
+/// a worker that went on carrying events in entries would lose them for
+/// as long as it did not notice.
+pub const CARRIES_PROGRESS_CHECK: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Whether the journal stream of `bus` republishes the progress events its
-/// entries carry (module docs); `false`, logged, when that cannot be read:
-/// every event is then published on its own.
+/// entries carry (module docs), read at a worker's start and every
+/// [`CARRIES_PROGRESS_CHECK`] after ([`watch_carries_progress`]). `false`,
+/// logged, when that cannot be read: every event is then published on its own.
 pub async fn carries_progress(bus: &Bus) -> bool {
     match bus.journal().carries_progress().await {
         Ok(carries) => {
@@ -132,6 +139,28 @@ pub async fn carries_progress(bus: &Bus) -> bool {
         Err(e) => {
             tracing::warn!(error = %e, "journal stream not read; each step's progress event is published on its own");
             false
+        }
+    }
+}
+
+/// Keeps `flag` equal to [`carries_progress`] until `stop` fires; tasks
+/// starting after a change write their entries the new way.
+pub async fn watch_carries_progress(
+    bus: Bus,
+    flag: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    stop: tokio_util::sync::CancellationToken,
+) {
+    use std::sync::atomic::Ordering;
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(CARRIES_PROGRESS_CHECK) => {}
+            _ = stop.cancelled() => return,
+        }
+        let carries = carries_progress(&bus).await;
+        if flag.swap(carries, Ordering::Relaxed) != carries && carries {
+            tracing::info!(
+                "the journal stream republishes progress events again: each step's event rides in its entry"
+            );
         }
     }
 }

@@ -193,7 +193,14 @@ async fn run(args: Args, mut settings: Settings) -> anyhow::Result<i32> {
     let service = announce(&bus, &worker_id, &types).await;
     let cancels = cancel::CancelWatch::start(&bus).await.context("cannot watch job cancellations")?;
     let hand_back = CancellationToken::new();
-    let journal_carries_progress = flotilla_worker::journal::carries_progress(&bus).await;
+    let carries = flotilla_worker::journal::carries_progress(&bus).await;
+    let journal_carries_progress = Arc::new(std::sync::atomic::AtomicBool::new(carries));
+    let watch = flotilla_worker::journal::watch_carries_progress(
+        bus.clone(),
+        journal_carries_progress.clone(),
+        shutdown.clone(),
+    );
+    tokio::spawn(watch);
     let ctx =
         Arc::new(WorkerContext { bus, worker_id, shutdown, hand_back, metrics, cancels, journal_carries_progress });
     let grace = Duration::from_secs(args.grace.unwrap_or(settings.worker.grace));

@@ -42,8 +42,9 @@ pub struct WorkerContext {
     /// Cancelled jobs; aborts their running subagents.
     pub cancels: Arc<CancelWatch>,
     /// Whether journal entries carry their step's progress event
-    /// (workers/src/journal.rs, [`crate::journal::carries_progress`]).
-    pub journal_carries_progress: bool,
+    /// (workers/src/journal.rs, [`crate::journal::carries_progress`]), kept
+    /// current by [`crate::journal::watch_carries_progress`].
+    pub journal_carries_progress: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// What a resumed subagent with a sandbox reads before its next model call:
@@ -172,7 +173,12 @@ fn progress_publisher(ctx: &WorkerContext, task: &TaskMessage, attempt: u32) -> 
         attempt,
         metrics: ctx.metrics.agent.clone(),
         deltas: Default::default(),
-        journal: Arc::new(StepJournal::new(&ctx.bus, task, attempt, ctx.journal_carries_progress)),
+        journal: Arc::new(StepJournal::new(
+            &ctx.bus,
+            task,
+            attempt,
+            ctx.journal_carries_progress.load(std::sync::atomic::Ordering::Relaxed),
+        )),
     }
 }
 
