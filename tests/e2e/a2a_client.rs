@@ -176,7 +176,22 @@ async fn over_http_json_a_redelivered_task_follows_the_a2a_task_its_dead_worker_
     follows_the_a2a_task_its_dead_worker_started("HTTP+JSON").await;
 }
 
+/// The A2A task ends between the new attempt's `GetTask` (still working)
+/// and its `SubscribeToTask`, which the agent then refuses (a task in a
+/// terminal state): the attempt takes the task's final state, without
+/// sending the description again. The agent fixture holds its `GetTask`
+/// answer until the task is stored completed (tests/fixtures/a2a_agent.py,
+/// `LOG.release-on-get`), so the race happens every run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_http_json_a_redelivered_task_whose_a2a_task_ends_before_it_is_followed_takes_its_answer() {
+    follows_the_a2a_task_its_dead_worker_started_with("HTTP+JSON", true).await;
+}
+
 async fn follows_the_a2a_task_its_dead_worker_started(binding: &str) {
+    follows_the_a2a_task_its_dead_worker_started_with(binding, false).await;
+}
+
+async fn follows_the_a2a_task_its_dead_worker_started_with(binding: &str, ends_before_followed: bool) {
     let port = free_port();
     let tmp = TempDir::new("a2a-agent");
     let agent_log = tmp.path().join("agent.jsonl");
@@ -198,6 +213,9 @@ async fn follows_the_a2a_task_its_dead_worker_started(binding: &str) {
         .await;
 
     // The worker dies mid-task; another one gets the redelivered task.
+    if ends_before_followed {
+        std::fs::write(format!("{}.release-on-get", agent_log.display()), b"").unwrap();
+    }
     d.workers[0].kill();
     d.add_worker("w2");
     events
@@ -205,7 +223,9 @@ async fn follows_the_a2a_task_its_dead_worker_started(binding: &str) {
             s.contains(".progress.") && v["event"] == "started" && v["attempt"].as_u64() >= Some(2)
         })
         .await;
-    std::fs::write(format!("{}.release", agent_log.display()), b"").unwrap();
+    if !ends_before_followed {
+        std::fs::write(format!("{}.release", agent_log.display()), b"").unwrap();
+    }
 
     let end = end_of(&mut events, job).await;
     assert_eq!(end["event"], "completed", "{end}");
@@ -215,4 +235,8 @@ async fn follows_the_a2a_task_its_dead_worker_started(binding: &str) {
     let messages: Vec<Value> = logged(&agent_log).into_iter().filter(|e| e["event"] == "message").collect();
     assert_eq!(messages.len(), 1, "the description went to the agent once: {messages:?}");
     assert_eq!(messages[0]["contextId"], rec.tasks[0].task_id.to_string().as_str());
+    if ends_before_followed {
+        let held = logged(&agent_log).into_iter().any(|e| e["event"] == "get_task_held");
+        assert!(held, "the agent held a GetTask until its task completed");
+    }
 }

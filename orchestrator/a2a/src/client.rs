@@ -308,18 +308,29 @@ impl A2aAgent {
         };
         let Some(found) = listed.tasks.into_iter().next() else { return Ok(false) };
         let id = TaskIdRequest { id: found.id.clone(), ..Default::default() };
-        let got = self.call(ep, "GetTask", serde_json::to_value(&id).unwrap_or_default()).await?;
-        let task: Task = serde_json::from_value(got)
-            .map_err(|e| failure(ErrorKind::Validation, format!("GetTask: an unreadable task: {e}")))?;
+        let mut task = self.get_task(ep, &id).await?;
+        if matches!(task.status.state, TaskState::Submitted | TaskState::Working) && ep.streaming {
+            tracing::info!(agent = %ep.name, task = %task.id, "following the A2A task of an earlier attempt");
+            run.task_id = task.id.clone();
+            remote.set(&task.id);
+            let params = serde_json::to_value(&id).unwrap_or_default();
+            match self.follow(ep, "SubscribeToTask", params, observer, run, remote).await {
+                Ok(()) => return Ok(true),
+                Err(e) if e.error.kind == ErrorKind::Transient => return Err(e),
+                // It ended between the look-up and the subscription, which
+                // an agent refuses for a task in a terminal state: its
+                // final state is the answer.
+                Err(e) => {
+                    task = self.get_task(ep, &id).await?;
+                    if !task.status.state.is_terminal() {
+                        return Err(e);
+                    }
+                    tracing::info!(agent = %ep.name, task = %task.id, state = ?task.status.state, "the A2A task of an earlier attempt ended before it was followed");
+                }
+            }
+        }
         match task.status.state {
             TaskState::Failed | TaskState::Canceled | TaskState::Rejected => return Ok(false),
-            TaskState::Submitted | TaskState::Working if ep.streaming => {
-                tracing::info!(agent = %ep.name, task = %task.id, "following the A2A task of an earlier attempt");
-                run.task_id = task.id.clone();
-                remote.set(&task.id);
-                let params = serde_json::to_value(&id).unwrap_or_default();
-                self.follow(ep, "SubscribeToTask", params, observer, run, remote).await?;
-            }
             TaskState::Submitted | TaskState::Working => return Ok(false),
             _ => {
                 run.task(task, observer).await;
@@ -327,6 +338,13 @@ impl A2aAgent {
             }
         }
         Ok(true)
+    }
+
+    /// `GetTask` of `id`.
+    async fn get_task(&self, ep: &Endpoint, id: &TaskIdRequest) -> Result<Task, RemoteFailure> {
+        let got = self.call(ep, "GetTask", serde_json::to_value(id).unwrap_or_default()).await?;
+        serde_json::from_value(got)
+            .map_err(|e| failure(ErrorKind::Validation, format!("GetTask: an unreadable task: {e}")))
     }
 
     async fn attempt(
