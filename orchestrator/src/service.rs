@@ -161,6 +161,15 @@ impl Orchestrator {
     /// Connects to NATS, ensures the bus topology and opens the job, report,
     /// checkpoint, file and cancellation stores.
     pub async fn connect(settings: &Settings) -> anyhow::Result<Self> {
+        // A scripted planner counts every request in o200k tokens: build the
+        // tables now, off the runtime's threads. A planner model that reports
+        // its own usage leaves them to the budget checks, which rarely need
+        // them (flotilla_agent::tokens::within), so an idle orchestrator does
+        // not hold them (docs/PERFORMANCE.md, "idle orchestrator RSS").
+        let planner_model = settings.planner().ok().and_then(|p| settings.model(&p.model).ok());
+        if matches!(planner_model, Some(flotilla_config::ModelSettings::Scripted { .. })) {
+            tokio::task::spawn_blocking(flotilla_agent::tokens::warm_up).await?;
+        }
         let bus = Bus::connect(&settings.nats, "flotilla-orchestrator", std::time::Duration::from_secs(30)).await?;
         bus.ensure_topology().await?;
         let jobs = JobStore::open(bus.clone()).await?;

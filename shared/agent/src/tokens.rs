@@ -12,9 +12,20 @@
 use tiktoken_rs::CoreBPE;
 
 /// The tokenizer, built once per process (parsing its tables takes about a
-/// hundred milliseconds).
+/// hundred milliseconds, and holds some 50 MiB after). Built on first use
+/// from inside a multi-threaded runtime, the build runs under
+/// `block_in_place`, so the runtime moves its other tasks (in-progress acks,
+/// lease renewals) to another thread meanwhile.
 fn bpe() -> &'static CoreBPE {
-    tiktoken_rs::o200k_base_singleton()
+    static BUILT: std::sync::OnceLock<&'static CoreBPE> = std::sync::OnceLock::new();
+    if let Some(bpe) = BUILT.get() {
+        return bpe;
+    }
+    let build = || *BUILT.get_or_init(tiktoken_rs::o200k_base_singleton);
+    match tokio::runtime::Handle::try_current() {
+        Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => tokio::task::block_in_place(build),
+        _ => build(),
+    }
 }
 
 /// Builds the tokenizer now, for a process that counts every request (a
