@@ -3,9 +3,11 @@
 //! per step serves the journal and the watchers. The journal stream
 //! republishes the entry's headers alone to the task's progress subject, so
 //! a progress subscriber never receives the entry (tool arguments and
-//! results), and the events stream stores the event like any other. A
-//! journal stream an older Flotilla declared does not republish: a worker
-//! then publishes every event on its own.
+//! results), and the events stream stores the event like any other. An
+//! entry without an event (the answering turn, markers, follow-ups taken)
+//! goes to the task's quiet subject, which is not republished. A journal
+//! stream an older Flotilla declared does not republish: a worker then
+//! publishes every event on its own.
 
 use std::collections::HashMap;
 
@@ -67,14 +69,25 @@ async fn a_steps_progress_event_rides_in_its_journal_entry_and_watchers_never_re
     let (job, seen) = run_job(&d, &regions(2)).await;
 
     // What the worker wrote: journal entries, two model turns and a tool
-    // result per task, each with its event in the header.
+    // result per task; the turn that calls the tool and the tool result
+    // carry their events in the header, the answering turn (not awaited,
+    // `finished` right behind it) does not.
     let journal: Vec<&Seen> = seen.iter().filter(|m| m.subject.starts_with("flotilla.journal.")).collect();
+    assert_eq!(journal.len(), 6, "three entries a task");
     let carried: Vec<Value> = journal.iter().filter_map(|m| m.header_event()).collect();
     assert_eq!(
         (kinds(&carried, "model_call"), kinds(&carried, "tool_result"), carried.len()),
-        (4, 2, 6),
-        "two tasks' turns and tool results carry their events: {carried:?}"
+        (2, 2, 4),
+        "two tasks' tool-calling turns and tool results carry their events: {carried:?}"
     );
+    assert!(carried.iter().all(|e| e["event"] != "model_call" || e["step"] == 1), "{carried:?}");
+    // An entry without an event is on the task's quiet subject, which is not
+    // republished: no progress subscriber gets an empty message for it.
+    for m in &journal {
+        assert_eq!(m.header_event().is_none(), m.subject.ends_with(".quiet"), "{}", m.subject);
+    }
+    let empty = seen.iter().filter(|m| m.subject.contains(".progress.") && m.payload.is_empty());
+    assert!(empty.clone().all(|m| m.header_event().is_some()), "an empty progress message without an event");
     for m in &journal {
         let entry: Value = serde_json::from_slice(&m.payload).expect("a journal entry body");
         assert_eq!(entry["entry"], "step", "{entry}");
@@ -82,7 +95,7 @@ async fn a_steps_progress_event_rides_in_its_journal_entry_and_watchers_never_re
 
     // What a progress subscriber received: the carried events with an empty
     // body (the entry stays in the journal stream), each once, and no
-    // `model_call` or `tool_result` published on its own.
+    // carried event published on its own as well.
     let progress: Vec<&Seen> = seen.iter().filter(|m| m.subject.contains(".progress.")).collect();
     let republished: Vec<&Seen> = progress.iter().copied().filter(|m| m.header_event().is_some()).collect();
     assert_eq!(republished.len(), carried.len(), "each carried event reaches the progress subject once");
@@ -96,9 +109,10 @@ async fn a_steps_progress_event_rides_in_its_journal_entry_and_watchers_never_re
         .collect();
     assert_eq!(
         (kinds(&on_their_own, "model_call"), kinds(&on_their_own, "tool_result")),
-        (0, 0),
-        "no step's event is a second write: {on_their_own:?}"
+        (2, 0),
+        "only the answering turns' events are written on their own: {on_their_own:?}"
     );
+    assert!(on_their_own.iter().all(|e| e["event"] != "model_call" || e["step"] == 2), "{on_their_own:?}");
     assert_eq!(kinds(&on_their_own, "started"), 2, "{on_their_own:?}");
 
     // Stored: a watcher replaying the job reads every event of each task,

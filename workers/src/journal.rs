@@ -23,14 +23,16 @@
 //! same key). The answering turn is not awaited: the report, stored right
 //! after it on the same connection, is its record.
 //!
-//! A step's progress event (`model_call` of a turn, `tool_result` of a tool
-//! result) rides in its entry's header, and the stream republishes it to
-//! the task's progress subject (shared/bus/src/journal.rs): one write per
-//! step. An event published on its own after an entry whose ack is still
-//! outstanding would race the republished one into the events stream, so
-//! [`StepJournal::settle`] runs before every such event
-//! (workers/src/progress.rs): watchers see a task's events in the order
-//! the loop made them.
+//! A step's progress event (`model_call` of a turn that calls tools,
+//! `tool_result` of a tool result) rides in its entry's header, and the
+//! stream republishes it to the task's progress subject
+//! (shared/bus/src/journal.rs): one write per step. An event published on
+//! its own after an entry whose ack is still outstanding would race the
+//! republished one into the events stream, so [`StepJournal::settle`] runs
+//! before every such event (workers/src/progress.rs): watchers see a task's
+//! events in the order the loop made them. The answering turn's event is
+//! published on its own, right behind its unawaited entry, so the task's
+//! `finished` event, which follows at once, has no ack to wait for.
 
 use std::time::Duration;
 
@@ -111,8 +113,7 @@ pub struct StepJournal {
     carries_progress: bool,
     /// The model turns this attempt took over, once it resumed.
     resumed_from: std::sync::OnceLock<u32>,
-    /// Entries published whose acks are still awaited, in order: tool
-    /// results, and an answering turn that carries its event.
+    /// Tool results published whose acks are still awaited, in order.
     unacked: tokio::sync::Mutex<Vec<Unacked>>,
 }
 
@@ -193,9 +194,13 @@ impl StepJournal {
     pub async fn step(&self, step: &Step, event: Option<&ProgressEvent>) -> bool {
         let answering = matches!(step, Step::Turn { message: ChatMessage::Assistant { tool_calls, .. }, .. } if tool_calls.is_empty());
         let snapshot = matches!(step, Step::Snapshot { .. });
-        let event = event.filter(|_| self.carries_progress && !snapshot).and_then(header_value);
+        // The answering turn's entry is not awaited, and the task's
+        // `finished` event follows it at once: carried, its event would
+        // make `finished` wait for that ack (module docs), a round trip on
+        // every task's path; on its own it goes out right behind the entry.
+        let event = event.filter(|_| self.carries_progress && !snapshot && !answering).and_then(header_value);
         let entry = self.entry(Record::Step { step: step.clone() });
-        if matches!(step, Step::ToolResult { .. }) || (answering && event.is_some()) {
+        if matches!(step, Step::ToolResult { .. }) {
             return self.append_unacked(entry, event).await;
         }
         let mut unacked = self.unacked.lock().await;

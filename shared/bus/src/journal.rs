@@ -8,10 +8,15 @@
 //! A step and its progress event are one message (docs/PROTOCOL.md,
 //! "Progress events carried by the journal"): the entry is the body, the
 //! event (version 2 body) rides in the [`PROGRESS_HEADER`] header, and the
-//! stream republishes the headers alone of every steps message to the
-//! task's progress subject, where the events stream stores it like any
-//! event. One write per step serves the journal and the watchers; the body,
-//! with the tool arguments and results, never leaves this stream.
+//! stream republishes the headers alone of every message on a task's
+//! steps subject to the task's progress subject, where the events stream
+//! stores it like any event. One write per step serves the journal and the
+//! watchers; the body, with the tool arguments and results, never leaves
+//! this stream. An entry that carries no event (a marker, the follow-ups
+//! taken, a note, a turn whose event goes out on its own) goes to the
+//! task's quiet subject, `<steps>.quiet`, which is not republished: a
+//! progress subscriber never gets an empty message. A reader reads both
+//! subjects, in stream order.
 //!
 //! Writes are appends, O(1) in the task's length. Reading is rare (an attempt
 //! after the first): the last snapshot by a direct get, then the entries
@@ -61,8 +66,9 @@ pub(crate) fn stream_config(s: &Subjects) -> stream::Config {
     }
 }
 
-/// Steps messages (`<p>.journal.<type>.<tenant>.<job>.<task>`, not
-/// snapshots) go on, headers only, to `<p>.job.<tenant>.<job>.progress.<task>`.
+/// Steps messages (`<p>.journal.<type>.<tenant>.<job>.<task>`: not the
+/// quiet ones, not snapshots) go on, headers only, to
+/// `<p>.job.<tenant>.<job>.progress.<task>`.
 fn progress_republish(s: &Subjects) -> stream::Republish {
     let p = s.prefix();
     stream::Republish {
@@ -75,8 +81,10 @@ fn progress_republish(s: &Subjects) -> stream::Republish {
 /// Where one task's journal lives.
 #[derive(Clone, Debug)]
 pub struct JournalKey {
-    /// Its steps.
+    /// Its entries that carry a progress event (republished).
     pub steps: String,
+    /// Its entries that carry none (`<steps>.quiet`, not republished).
+    pub quiet: String,
     /// Its latest snapshot.
     pub snapshot: String,
 }
@@ -133,14 +141,14 @@ impl Journal {
     /// The subjects of `task`'s journal.
     pub fn key(&self, ty: &SubagentType, tenant: &Tenant, job: &JobId, task: &TaskId) -> JournalKey {
         let steps = self.bus.subjects.journal(ty, tenant, job, task);
-        JournalKey { snapshot: format!("{steps}.snapshot"), steps }
+        JournalKey { snapshot: format!("{steps}.snapshot"), quiet: format!("{steps}.quiet"), steps }
     }
 
-    /// Sends `entry` to the journal's steps (`snapshot` false) or snapshot
-    /// subject, with `progress` (an encoded progress event of the step) in
-    /// [`PROGRESS_HEADER`] when given; the entry is stored once
-    /// [`Appended::stored`] returns. A progress event only goes to steps
-    /// subjects, the ones the stream republishes.
+    /// Sends `entry` to the journal: with `progress` (an encoded progress
+    /// event of the step) in [`PROGRESS_HEADER`] on the steps subject, which
+    /// the stream republishes; without, on the quiet subject; a snapshot on
+    /// the snapshot subject. The entry is stored once [`Appended::stored`]
+    /// returns.
     pub async fn append<T: Message>(
         &self,
         key: &JournalKey,
@@ -148,9 +156,14 @@ impl Journal {
         snapshot: bool,
         progress: Option<&str>,
     ) -> Result<Appended, BusError> {
-        let subject = if snapshot { key.snapshot.clone() } else { key.steps.clone() };
+        let progress = progress.filter(|_| !snapshot);
+        let subject = match (snapshot, progress) {
+            (true, _) => key.snapshot.clone(),
+            (false, Some(_)) => key.steps.clone(),
+            (false, None) => key.quiet.clone(),
+        };
         let payload = checked(protocol::encode(entry).into(), T::NAME)?;
-        let publish = match progress.filter(|_| !snapshot) {
+        let publish = match progress {
             Some(event) => {
                 let mut headers = HeaderMap::new();
                 headers.insert(PROGRESS_HEADER, event);
@@ -194,20 +207,36 @@ impl Journal {
             Err(e) => return Err(BusError::new(format!("cannot read {}", key.snapshot), e)),
         };
         // Entries stored after the snapshot; a snapshot's sequence is after
-        // every step it covers (the steps subject shares the stream).
-        let deliver_policy = match &snapshot {
-            Some(s) => DeliverPolicy::ByStartSequence { start_sequence: s.seq + 1 },
+        // every step it covers (the steps subjects share the stream). One
+        // read per subject (a consumer filtered on each, as the roles
+        // grant), merged in stream order.
+        let start = snapshot.as_ref().map(|s| s.seq + 1);
+        let mut entries = self.entries(&name, &key.steps, start).await?;
+        entries.extend(self.entries(&name, &key.quiet, start).await?);
+        entries.sort_by_key(|e| e.seq);
+        Ok(JournalRead { snapshot, entries })
+    }
+
+    /// The entries on `subject` from stream sequence `start` (all without).
+    async fn entries<T: Message>(
+        &self,
+        name: &str,
+        subject: &str,
+        start: Option<u64>,
+    ) -> Result<Vec<Stored<T>>, BusError> {
+        let deliver_policy = match start {
+            Some(start_sequence) => DeliverPolicy::ByStartSequence { start_sequence },
             None => DeliverPolicy::All,
         };
         let consumer_name = format!("journal-{}", uuid::Uuid::now_v7().simple());
         let api = format!("$JS.API.CONSUMER.CREATE.{name}.{consumer_name}");
         let config = pull::OrderedConfig {
             name: Some(consumer_name),
-            filter_subject: key.steps.clone(),
+            filter_subject: subject.to_string(),
             deliver_policy,
             ..Default::default()
         };
-        let create = self.bus.js.create_consumer_on_stream(config, &name);
+        let create = self.bus.js.create_consumer_on_stream(config, name);
         let consumer =
             self.bus.guarded("cannot read the step journal", create, |d| d.subject.starts_with(&api)).await?;
         let mut left = consumer.cached_info().num_pending;
@@ -223,7 +252,7 @@ impl Journal {
                 entries.extend(decoded(seq, &m.payload));
             }
         }
-        Ok(JournalRead { snapshot, entries })
+        Ok(entries)
     }
 
     /// Messages and bytes the journal stream holds now (`flotilla bench`).
