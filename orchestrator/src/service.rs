@@ -166,8 +166,7 @@ impl Orchestrator {
         // its own usage leaves them to the budget checks, which rarely need
         // them (flotilla_agent::tokens::within), so an idle orchestrator does
         // not hold them (docs/PERFORMANCE.md, "idle orchestrator RSS").
-        let planner_model = settings.planner().ok().and_then(|p| settings.model(&p.model).ok());
-        if matches!(planner_model, Some(flotilla_config::ModelSettings::Scripted { .. })) {
+        if settings.planner().is_ok_and(|p| settings.is_scripted(&p.model)) {
             tokio::task::spawn_blocking(flotilla_agent::tokens::warm_up).await?;
         }
         let bus = Bus::connect(&settings.nats, "flotilla-orchestrator", std::time::Duration::from_secs(30)).await?;

@@ -34,6 +34,8 @@
 //! published on its own, right behind its unawaited entry, so the task's
 //! `finished` event, which follows at once, has no ack to wait for.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use flotilla_agent::agent::{Conversation, Step};
@@ -109,7 +111,8 @@ pub struct StepJournal {
     key: JournalKey,
     attempt: u32,
     /// Whether entries carry their step's progress event (the stream
-    /// republishes it); read once per worker ([`carries_progress`]).
+    /// republishes it), as it was when the attempt started
+    /// ([`follow_carries_progress`]).
     carries_progress: bool,
     /// The model turns this attempt took over, once it resumed.
     resumed_from: std::sync::OnceLock<u32>,
@@ -124,51 +127,50 @@ pub struct StepJournal {
 pub const CARRIES_PROGRESS_CHECK: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Whether the journal stream of `bus` republishes the progress events its
-/// entries carry (module docs), read at a worker's start and every
-/// [`CARRIES_PROGRESS_CHECK`] after ([`watch_carries_progress`]). `false`,
-/// logged, when that cannot be read: every event is then published on its own.
-pub async fn carries_progress(bus: &Bus) -> bool {
-    match bus.journal().carries_progress().await {
-        Ok(carries) => {
-            if !carries {
-                tracing::warn!(
-                    "the journal stream does not republish progress events (declared by an older Flotilla): each step's event is published on its own"
-                );
+/// entries carry (module docs), read now and every [`CARRIES_PROGRESS_CHECK`]
+/// until `stop` fires; tasks starting after a change write their entries
+/// the new way. When it does not, or cannot be read, every event is
+/// published on its own (logged when that starts and when it ends).
+pub async fn follow_carries_progress(bus: &Bus, stop: tokio_util::sync::CancellationToken) -> Arc<AtomicBool> {
+    let flag = Arc::new(AtomicBool::new(carries_progress(bus).await));
+    log_carries_progress(flag.load(Ordering::Relaxed));
+    let (bus, watched) = (bus.clone(), flag.clone());
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(CARRIES_PROGRESS_CHECK) => {}
+                _ = stop.cancelled() => return,
             }
-            carries
+            let carries = carries_progress(&bus).await;
+            if watched.swap(carries, Ordering::Relaxed) != carries {
+                log_carries_progress(carries);
+            }
         }
-        Err(e) => {
-            tracing::warn!(error = %e, "journal stream not read; each step's progress event is published on its own");
-            false
-        }
-    }
+    });
+    flag
 }
 
-/// Keeps `flag` equal to [`carries_progress`] until `stop` fires; tasks
-/// starting after a change write their entries the new way.
-pub async fn watch_carries_progress(
-    bus: Bus,
-    flag: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    stop: tokio_util::sync::CancellationToken,
-) {
-    use std::sync::atomic::Ordering;
-    loop {
-        tokio::select! {
-            _ = tokio::time::sleep(CARRIES_PROGRESS_CHECK) => {}
-            _ = stop.cancelled() => return,
-        }
-        let carries = carries_progress(&bus).await;
-        if flag.swap(carries, Ordering::Relaxed) != carries && carries {
-            tracing::info!(
-                "the journal stream republishes progress events again: each step's event rides in its entry"
-            );
-        }
+async fn carries_progress(bus: &Bus) -> bool {
+    bus.journal()
+        .carries_progress()
+        .await
+        .map_err(|e| tracing::debug!(error = %e, "journal stream not read"))
+        .unwrap_or(false)
+}
+
+fn log_carries_progress(carries: bool) {
+    if carries {
+        tracing::info!("the journal stream republishes progress events: each step's event rides in its entry");
+    } else {
+        tracing::warn!(
+            "the journal stream does not republish progress events (declared by an older Flotilla, or unreadable): each step's event is published on its own"
+        );
     }
 }
 
 impl StepJournal {
     /// The journal of `task`, written as `attempt`; its entries carry their
-    /// progress events when `carries_progress` ([`carries_progress`]).
+    /// progress events when `carries_progress` ([`follow_carries_progress`]).
     pub fn new(bus: &Bus, task: &TaskMessage, attempt: u32, carries_progress: bool) -> Self {
         let journal = bus.journal();
         let key = journal.key(&task.subagent_type, &task.tenant, &task.job_id, &task.task_id);
@@ -203,25 +205,26 @@ impl StepJournal {
         if matches!(step, Step::ToolResult { .. }) {
             return self.append_unacked(entry, event).await;
         }
-        let mut unacked = self.unacked.lock().await;
-        await_acks(&mut unacked, self).await;
-        self.store(&entry, snapshot, event.as_deref(), !answering).await && event.is_some()
+        self.append(&entry, snapshot, event.as_deref(), !answering).await && event.is_some()
     }
 
     /// Appends a marker and waits until it is stored.
     pub async fn mark(&self, record: Record) {
-        let mut unacked = self.unacked.lock().await;
-        await_acks(&mut unacked, self).await;
-        self.store(&self.entry(record), false, None, true).await;
+        self.append(&self.entry(record), false, None, true).await;
     }
 
     /// Waits for the acks of the entries published before (module docs);
     /// an entry without one is appended again (awaited).
     pub async fn settle(&self) {
+        await_acks(&mut *self.unacked.lock().await, self).await;
+    }
+
+    /// Appends `entry` after the acks of the entries before it
+    /// ([`Self::store`]); whether it was published.
+    async fn append(&self, entry: &JournalEntry, snapshot: bool, event: Option<&str>, wait: bool) -> bool {
         let mut unacked = self.unacked.lock().await;
-        if !unacked.is_empty() {
-            await_acks(&mut unacked, self).await;
-        }
+        await_acks(&mut unacked, self).await;
+        self.store(entry, snapshot, event, wait).await
     }
 
     fn entry(&self, record: Record) -> JournalEntry {

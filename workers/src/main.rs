@@ -138,10 +138,7 @@ async fn run(args: Args, mut settings: Settings) -> anyhow::Result<i32> {
     // tables now, off the runtime's threads. Other models report their own
     // usage, and budget checks rarely need the tables
     // (flotilla_agent::tokens::within), so an idle worker does not hold them.
-    let scripted = types.iter().any(|ty| {
-        let model = settings.subagents.get(ty).map(|c| c.model.as_str()).unwrap_or_default();
-        settings.model(model).is_ok_and(|m| matches!(m, flotilla_config::ModelSettings::Scripted { .. }))
-    });
+    let scripted = types.iter().any(|ty| settings.subagents.get(ty).is_some_and(|c| settings.is_scripted(&c.model)));
     if scripted {
         tokio::task::spawn_blocking(flotilla_agent::tokens::warm_up).await?;
     }
@@ -193,14 +190,7 @@ async fn run(args: Args, mut settings: Settings) -> anyhow::Result<i32> {
     let service = announce(&bus, &worker_id, &types).await;
     let cancels = cancel::CancelWatch::start(&bus).await.context("cannot watch job cancellations")?;
     let hand_back = CancellationToken::new();
-    let carries = flotilla_worker::journal::carries_progress(&bus).await;
-    let journal_carries_progress = Arc::new(std::sync::atomic::AtomicBool::new(carries));
-    let watch = flotilla_worker::journal::watch_carries_progress(
-        bus.clone(),
-        journal_carries_progress.clone(),
-        shutdown.clone(),
-    );
-    tokio::spawn(watch);
+    let journal_carries_progress = flotilla_worker::journal::follow_carries_progress(&bus, shutdown.clone()).await;
     let ctx =
         Arc::new(WorkerContext { bus, worker_id, shutdown, hand_back, metrics, cancels, journal_carries_progress });
     let grace = Duration::from_secs(args.grace.unwrap_or(settings.worker.grace));

@@ -42,8 +42,8 @@ pub struct WorkerContext {
     /// Cancelled jobs; aborts their running subagents.
     pub cancels: Arc<CancelWatch>,
     /// Whether journal entries carry their step's progress event
-    /// (workers/src/journal.rs, [`crate::journal::carries_progress`]), kept
-    /// current by [`crate::journal::watch_carries_progress`].
+    /// (workers/src/journal.rs), kept current by
+    /// [`crate::journal::follow_carries_progress`].
     pub journal_carries_progress: Arc<std::sync::atomic::AtomicBool>,
 }
 

@@ -177,7 +177,8 @@ impl Journal {
 
     /// Whether the stream republishes the progress events its steps carry
     /// (a stream declared by a Flotilla without it does not: the worker then
-    /// publishes each event on its own). Read once per worker.
+    /// publishes each event on its own). Workers read it at start and every
+    /// few seconds after (workers/src/journal.rs).
     pub async fn carries_progress(&self) -> Result<bool, BusError> {
         let name = self.bus.subjects.journal_stream();
         let stream = self.bus.js.get_stream(&name).await.map_err(|e| BusError::new("no journal stream", e))?;

@@ -436,6 +436,12 @@ impl Settings {
         self.models.get(name).ok_or_else(|| invalid(format!("models.{name}"), "no such model"))
     }
 
+    /// Whether model `name` is scripted: it counts every request in o200k
+    /// tokens, so a process serving it builds the tokenizer at start.
+    pub fn is_scripted(&self, name: &str) -> bool {
+        matches!(self.models.get(name), Some(ModelSettings::Scripted { .. }))
+    }
+
     /// The price of model `name`, when configured.
     pub fn price(&self, name: &str) -> Option<crate::Price> {
         self.prices.get(name).copied()
