@@ -90,7 +90,7 @@ impl JobStore {
                 })?;
                 entry.task_id = parse_id(&bytes, &index)?;
                 // The entry is missing only when the orchestrator stopped between the two writes.
-                if let Some((existing, _)) = self.task_entry(job, &entry.task_id).await? {
+                if let Some((existing, _)) = Box::pin(self.task_entry(job, &entry.task_id)).await? {
                     return Ok(existing);
                 }
             }
@@ -100,14 +100,16 @@ impl JobStore {
         match retry("task entry write", WRITE_BUDGET, || self.backend.create(&key, payload.clone())).await? {
             Cas::Stored(_) => {
                 let state = entry.state();
-                self.update(job, |rec| {
+                // Boxed, as the other steps' larger futures below: thousands
+                // of dispatches wait here at once (planner/dispatch.rs, `start_with`).
+                Box::pin(self.update(job, |rec| {
                     rec.tasks_total += 1;
                     rec.task_counts.moved(None, state);
-                })
+                }))
                 .await?;
                 Ok(entry)
             }
-            Cas::Conflict => Ok(self.task_entry(job, &entry.task_id).await?.map(|(e, _)| e).unwrap_or(entry)),
+            Cas::Conflict => Ok(Box::pin(self.task_entry(job, &entry.task_id)).await?.map(|(e, _)| e).unwrap_or(entry)),
         }
     }
 

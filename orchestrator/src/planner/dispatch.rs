@@ -65,8 +65,9 @@ pub struct Dispatcher {
     /// Each tenant's places for tasks in flight.
     in_flight: Arc<InFlight>,
     /// Where the report file a consolidated report carried whole is written
-    /// ([`Dispatcher::with_report_files`]); `None` writes none.
-    report_files: Option<flotilla_job_files::JobFiles>,
+    /// ([`Dispatcher::with_report_files`]), and the writes allowed at once;
+    /// `None` writes none.
+    report_files: Option<(flotilla_job_files::JobFiles, Arc<Semaphore>)>,
 }
 
 /// `[tenants] max_tasks_in_flight`: a semaphore per tenant, and the permit
@@ -112,6 +113,12 @@ impl InFlight {
 
 /// Tries of a derived report file's write before it is left to the record.
 const REPORT_FILE_ATTEMPTS: u32 = 5;
+/// Report files written at once. A wide fan-out's reports arrive faster than
+/// Object Store puts complete (each is several round trips); unbounded, ten
+/// thousand puts were in flight at once, each holding its buffers, and they
+/// slowed the calls' own record writes on the same connection. A waiting
+/// write holds only its text.
+const REPORT_FILE_WRITERS: usize = 16;
 
 /// How long a lookup of the live workers answers for every task of a type.
 const SERVED_FRESH: Duration = Duration::from_secs(5);
@@ -205,7 +212,7 @@ impl Dispatcher {
     /// served from the record (`ConsolidatedReports`, orchestrator/src/reports.rs).
     /// A report by reference was stored by its worker before it was sent.
     pub fn with_report_files(mut self, files: flotilla_job_files::JobFiles) -> Self {
-        self.report_files = Some(files);
+        self.report_files = Some((files, Arc::new(Semaphore::new(REPORT_FILE_WRITERS))));
         self
     }
 
@@ -213,11 +220,13 @@ impl Dispatcher {
     /// [`Self::with_report_files`]); a write that fails after its retries
     /// leaves the file to the record, which serves every orchestrator read.
     fn write_report_file(&self, job: JobId, entry: &TaskEntry) {
-        let (Some(files), Some(text)) = (&self.report_files, crate::reports::derived_report_text(entry)) else {
+        let (Some((files, writers)), Some(text)) = (&self.report_files, crate::reports::derived_report_text(entry))
+        else {
             return;
         };
-        let (files, task) = (files.clone(), entry.task_id);
+        let (files, writers, task) = (files.clone(), writers.clone(), entry.task_id);
         tokio::spawn(async move {
+            let Ok(_writing) = writers.acquire_owned().await else { return };
             let path = flotilla_job_files::report_path(&task);
             let mut backoff = flotilla_retry::Backoff::new(Duration::from_millis(50), Duration::from_secs(2));
             for attempt in 1..=REPORT_FILE_ATTEMPTS {
@@ -343,8 +352,12 @@ impl Dispatcher {
         key: &str,
         wait: bool,
     ) -> Result<TaskId, ToolError> {
+        // Each step is boxed, so a start holds only the step it is in: a
+        // planner turn of 10 000 `task` calls starts them all at once, and
+        // they queue on the job's store (docs/PERFORMANCE.md, "Scale").
         let ty = self.subagent_type(subagent_type)?;
-        let existing = self.jobs.task_by_key(&ctx.job_id, key).await.map_err(transient("task not dispatched"))?;
+        let existing =
+            Box::pin(self.jobs.task_by_key(&ctx.job_id, key)).await.map_err(transient("task not dispatched"))?;
         let entry = match existing {
             Some(entry) => {
                 if entry.status.is_some() || entry.published {
@@ -352,10 +365,10 @@ impl Dispatcher {
                     return Ok(entry.task_id);
                 }
                 // Recorded, then the orchestrator stopped: the publish may or may not have landed.
-                if let Some(report) =
-                    self.reports.stored(&ctx.tenant, &ctx.job_id, &entry.subagent_type, &entry.task_id).await
-                {
-                    self.consolidate(&report).await;
+                let stored =
+                    Box::pin(self.reports.stored(&ctx.tenant, &ctx.job_id, &entry.subagent_type, &entry.task_id)).await;
+                if let Some(report) = stored {
+                    Box::pin(self.consolidate(&report)).await;
                     return Ok(entry.task_id);
                 }
                 (entry, self.in_flight.admit(ctx, wait).await?)
@@ -363,7 +376,8 @@ impl Dispatcher {
             None => {
                 let place = self.in_flight.admit(ctx, wait).await?;
                 let entry = TaskEntry::dispatched(TaskId::new(), ty, description, key.to_string());
-                let stored = self.jobs.add_task(&ctx.job_id, entry).await.map_err(transient("task not dispatched"))?;
+                let stored =
+                    Box::pin(self.jobs.add_task(&ctx.job_id, entry)).await.map_err(transient("task not dispatched"))?;
                 if stored.published || stored.status.is_some() {
                     return Ok(stored.task_id);
                 }
@@ -374,9 +388,10 @@ impl Dispatcher {
         // Held from before the publish, so a fast report cannot end the task
         // before its place is taken.
         self.in_flight.held.insert(entry.task_id, (ctx.job_id, place));
-        let published = self.publish(ctx, entry.clone()).await;
+        let task_id = entry.task_id;
+        let published = Box::pin(self.publish(ctx, entry)).await;
         if published.is_err() {
-            self.in_flight.held.remove(&entry.task_id);
+            self.in_flight.held.remove(&task_id);
         }
         published
     }
@@ -400,18 +415,16 @@ impl Dispatcher {
         self.early.insert(task_id, self.reports.expect(task_id, &entry.subagent_type));
         // Nats-Msg-Id = task id (shared/bus/src/tasks.rs): a publish repeated
         // after a crash inside the duplicate window is dropped by JetStream.
-        let published = retry("task publish", Duration::from_secs(30), || self.queue.publish(&msg)).await;
+        let published = Box::pin(retry("task publish", Duration::from_secs(30), || self.queue.publish(&msg))).await;
         if let Err(e) = published {
             self.early.remove(&task_id);
             self.reports.forget(&task_id);
             return Err(transient("task not dispatched")(e));
         }
         let (ty, description) = (entry.subagent_type, entry.description);
-        self.jobs
-            .emit(ctx.job_id, JobEventKind::TaskDispatched { task_id, subagent_type: ty.clone(), description })
-            .await;
-        self.jobs
-            .update_task(&ctx.job_id, &task_id, |t| !std::mem::replace(&mut t.published, true))
+        let dispatched = JobEventKind::TaskDispatched { task_id, subagent_type: ty.clone(), description };
+        Box::pin(self.jobs.emit(ctx.job_id, dispatched)).await;
+        Box::pin(self.jobs.update_task(&ctx.job_id, &task_id, |t| !std::mem::replace(&mut t.published, true)))
             .await
             .map_err(transient("task published but not marked"))?;
         tracing::info!(%task_id, subagent_type = %ty, "task dispatched");
@@ -423,23 +436,25 @@ impl Dispatcher {
     /// exactly once, and returns the outcome. Cancelling `ctx.cancel` returns
     /// Err(cancelled) without cancelling the task itself.
     pub async fn wait(&self, ctx: &ToolContext, task: TaskId) -> Result<TaskOutcome, ToolError> {
-        let entry = self.entry(&ctx.job_id, &task).await?;
+        let entry = Box::pin(self.entry(&ctx.job_id, &task)).await?;
         if let Some(done) = TaskOutcome::of_entry(&entry) {
             self.early.remove(&task);
             return Ok(done);
         }
+        // Only these two of the entry are kept for the wait.
+        let (ty, dispatched) = (entry.subagent_type, entry.dispatched_at.unwrap_or_else(protocol::now));
         let waiter = match self.early.remove(&task) {
             Some((_, rx)) => rx,
             None => {
-                let rx = self.reports.expect(task, &entry.subagent_type);
-                if let Some(report) = self.reports.stored(&ctx.tenant, &ctx.job_id, &entry.subagent_type, &task).await {
+                let rx = self.reports.expect(task, &ty);
+                let stored = Box::pin(self.reports.stored(&ctx.tenant, &ctx.job_id, &ty, &task)).await;
+                if let Some(report) = stored {
                     self.reports.forget(&task);
-                    return Ok(self.consolidate(&report).await);
+                    return Ok(Box::pin(self.consolidate(&report)).await);
                 }
                 rx
             }
         };
-        let dispatched = entry.dispatched_at.unwrap_or_else(protocol::now);
         let left = (dispatched + self.task_timeout + REPORT_GRACE) - protocol::now();
         let wait = Duration::try_from(left).unwrap_or(Duration::ZERO);
         let give_up = tokio::time::sleep(wait);
@@ -447,28 +462,30 @@ impl Dispatcher {
         // Queueing behind busy workers is fine; a type nobody serves is not.
         let first = tokio::time::Instant::now() + self.no_worker_timeout;
         let mut served = tokio::time::interval_at(first, self.no_worker_timeout);
-        let ty = entry.subagent_type;
+        // What runs after the wait is boxed (allocated when it starts): a
+        // waiting call's state stays a few hundred bytes, and a 10 000-task
+        // fan-out holds 10 000 of them (docs/PERFORMANCE.md, "Scale").
         loop {
             tokio::select! {
                 r = &mut waiter => match r {
-                    Ok(report) => return Ok(self.consolidate(&report).await),
+                    Ok(report) => return Ok(Box::pin(self.consolidate(&report)).await),
                     // The router dropped the waiter (a newer wait on the same task).
                     Err(_) => return Err(ToolError::transient(format!("task {task}: its report went to another waiter"))),
                 },
                 _ = &mut give_up => {
                     self.reports.forget(&task);
                     let msg = format!("no report for task {task} within {}s", (self.task_timeout + REPORT_GRACE).as_secs());
-                    return self.end(&ctx.job_id, &task, ErrorInfo::new(ErrorKind::Timeout, msg)).await;
+                    return Box::pin(self.end(&ctx.job_id, &task, ErrorInfo::new(ErrorKind::Timeout, msg))).await;
                 }
                 _ = served.tick() => {
-                    if !self.served(&ty).await {
+                    if !Box::pin(self.served(&ty)).await {
                         self.reports.forget(&task);
                         let msg = format!(
                             "no worker serves {ty}: no live worker of that type for {}s; start `flotilla-worker` with a [subagents.{ty}] section",
                             self.no_worker_timeout.as_secs()
                         );
-                        self.withdraw(&ctx.job_id, &task, &msg).await;
-                        return self.end(&ctx.job_id, &task, ErrorInfo::new(ErrorKind::Transient, msg)).await;
+                        Box::pin(self.withdraw(&ctx.job_id, &task, &msg)).await;
+                        return Box::pin(self.end(&ctx.job_id, &task, ErrorInfo::new(ErrorKind::Transient, msg))).await;
                     }
                 }
                 _ = ctx.cancel.cancelled() => {
@@ -655,6 +672,7 @@ mod tests {
     use flotilla_protocol::{JobEvent, JobRecord, Usage};
 
     use flotilla_agent::tool::Tool;
+    use flotilla_job_files::ObjectBackend;
     use serde_json::{Value, json};
     use tokio_util::sync::CancellationToken;
 
@@ -950,5 +968,101 @@ mod tests {
         assert_eq!(err.kind, ErrorKind::Validation);
         assert!(err.message.contains("valid types: finance"), "{}", err.message);
         assert!(rig.queue.published().is_empty());
+    }
+
+    /// Job files whose puts wait at a gate, counting how many are in at once.
+    #[derive(Default)]
+    struct GatedFiles {
+        inner: flotilla_job_files::MemoryBackend,
+        open: tokio::sync::Notify,
+        is_open: std::sync::atomic::AtomicBool,
+        /// (in a put now, most at once).
+        puts: tokio::sync::watch::Sender<(usize, usize)>,
+    }
+
+    #[async_trait::async_trait]
+    impl ObjectBackend for GatedFiles {
+        async fn info(&self, name: &str) -> Result<Option<flotilla_job_files::ObjectInfo>, String> {
+            self.inner.info(name).await
+        }
+        async fn get(
+            &self,
+            name: &str,
+            max: u64,
+        ) -> Result<Option<(Vec<u8>, std::collections::HashMap<String, String>)>, String> {
+            self.inner.get(name, max).await
+        }
+        async fn put(
+            &self,
+            name: &str,
+            bytes: &[u8],
+            metadata: std::collections::HashMap<String, String>,
+        ) -> Result<(), String> {
+            self.puts.send_modify(|(now, most)| {
+                *now += 1;
+                *most = (*most).max(*now);
+            });
+            let opened = self.open.notified();
+            if !self.is_open.load(std::sync::atomic::Ordering::SeqCst) {
+                opened.await;
+            }
+            let stored = self.inner.put(name, bytes, metadata).await;
+            self.puts.send_modify(|(now, _)| *now -= 1);
+            stored
+        }
+        async fn list(&self, prefix: &str) -> Result<Vec<(String, flotilla_job_files::ObjectInfo)>, String> {
+            self.inner.list(prefix).await
+        }
+        async fn delete(&self, name: &str) -> Result<(), String> {
+            self.inner.delete(name).await
+        }
+    }
+
+    #[tokio::test]
+    async fn report_files_are_written_a_bounded_number_at_a_time_and_every_one_lands() {
+        const TASKS: usize = 3 * REPORT_FILE_WRITERS;
+        let rig = rig(None, JobId::new(), Duration::from_secs(3600)).await;
+        let gated = Arc::new(GatedFiles::default());
+        let files = flotilla_job_files::JobFiles::new(gated.clone(), 1 << 20);
+        let tool = Arc::new(TaskTool { dispatcher: rig.dispatcher.clone().with_report_files(files.clone()) });
+        let calls: Vec<_> = (0..TASKS)
+            .map(|i| {
+                let mut ctx = rig.ctx(&CancellationToken::new());
+                ctx.call_id = format!("call-{i}");
+                ctx.idempotency_key = format!("{}:call-{i}", rig.job);
+                let (tool, args) =
+                    (tool.clone(), json!({"description": format!("region {i}"), "subagent_type": "finance"}));
+                tokio::spawn(async move { tool.call(&ctx, args).await })
+            })
+            .collect();
+        rig.queue.nth_published(TASKS).await;
+        for msg in rig.queue.published() {
+            rig.router.route(report_of(&msg, &format!("margin of {}", msg.description), 1));
+        }
+        // Every call ends while its file waits: the files are off the call's path.
+        for call in calls {
+            call.await.unwrap().unwrap();
+        }
+        let mut puts = gated.puts.subscribe();
+        puts.wait_for(|(now, _)| *now >= REPORT_FILE_WRITERS).await.unwrap();
+        // This test runs on one thread: a yield lets every writer that is
+        // ready take its turn, so an unbounded writer would be in a put now.
+        for _ in 0..TASKS {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(puts.borrow().0, REPORT_FILE_WRITERS, "puts in flight while the store holds them");
+        gated.is_open.store(true, std::sync::atomic::Ordering::SeqCst);
+        gated.open.notify_waiters();
+        let stored = gated.inner.list("").await.unwrap();
+        let mut landed = stored.len();
+        while landed < TASKS {
+            puts.changed().await.unwrap();
+            landed = gated.inner.list("").await.unwrap().len();
+        }
+        assert_eq!(puts.borrow().1, REPORT_FILE_WRITERS, "most puts at once");
+        for msg in rig.queue.published() {
+            let text = files.read(&rig.job, &flotilla_job_files::report_path(&msg.task_id)).await.unwrap();
+            assert_eq!(String::from_utf8(text).unwrap(), format!("margin of {}", msg.description));
+        }
     }
 }

@@ -18,6 +18,9 @@ use crate::{Bus, BusError};
 use flotilla_config::FilesConfig;
 use flotilla_job_files::{JobFiles, ObjectBackend, ObjectInfo};
 
+/// The Object Store client's own default chunk size, the largest a put uses.
+const MAX_CHUNK_BYTES: usize = 128 * 1024;
+
 /// The Object Store bucket, with the connection's denials (see [`put`](ObjectBackend::put)).
 struct ObjectStoreBackend {
     store: ObjectStore,
@@ -64,7 +67,10 @@ impl ObjectBackend for ObjectStoreBackend {
     /// max_age. A refusal may belong to a concurrent write of this process,
     /// so the stored digest decides whether this write is complete.
     async fn put(&self, name: &str, bytes: &[u8], metadata: HashMap<String, String>) -> Result<(), String> {
-        let meta = ObjectMetadata { name: name.to_string(), metadata, ..Default::default() };
+        // The client reads a put through a buffer of one chunk (128 KiB by
+        // default): a small file, such as a report, gets a chunk its size.
+        let chunk_size = Some(bytes.len().clamp(1, MAX_CHUNK_BYTES));
+        let meta = ObjectMetadata { name: name.to_string(), metadata, chunk_size, ..Default::default() };
         let mut reader = bytes;
         let put = self.store.put(meta, &mut reader);
         match self.denials.guard(put, |d| d.subject.starts_with("$JS.API.STREAM.PURGE.")).await {

@@ -42,7 +42,7 @@ impl Layer for Approve<'_> {
     async fn handle<'a>(&self, mut call: Call<'a>, next: Next<'a>) -> Reply {
         let gated = self.gated.contains(call.name);
         if gated {
-            match self.before(&call).await {
+            match Box::pin(self.before(&call)).await {
                 Ok(args) => call.args = Cow::Owned(args),
                 Err(e) => return Reply::refused(e),
             }

@@ -15,7 +15,8 @@ impl Layer for Audit<'_> {
         let reply = next.run(call).await;
         if let Some(auditor) = self.0 {
             let failed = reply.outcome.result.as_ref().err().map(|e| e.kind);
-            auditor.tool_call(ctx.call_site(), name, requested, failed, reply.outcome.duration).await;
+            // Boxed: allocated after the tool ends, not held while it runs.
+            Box::pin(auditor.tool_call(ctx.call_site(), name, requested, failed, reply.outcome.duration)).await;
         }
         reply
     }

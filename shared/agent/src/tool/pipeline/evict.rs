@@ -14,7 +14,8 @@ impl Layer for Evict<'_> {
         let (ctx, name) = (call.ctx, call.name);
         let mut reply = next.run(call).await;
         if let Some(eviction) = self.0 {
-            eviction.apply(ctx, name, &mut reply.outcome).await;
+            // Boxed: allocated after the tool ends, not held while it runs.
+            Box::pin(eviction.apply(ctx, name, &mut reply.outcome)).await;
         }
         reply
     }

@@ -138,10 +138,15 @@ impl<'a> Next<'a> {
     }
 
     /// Runs `call` through the remaining layers and the tool.
+    ///
+    /// Every layer's future holds this one while the tool runs, so the
+    /// tool's end is boxed: inline, its state would be in each layer's
+    /// future, and a planner turn of thousands of waiting `task` calls
+    /// holds thousands of pipelines (docs/PERFORMANCE.md, "Scale").
     pub async fn run(self, call: Call<'a>) -> Reply {
         match self.rest.split_first() {
             Some((layer, rest)) => layer.handle(call, Next { rest }).await,
-            None => run::isolated(call).await,
+            None => Box::pin(run::isolated(call)).await,
         }
     }
 }
