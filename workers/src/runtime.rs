@@ -126,6 +126,7 @@ impl SubagentRuntime {
             stop_at_tools: self.config.stop_at_tools.clone(),
             loop_detection: self.config.loop_detection,
             idempotent_tools: self.config.idempotent_tools.clone(),
+            ..ToolPolicy::default()
         }
     }
 

@@ -332,7 +332,11 @@ impl Planner {
                     prompt: self.config.compaction_prompt.clone(),
                 }),
             },
-            policy: ToolPolicy { loop_detection: self.config.loop_detection, ..Default::default() },
+            policy: ToolPolicy {
+                loop_detection: self.config.loop_detection,
+                max_parallel_calls: self.config.max_in_flight,
+                ..Default::default()
+            },
             output: None,
         };
         let traceparent = rec.traceparent.clone().unwrap_or_else(flotilla_protocol::trace::new_traceparent);

@@ -1,6 +1,7 @@
 //! `task(description, subagent_type)`: delegates one
 //! self-contained piece of work to a subagent type over the bus and returns
-//! its report. Parallel calls in one planner turn are parallel tasks; a failed
+//! its report. Parallel calls in one planner turn are parallel tasks (up to
+//! `[planner] max_in_flight` at once, docs/TOOLS.md); a failed
 //! report is an error result for that call only.
 //!
 //! The call is [`Dispatcher::start`] keyed by its tool call id (so a resumed
@@ -43,7 +44,8 @@ impl Tool for TaskTool {
         let Args { description, subagent_type } =
             serde_json::from_value(args).map_err(|e| ToolError::validation(e.to_string()))?;
         let ty = self.dispatcher.subagent_type(&subagent_type)?;
-        let task = self.dispatcher.start(ctx, &subagent_type, description, ctx.call_key()).await?;
+        // Boxed: the dispatch's state is not kept for the whole wait.
+        let task = Box::pin(self.dispatcher.start(ctx, &subagent_type, description, ctx.call_key())).await?;
         let outcome = self.dispatcher.wait(ctx, task).await?;
         tool_result(&outcome, self.dispatcher.report_tokens()).ok_or_else(|| outcome.error(&ty))
     }

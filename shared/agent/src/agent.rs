@@ -388,7 +388,8 @@ impl Agent {
         }
     }
 
-    /// Runs one turn's calls concurrently; a failure stays in its own result.
+    /// Runs one turn's calls concurrently, at most
+    /// [`ToolPolicy::max_parallel_calls`] at once; a failure stays in its own result.
     /// `step` is the model call that issued `calls`: it scopes their
     /// idempotency keys, since models reuse call ids across turns (`call_0`).
     /// A repeated call is answered from the conversation instead of run, and
@@ -458,7 +459,21 @@ impl Agent {
             observer.tool_completed(step.as_ref(), call, &outcome).await;
             message
         });
-        Ok((futures::future::join_all(runs).await, ran))
+        let limit = self.policy.max_parallel_calls.max(1);
+        if calls.len() <= limit {
+            return Ok((futures::future::join_all(runs).await, ran));
+        }
+        // Unordered, so a long call does not hold back the start of the
+        // calls after it; put back in call order after.
+        let mut indexed = Vec::with_capacity(calls.len());
+        for (i, run) in runs.enumerate() {
+            // Not started until polled: a waiting call holds only its captures.
+            indexed.push(async move { (i, run.await) });
+        }
+        let running = futures::StreamExt::buffer_unordered(futures::stream::iter(indexed), limit);
+        let mut results: Vec<(usize, ChatMessage)> = futures::StreamExt::collect(running).await;
+        results.sort_unstable_by_key(|(i, _)| *i);
+        Ok((results.into_iter().map(|(_, m)| m).collect(), ran))
     }
 
     /// The run's answer when a call of a stop-at tool succeeded in this turn

@@ -193,7 +193,9 @@ pub struct PlannerConfig {
     /// full report stays in the job's files.
     #[serde(default = "default_report_tokens")]
     pub report_tokens: u64,
-    /// Tasks of one `map_tasks` call outstanding at most (docs/TOOLS.md, "map_tasks").
+    /// Tasks of one `map_tasks` call outstanding at most, and calls of one
+    /// planner turn running at once (docs/TOOLS.md, "map_tasks" and
+    /// "Parallel calls of a planner turn").
     #[serde(default = "default_max_in_flight")]
     pub max_in_flight: usize,
     /// Seconds a job's lease outlives its orchestrator's last renewal: an

@@ -111,6 +111,74 @@ async fn parallel_calls_fail_independently() {
     assert_eq!(rec.events.lock().unwrap().first().unwrap(), "model1");
 }
 
+/// Returns `x` at once, except `x` = 0, which waits for `release`.
+#[derive(Default)]
+struct Held {
+    running: AtomicUsize,
+    peak: AtomicUsize,
+    finished: tokio::sync::watch::Sender<usize>,
+    release: tokio::sync::Notify,
+}
+
+#[async_trait]
+impl Tool for Held {
+    fn spec(&self) -> ToolSpec {
+        ToolSpec { name: "held".into(), description: "d".into(), input_schema: json!({"type": "object"}) }
+    }
+    async fn call(&self, _: &ToolContext, args: Value) -> Result<Value, ToolError> {
+        let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
+        self.peak.fetch_max(now, Ordering::SeqCst);
+        if args["x"] == 0 {
+            self.release.notified().await;
+        } else {
+            tokio::task::yield_now().await;
+        }
+        self.running.fetch_sub(1, Ordering::SeqCst);
+        self.finished.send_modify(|n| *n += 1);
+        Ok(args["x"].clone())
+    }
+}
+
+#[tokio::test]
+async fn a_turns_calls_run_at_most_max_parallel_calls_at_once_and_a_long_one_holds_back_no_other() {
+    let script = r#"
+[[turns]]
+[[turns.calls]]
+tool = "held"
+for_each = "range(6)"
+args = '{"x": {{ item }}}'
+[[turns]]
+content = "{% for r in last %}{{ r.value }} {% endfor %}"
+"#;
+    let held = Arc::new(Held::default());
+    let mut tools = ToolSet::new(Duration::from_secs(60));
+    tools.add(held.clone(), "test").unwrap();
+    let a = Agent {
+        model: Arc::new(ScriptedModel::from_str("s", script).unwrap()),
+        tools: Arc::new(tools),
+        limits: Limits { max_steps: 5, timeout: Duration::from_secs(60), max_tokens: None, context: None },
+        policy: ToolPolicy { max_parallel_calls: 2, ..Default::default() },
+        output: None,
+    };
+    let mut finished = held.finished.subscribe();
+    let run = async {
+        let mut conv = Conversation::new("sys", "go");
+        a.run(&mut conv, &ctx(), &NoObserver).await
+    };
+    let release = async {
+        // Calls 1 to 5 end while call 0 still runs: a slot that frees
+        // starts the next call, whatever the calls before it do.
+        finished.wait_for(|n| *n == 5).await.unwrap();
+        assert_eq!(held.running.load(Ordering::SeqCst), 1, "call 0 still runs");
+        held.release.notify_one();
+    };
+    let (answer, ()) = tokio::time::timeout(Duration::from_secs(30), async { tokio::join!(run, release) })
+        .await
+        .expect("calls behind the held one never started");
+    assert_eq!(answer.unwrap(), "0 1 2 3 4 5 ", "results in call order");
+    assert_eq!(held.peak.load(Ordering::SeqCst), 2, "at most two at once, and two did run together");
+}
+
 #[tokio::test]
 async fn step_limit_and_cancellation_end_the_run() {
     let looping = "[[turns]]\n[[turns.calls]]\ntool = \"slow\"\nargs = '{\"x\": 1}'\n".repeat(5);

@@ -40,11 +40,21 @@ pub struct ToolPolicy {
     /// may have started runs again without a note to the model
     /// ([`steps::INTERRUPTED_NOTE`](super::steps::INTERRUPTED_NOTE)).
     pub idempotent_tools: Vec<String>,
+    /// Calls of one turn running at once (default: all of them). The others
+    /// start as those end; the results keep the model's call order. A call
+    /// holds its memory while it runs, and a `task` call runs until its
+    /// task's report: a planner turn of 10 000 of them held every one at once.
+    pub max_parallel_calls: usize,
 }
 
 impl Default for ToolPolicy {
     fn default() -> Self {
-        Self { stop_at_tools: Vec::new(), loop_detection: true, idempotent_tools: Vec::new() }
+        Self {
+            stop_at_tools: Vec::new(),
+            loop_detection: true,
+            idempotent_tools: Vec::new(),
+            max_parallel_calls: usize::MAX,
+        }
     }
 }
 
