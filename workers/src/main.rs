@@ -74,7 +74,6 @@ const RUN_FAILED: i32 = 1;
 fn main() {
     let mut args = Args::parse();
     flotilla_config::tls::install_crypto_provider();
-    flotilla_agent::sanitize::warm_up();
     let runtime = tokio::runtime::Runtime::new().expect("tokio runtime");
     let worker_id = args.id.get_or_insert_with(heartbeat::default_id).clone();
     let settings = match Settings::load(args.config.as_deref()) {

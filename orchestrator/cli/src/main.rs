@@ -142,7 +142,6 @@ fn main() {
     }
     let service = matches!(cli.command, Command::Orchestrator | Command::Up(_));
     flotilla_config::tls::install_crypto_provider();
-    flotilla_agent::sanitize::warm_up();
     let runtime = tokio::runtime::Runtime::new().expect("tokio runtime");
     let export = start_telemetry(&cli, &runtime, if service { "info" } else { "warn" });
     let json = cli.json;

@@ -47,6 +47,9 @@ struct Compiled {
     re: Regex,
 }
 
+/// The table, compiled on first use (a few milliseconds), so a process that
+/// never sanitizes an error never holds its automata (docs/PERFORMANCE.md,
+/// "Results": they were an idle worker's largest allocation).
 static COMPILED: LazyLock<Vec<Compiled>> = LazyLock::new(|| {
     RULES
         .iter()
@@ -77,12 +80,6 @@ fn apply(text: &str, classes: &[Class]) -> String {
             .into_owned();
     }
     out
-}
-
-/// Compiles every pattern now, so the first error of a process is not slowed
-/// by regex compilation (call at start-up).
-pub fn warm_up() {
-    let _ = COMPILED.len();
 }
 
 /// Removes secrets only (keys, tokens, URL credentials and query tokens); for logs.
