@@ -35,7 +35,9 @@ pub struct Meter {
     pub abandoned: usize,
     /// Requests refused with a 503 ([`MeteredEndpoint::refuse_next`]).
     pub refused: usize,
-    /// Requests waiting now (held or in their latency).
+    /// Requests waiting now (held or in their latency), not yet being
+    /// answered: once [`hold`](MeteredEndpoint::hold) returned, none of
+    /// these is answered before [`release`](MeteredEndpoint::release).
     pub waiting: Vec<Value>,
 }
 
@@ -75,8 +77,11 @@ impl MeteredEndpoint {
         self.refuse.store(n, SeqCst);
     }
 
-    /// Requests from now on wait until [`release`](Self::release).
+    /// Requests from now on wait until [`release`](Self::release), and so
+    /// do those in [`Meter::waiting`] now: an answer is started only under
+    /// the meter's lock, which this takes too.
     pub fn hold(&self) {
+        let _meter = self.meter.lock().unwrap();
         self.held.send_replace(true);
     }
 
@@ -135,9 +140,27 @@ async fn serve(
     // The client sends nothing more: a read that ends is its going away.
     let mut probe = [0u8; 1];
     let gone = reader.read(&mut probe);
+    // Whether to answer is decided under the meter's lock, which `hold`
+    // takes too, and the request leaves `waiting` then: a request a test
+    // saw waiting after `hold` returned is not answered, and billed, while
+    // the test kills its worker (the answer used to be written after that
+    // check, and counted billed when the killed client's socket closed).
     let ready = async {
         tokio::time::sleep(latency).await;
-        let _ = held.wait_for(|h| !*h).await;
+        loop {
+            let _ = held.wait_for(|h| !*h).await;
+            let answering = {
+                let mut m = meter.lock().unwrap();
+                let answering = !*held.borrow();
+                if answering {
+                    remove(&mut m.waiting, &body);
+                }
+                answering
+            };
+            if answering {
+                break;
+            }
+        }
     };
     tokio::pin!(gone);
     tokio::select! {
