@@ -1,7 +1,8 @@
 //! Worker and orchestrator memory with models that report their own usage
 //! (an `openai` provider on a local OpenAI-format endpoint,
 //! tests/kit/src/metered.rs), the way production processes run: the idle
-//! orchestrator's RSS, and the worker's idle and with 16 subagents in flight
+//! orchestrator's RSS, and the worker's idle (and the anonymous part of it,
+//! what one more worker on a host adds) and with 16 subagents in flight
 //! (each inside one 2 s model call), so memory per in-flight subagent is
 //! the difference over 16. The scripted rows of `footprint` differ: a
 //! scripted model counts every request in o200k tokens, so that worker
@@ -39,6 +40,7 @@ pub async fn measure() -> anyhow::Result<Vec<Row>> {
     })
     .await?;
     let idle = rig.memory_kib("worker-1", "VmRSS:")?;
+    let idle_anonymous = rig.proc_kib("worker-1", "smaps_rollup", "Anonymous:")?;
     let idle_orchestrator = rig.memory_kib("orchestrator", "VmRSS:")?;
     let job = JobId::new();
     let ty = SubagentType::new("finance")?;
@@ -56,6 +58,11 @@ pub async fn measure() -> anyhow::Result<Vec<Row>> {
     let mib = |kib: u64| format!("{:.1} MiB", kib as f64 / 1024.0);
     Ok(vec![
         ("idle worker RSS, openai-provider model (no o200k tables)".into(), mib(idle), "<= 20 MiB".into()),
+        (
+            "  of it anonymous (the rest: the binary's pages, shared by the workers of a host)".into(),
+            mib(idle_anonymous),
+            String::new(),
+        ),
         (
             "idle orchestrator RSS, openai-provider planner (no o200k tables)".into(),
             mib(idle_orchestrator),

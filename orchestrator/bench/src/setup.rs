@@ -219,10 +219,17 @@ api_burst = 1000000
     /// A `/proc/<pid>/status` memory line (`VmRSS:`, `VmHWM:` for the peak)
     /// of the process called `name` (`orchestrator`, `worker-<i>`), in KiB.
     pub fn memory_kib(&self, name: &str, key: &str) -> anyhow::Result<u64> {
+        self.proc_kib(name, "status", key)
+    }
+
+    /// A line of `/proc/<pid>/<file>` in KiB (`smaps_rollup`'s `Anonymous:`:
+    /// the memory the process does not share with others running the
+    /// same binary).
+    pub fn proc_kib(&self, name: &str, file: &str, key: &str) -> anyhow::Result<u64> {
         let proc = self.d.orchestrator.iter().chain(&self.d.workers).find(|p| p.name == name);
         let pid = proc.with_context(|| format!("no {name}"))?.pid();
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-        let line = status.lines().find(|l| l.starts_with(key)).with_context(|| format!("no {key}"))?;
+        let status = std::fs::read_to_string(format!("/proc/{pid}/{file}"))?;
+        let line = status.lines().find(|l| l.starts_with(key)).with_context(|| format!("no {key} in {file}"))?;
         Ok(line.split_whitespace().nth(1).unwrap_or("0").parse()?)
     }
 
