@@ -100,8 +100,9 @@ impl JobStore {
         match retry("task entry write", WRITE_BUDGET, || self.backend.create(&key, payload.clone())).await? {
             Cas::Stored(_) => {
                 let state = entry.state();
-                // Boxed, as the other steps' larger futures below: thousands
-                // of dispatches wait here at once (planner/dispatch.rs, `start_with`).
+                // Boxed, as the entry reads of this function: a planner's
+                // dispatches wait here up to `[planner] max_in_flight` at
+                // once (planner/dispatch.rs, `start_with`).
                 Box::pin(self.update(job, |rec| {
                     rec.tasks_total += 1;
                     rec.task_counts.moved(None, state);

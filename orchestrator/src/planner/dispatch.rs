@@ -353,7 +353,8 @@ impl Dispatcher {
         wait: bool,
     ) -> Result<TaskId, ToolError> {
         // Each step is boxed, so a start holds only the step it is in: a
-        // planner turn of 10 000 `task` calls starts them all at once, and
+        // planner turn's `task` calls and a map's tasks start up to
+        // `[planner] max_in_flight` at once (thousands, when raised), and
         // they queue on the job's store (docs/PERFORMANCE.md, "Scale").
         let ty = self.subagent_type(subagent_type)?;
         let existing =
@@ -463,8 +464,8 @@ impl Dispatcher {
         let first = tokio::time::Instant::now() + self.no_worker_timeout;
         let mut served = tokio::time::interval_at(first, self.no_worker_timeout);
         // What runs after the wait is boxed (allocated when it starts): a
-        // waiting call's state stays a few hundred bytes, and a 10 000-task
-        // fan-out holds 10 000 of them (docs/PERFORMANCE.md, "Scale").
+        // waiting call's state stays a few hundred bytes, and a planner holds
+        // `[planner] max_in_flight` of them (docs/PERFORMANCE.md, "Scale").
         loop {
             tokio::select! {
                 r = &mut waiter => match r {

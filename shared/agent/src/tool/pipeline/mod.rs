@@ -141,8 +141,8 @@ impl<'a> Next<'a> {
     ///
     /// Every layer's future holds this one while the tool runs, so the
     /// tool's end is boxed: inline, its state would be in each layer's
-    /// future, and a planner turn of thousands of waiting `task` calls
-    /// holds thousands of pipelines (docs/PERFORMANCE.md, "Scale").
+    /// future, and a planner turn keeps up to `[planner] max_in_flight`
+    /// `task` calls waiting, each in its pipeline (docs/PERFORMANCE.md, "Scale").
     pub async fn run(self, call: Call<'a>) -> Reply {
         match self.rest.split_first() {
             Some((layer, rest)) => layer.handle(call, Next { rest }).await,
