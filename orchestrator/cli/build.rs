@@ -1,0 +1,7 @@
+//! The orchestrator's start-up and dispatch functions are linked first
+//! (shared/link-order/src/lib.rs; docs/PERFORMANCE.md, "Idle process memory").
+
+fn main() {
+    let list = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("link/symbol-order.txt");
+    flotilla_link_order::link_listed_functions_first("flotilla", &list);
+}
