@@ -20,8 +20,11 @@ use std::path::Path;
 use std::process::Command;
 
 /// From a build script: links binary `bin` of this package with the
-/// functions `list` names first, where the linker is rustc's bundled lld.
-pub fn link_listed_functions_first(bin: &str, list: &Path) {
+/// functions its `link/symbol-order.txt` names first, where the linker is
+/// rustc's bundled lld.
+pub fn link_listed_functions_first(bin: &str) {
+    let manifest_dir = std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR for build scripts");
+    let list = Path::new(&manifest_dir).join("link/symbol-order.txt");
     println!("cargo:rerun-if-changed={}", list.display());
     println!("cargo:rerun-if-env-changed=FLOTILLA_NO_SYMBOL_ORDER");
     println!("cargo:rerun-if-env-changed=RUSTC_LINKER");
