@@ -29,6 +29,12 @@ use flotilla_worker::runtime::SubagentRuntime;
 use flotilla_worker::task::WorkerContext;
 use flotilla_worker::{cancel, mcp_credentials, worker};
 
+/// mimalloc rather than the system allocator: a task allocates and frees
+/// many small objects across the runtime's threads, where glibc's malloc and
+/// free took about a tenth of a worker's CPU (docs/PERFORMANCE.md).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Flotilla worker: runs isolated subagents for the task queues of its types.
 #[derive(Parser, Debug)]
 #[command(
