@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use flotilla_bus::{BusError, BusErrorKind, Cas, Changes, job_keys};
+use flotilla_bus::{BusError, BusErrorKind, Cas, Changes, FollowUps, job_keys};
 use flotilla_protocol::ids::{JobId, SubagentType, TaskId, Tenant};
 use flotilla_protocol::{JobEvent, JobInput, JobRecord, JobTodos, TaskEntry, TaskMessage, TaskReport};
 use tokio::sync::watch;
@@ -21,13 +21,19 @@ use crate::ports::{JobBackend, StoredReports, TaskDispatch};
 /// [`set_served`](Self::set_served) says otherwise.
 pub struct FakeQueue {
     published: watch::Sender<Vec<TaskMessage>>,
+    follow_ups: Mutex<Vec<FollowUps>>,
     withdrawn: Mutex<Vec<(JobId, TaskId)>>,
     served: AtomicBool,
 }
 
 impl Default for FakeQueue {
     fn default() -> Self {
-        Self { published: watch::Sender::new(Vec::new()), withdrawn: Mutex::default(), served: AtomicBool::new(true) }
+        Self {
+            published: watch::Sender::new(Vec::new()),
+            follow_ups: Mutex::default(),
+            withdrawn: Mutex::default(),
+            served: AtomicBool::new(true),
+        }
     }
 }
 
@@ -35,6 +41,11 @@ impl FakeQueue {
     /// Every task published so far.
     pub fn published(&self) -> Vec<TaskMessage> {
         self.published.borrow().clone()
+    }
+
+    /// Whether follow-ups may come, of every task published so far, in order.
+    pub fn follow_ups(&self) -> Vec<FollowUps> {
+        self.follow_ups.lock().unwrap().clone()
     }
 
     /// Waits until `n` tasks were published; returns the `n`th.
@@ -57,7 +68,8 @@ impl FakeQueue {
 
 #[async_trait]
 impl TaskDispatch for FakeQueue {
-    async fn publish(&self, task: &TaskMessage) -> Result<(), BusError> {
+    async fn publish(&self, task: &TaskMessage, follow_ups: FollowUps) -> Result<(), BusError> {
+        self.follow_ups.lock().unwrap().push(follow_ups);
         self.published.send_modify(|v| v.push(task.clone()));
         Ok(())
     }

@@ -8,15 +8,16 @@
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use flotilla_bus::{Bus, BusError, Cas, Changes};
+use flotilla_bus::{Bus, BusError, Cas, Changes, FollowUps};
 use flotilla_protocol::ids::{JobId, SubagentType, TaskId, Tenant};
 use flotilla_protocol::{TaskMessage, TaskReport};
 
 /// The task work queue as the `task` tool uses it.
 #[async_trait]
 pub trait TaskDispatch: Send + Sync {
-    /// Publishes `task` durably (idempotent by task id).
-    async fn publish(&self, task: &TaskMessage) -> Result<(), BusError>;
+    /// Publishes `task` durably (idempotent by task id); `follow_ups` says
+    /// whether follow-up messages may come for it.
+    async fn publish(&self, task: &TaskMessage, follow_ups: FollowUps) -> Result<(), BusError>;
     /// Withdraws one task: it is cancelled, so a worker that pulls it later
     /// reports it `cancelled` without running it. The job's other tasks,
     /// even queued ones of the same type, are left alone.
@@ -27,8 +28,8 @@ pub trait TaskDispatch: Send + Sync {
 
 #[async_trait]
 impl TaskDispatch for Bus {
-    async fn publish(&self, task: &TaskMessage) -> Result<(), BusError> {
-        self.tasks().publish(task).await
+    async fn publish(&self, task: &TaskMessage, follow_ups: FollowUps) -> Result<(), BusError> {
+        self.tasks().publish(task, follow_ups).await
     }
 
     async fn withdraw(&self, job: &JobId, task: &TaskId, reason: &str) -> Result<(), BusError> {

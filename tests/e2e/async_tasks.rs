@@ -380,7 +380,7 @@ async fn a_message_sent_while_the_task_was_queued_reaches_its_first_model_call()
         sent_at: flotilla_protocol::now(),
     };
     d.bus.task_messages().publish(&tenant, &msg).await.unwrap();
-    d.bus.tasks().publish(&task).await.unwrap();
+    d.bus.tasks().publish(&task, flotilla_bus::FollowUps::Possible).await.unwrap();
     d.add_worker("w1");
 
     let report = tokio::time::timeout(TIMEOUT, reports.next()).await.expect("the task's report").unwrap();
@@ -388,4 +388,63 @@ async fn a_message_sent_while_the_task_was_queued_reaches_its_first_model_call()
     assert_eq!(report.summary, format!("alpha done; noted: {FOLLOW_UP}"));
     let calls = mock.requests_of("alpha");
     assert_eq!(calls.len(), 1, "the first model call had the message: {calls:?}");
+}
+
+/// A task its dispatcher published as one no follow-up can come for
+/// (`FollowUps::None`: a `task` or `map_tasks` task) is neither looked up
+/// nor followed: a message stored for it anyway never reaches its
+/// subagent, while a task that may get follow-ups, started beside it, reads
+/// the one stored for it in its first model call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_published_without_follow_ups_reads_none_and_one_with_them_reads_its_own() {
+    use flotilla_bus::FollowUps;
+    use flotilla_protocol::ids::{JobId, SubagentType, TaskId};
+    use flotilla_protocol::{FollowUp, TaskMessage};
+
+    let (model_url, mock) = MockModel::start().await;
+    mock.gate.send_replace(true);
+    let mut d = Deployment::start(0, |url| config(url, PLANNER, &model_url)).await;
+    let (tenant, job, analyst) = (Default::default(), JobId::new(), SubagentType::new("analyst").unwrap());
+    let mut reports = Box::pin(d.bus.reports().live_of_job(&tenant, &job).await.unwrap());
+    for (description, follow_ups) in
+        [("delta: list the job files", FollowUps::None), ("epsilon: list them", FollowUps::Possible)]
+    {
+        let task = TaskMessage {
+            v: flotilla_protocol::SCHEMA_VERSION,
+            job_id: job,
+            task_id: TaskId::new(),
+            subagent_type: analyst.clone(),
+            description: description.into(),
+            tenant: tenant.clone(),
+            attempt: 1,
+            deadline: None,
+            traceparent: None,
+            created_at: flotilla_protocol::now(),
+        };
+        let msg = FollowUp {
+            v: 1,
+            id: format!("{job}.{}", task.task_id),
+            job_id: job,
+            task_id: task.task_id,
+            subagent_type: analyst.clone(),
+            text: FOLLOW_UP.into(),
+            sent_at: flotilla_protocol::now(),
+        };
+        d.bus.task_messages().publish(&tenant, &msg).await.unwrap();
+        d.bus.tasks().publish(&task, follow_ups).await.unwrap();
+    }
+    d.add_worker("w1");
+
+    for _ in 0..2 {
+        let report = tokio::time::timeout(TIMEOUT, reports.next()).await.expect("a task's report").unwrap();
+        assert_eq!(report.status, TaskStatus::Completed, "{report:?}");
+    }
+    let follow_up_in = |request: &Vec<Value>| {
+        request.iter().any(|m| m["role"] == "user" && m["content"].as_str().is_some_and(|c| c.starts_with(HEADER)))
+    };
+    let epsilon = mock.requests_of("epsilon");
+    assert!(epsilon.first().is_some_and(follow_up_in), "the first model call had its message: {epsilon:?}");
+    let delta = mock.requests_of("delta");
+    assert_eq!(delta.len(), 2, "{delta:?}");
+    assert!(!delta.iter().any(follow_up_in), "no follow-up reached the task published without them: {delta:?}");
 }

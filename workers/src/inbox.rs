@@ -13,14 +13,17 @@
 //! starts registers first, then looks up (one direct get) whether a message
 //! was stored before, and only then replays its own from the start instead
 //! (a message the follower handed over in between is taken once, by id). A
-//! redelivered attempt that took messages before replays at once.
+//! redelivered attempt that took messages before replays at once. Only a
+//! task the planner started with `start_task` can get messages: the
+//! dispatcher marks the others (`FollowUps::None`, shared/bus/src/tasks.rs),
+//! whose inbox is empty, with no look-up and no route.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use dashmap::DashMap;
 use flotilla_agent::agent::{Inbox, MessageInbox};
-use flotilla_bus::Bus;
+use flotilla_bus::{Bus, FollowUps};
 use flotilla_protocol::ids::{SubagentType, TaskId};
 use flotilla_protocol::{FollowUp, TaskMessage};
 use futures::{Stream, StreamExt};
@@ -77,11 +80,17 @@ impl Inboxes {
 
     /// The inbox of `task`, past the first `taken` messages (an earlier
     /// attempt's subagent read those: they are in its journaled
-    /// conversation, workers/src/journal.rs). A stream that cannot be read
-    /// leaves the task without follow-ups (logged), never fails it.
-    pub async fn open(&self, bus: &Bus, task: &TaskMessage, taken: u64) -> TaskInbox {
+    /// conversation, workers/src/journal.rs); an empty one, neither looked
+    /// up nor followed, when its dispatcher said no follow-up can come
+    /// (`FollowUps::None`: a `task` or `map_tasks` task). A stream that
+    /// cannot be read leaves the task without follow-ups (logged), never
+    /// fails it.
+    pub async fn open(&self, bus: &Bus, task: &TaskMessage, follow_ups: FollowUps, taken: u64) -> TaskInbox {
         let feed = Feed::default();
         let mut inbox = TaskInbox { feed: feed.clone(), _registration: None, _follow: None };
+        if follow_ups == FollowUps::None {
+            return inbox;
+        }
         let messages = bus.task_messages();
         let (tenant, job, ty, id) = (&task.tenant, &task.job_id, &task.subagent_type, &task.task_id);
         let mut last = None;

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use flotilla_agent::agent::{Agent, Conversation, RunContext};
 use flotilla_agent::remote::{RemoteAgent, RemoteTask};
-use flotilla_bus::{Bus, TaskDelivery, retry};
+use flotilla_bus::{Bus, FollowUps, TaskDelivery, retry};
 use flotilla_protocol::{
     self as protocol, ErrorInfo, ErrorKind, ProgressKind, TaskMessage, TaskReport, TaskStatus, Usage,
 };
@@ -135,7 +135,15 @@ async fn run(
     let outcome = if job_cancelled {
         Err((ErrorInfo::new(ErrorKind::Cancelled, cancelled_before_start(&ctx, &task)), Default::default()))
     } else {
-        let run = Subagent { ctx: &ctx, rt: &rt, task: &task, progress: &progress, cancel: &cancel, span: &agent };
+        let run = Subagent {
+            ctx: &ctx,
+            rt: &rt,
+            task: &task,
+            follow_ups: delivery.follow_ups(),
+            progress: &progress,
+            cancel: &cancel,
+            span: &agent,
+        };
         run.run(started_at, traceparent.as_deref()).await
     };
     keepalive.abort();
@@ -187,6 +195,9 @@ struct Subagent<'a> {
     ctx: &'a WorkerContext,
     rt: &'a SubagentRuntime,
     task: &'a TaskMessage,
+    /// Whether follow-up messages may come for the task (its publisher's
+    /// `Flotilla-Follow-Ups` header).
+    follow_ups: FollowUps,
     progress: &'a ProgressPublisher,
     cancel: &'a CancellationToken,
     /// The attempt's `invoke_agent` span.
@@ -254,7 +265,7 @@ impl Subagent<'_> {
             None => None,
         };
         // Follow-up messages (`message_task`) reach the subagent before its next model call.
-        let inbox = rt.inboxes.open(&ctx.bus, task, conv.inbox_taken).await;
+        let inbox = rt.inboxes.open(&ctx.bus, task, self.follow_ups, conv.inbox_taken).await;
         let gate = BusApprovalGate::new(
             ctx.bus.clone(),
             rt.approvals.clone(),

@@ -43,6 +43,7 @@ mod tracing_cost;
 
 use std::time::{Duration, Instant};
 
+use flotilla_bus::FollowUps;
 use flotilla_protocol::ids::{JobId, SubagentType, TaskId};
 use flotilla_protocol::{self as protocol, TaskMessage};
 use futures::StreamExt;
@@ -247,7 +248,7 @@ where
 {
     let t = task(job, ty);
     let started = Instant::now();
-    rig.bus().tasks().publish(&t).await?;
+    rig.bus().tasks().publish(&t, FollowUps::None).await?;
     tokio::time::timeout(Duration::from_secs(30), reports.next())
         .await?
         .ok_or_else(|| anyhow::anyhow!("report stream ended"))?;
@@ -263,7 +264,7 @@ async fn throughput(rig: &Rig, n: usize) -> anyhow::Result<f64> {
     let publishes = (0..n).map(|_| {
         let t = task(job, &ty);
         let queue = rig.bus().tasks();
-        async move { queue.publish(&t).await }
+        async move { queue.publish(&t, FollowUps::None).await }
     });
     for r in futures::future::join_all(publishes).await {
         r?;

@@ -11,6 +11,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use flotilla_bus::FollowUps;
 use flotilla_protocol::ids::{JobId, SubagentType};
 use flotilla_testkit::chat_endpoint::text_reply;
 use flotilla_testkit::metered::MeteredEndpoint;
@@ -45,7 +46,7 @@ pub async fn measure() -> anyhow::Result<Vec<Row>> {
     let job = JobId::new();
     let ty = SubagentType::new("finance")?;
     for _ in 0..IN_FLIGHT {
-        rig.bus().tasks().publish(&task(job, &ty)).await?;
+        rig.bus().tasks().publish(&task(job, &ty), FollowUps::None).await?;
     }
     let deadline = Instant::now() + Duration::from_secs(30);
     while endpoint.meter().waiting.len() < IN_FLIGHT {

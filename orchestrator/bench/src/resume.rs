@@ -21,7 +21,7 @@
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
-use flotilla_bus::Journal;
+use flotilla_bus::{FollowUps, Journal};
 use flotilla_client::events::{self, Event, Scope};
 use flotilla_config::NatsConfig;
 use flotilla_protocol::ids::{JobId, SubagentType, TaskId};
@@ -64,7 +64,7 @@ async fn run_tasks(rig: &Rig, n: usize) -> anyhow::Result<Duration> {
     let tasks: Vec<_> = (0..n).map(|_| task(job, &ty)).collect();
     let started = Instant::now();
     for t in &tasks {
-        rig.bus().tasks().publish(t).await?;
+        rig.bus().tasks().publish(t, FollowUps::None).await?;
     }
     for _ in 0..n {
         tokio::time::timeout(Duration::from_secs(120), reports.next())
@@ -120,7 +120,7 @@ async fn keepalive_bytes_per_task_second() -> anyhow::Result<f64> {
     let job = JobId::new();
     let ty = SubagentType::new("finance")?;
     for _ in 0..8 {
-        rig.bus().tasks().publish(&task(job, &ty)).await?;
+        rig.bus().tasks().publish(&task(job, &ty), FollowUps::None).await?;
     }
     let mut started = HashSet::new();
     while started.len() < 8 {
@@ -146,7 +146,7 @@ async fn takeover_round() -> anyhow::Result<Vec<Duration>> {
     let ty = SubagentType::new("finance")?;
     let tasks: Vec<_> = (0..8).map(|_| task(job, &ty)).collect();
     for t in &tasks {
-        rig.bus().tasks().publish(t).await?;
+        rig.bus().tasks().publish(t, FollowUps::None).await?;
     }
     let mut past: HashSet<TaskId> = HashSet::new();
     while past.len() < tasks.len() {

@@ -40,7 +40,7 @@ use registry::JobTasks;
 
 /// Dispatch keys of asynchronous tasks start with this, then the call id:
 /// how a restarted orchestrator tells them from `task` and `map_tasks` ones.
-const KEY_PREFIX: &str = "async:";
+pub(super) const KEY_PREFIX: &str = "async:";
 
 /// The first line of a wake-up note; the JSON list of outcomes follows.
 const WAKE_HEADER: &str = "[asynchronous tasks ended]";

@@ -29,7 +29,7 @@ use std::time::Duration;
 
 use dashmap::DashMap;
 use flotilla_agent::tool::{ToolContext, ToolError, ToolSpec};
-use flotilla_bus::{BusError, retry};
+use flotilla_bus::{BusError, FollowUps, retry};
 use flotilla_config::TenantsConfig;
 use flotilla_protocol::ids::{JobId, SubagentType, TaskId, Tenant};
 use flotilla_protocol::path::FilePath;
@@ -412,11 +412,17 @@ impl Dispatcher {
             traceparent: ctx.traceparent.clone(),
             created_at: protocol::now(),
         };
+        // Only a task `start_task` dispatched can get `message_task` follow-ups.
+        let follow_ups = match &entry.call_id {
+            Some(key) if key.starts_with(super::async_tasks::KEY_PREFIX) => FollowUps::Possible,
+            _ => FollowUps::None,
+        };
         // Registered before the publish, so a live report cannot slip past.
         self.early.insert(task_id, self.reports.expect(task_id, &entry.subagent_type));
         // Nats-Msg-Id = task id (shared/bus/src/tasks.rs): a publish repeated
         // after a crash inside the duplicate window is dropped by JetStream.
-        let published = Box::pin(retry("task publish", Duration::from_secs(30), || self.queue.publish(&msg))).await;
+        let published =
+            Box::pin(retry("task publish", Duration::from_secs(30), || self.queue.publish(&msg, follow_ups))).await;
         if let Err(e) = published {
             self.early.remove(&task_id);
             self.reports.forget(&task_id);
@@ -790,6 +796,9 @@ mod tests {
         assert_eq!(call.await.unwrap().unwrap(), Value::String("north: 120".into()));
 
         assert_eq!(rig.queue.published().len(), 1);
+        // A `task` task cannot get follow-ups: its worker neither looks
+        // them up nor follows them (workers/src/inbox.rs).
+        assert_eq!(rig.queue.follow_ups(), [FollowUps::None]);
         // Stored in the bucket, not only in the live copy.
         let rec = rig.backend.stored(&rig.job).unwrap();
         assert_eq!(rec.tasks.len(), 1);

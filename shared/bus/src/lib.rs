@@ -76,7 +76,7 @@ pub use reports::ReportStream;
 pub use service::Announcement;
 pub use task_delivery::{TaskConsumer, TaskDelivery};
 pub use task_messages::{MESSAGE_FOLLOWER_PREFIX, TaskMessages};
-pub use tasks::{GivenUp, QueueDepth, StoredTask, TaskQueue};
+pub use tasks::{FollowUps, GivenUp, QueueDepth, StoredTask, TaskQueue};
 pub use workers::TTL_INTERVALS;
 
 use std::sync::Arc;
@@ -181,6 +181,10 @@ pub const REASON: &str = "Flotilla-Reason";
 
 /// Header carrying the W3C trace context.
 pub const TRACEPARENT: &str = "traceparent";
+
+/// Header of a task message that no follow-up message can come for
+/// ([`FollowUps::None`]; docs/PROTOCOL.md, "TaskMessage").
+pub const FOLLOW_UPS: &str = "Flotilla-Follow-Ups";
 
 /// A connected process's view of the bus. The connection itself is private:
 /// callers use the typed stores (see the table above), so each operation on a
@@ -488,7 +492,6 @@ impl Bus {
         msg_id: Option<&str>,
         traceparent: Option<&str>,
     ) -> Result<(), BusError> {
-        let payload = checked(payload.into(), what)?;
         let mut headers = async_nats::HeaderMap::new();
         if let Some(id) = msg_id {
             headers.insert(async_nats::header::NATS_MESSAGE_ID, id);
@@ -496,6 +499,18 @@ impl Bus {
         if let Some(tp) = traceparent {
             headers.insert(TRACEPARENT, tp);
         }
+        self.publish_durable_with_headers(subject, payload, what, headers).await
+    }
+
+    /// [`Self::publish_durable_bytes`] with the headers given.
+    pub(crate) async fn publish_durable_with_headers(
+        &self,
+        subject: String,
+        payload: Vec<u8>,
+        what: &str,
+        headers: async_nats::HeaderMap,
+    ) -> Result<(), BusError> {
+        let payload = checked(payload.into(), what)?;
         let publish = async {
             self.js
                 .publish_with_headers(subject.clone(), headers, payload)

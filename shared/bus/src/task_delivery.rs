@@ -79,6 +79,15 @@ impl TaskDelivery {
         self.msg.info().ok().map(|i| i.stream_sequence)
     }
 
+    /// Whether follow-up messages may come for the task: not when its
+    /// publisher said none can (the `Flotilla-Follow-Ups: none` header).
+    pub fn follow_ups(&self) -> crate::FollowUps {
+        match self.msg.headers.as_ref().and_then(|h| h.get(crate::FOLLOW_UPS)) {
+            Some(v) if v.as_str() == "none" => crate::FollowUps::None,
+            _ => crate::FollowUps::Possible,
+        }
+    }
+
     /// The W3C trace context the publisher sent in the `traceparent` header.
     pub fn traceparent(&self) -> Option<String> {
         self.msg.headers.as_ref().and_then(|h| h.get(TRACEPARENT)).map(|v| v.to_string())

@@ -14,8 +14,24 @@ use futures::{Stream, StreamExt};
 
 use crate::task_delivery::TaskConsumer;
 use crate::{Bus, BusError};
-use flotilla_protocol::TaskMessage;
 use flotilla_protocol::ids::{JobId, SubagentType};
+use flotilla_protocol::{Message, TaskMessage};
+
+/// Whether follow-up messages (docs/PROTOCOL.md, "Follow-up messages") may
+/// come for a task: only for one the planner started with `start_task`.
+/// For a task none can come for, the dispatcher says so in the
+/// `Flotilla-Follow-Ups: none` header, and the worker neither looks up
+/// messages stored before the task started nor follows its messages
+/// (workers/src/inbox.rs): one round trip less on the task's path. A task
+/// without the header (any other publisher, an earlier orchestrator) is
+/// followed as before.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FollowUps {
+    /// Messages may come (`start_task`); the default of a task without the header.
+    Possible,
+    /// None can come (`task`, `map_tasks`).
+    None,
+}
 
 /// The work queue of tasks.
 #[derive(Clone)]
@@ -74,10 +90,19 @@ impl TaskQueue {
     /// Publishes `task` on `<prefix>.task.<type>.<job>` and waits for the
     /// stream's ack. `Nats-Msg-Id` is the task id, so a publish repeated
     /// (after a crash, by a retry) inside the duplicate window is dropped.
-    pub async fn publish(&self, task: &TaskMessage) -> Result<(), BusError> {
+    /// `follow_ups` says whether follow-up messages may come for the task.
+    pub async fn publish(&self, task: &TaskMessage, follow_ups: FollowUps) -> Result<(), BusError> {
         let subject = self.bus.subjects.task(&task.subagent_type, &task.job_id);
-        let id = task.task_id.to_string();
-        self.bus.publish_durable(subject, task, Some(&id), task.traceparent.as_deref()).await
+        let mut headers = async_nats::HeaderMap::new();
+        headers.insert(async_nats::header::NATS_MESSAGE_ID, task.task_id.to_string());
+        if let Some(tp) = &task.traceparent {
+            headers.insert(crate::TRACEPARENT, tp.as_str());
+        }
+        if follow_ups == FollowUps::None {
+            headers.insert(crate::FOLLOW_UPS, "none");
+        }
+        let payload = flotilla_protocol::encode(task);
+        self.bus.publish_durable_with_headers(subject, payload, TaskMessage::NAME, headers).await
     }
 
     /// Removes `job`'s queued tasks (only those of `ty` when given) and

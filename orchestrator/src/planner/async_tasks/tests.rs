@@ -142,6 +142,8 @@ async fn started_tasks_run_in_the_background_and_check_and_wait_show_how_they_en
     let c = rig.start("c3", "east").await;
     assert_eq!(rig.start("c1", "north").await, a, "a replayed call is the same task");
     assert_eq!(rig.queue.published().len(), 3);
+    // `message_task` may follow up on each: their workers follow their messages.
+    assert_eq!(rig.queue.follow_ups(), [flotilla_bus::FollowUps::Possible; 3]);
 
     let checked = rig.call("c4", "check_tasks", json!({})).await.unwrap();
     assert_eq!((checked["running"].clone(), checked["ended"].clone()), (json!(3), json!(0)));
