@@ -134,10 +134,27 @@ max_steps = 20
 }
 
 /// A scripted planner delegating `tasks` to `steps`.
-fn scripted_planner(c: &mut TestConfig, tasks: &[String]) {
-    let pairs: Vec<(&str, &str)> = tasks.iter().map(|t| ("steps", t.as_str())).collect();
-    c.scripted_model("planner", &delegate_all(&pairs));
+fn scripted_planner(c: &mut TestConfig, script: &str) {
+    c.scripted_model("planner", script);
     c.section("[planner]\nmodel = \"planner\"\ntask_timeout = 300\n");
+}
+
+/// The scripted planner delegating `tasks` to `steps` with `task` calls.
+fn delegating(tasks: &[String]) -> String {
+    let pairs: Vec<(&str, &str)> = tasks.iter().map(|t| ("steps", t.as_str())).collect();
+    delegate_all(&pairs)
+}
+
+/// The scripted planner starting `task` on `steps` with `start_task` (only
+/// such a task can get follow-up messages), then waiting for it and
+/// answering with what the wait returned.
+fn starting(task: &str) -> String {
+    let args = json!({"subagent_type": "steps", "description": task}).to_string();
+    format!(
+        "[[turns]]\n[[turns.calls]]\ntool = \"start_task\"\nargs = '{args}'\n\n\
+         [[turns]]\n[[turns.calls]]\ntool = \"wait_tasks\"\nargs = '{{\"timeout_s\": 290, \"all\": true}}'\n\n\
+         [[turns]]\ncontent = \"{{{{ last[0].value | string }}}}\"\n"
+    )
 }
 
 fn worker(d: &Deployment, id: &str, grace: &str) -> Proc {
@@ -166,12 +183,25 @@ async fn start(
     grace: &str,
     extra: &str,
 ) -> Run {
+    start_planned(&delegating(tasks), turns, first_tool, latency, slots, grace, extra).await
+}
+
+/// As [`start`], with the scripted planner `planner`.
+async fn start_planned(
+    planner: &str,
+    turns: usize,
+    first_tool: &'static str,
+    latency: Duration,
+    slots: usize,
+    grace: &str,
+    extra: &str,
+) -> Run {
     let setup = Setup::new();
     let answer: Answer = Arc::new(move |b| subagent(b, turns, first_tool));
     let ep = MeteredEndpoint::start(latency, answer).await;
     let mut d = Deployment::start(0, |url| {
         let mut c = setup.config(url, &ep.url, slots, extra);
-        scripted_planner(&mut c, tasks);
+        scripted_planner(&mut c, planner);
         c
     })
     .await;
@@ -391,10 +421,11 @@ async fn a_task_handed_back_after_a_transient_model_error_resumes_at_its_next_st
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_approval_decided_and_a_message_read_before_a_crash_are_not_asked_or_read_again() {
     // 6 turns of 200 ms: `send` (approved by a person) first, then `record`.
-    let tasks = vec!["t0".to_string()];
     let extra = "[subagents.steps.interrupt_on.counting_send]\ndecisions = [\"approve\", \"reject\"]\n";
+    // Started with `start_task`: follow-ups reach only such a task.
+    let planner = starting("t0");
     let Run { setup, ep, mut d, mut log } =
-        start(&tasks, 6, "counting_send", Duration::from_millis(200), 2, "2", extra).await;
+        start_planned(&planner, 6, "counting_send", Duration::from_millis(200), 2, "2", extra).await;
     let job = d.submit("one approved task").await;
     let names = descriptions(&d, job, 1).await;
     let asked = log
