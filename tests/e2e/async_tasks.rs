@@ -344,43 +344,55 @@ async fn under_the_roles_a_worker_reads_follow_ups_and_a_client_cannot_touch_the
     assert!(format!("{wrote:#}").contains("ermission"), "{wrote:#}");
 }
 
-/// A message stored while its task was still queued (no worker yet) is not
-/// among those the worker's type-wide follower sees (it starts later); the
-/// task finds it when it starts (workers/src/inbox.rs) and its first model
-/// call reads it.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_message_sent_while_the_task_was_queued_reaches_its_first_model_call() {
-    use flotilla_protocol::ids::{JobId, SubagentType, TaskId};
-    use flotilla_protocol::{FollowUp, TaskMessage};
-
-    let (model_url, mock) = MockModel::start().await;
-    mock.gate.send_replace(true);
-    let mut d = Deployment::start(0, |url| config(url, PLANNER, &model_url)).await;
-    let (tenant, job, analyst) = (Default::default(), JobId::new(), SubagentType::new("analyst").unwrap());
-    let mut reports = Box::pin(d.bus.reports().live_of_job(&tenant, &job).await.unwrap());
-    let task = TaskMessage {
+/// Queues a task of `ty` in `job` (default tenant) published with
+/// `follow_ups`, with a follow-up ([`FOLLOW_UP`]) stored for it first.
+async fn queue_with_follow_up(
+    d: &Deployment,
+    job: flotilla_protocol::ids::JobId,
+    ty: &flotilla_protocol::ids::SubagentType,
+    description: &str,
+    follow_ups: flotilla_bus::FollowUps,
+) {
+    let tenant = flotilla_protocol::ids::Tenant::default();
+    let task = flotilla_protocol::TaskMessage {
         v: flotilla_protocol::SCHEMA_VERSION,
         job_id: job,
-        task_id: TaskId::new(),
-        subagent_type: analyst.clone(),
-        description: "alpha: list the job files".into(),
+        task_id: flotilla_protocol::ids::TaskId::new(),
+        subagent_type: ty.clone(),
+        description: description.into(),
         tenant: tenant.clone(),
         attempt: 1,
         deadline: None,
         traceparent: None,
         created_at: flotilla_protocol::now(),
     };
-    let msg = FollowUp {
+    let msg = flotilla_protocol::FollowUp {
         v: 1,
-        id: format!("{job}.call_1"),
+        id: format!("{job}.{}", task.task_id),
         job_id: job,
         task_id: task.task_id,
-        subagent_type: analyst,
+        subagent_type: ty.clone(),
         text: FOLLOW_UP.into(),
         sent_at: flotilla_protocol::now(),
     };
     d.bus.task_messages().publish(&tenant, &msg).await.unwrap();
-    d.bus.tasks().publish(&task, flotilla_bus::FollowUps::Possible).await.unwrap();
+    d.bus.tasks().publish(&task, follow_ups).await.unwrap();
+}
+
+/// A message stored while its task was still queued (no worker yet) is not
+/// among those the worker's type-wide follower sees (it starts later); the
+/// task finds it when it starts (workers/src/inbox.rs) and its first model
+/// call reads it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_sent_while_the_task_was_queued_reaches_its_first_model_call() {
+    use flotilla_protocol::ids::{JobId, SubagentType};
+
+    let (model_url, mock) = MockModel::start().await;
+    mock.gate.send_replace(true);
+    let mut d = Deployment::start(0, |url| config(url, PLANNER, &model_url)).await;
+    let (tenant, job, analyst) = (Default::default(), JobId::new(), SubagentType::new("analyst").unwrap());
+    let mut reports = Box::pin(d.bus.reports().live_of_job(&tenant, &job).await.unwrap());
+    queue_with_follow_up(&d, job, &analyst, "alpha: list the job files", flotilla_bus::FollowUps::Possible).await;
     d.add_worker("w1");
 
     let report = tokio::time::timeout(TIMEOUT, reports.next()).await.expect("the task's report").unwrap();
@@ -398,8 +410,7 @@ async fn a_message_sent_while_the_task_was_queued_reaches_its_first_model_call()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_task_published_without_follow_ups_reads_none_and_one_with_them_reads_its_own() {
     use flotilla_bus::FollowUps;
-    use flotilla_protocol::ids::{JobId, SubagentType, TaskId};
-    use flotilla_protocol::{FollowUp, TaskMessage};
+    use flotilla_protocol::ids::{JobId, SubagentType};
 
     let (model_url, mock) = MockModel::start().await;
     mock.gate.send_replace(true);
@@ -409,29 +420,7 @@ async fn a_task_published_without_follow_ups_reads_none_and_one_with_them_reads_
     for (description, follow_ups) in
         [("delta: list the job files", FollowUps::None), ("epsilon: list them", FollowUps::Possible)]
     {
-        let task = TaskMessage {
-            v: flotilla_protocol::SCHEMA_VERSION,
-            job_id: job,
-            task_id: TaskId::new(),
-            subagent_type: analyst.clone(),
-            description: description.into(),
-            tenant: tenant.clone(),
-            attempt: 1,
-            deadline: None,
-            traceparent: None,
-            created_at: flotilla_protocol::now(),
-        };
-        let msg = FollowUp {
-            v: 1,
-            id: format!("{job}.{}", task.task_id),
-            job_id: job,
-            task_id: task.task_id,
-            subagent_type: analyst.clone(),
-            text: FOLLOW_UP.into(),
-            sent_at: flotilla_protocol::now(),
-        };
-        d.bus.task_messages().publish(&tenant, &msg).await.unwrap();
-        d.bus.tasks().publish(&task, follow_ups).await.unwrap();
+        queue_with_follow_up(&d, job, &analyst, description, follow_ups).await;
     }
     d.add_worker("w1");
 

@@ -170,24 +170,11 @@ struct Run {
     log: EventLog,
 }
 
-/// The scripted planner delegating `tasks` to `steps`, each a subagent of
+/// The scripted `planner`, whose tasks go to `steps`: each a subagent of
 /// `turns` model turns (first calling `first_tool`) taking `latency` on the
 /// metering endpoint, served by one worker `w1` with `slots` and `grace`;
 /// `extra` is more TOML of the type.
 async fn start(
-    tasks: &[String],
-    turns: usize,
-    first_tool: &'static str,
-    latency: Duration,
-    slots: usize,
-    grace: &str,
-    extra: &str,
-) -> Run {
-    start_planned(&delegating(tasks), turns, first_tool, latency, slots, grace, extra).await
-}
-
-/// As [`start`], with the scripted planner `planner`.
-async fn start_planned(
     planner: &str,
     turns: usize,
     first_tool: &'static str,
@@ -298,7 +285,7 @@ async fn a_sigkilled_workers_tasks_resume_elsewhere_with_no_turn_billed_and_no_t
     // 4 tasks x 8 turns of 300 ms, one MCP call a turn, on one worker.
     let tasks: Vec<String> = (0..4).map(|i| format!("t{i}")).collect();
     let Run { setup, ep, mut d, mut log } =
-        start(&tasks, 8, "counting_record", Duration::from_millis(300), 4, "2", "").await;
+        start(&delegating(&tasks), 8, "counting_record", Duration::from_millis(300), 4, "2", "").await;
     let job = d.submit("four long tasks").await;
     let names = descriptions(&d, job, 4).await;
     eventually(TIMEOUT, "every task past step 3", || {
@@ -347,7 +334,7 @@ async fn a_task_handed_back_after_the_grace_resumes_on_another_worker_with_no_tu
     // One task of 8 turns of 1.5 s; its worker gets 1 s of grace after 2 turns.
     let tasks = vec!["t0".to_string()];
     let Run { setup, ep, mut d, mut log } =
-        start(&tasks, 8, "counting_record", Duration::from_millis(1500), 2, "1", "").await;
+        start(&delegating(&tasks), 8, "counting_record", Duration::from_millis(1500), 2, "1", "").await;
     let job = d.submit("one long task").await;
     eventually(TIMEOUT, "two turns done", || {
         let two = ep.billed_by(key).contains_key(&("t0".to_string(), 1));
@@ -386,7 +373,7 @@ async fn a_task_handed_back_after_a_transient_model_error_resumes_at_its_next_st
     // 6 turns of 100 ms; the provider refuses one request mid-task (503).
     let tasks = vec!["t0".to_string()];
     let Run { setup, ep, d, mut log } =
-        start(&tasks, 6, "counting_record", Duration::from_millis(100), 2, "2", "").await;
+        start(&delegating(&tasks), 6, "counting_record", Duration::from_millis(100), 2, "2", "").await;
     let job = d.submit("one task through an outage").await;
     eventually(TIMEOUT, "two turns done", || {
         let two = ep.billed_by(key).contains_key(&("t0".to_string(), 1));
@@ -425,7 +412,7 @@ async fn an_approval_decided_and_a_message_read_before_a_crash_are_not_asked_or_
     // Started with `start_task`: follow-ups reach only such a task.
     let planner = starting("t0");
     let Run { setup, ep, mut d, mut log } =
-        start_planned(&planner, 6, "counting_send", Duration::from_millis(200), 2, "2", extra).await;
+        start(&planner, 6, "counting_send", Duration::from_millis(200), 2, "2", extra).await;
     let job = d.submit("one approved task").await;
     let names = descriptions(&d, job, 1).await;
     let asked = log

@@ -183,8 +183,22 @@ pub const REASON: &str = "Flotilla-Reason";
 pub const TRACEPARENT: &str = "traceparent";
 
 /// Header of a task message that no follow-up message can come for
-/// ([`FollowUps::None`]; docs/PROTOCOL.md, "TaskMessage").
+/// ([`FollowUps::None`]; docs/PROTOCOL.md, "FollowUp: messages to a
+/// running task").
 pub const FOLLOW_UPS: &str = "Flotilla-Follow-Ups";
+
+/// The headers of a durable publish: `Nats-Msg-Id` (JetStream's duplicate
+/// window) and `traceparent`, each when given.
+pub(crate) fn durable_headers(msg_id: Option<&str>, traceparent: Option<&str>) -> async_nats::HeaderMap {
+    let mut headers = async_nats::HeaderMap::new();
+    if let Some(id) = msg_id {
+        headers.insert(async_nats::header::NATS_MESSAGE_ID, id);
+    }
+    if let Some(tp) = traceparent {
+        headers.insert(TRACEPARENT, tp);
+    }
+    headers
+}
 
 /// A connected process's view of the bus. The connection itself is private:
 /// callers use the typed stores (see the table above), so each operation on a
@@ -492,14 +506,7 @@ impl Bus {
         msg_id: Option<&str>,
         traceparent: Option<&str>,
     ) -> Result<(), BusError> {
-        let mut headers = async_nats::HeaderMap::new();
-        if let Some(id) = msg_id {
-            headers.insert(async_nats::header::NATS_MESSAGE_ID, id);
-        }
-        if let Some(tp) = traceparent {
-            headers.insert(TRACEPARENT, tp);
-        }
-        self.publish_durable_with_headers(subject, payload, what, headers).await
+        self.publish_durable_with_headers(subject, payload, what, durable_headers(msg_id, traceparent)).await
     }
 
     /// [`Self::publish_durable_bytes`] with the headers given.

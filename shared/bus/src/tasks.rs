@@ -17,9 +17,9 @@ use crate::{Bus, BusError};
 use flotilla_protocol::ids::{JobId, SubagentType};
 use flotilla_protocol::{Message, TaskMessage};
 
-/// Whether follow-up messages (docs/PROTOCOL.md, "Follow-up messages") may
-/// come for a task: only for one the planner started with `start_task`.
-/// For a task none can come for, the dispatcher says so in the
+/// Whether follow-up messages (docs/PROTOCOL.md, "FollowUp: messages to a
+/// running task") may come for a task: only for one the planner started
+/// with `start_task`. For a task none can come for, the dispatcher says so in the
 /// `Flotilla-Follow-Ups: none` header, and the worker neither looks up
 /// messages stored before the task started nor follows its messages
 /// (workers/src/inbox.rs): one round trip less on the task's path. A task
@@ -93,11 +93,7 @@ impl TaskQueue {
     /// `follow_ups` says whether follow-up messages may come for the task.
     pub async fn publish(&self, task: &TaskMessage, follow_ups: FollowUps) -> Result<(), BusError> {
         let subject = self.bus.subjects.task(&task.subagent_type, &task.job_id);
-        let mut headers = async_nats::HeaderMap::new();
-        headers.insert(async_nats::header::NATS_MESSAGE_ID, task.task_id.to_string());
-        if let Some(tp) = &task.traceparent {
-            headers.insert(crate::TRACEPARENT, tp.as_str());
-        }
+        let mut headers = crate::durable_headers(Some(&task.task_id.to_string()), task.traceparent.as_deref());
         if follow_ups == FollowUps::None {
             headers.insert(crate::FOLLOW_UPS, "none");
         }
