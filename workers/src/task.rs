@@ -131,7 +131,7 @@ async fn run(
         tracing::info!("task started");
         progress.emit(ProgressKind::Started).await;
     }
-    let keepalive = keep_alive(&ctx, &delivery, &progress, cancel.clone());
+    let keepalive = keep_alive(&ctx, &delivery, Some(&progress), cancel.clone());
     let outcome = if job_cancelled {
         Err((ErrorInfo::new(ErrorKind::Cancelled, cancelled_before_start(&ctx, &task)), Default::default()))
     } else {
@@ -166,7 +166,12 @@ async fn run(
     }
     progress.flush_deltas().await;
     progress.emit(ProgressKind::Finished { status: report.status, usage: report.usage }).await;
+    // In-progress acks (no more heartbeat events: the task has finished) go
+    // on until the report is stored, so the task stays this worker's while
+    // the report rides out a leader election.
+    let acks = keep_alive(&ctx, &delivery, None, cancel);
     store_report_and_ack(&ctx, &rt, &delivery, &task, &report, traceparent.as_deref(), started).await;
+    acks.abort();
 }
 
 /// The progress publisher of one attempt.
@@ -424,8 +429,15 @@ async fn report(
     }
 }
 
+/// How long a finished attempt's report is retried (a NATS restart, a
+/// stream leader election after a cluster node is lost) while in-progress
+/// acks keep the task; the work is done, so waiting beats redoing the last
+/// step elsewhere.
+const REPORT_STORE_BUDGET: Duration = Duration::from_secs(30);
+
 /// Stores the report, then acks the task; a report that cannot be stored
-/// hands the task back for a redelivery.
+/// within [`REPORT_STORE_BUDGET`], or before a drain's grace runs out, hands
+/// the task back for a redelivery.
 async fn store_report_and_ack(
     ctx: &WorkerContext,
     rt: &SubagentRuntime,
@@ -435,11 +447,15 @@ async fn store_report_and_ack(
     traceparent: Option<&str>,
     started: Instant,
 ) {
-    // Ride out a short NATS outage; the task stays ours meanwhile (ack_wait).
-    // `Nats-Msg-Id` = `report:<task>` (shared/bus/src/reports.rs).
-    let budget = Duration::from_secs(ctx.bus.config.ack_wait.max(2) / 2);
+    // `Nats-Msg-Id` = `report:<task>` (shared/bus/src/reports.rs): a report
+    // that landed although its ack was lost, and a redelivered attempt's
+    // report after it, are one stored report.
     let reports = ctx.bus.reports();
-    let stored = retry("report publish", budget, || reports.publish(&task.tenant, report, traceparent)).await;
+    let stored = tokio::select! {
+        biased;
+        stored = retry("report publish", REPORT_STORE_BUDGET, || reports.publish(&task.tenant, report, traceparent)) => stored.map_err(|e| e.to_string()),
+        () = ctx.hand_back.cancelled() => Err("the drain's grace ran out".into()),
+    };
     match stored {
         Ok(()) => {
             // A plain ack suffices: the report is already stored, so if this ack
@@ -463,17 +479,17 @@ async fn store_report_and_ack(
 const HEARTBEAT_EVENT_EVERY: Duration = Duration::from_secs(10);
 
 /// Sends in-progress acks at a third of `ack_wait`, so long model and tool
-/// calls keep the task while a dead worker loses it fast, and a heartbeat
-/// event at most every [`HEARTBEAT_EVENT_EVERY`].
+/// calls keep the task while a dead worker loses it fast, and with
+/// `progress` a heartbeat event at most every [`HEARTBEAT_EVENT_EVERY`].
 fn keep_alive(
     ctx: &WorkerContext,
     delivery: &TaskDelivery,
-    progress: &ProgressPublisher,
+    progress: Option<&ProgressPublisher>,
     cancel: CancellationToken,
 ) -> tokio::task::AbortHandle {
     let every = Duration::from_millis(ctx.bus.config.ack_wait.max(1) * 1000 / 3);
     let delivery = delivery.clone();
-    let progress = progress.clone();
+    let progress = progress.cloned();
     tokio::spawn(async move {
         let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
         let mut beat = Instant::now();
@@ -485,7 +501,9 @@ fn keep_alive(
             if let Err(e) = delivery.progress().await {
                 tracing::warn!(error = %e, "in-progress ack failed");
             }
-            if beat.elapsed() + every / 2 >= HEARTBEAT_EVENT_EVERY {
+            if let Some(progress) = &progress
+                && beat.elapsed() + every / 2 >= HEARTBEAT_EVENT_EVERY
+            {
                 beat = Instant::now();
                 progress.emit(ProgressKind::Heartbeat).await;
             }
