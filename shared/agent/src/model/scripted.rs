@@ -110,7 +110,8 @@ impl ScriptedModel {
             env.add_template_owned("compaction", c.clone()).map_err(|e| err(format!("compaction: {e}")))?;
         }
         for (k, expr) in &script.vars.0 {
-            env.compile_expression(expr).map_err(|e| err(format!("vars.{k}: {e}")))?;
+            let name = format!("vars.{k}");
+            env.add_template_owned(name.clone(), value_template(expr)).map_err(|e| err(format!("{name}: {e}")))?;
         }
         for (i, t) in script.turns.iter().enumerate() {
             if t.content.is_none() && t.calls.is_empty() {
@@ -124,7 +125,8 @@ impl ScriptedModel {
                 let name = format!("turns[{i}].calls[{j}].args");
                 env.add_template_owned(name.clone(), c.args.clone()).map_err(|e| err(format!("{name}: {e}")))?;
                 if let Some(f) = &c.for_each {
-                    env.compile_expression(f).map_err(|e| err(format!("turns[{i}].calls[{j}].for_each: {e}")))?;
+                    let name = format!("turns[{i}].calls[{j}].for_each");
+                    env.add_template_owned(name.clone(), value_template(f)).map_err(|e| err(format!("{name}: {e}")))?;
                 }
             }
         }
@@ -145,13 +147,25 @@ impl ScriptedModel {
         let turn = self.script.turns.get(step).ok_or_else(|| {
             self.fail(ErrorKind::Limit, format!("script exhausted after {} turns", self.script.turns.len()))
         })?;
-        let mut ctx = conversation_context(messages, step);
-        for (k, expr) in &self.script.vars.0 {
-            let value = self.eval(expr, &ctx, &format!("vars.{k}"))?;
-            ctx.insert(k.clone(), value);
+        // The conversation is converted to template values once a turn; the
+        // vars go on top of it, each seeing those before it (a var may
+        // shadow a name of the conversation: of merged maps, the last wins).
+        let conversation = jv(conversation_context(messages, step));
+        let mut vars = std::collections::BTreeMap::new();
+        let scope = |vars: &std::collections::BTreeMap<String, JValue>| {
+            if vars.is_empty() {
+                conversation.clone()
+            } else {
+                minijinja::value::merge_maps([conversation.clone(), JValue::from(vars.clone())])
+            }
+        };
+        for (k, _) in &self.script.vars.0 {
+            let value = self.value(&format!("vars.{k}"), scope(&vars))?;
+            vars.insert(k.clone(), value);
         }
+        let base = scope(&vars);
         let content = match &turn.content {
-            Some(_) => Some(self.render(&format!("turns[{step}].content"), jv(&ctx))?),
+            Some(_) => Some(self.render(&format!("turns[{step}].content"), base.clone())?),
             None => None,
         };
         let mut calls = Vec::new();
@@ -159,16 +173,16 @@ impl ScriptedModel {
             let what = format!("turns[{step}].calls[{j}]");
             let items: Vec<Option<JValue>> = match &c.for_each {
                 None => vec![None],
-                Some(expr) => {
-                    let v = self.eval(expr, &ctx, &format!("{what}.for_each"))?;
-                    let Value::Array(list) = v else {
+                Some(_) => {
+                    let list = self.value(&format!("{what}.for_each"), base.clone())?;
+                    if list.kind() != minijinja::value::ValueKind::Seq {
                         return Err(self.fail(ErrorKind::Bug, format!("{what}.for_each is not a list")));
-                    };
-                    list.into_iter().map(|i| Some(jv(i))).collect()
+                    }
+                    let items =
+                        list.try_iter().map_err(|e| self.fail(ErrorKind::Bug, format!("{what}.for_each: {e}")))?;
+                    items.map(Some).collect()
                 }
             };
-            // Converted once: per item it cost O(context), O(n^2) for a 5 000-item fan-out.
-            let base = jv(&ctx);
             for (index, item) in items.into_iter().enumerate() {
                 let scope = context! { item => item, index => index, ..base.clone() };
                 let text = self.render(&format!("{what}.args"), scope)?;
@@ -201,10 +215,14 @@ impl ScriptedModel {
         Ok(format!("Earlier turns, digested ({} entries):\n{}", digest.len(), digest.join("\n")))
     }
 
-    fn eval(&self, expr: &str, ctx: &serde_json::Map<String, Value>, what: &str) -> Result<Value, ModelError> {
-        let e = self.env.compile_expression(expr).map_err(|e| self.fail(ErrorKind::Bug, format!("{what}: {e}")))?;
-        let v = e.eval(jv(ctx)).map_err(|e| self.fail(ErrorKind::Bug, format!("{what}: {e}")))?;
-        serde_json::to_value(&v).map_err(|e| self.fail(ErrorKind::Bug, format!("{what}: {e}")))
+    /// The value of the expression registered as `name` at load
+    /// ([`value_template`]), as data: through JSON, so a var holds what a
+    /// tool result or the input could (lists, maps, strings, numbers).
+    fn value(&self, name: &str, ctx: JValue) -> Result<JValue, ModelError> {
+        let fail = |e: &dyn std::fmt::Display| self.fail(ErrorKind::Bug, format!("{name}: {e}"));
+        let captured = self.env.get_template(name).and_then(|t| t.render_captured(ctx)).map_err(|e| fail(&e))?;
+        let value = captured.state().lookup(VALUE).unwrap_or_default();
+        serde_json::to_value(&value).map(jv).map_err(|e| fail(&e))
     }
 
     /// Renders the template registered as `name` at load (its place in the script).
@@ -239,6 +257,16 @@ impl Regexes {
         cache.insert(pattern.to_string(), re.clone());
         Ok(re)
     }
+}
+
+/// The name [`value_template`] assigns.
+const VALUE: &str = "value";
+
+/// An expression of the script (a var, a `for_each`) as a template that
+/// assigns its value: compiled once at load like every other template, where
+/// an expression compiled at each call cost more than evaluating it.
+fn value_template(expr: &str) -> String {
+    format!("{{% set {VALUE} = ({expr}) %}}")
 }
 
 /// Any serializable value as a template value.
@@ -507,6 +535,61 @@ content = "{{ 'got ' ~ (last[0].value | string) }}|{{ last[0].value.truncated | 
         let json = parts[0].strip_prefix("got ").unwrap_or_else(|| panic!("{text}"));
         assert_eq!(serde_json::from_str::<Value>(json).unwrap(), serde_json::from_str::<Value>(value).unwrap());
         assert_eq!(&parts[1..], ["false", "7", "false", "null"], "booleans and null as JSON: {text}");
+    }
+
+    /// A var or `for_each` is compiled once as a template that assigns it
+    /// (`value_template`); it must give what evaluating it as an expression
+    /// in the same context gives, converted to data.
+    #[test]
+    fn expressions_compiled_as_templates_give_what_evaluating_them_gives() {
+        let exprs = [
+            "captures(input, 'revenue ([0-9]+), cost ([0-9]+)')",
+            "input | length",
+            "input ~ '!'",
+            "last[0].value.margin * 2",
+            "[1, 'two', none, true, 2.5]",
+            "{'a': [1, 2], 'b': {'c': none}}",
+            "range(3)",
+            "results | map(attribute='tool') | list",
+            "step + 1",
+            "nothing_defined_here",
+            "(from_json('{\"x\": [1.25, -3]}')).x",
+        ];
+        let script: String =
+            exprs.iter().enumerate().map(|(i, e)| format!("v{i} = {}\n", toml::Value::String((*e).into()))).collect();
+        let m = ScriptedModel::from_str("s", &format!("[vars]\n{script}[[turns]]\ncontent = 'x'\n")).unwrap();
+        let msgs = [
+            ChatMessage::User { content: "north: revenue 120, cost 75".into() },
+            ChatMessage::Assistant { content: None, tool_calls: vec![] },
+            ChatMessage::Tool {
+                tool_call_id: "c".into(),
+                name: "calc".into(),
+                content: r#"{"margin":0.375}"#.into(),
+                is_error: false,
+            },
+        ];
+        let ctx = conversation_context(&msgs, 1);
+        for (i, expr) in exprs.iter().enumerate() {
+            let got = m.value(&format!("vars.v{i}"), jv(&ctx)).map(|v| serde_json::to_value(&v).unwrap());
+            let want = m
+                .env
+                .compile_expression(expr)
+                .and_then(|e| e.eval(jv(&ctx)))
+                .map(|v| serde_json::to_value(&v).unwrap());
+            match (got, want) {
+                (Ok(got), Ok(want)) => assert_eq!(got, want, "{expr}"),
+                (Err(_), Err(_)) => {}
+                (got, want) => panic!("{expr}: {got:?} against {want:?}"),
+            }
+        }
+        // Each var sees those before it, over the conversation's names.
+        let chained =
+            "[vars]\ninput = \"'shadowed'\"\nn = \"input | length\"\n[[turns]]\ncontent = '{{ input }} {{ n }}'\n";
+        let m = ScriptedModel::from_str("s", chained).unwrap();
+        let (content, _) = m.play(&ModelRequest::new(&msgs[..1], &[])).unwrap();
+        assert_eq!(content.as_deref(), Some("shadowed 8"));
+        let e = ScriptedModel::from_str("s", "[vars]\nbad = \"(1\"\n[[turns]]\ncontent = 'x'\n").err().unwrap();
+        assert!(e.message.contains("vars.bad"), "{}", e.message);
     }
 
     #[test]
