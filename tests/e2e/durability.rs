@@ -100,48 +100,54 @@ async fn a_nats_restart_mid_job_is_survived() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_finished_task_keeps_its_worker_while_its_report_waits_out_a_reports_stream_outage() {
+async fn finished_tasks_keep_their_worker_and_free_their_slot_while_reports_wait_out_a_reports_stream_outage() {
     // ack_wait 2 s: a task whose worker stopped its in-progress acks, or gave
-    // its report up, would be delivered again within the outage.
+    // its report up, would be delivered again within the outage. One slot:
+    // the second task can start only once the first gave its slot back.
     let d = Deployment::start(1, |url| {
-        let mut c = TestConfig::demo(url, 2, 300);
+        let mut c = TestConfig::demo(url, 1, 300);
         c.nats(2, 10);
         c
     })
     .await;
     let mut log = EventLog::subscribe(&d.raw.client, "flotilla.job.>").await;
-    let job = d.submit("only: revenue 10, cost 5").await;
-    log.until_count(TIMEOUT, 1, "the task's start", is_started).await;
+    let job = d.submit("a: revenue 10, cost 5; b: revenue 20, cost 5").await;
+    log.until_count(TIMEOUT, 1, "the first task's start", is_started).await;
     // The outage: the reports stream stops taking report subjects, as while
     // a cluster elects a new leader for it (publishes find no stream).
     let stream = d.bus.subjects.reports_stream();
     let mut config = d.raw.js.get_stream(&stream).await.expect("reports stream").cached_info().config.clone();
     let subjects = std::mem::replace(&mut config.subjects, vec!["flotilla.outage.reports".into()]);
     d.raw.js.update_stream(&config).await.expect("reports stream off");
-    log.until(TIMEOUT, "the task's finished event", |s, v| s.contains(".progress.") && v["event"] == "finished").await;
+    log.until(TIMEOUT, "the first task's finished event", |s, v| s.contains(".progress.") && v["event"] == "finished")
+        .await;
     let finished = std::time::Instant::now();
+    // Its report cannot be stored (its retries last 30 s), yet its slot is free.
+    log.until_count(Duration::from_secs(20), 2, "the second task's start during the outage", is_started).await;
     let worker_log = eventually(TIMEOUT, "the report publish to fail", || async {
         let text = d.workers[0].log();
         (text.contains("report publish failed; retrying") || text.contains("report not stored")).then_some(text)
     })
     .await;
-    // The outage lasts three times ack_wait past the task's end: the fault's
-    // length, not a wait for an event.
+    // The outage lasts three times ack_wait past the first task's end: the
+    // fault's length, not a wait for an event.
     tokio::time::sleep(Duration::from_secs(6).saturating_sub(finished.elapsed())).await;
     log.drain();
-    assert_eq!(log.events("started").len(), 1, "the task was not delivered again during the outage");
-    assert!(!worker_log.contains("report not stored"), "the report was not given up: {worker_log}");
+    assert_eq!(log.events("started").len(), 2, "no task was delivered again during the outage");
+    assert!(!worker_log.contains("report not stored"), "no report was given up: {worker_log}");
     config.subjects = subjects;
     d.raw.js.update_stream(&config).await.expect("reports stream on");
     let end = log.job_end(TIMEOUT).await;
     assert_eq!(end["event"], "completed", "{end}");
     log.drain();
     let rec = d.status(job).await;
-    let task = &rec.tasks[0];
-    assert_eq!(task.status, Some(TaskStatus::Completed), "{task:?}");
-    assert_eq!(task.attempt, 1, "the first attempt's report, stored after the outage: {task:?}");
-    assert_eq!(log.events("started").len(), 1, "the task was never delivered again");
-    assert!(!d.workers[0].log().contains("report not stored"), "the report was not given up");
+    assert_eq!(rec.tasks.len(), 2);
+    for task in &rec.tasks {
+        assert_eq!(task.status, Some(TaskStatus::Completed), "{task:?}");
+        assert_eq!(task.attempt, 1, "the first attempt's report, stored after the outage: {task:?}");
+    }
+    assert_eq!(log.events("started").len(), 2, "each task started once");
+    assert!(!d.workers[0].log().contains("report not stored"), "no report was given up");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

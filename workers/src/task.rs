@@ -56,9 +56,17 @@ pub const FRESH_SCRATCH: &str = "[worker] This task was interrupted and resumed,
 /// What a run came to: the answer, or the error, with the usage spent either way.
 type Outcome = Result<(String, Usage), (ErrorInfo, Usage)>;
 
-/// Handles one delivery. Never panics on bad input: malformed messages are
-/// dead-lettered with their reason and terminated.
-pub async fn handle(ctx: Arc<WorkerContext>, rt: Arc<SubagentRuntime>, delivery: TaskDelivery) {
+/// Handles one delivery, holding `slot` (one of its type's `concurrency`)
+/// while the subagent runs: storing the report gives it back first, so the
+/// consume loop asks for the next task while the report's ack travels.
+/// Never panics on bad input: malformed messages are dead-lettered with
+/// their reason and terminated.
+pub async fn handle(
+    ctx: Arc<WorkerContext>,
+    rt: Arc<SubagentRuntime>,
+    delivery: TaskDelivery,
+    slot: tokio::sync::OwnedSemaphorePermit,
+) {
     let attempt = delivery.attempt();
     let task: TaskMessage = match protocol::decode(delivery.payload()) {
         Ok(t) => t,
@@ -102,7 +110,7 @@ pub async fn handle(ctx: Arc<WorkerContext>, rt: Arc<SubagentRuntime>, delivery:
     if let Some(parent) = &traceparent {
         flotilla_telemetry::trace::set_parent(&agent, parent);
     }
-    run(ctx, rt, delivery, task, attempt, traceparent, agent).instrument(span).await
+    run(ctx, rt, delivery, task, traceparent, agent, slot).instrument(span).await
 }
 
 /// One attempt of a decoded task: start (progress, cancel registration,
@@ -112,13 +120,14 @@ async fn run(
     rt: Arc<SubagentRuntime>,
     delivery: TaskDelivery,
     task: TaskMessage,
-    attempt: u32,
     traceparent: Option<String>,
     agent: tracing::Span,
+    slot: tokio::sync::OwnedSemaphorePermit,
 ) {
+    let attempt = delivery.attempt();
     let started_at = protocol::now();
     let started = Instant::now();
-    let _in_flight = ctx.metrics.task_started(&rt.ty);
+    let in_flight = ctx.metrics.task_started(&rt.ty);
     if attempt > 1 {
         ctx.metrics.redelivered(&rt.ty);
     }
@@ -170,6 +179,8 @@ async fn run(
     // on until the report is stored, so the task stays this worker's while
     // the report rides out a leader election.
     let acks = keep_alive(&ctx, &delivery, None, cancel);
+    // In flight (the metric, the heartbeat's load) means holding a slot.
+    drop((slot, in_flight));
     store_report_and_ack(&ctx, &rt, &delivery, &task, &report, traceparent.as_deref(), started).await;
     acks.abort();
 }

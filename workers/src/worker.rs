@@ -3,7 +3,9 @@
 //! never hoards messages that an idle replica could run. One pull asks for as
 //! many tasks as there are free slots at that moment, each task delivered
 //! taking one of the slots the pull holds; slots a pull did not fill are
-//! given back when it ends.
+//! given back when it ends. A task gives its slot back once its subagent
+//! has finished, before its report is stored: the next pull goes out while
+//! the report's ack travels, instead of after it.
 //!
 //! Stopping drains (docs/RELIABILITY.md): on SIGTERM the loops stop pulling,
 //! running tasks go on (keeping their in-progress acks) for up to the grace
@@ -116,10 +118,7 @@ async fn consume(ctx: Arc<WorkerContext>, rt: Arc<SubagentRuntime>, consumer: Ta
                         continue;
                     };
                     let (ctx, rt) = (ctx.clone(), rt.clone());
-                    tracker.spawn(async move {
-                        task::handle(ctx, rt, delivery).await;
-                        drop(slot);
-                    });
+                    tracker.spawn(task::handle(ctx, rt, delivery, slot));
                 }
                 Some(Err(e)) => {
                     tracing::warn!(subagent_type = %rt.ty, error = %e, "pull failed; retrying");
