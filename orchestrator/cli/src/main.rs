@@ -10,7 +10,7 @@
 //! - `flotilla mcp serve` runs the `flotilla-mcp-server` crate ([`commands::mcp`]).
 //! - `flotilla up` / `flotilla demo` run a local deployment (`flotilla-local`, orchestrator/local/).
 //! - `submit`, `status`, `jobs`, `watch`, ... are clients of the job API
-//!   through `flotilla-client` ([`cli`]).
+//!   through `flotilla-client` ([`commands`]).
 
 mod commands;
 

@@ -7,7 +7,7 @@
 //! and as what a host name resolves to when the session opens, and so are
 //! IPv4 addresses disguised as IPv6 ([`is_forbidden`]). A host name is
 //! resolved once per session and its checked addresses are pinned into the
-//! session's HTTP client ([`resolve_and_pin`]): the connection never
+//! session's HTTP client (`flotilla_mcp::url_policy::resolve_and_pin`): the connection never
 //! resolves the name again, so a DNS server answering a public address to
 //! the check and an internal one to the connection (DNS rebinding) gains
 //! nothing (docs/MCP.md, "HTTP security"). Redirects are followed only to the

@@ -2,7 +2,8 @@
 //!
 //! - [`config`]: `[mcp_servers.<name>]` (stdio or Streamable HTTP, timeouts,
 //!   session mode, name prefix) and its validation.
-//! - [`import`]: the Claude Desktop / Cursor `mcpServers` JSON (`--mcp-config`).
+//! - [`flotilla_config::Settings::import_mcp_config`]: the Claude Desktop /
+//!   Cursor `mcpServers` JSON (`--mcp-config`).
 //! - [`url_policy`]: which HTTP endpoints are allowed, and URL redaction.
 //! - [`oauth`]: OAuth 2.1 for Streamable HTTP servers (rmcp's auth).
 //! - [`session`]: opening one session (minimal child environment, stderr

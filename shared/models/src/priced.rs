@@ -1,5 +1,5 @@
 //! Cost accounting: a model with a configured price stamps the dollar cost of
-//! each call on its [`Usage`]. The cost is computed where the call is made
+//! each call on its [`Usage`](flotilla_protocol::Usage). The cost is computed where the call is made
 //! (the planner for its own model, a worker for its subagent's model), from
 //! that process's config, so a worker on another host with another model is
 //! still priced right; sums per task, subagent type and job then follow from

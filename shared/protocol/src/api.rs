@@ -117,7 +117,7 @@ pub const MAX_TASKS_PAGE: usize = 1000;
 
 /// Reply to a status request: the job header (with `tasks_total` and
 /// `task_counts`), one page of its tasks in `tasks`, and the cursor of the
-/// next page. A reader that knows only [`JobRecord`] reads it as one.
+/// next page. A reader that knows only [`JobRecord`](crate::JobRecord) reads it as one.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct StatusReply {
     /// The header and the page of tasks.

@@ -7,7 +7,7 @@
 //!
 //! Every tool checks the agent's [`Permissions`] itself, in the process that
 //! runs it: a `deny` is a `permission` error naming only the path asked for;
-//! an `interrupt` goes through the agent's [`ApprovalGate`] (and is refused
+//! an `interrupt` goes through the agent's [`ApprovalGate`](flotilla_agent::tool::ApprovalGate) (and is refused
 //! when the agent has none); listings silently leave out what the agent may
 //! not read, so a denial never reveals another path.
 

@@ -24,7 +24,7 @@ enum Command {
     /// skipped. Exit 0 when every checked model passes (or none is left to
     /// check), 2 otherwise.
     Check {
-        /// A name under [models]; default: every non-scripted model.
+        /// The name of a configured model; default: every non-scripted model.
         name: Option<String>,
     },
 }
