@@ -151,6 +151,44 @@ async fn finished_tasks_keep_their_worker_and_free_their_slot_while_reports_wait
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tasks_report_does_not_wait_for_its_journal_and_the_task_is_acked_after_it() {
+    let d = Deployment::start(1, |url| TestConfig::demo(url, 1, 0)).await;
+    // Both have declared the topology, which would undo the outage.
+    d.orchestrator_ready().await;
+    eventually(TIMEOUT, "the worker to be ready", || async {
+        d.workers[0].log().contains("worker ready").then_some(())
+    })
+    .await;
+    // The journal stream stops taking journal subjects: every append fails
+    // and is retried for its budget (5 s) before the worker gives it up.
+    let stream = d.bus.subjects.journal_stream();
+    let mut config = d.raw.js.get_stream(&stream).await.expect("journal stream").cached_info().config.clone();
+    config.subjects = vec!["flotilla.outage.journal".into()];
+    config.republish = None;
+    d.raw.js.update_stream(&config).await.expect("journal stream off");
+    let mut log = EventLog::subscribe(&d.raw.client, "flotilla.job.>").await;
+    d.submit("a: revenue 10, cost 5").await;
+    log.until(TIMEOUT, "the task's report", |s, v| s.ends_with(".event") && v["event"] == "task_reported").await;
+    // The tool-calling turn was given up before the tool ran; the tool
+    // result, whose ack the answering turn's append waits for, is still
+    // being retried when the report is stored: the report did not wait.
+    let given_up = |text: &str| text.matches("step not journaled").count();
+    let at_report = d.workers[0].log();
+    assert_eq!(given_up(&at_report), 1, "only the tool-calling turn given up by the report: {at_report}");
+    assert!(!at_report.contains("task finished"), "the task is acked only once its journal is settled: {at_report}");
+    let worker_log = eventually(TIMEOUT, "the task's ack", || async {
+        let text = d.workers[0].log();
+        text.contains("task finished").then_some(text)
+    })
+    .await;
+    let (gave_up, finished) =
+        (worker_log.find("step not journaled").unwrap(), worker_log.find("task finished").unwrap());
+    assert!(gave_up < finished);
+    assert_eq!(given_up(&worker_log[..finished]), 2, "the tool result given up before the ack: {worker_log}");
+    assert_eq!(log.job_end(TIMEOUT).await["event"], "completed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_orchestrator_crash_resumes_the_job_without_dispatching_twice() {
     let mut d = Deployment::start(2, |url| TestConfig::demo(url, 4, 400)).await;
     let mut log = EventLog::subscribe(&d.raw.client, "flotilla.job.>").await;

@@ -20,19 +20,22 @@
 //! it feeds runs while the ack travels: the journal still stores entries in
 //! the order the loop made them, and a worker lost before the ack is the
 //! same as one lost just before the append (the tool runs again, under the
-//! same key). The answering turn is not awaited: the report, stored right
-//! after it on the same connection, is its record.
+//! same key). The answering turn is not awaited, and nothing waits for the
+//! tool results before it: a task of its own appends it behind their acks
+//! while the task's report is stored (the report is the answer's record;
+//! a report that is not stored hands the task back only after
+//! [`StepJournal::settle`], so a later attempt finds the turn).
 //!
-//! A step's progress event (`model_call` of a turn that calls tools,
-//! `tool_result` of a tool result) rides in its entry's header, and the
-//! stream republishes it to the task's progress subject
-//! (shared/bus/src/journal.rs): one write per step. An event published on
-//! its own after an entry whose ack is still outstanding would race the
-//! republished one into the events stream, so [`StepJournal::settle`] runs
-//! before every such event (workers/src/progress.rs): watchers see a task's
-//! events in the order the loop made them. The answering turn's event is
-//! published on its own, right behind its unawaited entry, so the task's
-//! `finished` event, which follows at once, has no ack to wait for.
+//! The progress event of a model turn that calls tools (`model_call`) rides
+//! in its entry's header, and the stream republishes it to the task's
+//! progress subject (shared/bus/src/journal.rs): one write for the step and
+//! its event. That entry's ack is awaited before anything after it goes
+//! out, so its republished event is in the events stream before any event
+//! the worker publishes later. Every other event (`tool_result` and the
+//! answering turn's `model_call` among them) is published on its own, in
+//! the loop's order on the worker's one connection, without waiting for an
+//! ack: watchers see a task's events in the order the loop made them, and
+//! the task's `finished` and its report wait for no entry of the journal.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -101,9 +104,8 @@ pub struct Resume {
     pub interrupted: usize,
 }
 
-/// An entry published whose ack is still awaited, with the progress event
-/// it carries (encoded), if any.
-type Unacked = (JournalEntry, Option<String>, Appended);
+/// A tool result's entry published whose ack is still awaited.
+type Unacked = (JournalEntry, Appended);
 
 /// The journal of one task attempt.
 pub struct StepJournal {
@@ -118,6 +120,9 @@ pub struct StepJournal {
     resumed_from: std::sync::OnceLock<u32>,
     /// Tool results published whose acks are still awaited, in order.
     unacked: tokio::sync::Mutex<Vec<Unacked>>,
+    /// The task appending the answering turn behind the acks of the tool
+    /// results before it (module docs); every later entry waits for it.
+    tail: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 /// How often a worker reads again whether the journal stream republishes:
@@ -174,12 +179,15 @@ impl StepJournal {
     pub fn new(bus: &Bus, task: &TaskMessage, attempt: u32, carries_progress: bool) -> Self {
         let journal = bus.journal();
         let key = journal.key(&task.subagent_type, &task.tenant, &task.job_id, &task.task_id);
-        Self { journal, key, attempt, carries_progress, resumed_from: Default::default(), unacked: Default::default() }
-    }
-
-    /// Whether entries carry their step's progress event.
-    pub fn carries_progress(&self) -> bool {
-        self.carries_progress
+        Self {
+            journal,
+            key,
+            attempt,
+            carries_progress,
+            resumed_from: Default::default(),
+            unacked: Default::default(),
+            tail: Default::default(),
+        }
     }
 
     /// The model turns this attempt took over from earlier ones, if it resumed.
@@ -189,63 +197,99 @@ impl StepJournal {
 
     /// Appends a completed step and waits until it is stored, except a tool
     /// result and the answering turn (module docs), with `event`, the
-    /// step's progress event, in the entry when entries carry them. Whether
-    /// the event went out with the entry: when not, the caller publishes
-    /// it. A journal that cannot be written is logged and the task goes on:
-    /// it loses only the resume point.
-    pub async fn step(&self, step: &Step, event: Option<&ProgressEvent>) -> bool {
-        let answering = matches!(step, Step::Turn { message: ChatMessage::Assistant { tool_calls, .. }, .. } if tool_calls.is_empty());
-        let snapshot = matches!(step, Step::Snapshot { .. });
-        // The answering turn's entry is not awaited, and the task's
-        // `finished` event follows it at once: carried, its event would
-        // make `finished` wait for that ack (module docs), a round trip on
-        // every task's path; on its own it goes out right behind the entry.
-        let event = event.filter(|_| self.carries_progress && !snapshot && !answering).and_then(header_value);
+    /// step's progress event, in the entry when it is a turn that calls
+    /// tools and entries carry events. Whether the event went out with the
+    /// entry: when not, the caller publishes it. A journal that cannot be
+    /// written is logged and the task goes on: it loses only the resume
+    /// point.
+    pub async fn step(self: &Arc<Self>, step: &Step, event: Option<&ProgressEvent>) -> bool {
         let entry = self.entry(Record::Step { step: step.clone() });
-        if matches!(step, Step::ToolResult { .. }) {
-            return self.append_unacked(entry, event).await;
+        match step {
+            Step::ToolResult { .. } => self.append_unacked(entry).await,
+            Step::Turn { message: ChatMessage::Assistant { tool_calls, .. }, .. } if tool_calls.is_empty() => {
+                self.append_behind(entry).await
+            }
+            Step::Turn { .. } => {
+                let event = event.filter(|_| self.carries_progress).and_then(header_value);
+                self.append(&entry, false, event.as_deref()).await && event.is_some()
+            }
+            step => {
+                self.append(&entry, matches!(step, Step::Snapshot { .. }), None).await;
+                false
+            }
         }
-        self.append(&entry, snapshot, event.as_deref(), !answering).await && event.is_some()
     }
 
     /// Appends a marker and waits until it is stored.
     pub async fn mark(&self, record: Record) {
-        self.append(&self.entry(record), false, None, true).await;
+        self.append(&self.entry(record), false, None).await;
     }
 
-    /// Waits for the acks of the entries published before (module docs);
-    /// an entry without one is appended again (awaited).
+    /// Waits until every entry published before is stored or given up on:
+    /// the answering turn's append (module docs) and the acks of the tool
+    /// results; one without an ack is appended again (awaited).
     pub async fn settle(&self) {
-        await_acks(&mut *self.unacked.lock().await, self).await;
+        let mut unacked = self.unacked.lock().await;
+        self.await_tail().await;
+        await_acks(&mut unacked, self).await;
     }
 
-    /// Appends `entry` after the acks of the entries before it
-    /// ([`Self::store`]); whether it was published.
-    async fn append(&self, entry: &JournalEntry, snapshot: bool, event: Option<&str>, wait: bool) -> bool {
+    /// Appends `entry` after the entries before it and waits until it is
+    /// stored ([`Self::store`]); whether it was.
+    async fn append(&self, entry: &JournalEntry, snapshot: bool, event: Option<&str>) -> bool {
         let mut unacked = self.unacked.lock().await;
+        self.await_tail().await;
         await_acks(&mut unacked, self).await;
-        self.store(entry, snapshot, event, wait).await
+        self.store(entry, snapshot, event, true).await
+    }
+
+    /// Hands the answering turn's entry to a task of its own, which appends
+    /// it (not awaited: the report is its record) once the tool results
+    /// before it are stored; the loop goes on at once (module docs).
+    /// Returns false: the turn's event is the caller's to publish.
+    async fn append_behind(self: &Arc<Self>, entry: JournalEntry) -> bool {
+        let mut unacked = self.unacked.lock().await;
+        self.await_tail().await;
+        let mut before = std::mem::take(&mut *unacked);
+        let journal = self.clone();
+        let tail = tokio::spawn(async move {
+            await_acks(&mut before, &journal).await;
+            journal.store(&entry, false, None, false).await;
+        });
+        *self.tail.lock().unwrap_or_else(|e| e.into_inner()) = Some(tail);
+        false
+    }
+
+    /// Waits for the answering turn's append, if one is under way; called
+    /// with `unacked` held, so no entry overtakes it.
+    async fn await_tail(&self) {
+        let tail = self.tail.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(tail) = tail
+            && let Err(e) = tail.await
+        {
+            tracing::warn!(error = %e, "the answering turn's journal append did not finish");
+        }
     }
 
     fn entry(&self, record: Record) -> JournalEntry {
         JournalEntry { v: protocol::SCHEMA_VERSION, attempt: self.attempt, record }
     }
 
-    /// Publishes an entry and keeps its ack for the next append or event
-    /// (module docs); one that cannot be published is appended at once.
-    async fn append_unacked(&self, entry: JournalEntry, event: Option<String>) -> bool {
+    /// Publishes a tool result's entry and keeps its ack for the next
+    /// append (module docs); one that cannot be published is appended at
+    /// once. Returns false: its event is the caller's to publish, right
+    /// behind it.
+    async fn append_unacked(&self, entry: JournalEntry) -> bool {
         let mut unacked = self.unacked.lock().await;
-        match self.journal.append(&self.key, &entry, false, event.as_deref()).await {
-            Ok(appended) => {
-                let carried = event.is_some();
-                unacked.push((entry, event, appended));
-                carried
-            }
+        self.await_tail().await;
+        match self.journal.append(&self.key, &entry, false, None).await {
+            Ok(appended) => unacked.push((entry, appended)),
             Err(_) => {
                 await_acks(&mut unacked, self).await;
-                self.store(&entry, false, event.as_deref(), true).await && event.is_some()
+                self.store(&entry, false, None, true).await;
             }
         }
+        false
     }
 
     /// Appends `entry` (with `event` in its header), retried within
@@ -285,13 +329,12 @@ impl StepJournal {
     }
 }
 
-/// Awaits the acks of `unacked` in order (held locked, so no entry or event
-/// overtakes them); one without an ack is stored again, awaited, with its
-/// event: a watcher may then see that event twice, never not at all.
+/// Awaits the acks of `unacked` in order (held locked, so no entry
+/// overtakes them); one without an ack is stored again, awaited.
 async fn await_acks(unacked: &mut Vec<Unacked>, journal: &StepJournal) {
-    for (entry, event, appended) in unacked.drain(..) {
+    for (entry, appended) in unacked.drain(..) {
         if appended.stored().await.is_err() {
-            journal.store(&entry, false, event.as_deref(), true).await;
+            journal.store(&entry, false, None, true).await;
         }
     }
 }

@@ -1,9 +1,10 @@
 //! Publishes a task's progress events as the agent loop runs. Events are
 //! observations: they go out without waiting for their own acks and never
-//! slow the task. The event of a journaled step (`model_call`,
-//! `tool_result`) goes out in the step's journal entry, one write for both
-//! (workers/src/journal.rs); any other event waits for the acks of the
-//! entries before it, so the two paths keep the loop's order.
+//! slow the task. The `model_call` event of a turn that calls tools goes
+//! out in the turn's journal entry, one write for both, whose ack is
+//! awaited before the loop goes on (workers/src/journal.rs); every other
+//! event is published on its own, in the loop's order on the worker's one
+//! connection, so the two paths keep the loop's order.
 //!
 //! A streaming model's text (`[models.<name>] stream = true`) goes out as
 //! `model_delta` events, coalesced by [`DeltaCoalescer`]: at most one per
@@ -55,25 +56,20 @@ pub struct ProgressPublisher {
 }
 
 impl ProgressPublisher {
-    /// Publishes one event on its own, after the journal entries still
-    /// unacked, whose events would otherwise race it (workers/src/journal.rs).
+    /// Publishes one event on its own. No journal entry whose ack is still
+    /// outstanding carries an event, so none can overtake it
+    /// (workers/src/journal.rs).
     pub async fn emit(&self, kind: ProgressKind) {
-        self.publish(&self.event(kind)).await;
+        self.bus.publish_progress(&self.tenant, &self.event(kind)).await;
     }
 
-    async fn publish(&self, event: &ProgressEvent) {
-        if self.journal.carries_progress() {
-            self.journal.settle().await;
-        }
-        self.bus.publish_progress(&self.tenant, event).await;
-    }
-
-    /// Journals `step` with its event `kind` in one write when the journal
-    /// carries events, else each on its own.
+    /// Journals `step` with its event `kind` in one write when the entry
+    /// carries it (a turn that calls tools), else the event right behind
+    /// the entry.
     async fn journaled(&self, step: &Step, kind: ProgressKind) {
         let event = self.event(kind);
         if !self.journal.step(step, Some(&event)).await {
-            self.publish(&event).await;
+            self.bus.publish_progress(&self.tenant, &event).await;
         }
     }
 

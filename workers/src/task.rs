@@ -181,7 +181,7 @@ async fn run(
     let acks = keep_alive(&ctx, &delivery, None, cancel);
     // In flight (the metric, the heartbeat's load) means holding a slot.
     drop((slot, in_flight));
-    store_report_and_ack(&ctx, &rt, &delivery, &task, &report, traceparent.as_deref(), started).await;
+    store_report_and_ack(&ctx, &rt, &delivery, &progress, &report, traceparent.as_deref(), started).await;
     acks.abort();
 }
 
@@ -446,14 +446,16 @@ async fn report(
 /// step elsewhere.
 const REPORT_STORE_BUDGET: Duration = Duration::from_secs(30);
 
-/// Stores the report, then acks the task; a report that cannot be stored
-/// within [`REPORT_STORE_BUDGET`], or before a drain's grace runs out, hands
-/// the task back for a redelivery.
+/// Stores the report, then acks the task once the attempt's journal is
+/// written (the answering turn goes out while the report is stored,
+/// workers/src/journal.rs); a report that cannot be stored within
+/// [`REPORT_STORE_BUDGET`], or before a drain's grace runs out, hands the
+/// task back for a redelivery, which resumes from that journal.
 async fn store_report_and_ack(
     ctx: &WorkerContext,
     rt: &SubagentRuntime,
     delivery: &TaskDelivery,
-    task: &TaskMessage,
+    progress: &ProgressPublisher,
     report: &TaskReport,
     traceparent: Option<&str>,
     started: Instant,
@@ -464,9 +466,10 @@ async fn store_report_and_ack(
     let reports = ctx.bus.reports();
     let stored = tokio::select! {
         biased;
-        stored = retry("report publish", REPORT_STORE_BUDGET, || reports.publish(&task.tenant, report, traceparent)) => stored.map_err(|e| e.to_string()),
+        stored = retry("report publish", REPORT_STORE_BUDGET, || reports.publish(&progress.tenant, report, traceparent)) => stored.map_err(|e| e.to_string()),
         () = ctx.hand_back.cancelled() => Err("the drain's grace ran out".into()),
     };
+    progress.journal.settle().await;
     match stored {
         Ok(()) => {
             // A plain ack suffices: the report is already stored, so if this ack
