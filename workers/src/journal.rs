@@ -1,6 +1,6 @@
 //! The step journal of a subagent task (docs/RELIABILITY.md, "Step
 //! journal"): every step the agent loop completes
-//! ([`Step`](flotilla_agent::agent::Step): a model turn, a tool result, the
+//! ([`Step`]: a model turn, a tool result, the
 //! follow-ups taken, a compaction snapshot) is appended to the task's journal
 //! subject (shared/bus/src/journal.rs) and stored before the loop acts on
 //! it. An attempt after the first folds the journal onto the task's first

@@ -164,7 +164,7 @@ impl Backend {
 }
 
 /// A config key of a subagent type whose value cannot work, and why. Prints
-/// as the worker reports it at start: "invalid config key `<key>`: <why>".
+/// as the worker reports it at start: `invalid config key <key>: <why>`.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("invalid config key `{key}`: {message}")]
 pub struct InvalidKey {
