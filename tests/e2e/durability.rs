@@ -24,6 +24,18 @@ fn is_dispatched(s: &str, v: &Value) -> bool {
     s.ends_with(".event") && v["event"] == "task_dispatched"
 }
 
+/// Takes `stream` off its subjects (onto one nobody publishes to, its
+/// republish dropped with them), as while a cluster elects a new leader for
+/// it: publishes find no stream. Returns the new config and the subjects
+/// it had, to put back.
+async fn stream_off(d: &Deployment, stream: &str) -> (async_nats::jetstream::stream::Config, Vec<String>) {
+    let mut config = d.raw.js.get_stream(stream).await.expect("the stream").cached_info().config.clone();
+    let subjects = std::mem::replace(&mut config.subjects, vec![format!("flotilla.outage.{stream}")]);
+    config.republish = None;
+    d.raw.js.update_stream(&config).await.expect("stream off");
+    (config, subjects)
+}
+
 fn starts_per_task(log: &EventLog) -> HashMap<String, usize> {
     let mut m = HashMap::new();
     for (s, v) in &log.seen {
@@ -115,10 +127,7 @@ async fn finished_tasks_keep_their_worker_and_free_their_slot_while_reports_wait
     log.until_count(TIMEOUT, 1, "the first task's start", is_started).await;
     // The outage: the reports stream stops taking report subjects, as while
     // a cluster elects a new leader for it (publishes find no stream).
-    let stream = d.bus.subjects.reports_stream();
-    let mut config = d.raw.js.get_stream(&stream).await.expect("reports stream").cached_info().config.clone();
-    let subjects = std::mem::replace(&mut config.subjects, vec!["flotilla.outage.reports".into()]);
-    d.raw.js.update_stream(&config).await.expect("reports stream off");
+    let (mut config, subjects) = stream_off(&d, &d.bus.subjects.reports_stream()).await;
     log.until(TIMEOUT, "the first task's finished event", |s, v| s.contains(".progress.") && v["event"] == "finished")
         .await;
     let finished = std::time::Instant::now();
@@ -161,11 +170,7 @@ async fn a_tasks_report_does_not_wait_for_its_journal_and_the_task_is_acked_afte
     .await;
     // The journal stream stops taking journal subjects: every append fails
     // and is retried for its budget (5 s) before the worker gives it up.
-    let stream = d.bus.subjects.journal_stream();
-    let mut config = d.raw.js.get_stream(&stream).await.expect("journal stream").cached_info().config.clone();
-    config.subjects = vec!["flotilla.outage.journal".into()];
-    config.republish = None;
-    d.raw.js.update_stream(&config).await.expect("journal stream off");
+    stream_off(&d, &d.bus.subjects.journal_stream()).await;
     let mut log = EventLog::subscribe(&d.raw.client, "flotilla.job.>").await;
     d.submit("a: revenue 10, cost 5").await;
     log.until(TIMEOUT, "the task's report", |s, v| s.ends_with(".event") && v["event"] == "task_reported").await;

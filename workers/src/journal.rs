@@ -205,9 +205,14 @@ impl StepJournal {
     pub async fn step(self: &Arc<Self>, step: &Step, event: Option<&ProgressEvent>) -> bool {
         let entry = self.entry(Record::Step { step: step.clone() });
         match step {
-            Step::ToolResult { .. } => self.append_unacked(entry).await,
+            // Neither carries its event: it goes out right behind the entry.
+            Step::ToolResult { .. } => {
+                self.append_unacked(entry).await;
+                false
+            }
             Step::Turn { message: ChatMessage::Assistant { tool_calls, .. }, .. } if tool_calls.is_empty() => {
-                self.append_behind(entry).await
+                self.append_behind(entry).await;
+                false
             }
             Step::Turn { .. } => {
                 let event = event.filter(|_| self.carries_progress).and_then(header_value);
@@ -246,8 +251,7 @@ impl StepJournal {
     /// Hands the answering turn's entry to a task of its own, which appends
     /// it (not awaited: the report is its record) once the tool results
     /// before it are stored; the loop goes on at once (module docs).
-    /// Returns false: the turn's event is the caller's to publish.
-    async fn append_behind(self: &Arc<Self>, entry: JournalEntry) -> bool {
+    async fn append_behind(self: &Arc<Self>, entry: JournalEntry) {
         let mut unacked = self.unacked.lock().await;
         self.await_tail().await;
         let mut before = std::mem::take(&mut *unacked);
@@ -257,7 +261,6 @@ impl StepJournal {
             journal.store(&entry, false, None, false).await;
         });
         *self.tail.lock().unwrap_or_else(|e| e.into_inner()) = Some(tail);
-        false
     }
 
     /// Waits for the answering turn's append, if one is under way; called
@@ -277,9 +280,8 @@ impl StepJournal {
 
     /// Publishes a tool result's entry and keeps its ack for the next
     /// append (module docs); one that cannot be published is appended at
-    /// once. Returns false: its event is the caller's to publish, right
-    /// behind it.
-    async fn append_unacked(&self, entry: JournalEntry) -> bool {
+    /// once.
+    async fn append_unacked(&self, entry: JournalEntry) {
         let mut unacked = self.unacked.lock().await;
         self.await_tail().await;
         match self.journal.append(&self.key, &entry, false, None).await {
@@ -289,7 +291,6 @@ impl StepJournal {
                 self.store(&entry, false, None, true).await;
             }
         }
-        false
     }
 
     /// Appends `entry` (with `event` in its header), retried within
