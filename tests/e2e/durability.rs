@@ -194,6 +194,48 @@ async fn a_tasks_report_does_not_wait_for_its_journal_and_the_task_is_acked_afte
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_of_read_only_calls_is_journaled_behind_the_loop_and_the_task_is_acked_after_it() {
+    // The finance type's native `calculate_margin` is read-only.
+    let d = Deployment::start(1, |url| TestConfig::demo_native(url, 1, 0)).await;
+    d.orchestrator_ready().await;
+    eventually(TIMEOUT, "the worker to be ready", || async {
+        d.workers[0].log().contains("worker ready").then_some(())
+    })
+    .await;
+    stream_off(&d, &d.bus.subjects.journal_stream()).await;
+    let mut log = EventLog::subscribe(&d.raw.client, "flotilla.job.>").await;
+    d.submit("a: revenue 10, cost 5").await;
+    log.until(TIMEOUT, "the task's report", |s, v| s.ends_with(".event") && v["event"] == "task_reported").await;
+    // The tool ran and the report was stored while the tool-calling turn's
+    // append was still retried (5 s): nothing waited for it.
+    let at_report = d.workers[0].log();
+    assert_eq!(at_report.matches("step not journaled").count(), 0, "{at_report}");
+    assert!(!at_report.contains("task finished"), "the task is acked only once its journal is settled: {at_report}");
+    // Given up in the loop's order, the turn first, both before the ack.
+    let worker_log = eventually(TIMEOUT, "the task's ack", || async {
+        let text = d.workers[0].log();
+        text.contains("task finished").then_some(text)
+    })
+    .await;
+    let finished = worker_log.find("task finished").unwrap();
+    let given_up: Vec<&str> = worker_log[..finished]
+        .lines()
+        .filter(|l| l.contains("step not journaled"))
+        .map(|l| {
+            if l.contains("model_turn") {
+                "model_turn"
+            } else if l.contains("tool_result") {
+                "tool_result"
+            } else {
+                l
+            }
+        })
+        .collect();
+    assert_eq!(given_up, ["model_turn", "tool_result"], "{worker_log}");
+    assert_eq!(log.job_end(TIMEOUT).await["event"], "completed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_orchestrator_crash_resumes_the_job_without_dispatching_twice() {
     let mut d = Deployment::start(2, |url| TestConfig::demo(url, 4, 400)).await;
     let mut log = EventLog::subscribe(&d.raw.client, "flotilla.job.>").await;

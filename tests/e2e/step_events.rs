@@ -5,7 +5,9 @@
 //! a progress subscriber never receives the entry (tool arguments and
 //! results), and the events stream stores the event like any other. An
 //! entry without an event (the answering turn, markers, follow-ups taken)
-//! goes to the task's quiet subject, which is not republished. A journal
+//! goes to the task's quiet subject, which is not republished, and so does
+//! the entry of a turn whose calls are all read-only, which the loop does
+//! not wait for (workers/src/journal.rs). A journal
 //! stream an older Flotilla declared does not republish: a worker then
 //! publishes every event on its own.
 
@@ -117,6 +119,12 @@ async fn a_steps_progress_event_rides_in_its_journal_entry_and_watchers_never_re
 
     // Stored: a watcher replaying the job reads every event of each task,
     // the carried ones decoded from their header, in the loop's order.
+    assert_events_in_loop_order(&d, job, 2).await;
+}
+
+/// A watcher replaying `job` reads every event of each of its `tasks`
+/// tasks, the carried ones decoded from their header, in the loop's order.
+async fn assert_events_in_loop_order(d: &Deployment, job: flotilla_protocol::ids::JobId, tasks: usize) {
     let (stored, replay) =
         events::follow_counted(&d.bus, Scope::Job(Tenant::default(), job), true).await.expect("follow the job");
     let replay: Vec<Event> = replay.take(stored).map(|e| e.expect("a stored event")).collect().await;
@@ -130,7 +138,7 @@ async fn a_steps_progress_event_rides_in_its_journal_entry_and_watchers_never_re
             per_task.entry(p.task_id).or_default().push(kind);
         }
     }
-    assert_eq!(per_task.len(), 2, "{per_task:?}");
+    assert_eq!(per_task.len(), tasks, "{per_task:?}");
     for (task, kinds) in per_task {
         assert_eq!(
             kinds,
@@ -138,6 +146,46 @@ async fn a_steps_progress_event_rides_in_its_journal_entry_and_watchers_never_re
             "task {task}"
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_of_read_only_calls_is_journaled_behind_the_loop_in_its_order_with_its_event_on_its_own() {
+    // The finance type's native `calculate_margin` is read-only.
+    let d = Deployment::start(1, |url| TestConfig::demo_native(url, 2, 0)).await;
+    let (job, seen) = run_job(&d, &regions(2)).await;
+
+    // Every step is still journaled, in the loop's order per task: the
+    // turn that calls the tool, its result, the answering turn. None
+    // carries an event: none is awaited, so each is on the quiet subject.
+    let journal: Vec<&Seen> = seen.iter().filter(|m| m.subject.starts_with("flotilla.journal.")).collect();
+    assert_eq!(journal.len(), 6, "three entries a task");
+    let mut per_task: HashMap<String, Vec<String>> = HashMap::new();
+    for m in &journal {
+        assert!(m.header_event().is_none() && m.subject.ends_with(".quiet"), "{} carries an event", m.subject);
+        let entry: Value = serde_json::from_slice(&m.payload).expect("a journal entry body");
+        let step = &entry["step"];
+        let what = match (step["step"].as_str(), step["message"]["tool_calls"].as_array()) {
+            (Some("turn"), Some(calls)) if !calls.is_empty() => "calls calculate_margin",
+            (Some("turn"), _) => "answers",
+            (Some("tool_result"), _) => "tool result",
+            _ => panic!("an entry no loop of this task makes: {entry}"),
+        };
+        let task = m.subject.trim_end_matches(".quiet").rsplit('.').next().unwrap().to_string();
+        per_task.entry(task).or_default().push(what.to_string());
+    }
+    assert_eq!(per_task.len(), 2, "{per_task:?}");
+    for (task, entries) in &per_task {
+        assert_eq!(entries, &["calls calculate_margin", "tool result", "answers"], "task {task}");
+    }
+
+    // Each model_call and tool_result event is a message of its own.
+    let own: Vec<Value> = seen
+        .iter()
+        .filter(|m| m.subject.contains(".progress.") && !m.payload.is_empty())
+        .map(|m| serde_json::from_slice(&m.payload).unwrap())
+        .collect();
+    assert_eq!((kinds(&own, "model_call"), kinds(&own, "tool_result")), (4, 2), "{own:?}");
+    assert_events_in_loop_order(&d, job, 2).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

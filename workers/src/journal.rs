@@ -13,29 +13,37 @@
 //! worker that lost its task to `ack_wait` but still runs) are not folded by
 //! later attempts, so the journal stays one line of history.
 //!
-//! What waits for the stream's ack: a model turn that calls tools, before
-//! the calls run (so a resumed attempt replays the same calls under the
-//! same idempotency keys), and every marker. A tool result is published and
-//! its ack awaited just before the next entry goes out, so the model call
-//! it feeds runs while the ack travels: the journal still stores entries in
-//! the order the loop made them, and a worker lost before the ack is the
-//! same as one lost just before the append (the tool runs again, under the
-//! same key). The answering turn is not awaited, and nothing waits for the
-//! tool results before it: a task of its own appends it behind their acks
-//! while the task's report is stored (the report is the answer's record;
-//! a report that is not stored hands the task back only after
-//! [`StepJournal::settle`], so a later attempt finds the turn).
+//! What waits for the stream's ack: a model turn that calls a tool with
+//! effects, before the calls run (so a resumed attempt replays the same
+//! calls under the same idempotency keys), and every marker. A tool result
+//! is published and its ack awaited just before the next entry goes out, so
+//! the model call it feeds runs while the ack travels: the journal still
+//! stores entries in the order the loop made them, and a worker lost before
+//! the ack is the same as one lost just before the append (the tool runs
+//! again, under the same key).
 //!
-//! The progress event of a model turn that calls tools (`model_call`) rides
-//! in its entry's header, and the stream republishes it to the task's
-//! progress subject (shared/bus/src/journal.rs): one write for the step and
-//! its event. That entry's ack is awaited before anything after it goes
-//! out, so its republished event is in the events stream before any event
-//! the worker publishes later. Every other event (`tool_result` and the
-//! answering turn's `model_call` among them) is published on its own, in
-//! the loop's order on the worker's one connection, without waiting for an
-//! ack: watchers see a task's events in the order the loop made them, and
-//! the task's `finished` and its report wait for no entry of the journal.
+//! Entries nothing needs before the loop goes on are appended behind, by a
+//! chain of tasks of their own, each once the one before it and the tool
+//! results' acks before it are in: the answering turn (the report is the
+//! answer's record), and a turn whose calls are all read-only
+//! ([`ToolSet::read_only`]: running one again has no effect, so no replay
+//! key protects anything) with the tool results after it. The loop and the
+//! report wait for none of them; the task is acked, or handed back, only
+//! after [`StepJournal::settle`], so a later attempt finds them. A worker
+//! lost before such an entry is stored is one lost just before its step,
+//! as above: the model is asked again, or the read-only call runs again.
+//!
+//! The progress event of an awaited model turn that calls tools
+//! (`model_call`) rides in its entry's header, and the stream republishes
+//! it to the task's progress subject (shared/bus/src/journal.rs): one write
+//! for the step and its event. That entry's ack is awaited before anything
+//! after it goes out, so its republished event is in the events stream
+//! before any event the worker publishes later. Every other event
+//! (`tool_result`, the `model_call` of a turn appended behind) is published
+//! on its own, in the loop's order on the worker's one connection, without
+//! waiting for an ack: watchers see a task's events in the order the loop
+//! made them, and the task's `finished` and its report wait for no entry of
+//! the journal.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -43,6 +51,7 @@ use std::time::Duration;
 
 use flotilla_agent::agent::{Conversation, Step};
 use flotilla_agent::model::ChatMessage;
+use flotilla_agent::tool::ToolSet;
 use flotilla_bus::{Appended, Bus, Journal, JournalKey, Stored, retry};
 use flotilla_protocol::{self as protocol, Message, ProgressEvent, TaskMessage};
 use serde::{Deserialize, Serialize};
@@ -93,6 +102,22 @@ pub enum Record {
     },
 }
 
+impl Record {
+    /// What the entry records, as logs name it: `model_turn`, `tool_result`,
+    /// `inbox`, `note`, `snapshot`, `handed_back` or `resumed`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Record::Step { step: Step::Turn { .. } } => "model_turn",
+            Record::Step { step: Step::ToolResult { .. } } => "tool_result",
+            Record::Step { step: Step::Inbox { .. } } => "inbox",
+            Record::Step { step: Step::Note { .. } } => "note",
+            Record::Step { step: Step::Snapshot { .. } } => "snapshot",
+            Record::HandedBack { .. } => "handed_back",
+            Record::Resumed { .. } => "resumed",
+        }
+    }
+}
+
 /// Where an attempt resumes.
 #[derive(Debug)]
 pub struct Resume {
@@ -116,12 +141,14 @@ pub struct StepJournal {
     /// republishes it), as it was when the attempt started
     /// ([`follow_carries_progress`]).
     carries_progress: bool,
+    /// The type's tools: which calls are read-only (module docs).
+    tools: Arc<ToolSet>,
     /// The model turns this attempt took over, once it resumed.
     resumed_from: std::sync::OnceLock<u32>,
     /// Tool results published whose acks are still awaited, in order.
     unacked: tokio::sync::Mutex<Vec<Unacked>>,
-    /// The task appending the answering turn behind the acks of the tool
-    /// results before it (module docs); every later entry waits for it.
+    /// The last task of the chain appending entries behind (module docs);
+    /// each waits for the one before it, every awaited entry for the last.
     tail: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
@@ -174,9 +201,10 @@ fn log_carries_progress(carries: bool) {
 }
 
 impl StepJournal {
-    /// The journal of `task`, written as `attempt`; its entries carry their
-    /// progress events when `carries_progress` ([`follow_carries_progress`]).
-    pub fn new(bus: &Bus, task: &TaskMessage, attempt: u32, carries_progress: bool) -> Self {
+    /// The journal of `task`, written as `attempt`, whose type has `tools`;
+    /// its entries carry their progress events when `carries_progress`
+    /// ([`follow_carries_progress`]).
+    pub fn new(bus: &Bus, task: &TaskMessage, attempt: u32, carries_progress: bool, tools: Arc<ToolSet>) -> Self {
         let journal = bus.journal();
         let key = journal.key(&task.subagent_type, &task.tenant, &task.job_id, &task.task_id);
         Self {
@@ -184,6 +212,7 @@ impl StepJournal {
             key,
             attempt,
             carries_progress,
+            tools,
             resumed_from: Default::default(),
             unacked: Default::default(),
             tail: Default::default(),
@@ -196,22 +225,33 @@ impl StepJournal {
     }
 
     /// Appends a completed step and waits until it is stored, except a tool
-    /// result and the answering turn (module docs), with `event`, the
-    /// step's progress event, in the entry when it is a turn that calls
-    /// tools and entries carry events. Whether the event went out with the
-    /// entry: when not, the caller publishes it. A journal that cannot be
-    /// written is logged and the task goes on: it loses only the resume
-    /// point.
+    /// result, the answering turn and a turn of read-only calls (module
+    /// docs), with `event`, the step's progress event, in the entry when it
+    /// is an awaited turn that calls tools and entries carry events.
+    /// Whether the event went out with the entry: when not, the caller
+    /// publishes it. A journal that cannot be written is logged and the
+    /// task goes on: it loses only the resume point.
     pub async fn step(self: &Arc<Self>, step: &Step, event: Option<&ProgressEvent>) -> bool {
         let entry = self.entry(Record::Step { step: step.clone() });
+        // None of these carries its event: it goes out right behind the entry.
         match step {
-            // Neither carries its event: it goes out right behind the entry.
+            // Behind a read-only turn still being appended, not before it.
+            Step::ToolResult { .. } if self.appending_behind() => {
+                self.append_behind(entry, true).await;
+                false
+            }
             Step::ToolResult { .. } => {
                 self.append_unacked(entry).await;
                 false
             }
             Step::Turn { message: ChatMessage::Assistant { tool_calls, .. }, .. } if tool_calls.is_empty() => {
-                self.append_behind(entry).await;
+                self.append_behind(entry, false).await;
+                false
+            }
+            Step::Turn { message: ChatMessage::Assistant { tool_calls, .. }, .. }
+                if tool_calls.iter().all(|c| self.tools.read_only(&c.name)) =>
+            {
+                self.append_behind(entry, true).await;
                 false
             }
             Step::Turn { .. } => {
@@ -248,29 +288,37 @@ impl StepJournal {
         self.store(entry, snapshot, event, true).await
     }
 
-    /// Hands the answering turn's entry to a task of its own, which appends
-    /// it (not awaited: the report is its record) once the tool results
-    /// before it are stored; the loop goes on at once (module docs).
-    async fn append_behind(self: &Arc<Self>, entry: JournalEntry) {
+    /// Hands `entry` to the next task of the chain (module docs), which
+    /// appends it once the task before it has finished and the tool results
+    /// published before are stored, waiting for its ack when `wait` (an
+    /// entry something is appended behind); the loop goes on at once.
+    async fn append_behind(self: &Arc<Self>, entry: JournalEntry, wait: bool) {
         let mut unacked = self.unacked.lock().await;
-        self.await_tail().await;
         let mut before = std::mem::take(&mut *unacked);
         let journal = self.clone();
-        let tail = tokio::spawn(async move {
+        let mut tail = self.tail.lock().unwrap_or_else(|e| e.into_inner());
+        let previous = tail.take();
+        *tail = Some(tokio::spawn(async move {
+            if let Some(previous) = previous {
+                joined(previous).await;
+            }
             await_acks(&mut before, &journal).await;
-            journal.store(&entry, false, None, false).await;
-        });
-        *self.tail.lock().unwrap_or_else(|e| e.into_inner()) = Some(tail);
+            journal.store(&entry, false, None, wait).await;
+        }));
     }
 
-    /// Waits for the answering turn's append, if one is under way; called
-    /// with `unacked` held, so no entry overtakes it.
+    /// Whether entries are being appended behind: a tool result then joins
+    /// the chain, so it is never stored before its turn.
+    fn appending_behind(&self) -> bool {
+        self.tail.lock().unwrap_or_else(|e| e.into_inner()).is_some()
+    }
+
+    /// Waits for the chain of entries appended behind, if any; called with
+    /// `unacked` held, so no entry overtakes them.
     async fn await_tail(&self) {
         let tail = self.tail.lock().unwrap_or_else(|e| e.into_inner()).take();
-        if let Some(tail) = tail
-            && let Err(e) = tail.await
-        {
-            tracing::warn!(error = %e, "the answering turn's journal append did not finish");
+        if let Some(tail) = tail {
+            joined(tail).await;
         }
     }
 
@@ -303,7 +351,7 @@ impl StepJournal {
         })
         .await;
         if let Err(e) = &stored {
-            tracing::warn!(error = %e, "step not journaled; a later attempt would redo it");
+            tracing::warn!(error = %e, entry = entry.record.name(), "step not journaled; a later attempt would redo it");
         }
         stored.is_ok()
     }
@@ -327,6 +375,13 @@ impl StepJournal {
         let _ = self.resumed_from.set(from_step);
         self.mark(Record::Resumed { from_step, reason: resume.reason.clone(), upto }).await;
         Some(resume)
+    }
+}
+
+/// Waits for a task of the chain of entries appended behind.
+async fn joined(task: tokio::task::JoinHandle<()>) {
+    if let Err(e) = task.await {
+        tracing::warn!(error = %e, "a journal append behind the loop did not finish");
     }
 }
 

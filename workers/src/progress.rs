@@ -1,8 +1,8 @@
 //! Publishes a task's progress events as the agent loop runs. Events are
 //! observations: they go out without waiting for their own acks and never
-//! slow the task. The `model_call` event of a turn that calls tools goes
-//! out in the turn's journal entry, one write for both, whose ack is
-//! awaited before the loop goes on (workers/src/journal.rs); every other
+//! slow the task. The `model_call` event of a turn that calls a tool with
+//! effects goes out in the turn's journal entry, one write for both, whose
+//! ack is awaited before the loop goes on (workers/src/journal.rs); every other
 //! event is published on its own, in the loop's order on the worker's one
 //! connection, so the two paths keep the loop's order.
 //!
@@ -64,8 +64,8 @@ impl ProgressPublisher {
     }
 
     /// Journals `step` with its event `kind` in one write when the entry
-    /// carries it (a turn that calls tools), else the event right behind
-    /// the entry.
+    /// carries it (an awaited turn that calls tools), else the event right
+    /// behind the entry.
     async fn journaled(&self, step: &Step, kind: ProgressKind) {
         let event = self.event(kind);
         if !self.journal.step(step, Some(&event)).await {

@@ -131,7 +131,7 @@ async fn run(
     if attempt > 1 {
         ctx.metrics.redelivered(&rt.ty);
     }
-    let progress = progress_publisher(&ctx, &task, attempt);
+    let progress = progress_publisher(&ctx, &rt, &task, attempt);
     let cancel = ctx.hand_back.child_token();
     let _registration = ctx.cancels.register(task.job_id, task.task_id, cancel.clone());
     // A task of an already cancelled job reports `cancelled` without starting.
@@ -186,7 +186,12 @@ async fn run(
 }
 
 /// The progress publisher of one attempt.
-fn progress_publisher(ctx: &WorkerContext, task: &TaskMessage, attempt: u32) -> ProgressPublisher {
+fn progress_publisher(
+    ctx: &WorkerContext,
+    rt: &SubagentRuntime,
+    task: &TaskMessage,
+    attempt: u32,
+) -> ProgressPublisher {
     ProgressPublisher {
         bus: ctx.bus.clone(),
         tenant: task.tenant.clone(),
@@ -202,6 +207,7 @@ fn progress_publisher(ctx: &WorkerContext, task: &TaskMessage, attempt: u32) -> 
             task,
             attempt,
             ctx.journal_carries_progress.load(std::sync::atomic::Ordering::Relaxed),
+            rt.tools.clone(),
         )),
     }
 }

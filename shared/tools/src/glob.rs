@@ -22,6 +22,11 @@ struct Args {
 
 #[async_trait]
 impl Tool for Glob {
+    /// It lists job files and changes nothing.
+    fn read_only(&self) -> bool {
+        true
+    }
+
     fn spec(&self) -> ToolSpec {
         ToolSpec {
             name: "glob".into(),

@@ -71,6 +71,11 @@ enum OutputMode {
 
 #[async_trait]
 impl Tool for Grep {
+    /// It searches job files and changes nothing.
+    fn read_only(&self) -> bool {
+        true
+    }
+
     fn spec(&self) -> ToolSpec {
         ToolSpec {
             name: "grep".into(),

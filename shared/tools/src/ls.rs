@@ -32,6 +32,11 @@ fn root() -> String {
 
 #[async_trait]
 impl Tool for Ls {
+    /// It lists job files and changes nothing.
+    fn read_only(&self) -> bool {
+        true
+    }
+
     fn spec(&self) -> ToolSpec {
         ToolSpec {
             name: "ls".into(),

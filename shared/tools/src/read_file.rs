@@ -36,6 +36,11 @@ fn default_limit() -> usize {
 
 #[async_trait]
 impl Tool for ReadFile {
+    /// It reads a job file and changes nothing.
+    fn read_only(&self) -> bool {
+        true
+    }
+
     fn spec(&self) -> ToolSpec {
         ToolSpec {
             name: "read_file".into(),

@@ -46,6 +46,21 @@ concurrency = {concurrency}
         c
     }
 
+    /// [`TestConfig::demo`] with the finance type on the native, read-only
+    /// `calculate_margin` tool (workers/src/tools) instead of the MCP
+    /// server's: the bench's setup.
+    pub fn demo_native(nats_url: &str, concurrency: usize, latency_ms: u64) -> Self {
+        let mut c = Self::new(nats_url);
+        c.scripted_model("planner", &demo_script("planner.toml"));
+        c.scripted_model("finance", &crate::scripts::finance_margin(latency_ms));
+        c.section("[planner]\nmodel = \"planner\"\ntask_timeout = 60\n");
+        c.section(&format!(
+            "[subagents.finance]\ndescription = \"Computes gross margins.\"\nmodel = \"finance\"\n\
+             tools = [\"calculate_margin\"]\nconcurrency = {concurrency}\n"
+        ));
+        c
+    }
+
     /// Sets `[nats] ack_wait` and `max_deliver` (seconds, deliveries).
     pub fn nats(&mut self, ack_wait: u64, max_deliver: i64) -> &mut Self {
         let url = self.sections[0].lines().find(|l| l.starts_with("url")).unwrap_or_default().to_string();

@@ -20,6 +20,11 @@ struct Args {
 
 #[async_trait]
 impl Tool for CalculateMargin {
+    /// A computation: it changes nothing.
+    fn read_only(&self) -> bool {
+        true
+    }
+
     fn spec(&self) -> ToolSpec {
         ToolSpec {
             name: "calculate_margin".into(),

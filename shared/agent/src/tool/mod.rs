@@ -222,6 +222,17 @@ pub trait Tool: Send + Sync {
         false
     }
 
+    /// Whether a call changes nothing outside its own result (a
+    /// computation, a read): running it again, with any arguments, has no
+    /// effect a first run did not have. A worker journals a model turn that
+    /// calls only such tools without waiting for the stream's ack before
+    /// the calls run (docs/RELIABILITY.md, "Step journal"): a replay under
+    /// the same idempotency key protects nothing for them. Default: no, as
+    /// for every MCP tool (a server's `readOnlyHint` is its own claim).
+    fn read_only(&self) -> bool {
+        false
+    }
+
     /// Like [`Tool::call`], plus an artifact for the application that the
     /// model never reads, on success and on error alike (MCP
     /// `structuredContent`, docs/MCP.md). Default: no artifact.

@@ -244,6 +244,13 @@ impl ToolSet {
         self.tools.get(name).is_some_and(|e| e.tool.repeatable())
     }
 
+    /// Whether a call of `name` changes nothing outside its result
+    /// ([`Tool::read_only`]) and needs no person's approval (a decision is
+    /// tied to the call the journal records); false for a name the set lacks.
+    pub fn read_only(&self, name: &str) -> bool {
+        self.tools.get(name).is_some_and(|e| e.tool.read_only()) && !self.gated.contains(name)
+    }
+
     /// Validates and runs one call through the pipeline
     /// (tool/pipeline/mod.rs). Never panics, never hangs past the timeout.
     pub async fn invoke(&self, ctx: &ToolContext, name: &str, args: &Value) -> ToolOutcome {
@@ -323,6 +330,32 @@ pub(crate) mod tests {
         async fn call(&self, ctx: &ToolContext, args: Value) -> Result<Value, ToolError> {
             Echo.call(ctx, args).await
         }
+    }
+
+    /// A read-only tool, `echo` under another name.
+    struct Reads;
+    #[async_trait]
+    impl Tool for Reads {
+        fn spec(&self) -> ToolSpec {
+            ToolSpec { name: "reads".into(), ..Echo.spec() }
+        }
+        async fn call(&self, ctx: &ToolContext, args: Value) -> Result<Value, ToolError> {
+            Echo.call(ctx, args).await
+        }
+        fn read_only(&self) -> bool {
+            true
+        }
+    }
+
+    #[test]
+    fn a_call_is_read_only_when_its_tool_says_so_and_no_person_must_approve_it() {
+        let mut s = set();
+        s.add(Arc::new(Reads), "builtin").unwrap();
+        assert!(s.read_only("reads"));
+        assert!(!s.read_only("echo"), "a tool has effects unless it says otherwise");
+        assert!(!s.read_only("nope"), "a name the set lacks");
+        s.require_approval("reads").unwrap();
+        assert!(!s.read_only("reads"), "an approval is tied to the call the journal records first");
     }
 
     #[tokio::test]
