@@ -42,7 +42,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
     after_help = "Start as many as you like, on any host that reaches NATS: replicas of a\nsubagent type share its work queue. Configuration: docs/CONFIG.md."
 )]
 struct Args {
-    /// Config file (TOML). Env overrides: FLOTILLA_<SECTION>__<KEY>.
+    /// Config file (TOML). Env overrides: `FLOTILLA_<SECTION>__<KEY>`.
     #[arg(long, short, env = "FLOTILLA_CONFIG")]
     config: Option<PathBuf>,
     /// Also import MCP servers from a Claude Desktop / Cursor `mcpServers` JSON file.

@@ -18,7 +18,7 @@
 //!   the stream. The task queue redelivers the task, and the new attempt
 //!   prompts again (the same instance while it is registered).
 //! - Nobody registered, no responders, a stream quiet for longer than
-//!   [`QUIET`] (the host sends keepalives), or a `5xx` error frame are
+//!   `QUIET` (the host sends keepalives), or a `5xx` error frame are
 //!   `transient`: the task goes back to the queue. A `4xx` frame fails it.
 
 use std::time::Duration;

@@ -19,17 +19,17 @@
 //! - `fanout`: a whole job of 20 parallel tasks through the planner with
 //!   200 ms per model call and 4 workers (ideal 1.0 s: 3 planner + 2 subagent calls).
 //! - `footprint`: first-call prompt tokens of planner and subagent; worker
-//!   RSS idle and with 16 subagents in flight ([`memory`]).
+//!   RSS idle and with 16 subagents in flight (`memory`).
 //! - `mcp`: MCP stdio tool-call latency, persistent session vs per call ([`mcp`]).
-//! - `scale`: whole jobs of 1 000 to 100 000 tasks ([`scale`]); only when
+//! - `scale`: whole jobs of 1 000 to 100 000 tasks (`scale`); only when
 //!   named in `--only`, since it takes minutes.
 //! - `load`: many concurrent jobs, then listing against a long history
-//!   ([`load`]); only when named in `--only`.
+//!   (`load`); only when named in `--only`.
 //! - `concurrency`: 1 000 subagents in flight at once, each two 2 s model
-//!   calls, on 4 workers x 250 slots ([`concurrency`]); only when named in
+//!   calls, on 4 workers x 250 slots (`concurrency`); only when named in
 //!   `--only`.
 //! - `resume`: the step journal's size and cost per step, and how soon a
-//!   SIGKILLed worker's tasks resume elsewhere ([`resume`]); only when named
+//!   SIGKILLed worker's tasks resume elsewhere (`resume`); only when named
 //!   in `--only`, since its takeovers wait for `ack_wait`.
 
 mod concurrency;

@@ -27,7 +27,7 @@ use flotilla_telemetry::logging::{self as telemetry, LogFormat};
 #[command(name = "flotilla", version, after_help = AFTER_HELP)]
 struct Cli {
     /// Config file (TOML). Default for `up` and `demo`: deploy/local/flotilla.toml.
-    /// Env overrides: FLOTILLA_<SECTION>__<KEY>, e.g. FLOTILLA_NATS__URL.
+    /// Env overrides: `FLOTILLA_<SECTION>__<KEY>`, e.g. `FLOTILLA_NATS__URL`.
     #[arg(long, short, global = true, env = "FLOTILLA_CONFIG")]
     config: Option<PathBuf>,
     /// Log format: text or json.

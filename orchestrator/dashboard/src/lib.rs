@@ -2,7 +2,7 @@
 //! jobs list and, per job, its todos, a task timeline, spend and each task's
 //! report, kept live by Server-Sent Events read from the events stream; forms
 //! to submit, cancel and answer approvals; the JSON API of docs/HTTP_API.md.
-//! Pages are rendered on the server ([`view`]); one small script in the
+//! Pages are rendered on the server (`view`); one small script in the
 //! layout appends events to a log, re-fetches the page fragment when
 //! something happens (at most once a second), and draws what only the
 //! events tell (in-flight tasks, the charts).
@@ -11,22 +11,22 @@
 //! |---|---|
 //! | `GET /` | jobs, newest first (`?status=running&tenant=t` filter; 200 a page, `?after=<job id>` the next, `?limit=N` up to 500), with a submit box |
 //! | `GET /jobs/<id>` | one job: progress, one page of its tasks (`?after=<task id>&tasks=N`, default 100; filters `state`, `type`, `worker`, `q`), its pending approvals and a cancel button |
-//! | `GET /jobs/<id>/tasks/<task>` | one task: its step timeline and report ([`task_page`]) |
-//! | `GET /jobs/<id>/files` | the job's files tab ([`job_files`]) |
-//! | `GET /workers`, `/queues`, `/approvals` | the fleet pages and the approvals inbox ([`fleet`]) |
+//! | `GET /jobs/<id>/tasks/<task>` | one task: its step timeline and report (`task_page`) |
+//! | `GET /jobs/<id>/files` | the job's files tab (`job_files`) |
+//! | `GET /workers`, `/queues`, `/approvals` | the fleet pages and the approvals inbox (`fleet`) |
 //! | `GET /fragment/jobs`, `/fragment/jobs/<id>` | the same without the page around it |
 //! | `GET /events` | SSE of every visible job's job-level events, from now on |
 //! | `GET /jobs/<id>/events` (also `/api/jobs/<id>/events`) | SSE of one job's job and progress events, from its first to its last (from now on with `?live=1`) |
 //! | `GET /jobs/<id>/tasks/<task>/events`, `/fleet/events` | SSE of one task's progress from its first; the fleet's totals every 2 s |
-//! | `POST /actions/submit`, `/actions/jobs/<id>/cancel`, `/actions/approvals/<call id>` | the pages' forms ([`forms`]) |
-//! | `/api/*` | the JSON API ([`api`], docs/HTTP_API.md) |
-//! | `GET /login`, `POST /login` | the sign-in form that sets a browser's cookie ([`login`]) |
+//! | `POST /actions/submit`, `/actions/jobs/<id>/cancel`, `/actions/approvals/<call id>` | the pages' forms (`forms`) |
+//! | `/api/*` | the JSON API (`api`, docs/HTTP_API.md) |
+//! | `GET /login`, `POST /login` | the sign-in form that sets a browser's cookie (`login`) |
 //!
-//! It shows every tenant, so [`guard`] sits in front of every route: it
+//! It shows every tenant, so `guard` sits in front of every route: it
 //! answers only its own host names (against DNS rebinding), with tokens
 //! configured only requests carrying one (the admin token, or a tenant's,
-//! which [`access`] confines to its tenant), and refuses a browser's write
-//! without CSRF proof ([`csrf`]); a non-loopback `listen` address needs a
+//! which `access` confines to its tenant), and refuses a browser's write
+//! without CSRF proof (`csrf`); a non-loopback `listen` address needs a
 //! token (docs/OPERATIONS.md, "Dashboard").
 //!
 //! A library the `flotilla` binary binds (orchestrator/cli/src/commands/endpoints.rs),
@@ -35,7 +35,7 @@
 //! loop's bounds (`flotilla-http-serve`). Every tenant's job records come
 //! through a read-only [`JobRecords`] the binary hands in (the
 //! orchestrator's job reader: the job API lists one tenant's jobs at a
-//! time); all it changes goes through the job API ([`actions`]), and the
+//! time); all it changes goes through the job API (`actions`), and the
 //! workers and events it shows come through the job-API client
 //! (`flotilla-client`). It must not depend on the orchestrator library.
 
@@ -106,7 +106,7 @@ pub trait JobRecords: Send + Sync + 'static {
 struct Dash {
     /// Job records of every tenant.
     reader: Arc<dyn JobRecords>,
-    /// The job-API client of the writes ([`actions`]: the same requests
+    /// The job-API client of the writes (`actions`: the same requests
     /// the CLI sends, for the tenant each acts for), the workers listing and
     /// the events stream (SSE).
     client: Client,
@@ -149,7 +149,7 @@ fn positive<T: Copy + Default + PartialEq>(key: &str, set: Option<T>, default: T
     }
 }
 
-/// The dashboard's routes behind its [`guard`], for serving on `addr` (the
+/// The dashboard's routes behind its `guard`, for serving on `addr` (the
 /// binary binds it: docs/OPERATIONS.md, "Dashboard"). Writes go as job API
 /// requests through `client`; a submit's files are limited by `files`'
 /// `max_upload_bytes` in all and `max_file_bytes` each. Fails when

@@ -73,7 +73,7 @@ pub struct ServeArgs {
     #[arg(long, value_name = "URL", requires = "oauth_resource", conflicts_with_all = ["token_env", "tenant_tokens"])]
     pub oauth_issuer: Option<String>,
     /// This server's resource identifier (RFC 8707, 9728): the URL hosts use
-    /// for the endpoint, e.g. https://mcp.example.com/mcp. Tokens must be
+    /// for the endpoint, e.g. `https://mcp.example.com/mcp`. Tokens must be
     /// issued for it (`aud`).
     #[arg(long, value_name = "URL", requires = "oauth_issuer")]
     pub oauth_resource: Option<String>,

@@ -257,7 +257,7 @@ impl ServerHandler for JobTools {
         std::borrow::Cow::Borrowed(revisions())
     }
 
-    /// Every tool call, in its span; [`JobTools::call_tool_in_span`] answers it.
+    /// Every tool call, in its span; `JobTools::call_tool_in_span` answers it.
     async fn call_tool(
         &self,
         request: CallToolRequestParams,

@@ -14,7 +14,7 @@
 //!   secret-redacted original with the trace id, so the full detail is one
 //!   `grep <trace id>` away.
 //!
-//! What is removed is one table, [`rules::RULES`] (name, pattern,
+//! What is removed is one table, `rules::RULES` (name, pattern,
 //! replacement), compiled once. Patterns are deliberately broad: a false
 //! positive costs a model one less detail, a false negative leaks a key. Job
 //! file paths (relative, or absolute outside host roots) are kept.

@@ -39,7 +39,7 @@ pub fn warm_up() {
 /// Tokens of `text` (special-token markers count as ordinary text).
 ///
 /// Exactly the tokenizer's count of the whole text, but a long text is
-/// counted in parts whose counts are remembered ([`segments`], [`Counted`]):
+/// counted in parts whose counts are remembered (`segments`, `Counted`):
 /// the requests of one conversation repeat their system prompt, tool schemas
 /// and every earlier message, so most of a request is counted once per
 /// process, not once per model call.
@@ -185,7 +185,7 @@ mod tests {
 
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2_000))]
-        /// Any text, cut wherever [`segments`] cuts it, counts as the whole:
+        /// Any text, cut wherever `segments` cuts it, counts as the whole:
         /// punctuation, quotes, braces, contractions, digits, whitespace and
         /// non-Latin letters on either side of every cut.
         #[test]

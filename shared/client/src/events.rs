@@ -143,8 +143,8 @@ const STATUS_POLL: std::time::Duration = std::time::Duration::from_secs(2);
 const TAIL_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// The next event of a job's follower, or `None` once the job has ended:
-/// its events stream ended, or the job's status (asked every [`STATUS_POLL`])
-/// says it ended and no terminal event came within [`TAIL_WAIT`].
+/// its events stream ended, or the job's status (asked every `STATUS_POLL`)
+/// says it ended and no terminal event came within `TAIL_WAIT`.
 pub struct EndWatch<'a> {
     api: &'a crate::Client,
     job: JobId,

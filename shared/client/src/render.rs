@@ -1,7 +1,7 @@
 //! Human-readable lines for events, shared by the CLI (`watch`, `submit
 //! --wait`, `status`, `jobs`) and `mcp serve` (its progress notifications
 //! carry the line `flotilla watch` prints). Every time is RFC 3339 in UTC
-//! ([`time`], [`time_ms`]), the form the JSON output carries too.
+//! ([`time()`], [`time_ms`]), the form the JSON output carries too.
 
 use crate::events::Event;
 use flotilla_protocol::{JobEventKind, ProgressKind, TodoStatus, Usage};

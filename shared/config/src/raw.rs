@@ -174,7 +174,7 @@ pub struct PlannerConfig {
     #[serde(default = "default_planner_concurrency")]
     pub concurrency: usize,
     /// Seconds a task may wait while no live worker (by heartbeat) serves its
-    /// type before it fails with "no worker serves <type>".
+    /// type before it fails with "no worker serves `<type>`".
     #[serde(default = "default_no_worker_timeout")]
     pub no_worker_timeout: u64,
     /// Token budget of the planner's own conversation per job, when set

@@ -17,7 +17,7 @@
 //! would show a person the wrong context.
 //!
 //! A person may take minutes; the call's `call_timeout` clock stops while
-//! one of its questions waits for them ([`Registered::timed_out`]), as the
+//! one of its questions waits for them (`Registered::timed_out`), as the
 //! tool timeout's does (shared/agent/src/tool/pipeline/timeout.rs).
 
 use std::sync::{Arc, Mutex};

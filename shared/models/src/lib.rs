@@ -6,7 +6,7 @@
 //! - `scripted`: deterministic turns from a file, for the demo and tests; the
 //!   model itself is `flotilla_agent::model::scripted`, because the agent
 //!   loop's own unit tests run on it.
-//! - [`priced`]: the cost stamp put around any of them when a price is set.
+//! - [`mod@priced`]: the cost stamp put around any of them when a price is set.
 //!
 //! The HTTP providers share [`http`] (client, retries, error mapping, secret
 //! hygiene), [`sse`] (server-sent events) and [`turn`] (assembling a model

@@ -21,9 +21,9 @@ pub struct FileRef {
     pub lines: u64,
     /// SHA-256 of the bytes, lowercase hex.
     pub sha256: String,
-    /// The first characters (at most [`HEAD_CHARS`]).
+    /// The first characters (at most `HEAD_CHARS`).
     pub head: String,
-    /// The last characters (at most [`TAIL_CHARS`]), empty when `head` holds it all.
+    /// The last characters (at most `TAIL_CHARS`), empty when `head` holds it all.
     pub tail: String,
 }
 

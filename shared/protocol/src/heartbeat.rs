@@ -6,7 +6,7 @@
 //! each worker is also kept in the `<prefix>_workers` KV bucket whose entries
 //! expire after a few intervals, so the live set can be read at any moment
 //! without subscribing first (`flotilla workers`, the orchestrator's "no
-//! worker serves <type>" check, the dashboard). A worker killed with SIGKILL
+//! worker serves `<type>`" check, the dashboard). A worker killed with SIGKILL
 //! simply stops refreshing its entry and drops out when it expires.
 
 use serde::{Deserialize, Serialize};

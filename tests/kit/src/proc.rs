@@ -6,8 +6,8 @@ use std::process::{Child, Command, Stdio};
 use crate::TempDir;
 
 /// Path of a workspace binary (`flotilla`, `flotilla-worker`, ...): next to
-/// the running executable (`flotilla bench`, in target/<profile>/), or one
-/// directory up from it (a test, in target/<profile>/deps/).
+/// the running executable (`flotilla bench`, in `target/<profile>/`), or one
+/// directory up from it (a test, in `target/<profile>/deps/`).
 pub fn bin(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("current exe");
     let beside = exe.with_file_name(name);

@@ -11,7 +11,7 @@
 //! Everything goes through the job-API client (`flotilla-client`) of the
 //! caller's tenant, so the orchestrator's own checks and tenant confinement
 //! apply; this crate keeps no job state, only the webhooks of tasks being
-//! followed (in memory, [`push`]).
+//! followed (in memory, `push`).
 //!
 //! Who the caller is comes from outside: the dashboard's guard
 //! authenticates every request (its bearer tokens, docs/HTTP_API.md "Auth")

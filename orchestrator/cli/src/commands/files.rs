@@ -43,7 +43,7 @@ pub enum Command {
     Get {
         /// The job: its id, its short id as displayed, or a unique prefix (at least 4 characters).
         job: JobRef,
-        /// The job path, e.g. /reports/<task>.md (the task by its id or its
+        /// The job path, e.g. `/reports/<task>.md` (the task by its id or its
         /// short id as displayed).
         path: String,
         /// Write to this local file instead of stdout (with --json, print

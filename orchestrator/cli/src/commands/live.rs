@@ -13,7 +13,7 @@
 //! A task whose call waits for a person gets a line under it saying so, with
 //! the `flotilla approve` command to run, and then the decision
 //! (docs/APPROVALS.md). A job that had ended before `watch` started is shown
-//! once, from its record, by [`finished`]: the same header, todos and task
+//! once, from its record, by [`finished()`]: the same header, todos and task
 //! lines the live view ends with.
 
 mod finished;

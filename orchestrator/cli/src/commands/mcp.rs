@@ -44,7 +44,7 @@ impl Args {
 enum McpCommand {
     /// List a server's tools: names, descriptions, input schemas.
     Tools {
-        /// Server name ([mcp_servers.<name>] or an imported mcpServers entry).
+        /// Server name (`[mcp_servers.<name>]` or an imported `mcpServers` entry).
         server: String,
     },
     /// Call one tool and print the raw result; exit 1 on isError.

@@ -49,7 +49,7 @@ use super::out::{self, outln};
 /// signs in within --timeout.
 #[derive(ClapArgs, Debug)]
 pub struct LoginArgs {
-    /// Server name ([mcp_servers.<name>] with grant = "authorization_code").
+    /// Server name (`[mcp_servers.<name>]` with `grant = "authorization_code"`).
     server: String,
     /// Seconds to wait for the browser's redirect.
     #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..=3600))]

@@ -54,7 +54,7 @@ pub(super) struct Entry {
     /// Its spec as the tool declares it (what validation and approvals use).
     spec: ToolSpec,
     /// What the model is told about it: the spec with a schema cut to what
-    /// a model needs ([`model_schema`]).
+    /// a model needs (`model_schema`).
     model: ToolSpec,
     /// Listed to the model only once the conversation holds a call of this
     /// tool ([`ToolSet::list_after`]); callable at any time.
@@ -208,7 +208,7 @@ impl ToolSet {
 
     /// What the model is shown before its next turn, in name order: every
     /// tool listed by now ([`ToolSet::list_after`]), with schemas cut to
-    /// what a model needs ([`model_schema`]).
+    /// what a model needs (`model_schema`).
     pub fn model_specs(&self, messages: &[ChatMessage], compacted: bool) -> Vec<ToolSpec> {
         let called = |tool: &str| {
             messages.iter().any(|m| match m {

@@ -13,7 +13,7 @@
 //!   `insufficient_scope` it asks again with the union of scopes.
 //! - `enterprise_managed` (SEP-990): the user's ID token from the enterprise
 //!   identity provider is exchanged there, then at the server's authorization
-//!   server ([`enterprise`]).
+//!   server (`enterprise`).
 //! - `authorization_code`: someone must open a browser, which a worker never
 //!   waits for. A process either has an [`Authorizer`] (the conformance
 //!   client, `flotilla mcp login`) or a [`CredentialStores`] entry
@@ -21,7 +21,7 @@
 //!   `flotilla mcp login <server>`.
 //!
 //! Secrets and tokens stay inside rmcp's types (whose `Debug` redacts them)
-//! and are never formatted into errors: [`auth_error`] keeps rmcp's message,
+//! and are never formatted into errors: `auth_error` keeps rmcp's message,
 //! which names endpoints and OAuth error codes, not credentials.
 
 mod dpop;
