@@ -271,8 +271,8 @@ impl StepJournal {
     }
 
     /// Waits until every entry published before is stored or given up on:
-    /// the answering turn's append (module docs) and the acks of the tool
-    /// results; one without an ack is appended again (awaited).
+    /// the chain of entries appended behind (module docs) and the acks of
+    /// the tool results; one without an ack is appended again (awaited).
     pub async fn settle(&self) {
         let mut unacked = self.unacked.lock().await;
         self.await_tail().await;
