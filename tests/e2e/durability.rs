@@ -36,6 +36,35 @@ async fn stream_off(d: &Deployment, stream: &str) -> (async_nats::jetstream::str
     (config, subjects)
 }
 
+/// Takes the journal stream of `d`'s single worker off its subjects once
+/// the orchestrator and the worker are ready (both declare the topology,
+/// which would undo the outage): every append fails and is retried for
+/// its budget (5 s) before the worker gives it up. Then submits one task
+/// and waits for its report; returns the job's events and the worker's
+/// log at that moment.
+async fn one_task_with_the_journal_off(d: &Deployment) -> (EventLog, String) {
+    d.orchestrator_ready().await;
+    eventually(TIMEOUT, "the worker to be ready", || async {
+        d.workers[0].log().contains("worker ready").then_some(())
+    })
+    .await;
+    stream_off(d, &d.bus.subjects.journal_stream()).await;
+    let mut log = EventLog::subscribe(&d.raw.client, "flotilla.job.>").await;
+    d.submit("a: revenue 10, cost 5").await;
+    log.until(TIMEOUT, "the task's report", |s, v| s.ends_with(".event") && v["event"] == "task_reported").await;
+    let at_report = d.workers[0].log();
+    (log, at_report)
+}
+
+/// The worker's log once it has acked its task (`task finished`).
+async fn log_once_acked(d: &Deployment) -> String {
+    eventually(TIMEOUT, "the task's ack", || async {
+        let text = d.workers[0].log();
+        text.contains("task finished").then_some(text)
+    })
+    .await
+}
+
 fn starts_per_task(log: &EventLog) -> HashMap<String, usize> {
     let mut m = HashMap::new();
     for (s, v) in &log.seen {
@@ -162,30 +191,14 @@ async fn finished_tasks_keep_their_worker_and_free_their_slot_while_reports_wait
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tasks_report_does_not_wait_for_its_journal_and_the_task_is_acked_after_it() {
     let d = Deployment::start(1, |url| TestConfig::demo(url, 1, 0)).await;
-    // Both have declared the topology, which would undo the outage.
-    d.orchestrator_ready().await;
-    eventually(TIMEOUT, "the worker to be ready", || async {
-        d.workers[0].log().contains("worker ready").then_some(())
-    })
-    .await;
-    // The journal stream stops taking journal subjects: every append fails
-    // and is retried for its budget (5 s) before the worker gives it up.
-    stream_off(&d, &d.bus.subjects.journal_stream()).await;
-    let mut log = EventLog::subscribe(&d.raw.client, "flotilla.job.>").await;
-    d.submit("a: revenue 10, cost 5").await;
-    log.until(TIMEOUT, "the task's report", |s, v| s.ends_with(".event") && v["event"] == "task_reported").await;
+    let (mut log, at_report) = one_task_with_the_journal_off(&d).await;
     // The tool-calling turn was given up before the tool ran; the tool
     // result, whose ack the answering turn's append waits for, is still
     // being retried when the report is stored: the report did not wait.
     let given_up = |text: &str| text.matches("step not journaled").count();
-    let at_report = d.workers[0].log();
     assert_eq!(given_up(&at_report), 1, "only the tool-calling turn given up by the report: {at_report}");
     assert!(!at_report.contains("task finished"), "the task is acked only once its journal is settled: {at_report}");
-    let worker_log = eventually(TIMEOUT, "the task's ack", || async {
-        let text = d.workers[0].log();
-        text.contains("task finished").then_some(text)
-    })
-    .await;
+    let worker_log = log_once_acked(&d).await;
     let (gave_up, finished) =
         (worker_log.find("step not journaled").unwrap(), worker_log.find("task finished").unwrap());
     assert!(gave_up < finished);
@@ -197,26 +210,13 @@ async fn a_tasks_report_does_not_wait_for_its_journal_and_the_task_is_acked_afte
 async fn a_turn_of_read_only_calls_is_journaled_behind_the_loop_and_the_task_is_acked_after_it() {
     // The finance type's native `calculate_margin` is read-only.
     let d = Deployment::start(1, |url| TestConfig::demo_native(url, 1, 0)).await;
-    d.orchestrator_ready().await;
-    eventually(TIMEOUT, "the worker to be ready", || async {
-        d.workers[0].log().contains("worker ready").then_some(())
-    })
-    .await;
-    stream_off(&d, &d.bus.subjects.journal_stream()).await;
-    let mut log = EventLog::subscribe(&d.raw.client, "flotilla.job.>").await;
-    d.submit("a: revenue 10, cost 5").await;
-    log.until(TIMEOUT, "the task's report", |s, v| s.ends_with(".event") && v["event"] == "task_reported").await;
+    let (mut log, at_report) = one_task_with_the_journal_off(&d).await;
     // The tool ran and the report was stored while the tool-calling turn's
     // append was still retried (5 s): nothing waited for it.
-    let at_report = d.workers[0].log();
     assert_eq!(at_report.matches("step not journaled").count(), 0, "{at_report}");
     assert!(!at_report.contains("task finished"), "the task is acked only once its journal is settled: {at_report}");
     // Given up in the loop's order, the turn first, both before the ack.
-    let worker_log = eventually(TIMEOUT, "the task's ack", || async {
-        let text = d.workers[0].log();
-        text.contains("task finished").then_some(text)
-    })
-    .await;
+    let worker_log = log_once_acked(&d).await;
     let finished = worker_log.find("task finished").unwrap();
     let given_up: Vec<&str> = worker_log[..finished]
         .lines()

@@ -235,23 +235,16 @@ impl StepJournal {
         let entry = self.entry(Record::Step { step: step.clone() });
         // None of these carries its event: it goes out right behind the entry.
         match step {
-            // Behind a read-only turn still being appended, not before it.
-            Step::ToolResult { .. } if self.appending_behind() => {
-                self.append_behind(entry, true).await;
-                false
-            }
             Step::ToolResult { .. } => {
-                self.append_unacked(entry).await;
+                self.append_result(entry).await;
                 false
             }
-            Step::Turn { message: ChatMessage::Assistant { tool_calls, .. }, .. } if tool_calls.is_empty() => {
-                self.append_behind(entry, false).await;
-                false
-            }
+            // The answering turn (no calls; nothing is appended behind it, so
+            // its ack is not waited for) or a turn of read-only calls.
             Step::Turn { message: ChatMessage::Assistant { tool_calls, .. }, .. }
                 if tool_calls.iter().all(|c| self.tools.read_only(&c.name)) =>
             {
-                self.append_behind(entry, true).await;
+                self.append_behind(entry, !tool_calls.is_empty()).await;
                 false
             }
             Step::Turn { .. } => {
@@ -307,12 +300,6 @@ impl StepJournal {
         }));
     }
 
-    /// Whether entries are being appended behind: a tool result then joins
-    /// the chain, so it is never stored before its turn.
-    fn appending_behind(&self) -> bool {
-        self.tail.lock().unwrap_or_else(|e| e.into_inner()).is_some()
-    }
-
     /// Waits for the chain of entries appended behind, if any; called with
     /// `unacked` held, so no entry overtakes them.
     async fn await_tail(&self) {
@@ -328,10 +315,14 @@ impl StepJournal {
 
     /// Publishes a tool result's entry and keeps its ack for the next
     /// append (module docs); one that cannot be published is appended at
-    /// once.
-    async fn append_unacked(&self, entry: JournalEntry) {
+    /// once. While entries are appended behind (a turn of read-only calls
+    /// before it) it joins their chain instead, so it is never stored
+    /// before its turn.
+    async fn append_result(self: &Arc<Self>, entry: JournalEntry) {
+        if self.tail.lock().unwrap_or_else(|e| e.into_inner()).is_some() {
+            return self.append_behind(entry, true).await;
+        }
         let mut unacked = self.unacked.lock().await;
-        self.await_tail().await;
         match self.journal.append(&self.key, &entry, false, None).await {
             Ok(appended) => unacked.push((entry, appended)),
             Err(_) => {

@@ -453,8 +453,8 @@ async fn report(
 const REPORT_STORE_BUDGET: Duration = Duration::from_secs(30);
 
 /// Stores the report, then acks the task once the attempt's journal is
-/// written (the answering turn goes out while the report is stored,
-/// workers/src/journal.rs); a report that cannot be stored within
+/// written (the entries appended behind the loop go out while the report is
+/// stored, workers/src/journal.rs); a report that cannot be stored within
 /// [`REPORT_STORE_BUDGET`], or before a drain's grace runs out, hands the
 /// task back for a redelivery, which resumes from that journal.
 async fn store_report_and_ack(

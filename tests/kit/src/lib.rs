@@ -87,18 +87,15 @@ where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
 {
-    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
-    loop {
-        if accepts().await {
-            return;
-        }
+    eventually(std::time::Duration::from_secs(20), &format!("{what} to accept connections"), || {
         if let Ok(Some(status)) = child.try_wait() {
             let text = std::fs::read_to_string(log).unwrap_or_default();
             panic!("{what} exited with {status} before it accepted connections; its log:\n{text}");
         }
-        assert!(tokio::time::Instant::now() < deadline, "timed out after 20s waiting for {what} to accept connections");
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+        let accepted = accepts();
+        async move { accepted.await.then_some(()) }
+    })
+    .await
 }
 
 /// Polls `check` until it returns `Some` or `timeout` passes (for external
