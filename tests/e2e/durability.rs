@@ -190,6 +190,8 @@ async fn finished_tasks_keep_their_worker_and_free_their_slot_while_reports_wait
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tasks_report_does_not_wait_for_its_journal_and_the_task_is_acked_after_it() {
+    // The demo's MCP `gross_margin`: its server's `readOnlyHint` is no
+    // operator's word, so the turn calling it is awaited.
     let d = Deployment::start(1, |url| TestConfig::demo(url, 1, 0)).await;
     let (mut log, at_report) = one_task_with_the_journal_off(&d).await;
     // The tool-calling turn was given up before the tool ran; the tool
@@ -210,13 +212,43 @@ async fn a_tasks_report_does_not_wait_for_its_journal_and_the_task_is_acked_afte
 async fn a_turn_of_read_only_calls_is_journaled_behind_the_loop_and_the_task_is_acked_after_it() {
     // The finance type's native `calculate_margin` is read-only.
     let d = Deployment::start(1, |url| TestConfig::demo_native(url, 1, 0)).await;
-    let (mut log, at_report) = one_task_with_the_journal_off(&d).await;
+    assert_journaled_behind_the_loop(&d).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_mcp_tool_the_operator_lists_as_read_only_is_journaled_behind_the_loop() {
+    // The demo's MCP `gross_margin`, listed by the operator. Its server
+    // annotates it `readOnlyHint`, which alone changes nothing:
+    // `a_tasks_report_does_not_wait_for_its_journal_and_the_task_is_acked_after_it`
+    // runs the same tool unlisted, and its turn is awaited.
+    let d = Deployment::start(1, |url| {
+        let mut c = TestConfig::demo(url, 1, 0);
+        c.section_replace(
+            "[mcp_servers.finance]\n",
+            "[mcp_servers.finance]\nread_only_tools = [\"gross_margin\", \"grossmargin\"]\n",
+        );
+        c
+    })
+    .await;
+    assert_journaled_behind_the_loop(&d).await;
+    // A listed name the server does not offer (a typo) is named at discovery.
+    let log = d.workers[0].log();
+    let warning = log.lines().find(|l| l.contains("read_only_tools names a tool this server does not offer"));
+    assert!(warning.is_some_and(|l| l.contains("grossmargin") && l.contains("gross_margin")), "{log}");
+}
+
+/// One task's tool-calling turn and tool result appended behind the loop
+/// while the journal stream is off: the report is stored with no entry
+/// given up yet (an awaited turn is given up after 5 s, before its tool
+/// runs), then both are given up in the loop's order before the task's ack.
+async fn assert_journaled_behind_the_loop(d: &Deployment) {
+    let (mut log, at_report) = one_task_with_the_journal_off(d).await;
     // The tool ran and the report was stored while the tool-calling turn's
     // append was still retried (5 s): nothing waited for it.
     assert_eq!(at_report.matches("step not journaled").count(), 0, "{at_report}");
     assert!(!at_report.contains("task finished"), "the task is acked only once its journal is settled: {at_report}");
     // Given up in the loop's order, the turn first, both before the ack.
-    let worker_log = log_once_acked(&d).await;
+    let worker_log = log_once_acked(d).await;
     let finished = worker_log.find("task finished").unwrap();
     let given_up: Vec<&str> = worker_log[..finished]
         .lines()

@@ -95,8 +95,11 @@ fn refused(message: String, code: &str) -> CallToolResult {
 #[tool_router]
 impl FinanceTools {
     /// Gross margin `(revenue - cost) / revenue`, rounded to 4 decimals.
-    #[tool(description = "Calculate gross margin (revenue - cost) / revenue, rounded to 4 decimals. \
-                          Revenue must be greater than zero.")]
+    #[tool(
+        description = "Calculate gross margin (revenue - cost) / revenue, rounded to 4 decimals. \
+                       Revenue must be greater than zero.",
+        annotations(read_only_hint = true)
+    )]
     fn gross_margin(&self, Parameters(MarginArgs { revenue, cost }): Parameters<MarginArgs>) -> CallToolResult {
         match crate::gross_margin(revenue, cost) {
             Ok(m) => ok_number(json!(m)),

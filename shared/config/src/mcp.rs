@@ -9,7 +9,7 @@
 //! header values and the bearer token are read from named environment
 //! variables when the session opens.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -64,6 +64,13 @@ pub struct RawMcpServer {
     /// newest one's probe; absent: `server/discover` at 2026-07-28, falling
     /// back to `initialize` (docs/MCP.md "Protocol revisions").
     pub protocol_version: Option<String>,
+    /// Tools of this server, by the names the server lists them under
+    /// (without the `<server>_` prefix), that the operator vouches change
+    /// nothing outside their result: a model turn calling only these (and
+    /// other read-only tools) is journaled without waiting for the stream's
+    /// ack before the calls run (docs/RELIABILITY.md, "Step journal"). A
+    /// server's own `readOnlyHint` never counts. Default: none.
+    pub read_only_tools: Vec<String>,
 }
 
 /// Revisions `protocol_version` may pin, newest first. 2026-07-28 has no
@@ -467,6 +474,8 @@ pub struct McpServerSettings {
     /// The one protocol revision to speak (one of [`PROTOCOL_VERSIONS`]);
     /// `None`: negotiate, newest first.
     pub protocol_version: Option<String>,
+    /// Tools (by their names on the server) the operator declared read-only.
+    pub read_only_tools: BTreeSet<String>,
 }
 
 /// What is wrong with one server's config: the dotted key and why.
@@ -594,6 +603,16 @@ pub fn validate(name: &str, raw: RawMcpServer, base: &Path) -> Result<McpServerS
             format!("unknown revision {v:?}: use one of {} or leave it out to negotiate", PROTOCOL_VERSIONS.join(", ")),
         ));
     }
+    let mut read_only_tools = BTreeSet::new();
+    for tool in raw.read_only_tools {
+        if tool.trim().is_empty() || tool.trim() != tool {
+            return Err(problem(
+                "read_only_tools",
+                format!("{tool:?} is not a tool name: list the names the server's tools/list gives, e.g. [\"search\"]"),
+            ));
+        }
+        read_only_tools.insert(tool);
+    }
     Ok(McpServerSettings {
         name: name.to_string(),
         transport,
@@ -603,6 +622,7 @@ pub fn validate(name: &str, raw: RawMcpServer, base: &Path) -> Result<McpServerS
         prefix: raw.prefix.unwrap_or(true),
         required: raw.required,
         protocol_version: raw.protocol_version,
+        read_only_tools,
     })
 }
 
@@ -673,6 +693,14 @@ mod tests {
     }
 
     #[test]
+    fn read_only_tools_are_the_operators_list_and_none_by_default() {
+        assert!(validate("a", stdio(), Path::new(".")).unwrap().read_only_tools.is_empty());
+        let raw = RawMcpServer { read_only_tools: vec!["search".into(), "fetch".into(), "search".into()], ..stdio() };
+        let s = validate("a", raw, Path::new(".")).unwrap();
+        assert_eq!(s.read_only_tools.iter().map(String::as_str).collect::<Vec<_>>(), ["fetch", "search"]);
+    }
+
+    #[test]
     fn errors_name_the_key() {
         let cases = [
             (RawMcpServer::default(), "mcp_servers.a.transport"),
@@ -699,6 +727,11 @@ mod tests {
             (RawMcpServer { env: [("A=B".to_string(), "1".to_string())].into(), ..stdio() }, "mcp_servers.a.env"),
             (RawMcpServer { transport: Some("stdio".into()), ..Default::default() }, "mcp_servers.a.command"),
             (RawMcpServer { protocol_version: Some("2024-10-07".into()), ..stdio() }, "mcp_servers.a.protocol_version"),
+            (
+                RawMcpServer { read_only_tools: vec!["search".into(), "".into()], ..stdio() },
+                "mcp_servers.a.read_only_tools",
+            ),
+            (RawMcpServer { read_only_tools: vec![" search".into()], ..stdio() }, "mcp_servers.a.read_only_tools"),
         ];
         for (raw, key) in cases {
             let p = validate("a", raw.clone(), Path::new(".")).unwrap_err();

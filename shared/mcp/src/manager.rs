@@ -177,6 +177,14 @@ impl ServerConn {
             }
         };
         let n = tools.len();
+        for missing in self.settings.read_only_tools.iter().filter(|name| !tools.iter().any(|t| t.name == **name)) {
+            tracing::warn!(
+                server = %self.settings.name,
+                tool = %missing,
+                offered = %tools.iter().map(|t| t.name.as_ref()).collect::<Vec<_>>().join(", "),
+                "read_only_tools names a tool this server does not offer"
+            );
+        }
         self.state().tools = Some(tools);
         Ok(n)
     }

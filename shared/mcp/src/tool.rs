@@ -50,6 +50,12 @@ impl Tool for McpTool {
         self.spec.clone()
     }
 
+    /// Only when the operator listed it in the server's `read_only_tools`;
+    /// the server's own `readOnlyHint` is its claim, not the operator's.
+    fn read_only(&self) -> bool {
+        self.conn.settings.read_only_tools.contains(&self.remote_name)
+    }
+
     async fn call(&self, ctx: &ToolContext, args: Value) -> Result<Value, ToolError> {
         self.call_with_artifact(ctx, args).await.0
     }

@@ -227,8 +227,9 @@ pub trait Tool: Send + Sync {
     /// effect a first run did not have. A worker journals a model turn that
     /// calls only such tools without waiting for the stream's ack before
     /// the calls run (docs/RELIABILITY.md, "Step journal"): a replay under
-    /// the same idempotency key protects nothing for them. Default: no, as
-    /// for every MCP tool (a server's `readOnlyHint` is its own claim).
+    /// the same idempotency key protects nothing for them. Default: no; an
+    /// MCP tool only when the operator lists it in its server's
+    /// `read_only_tools` (a server's `readOnlyHint` is its own claim).
     fn read_only(&self) -> bool {
         false
     }
