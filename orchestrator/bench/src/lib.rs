@@ -14,7 +14,10 @@
 //! - `overhead`: per-task orchestration overhead, dispatch -> report, with a
 //!   zero-latency model: one task at a time, p50/p99 over `--tasks` tasks;
 //!   then the NATS floor on the same server (tests/kit/src/floor.rs) and the
-//!   p50 as a multiple of a JetStream publish-ack.
+//!   p50 as a multiple of a JetStream publish-ack; then two paired runs:
+//!   with and without OTLP export (`tracing_cost`), and a task calling an
+//!   MCP tool with its turn stored before the call and with the tool
+//!   listed read-only (`write_ahead`).
 //! - `throughput`: `--tasks` tasks published at once, tasks/s with 1 and 2 workers.
 //! - `fanout`: a whole job of 20 parallel tasks through the planner with
 //!   200 ms per model call and 4 workers (ideal 1.0 s: 3 planner + 2 subagent calls).
@@ -40,6 +43,7 @@ mod resume;
 mod scale;
 mod setup;
 mod tracing_cost;
+mod write_ahead;
 
 use std::time::{Duration, Instant};
 
@@ -136,6 +140,21 @@ pub async fn run(args: &Options) -> anyhow::Result<Vec<Row>> {
             "cost of OTLP export per task (p50 on / p50 off - 1)".into(),
             format!("{:+.1} %", (on.as_secs_f64() / off.as_secs_f64() - 1.0) * 100.0),
             "< 5 %".into(),
+        ));
+        // A task whose tool has effects, whose tool-calling turn is stored
+        // before the call runs, beside the same task with the tool listed
+        // read-only, their tasks alternating.
+        let (awaited, listed) = write_ahead::measure(args.tasks).await?;
+        let (awaited, listed) = (pct(&awaited, 50.0), pct(&listed, 50.0));
+        rows.push((
+            "dispatch -> report, p50, MCP tool, its turn stored before the call (paired run)".into(),
+            ms(awaited),
+            String::new(),
+        ));
+        rows.push((
+            "dispatch -> report, p50, MCP tool listed in read_only_tools (paired run)".into(),
+            ms(listed),
+            String::new(),
         ));
     }
     if wanted(args, "throughput") {
@@ -253,6 +272,29 @@ where
         .await?
         .ok_or_else(|| anyhow::anyhow!("report stream ended"))?;
     Ok(started.elapsed())
+}
+
+/// Dispatch -> report latencies of `n` sequential tasks on two rigs at
+/// once, their tasks alternating so both see the same moments of a noisy
+/// machine: (on `a`, on `b`), each sorted.
+pub(crate) async fn paired(a: &Rig, b: &Rig, n: usize) -> anyhow::Result<(Vec<Duration>, Vec<Duration>)> {
+    let ty = SubagentType::new("finance")?;
+    let (job_a, job_b) = (JobId::new(), JobId::new());
+    let mut reports_a = Box::pin(a.bus().reports().live_of_job(&Default::default(), &job_a).await?);
+    let mut reports_b = Box::pin(b.bus().reports().live_of_job(&Default::default(), &job_b).await?);
+    let (mut lat_a, mut lat_b) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    for i in 0..n + OVERHEAD_WARM_UP {
+        for (rig, job, reports, out) in [(a, job_a, &mut reports_a, &mut lat_a), (b, job_b, &mut reports_b, &mut lat_b)]
+        {
+            let took = dispatch_to_report(rig, job, &ty, reports).await?;
+            if i >= OVERHEAD_WARM_UP {
+                out.push(took);
+            }
+        }
+    }
+    lat_a.sort();
+    lat_b.sort();
+    Ok((lat_a, lat_b))
 }
 
 /// Tasks per second with `n` tasks published at once.

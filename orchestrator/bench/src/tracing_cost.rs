@@ -9,8 +9,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use flotilla_protocol::ids::{JobId, SubagentType};
-
 use crate::setup::Rig;
 
 /// An OTLP/HTTP collector that accepts and drops every export; counts the
@@ -55,25 +53,9 @@ pub async fn overhead_paired(n: usize) -> anyhow::Result<(Vec<Duration>, Vec<Dur
     let sink = Sink::start().await?;
     let off = Rig::start(1, 4, 0).await?;
     let on = Rig::start_exporting(1, 4, 0, &sink.url).await?;
-    let ty = SubagentType::new("finance")?;
-    let (job_off, job_on) = (JobId::new(), JobId::new());
-    let mut reports_off = Box::pin(off.bus().reports().live_of_job(&Default::default(), &job_off).await?);
-    let mut reports_on = Box::pin(on.bus().reports().live_of_job(&Default::default(), &job_on).await?);
-    let (mut lat_off, mut lat_on) = (Vec::with_capacity(n), Vec::with_capacity(n));
-    for i in 0..n + crate::OVERHEAD_WARM_UP {
-        for (rig, job, reports, out) in
-            [(&off, job_off, &mut reports_off, &mut lat_off), (&on, job_on, &mut reports_on, &mut lat_on)]
-        {
-            let took = crate::dispatch_to_report(rig, job, &ty, reports).await?;
-            if i >= crate::OVERHEAD_WARM_UP {
-                out.push(took);
-            }
-        }
-    }
+    let (lat_off, lat_on) = crate::paired(&off, &on, n).await?;
     let requests = sink.requests();
     off.stop();
     on.stop();
-    lat_off.sort();
-    lat_on.sort();
     Ok((lat_off, lat_on, requests))
 }

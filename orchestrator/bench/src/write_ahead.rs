@@ -1,0 +1,54 @@
+//! What the write-ahead of a tool-calling turn costs a task: the
+//! `overhead` scenario's dispatch -> report latency on two rigs side by
+//! side whose finance type calls the demo's MCP `gross_margin` (the
+//! `finance-tools` server over stdio, one persistent session). On one the
+//! tool is an MCP tool like any other, so the turn calling it is stored
+//! before the call runs (docs/RELIABILITY.md, "Step journal"); on the other
+//! the operator lists it in `[mcp_servers.finance] read_only_tools`, so
+//! the turn is journaled behind the loop. Their tasks alternate, so both
+//! see the same moments of a noisy machine.
+
+use std::time::Duration;
+
+use flotilla_testkit::TestConfig;
+
+use crate::setup::{self, FinanceModel, Rig};
+
+/// The finance subagent: one `gross_margin` call on the task's numbers,
+/// then its result.
+const SCRIPT: &str = r#"
+[vars]
+nums = "captures(input, 'revenue (-?[0-9]+(?:[.][0-9]+)?), cost (-?[0-9]+(?:[.][0-9]+)?)')"
+[[turns]]
+[[turns.calls]]
+tool = "finance_gross_margin"
+args = '{"revenue": {{ nums[0][1] }}, "cost": {{ nums[0][2] }}}'
+[[turns]]
+content = "{{ last[0].value }}"
+"#;
+
+/// A one-worker rig whose finance type calls the MCP tool, listed
+/// read-only or not.
+async fn rig(read_only: bool) -> anyhow::Result<Rig> {
+    let server = flotilla_testkit::proc::bin("finance-tools");
+    let listed = if read_only { "read_only_tools = [\"gross_margin\"]\n" } else { "" };
+    let extra = format!("[mcp_servers.finance]\ncommand = \"{}\"\nrequired = true\n{listed}", server.display());
+    let planner = setup::planner(0);
+    Rig::launch(1, |url| {
+        let mut c: TestConfig = setup::config_with(url, &planner, FinanceModel::Scripted(SCRIPT), 4, &extra);
+        c.section_replace("tools = [\"calculate_margin\"]", "tools = [\"mcp:finance/gross_margin\"]");
+        c
+    })
+    .await
+}
+
+/// Sorted dispatch -> report latencies of `n` tasks each: (the turn
+/// awaited, the tool listed read-only).
+pub async fn measure(n: usize) -> anyhow::Result<(Vec<Duration>, Vec<Duration>)> {
+    let awaited = rig(false).await?;
+    let listed = rig(true).await?;
+    let latencies = crate::paired(&awaited, &listed, n).await?;
+    awaited.stop();
+    listed.stop();
+    Ok(latencies)
+}
