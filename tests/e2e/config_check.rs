@@ -77,8 +77,9 @@ async fn an_unknown_tool_in_a_subagent_type_is_named_with_its_key() {
 }
 
 /// What a worker checks only as it builds a type, checked before any worker
-/// starts: a `stop_at_tools` entry naming no tool of the type, and an
-/// `output_schema` that is no JSON Schema, each named with its key.
+/// starts: a `stop_at_tools` entry naming no tool of the type, an
+/// `output_schema` that is no JSON Schema, and a server's `read_only_tools`
+/// naming a tool it does not offer, each named with its key.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_check_a_worker_makes_at_start_is_made_before_it_starts() {
     let mut config = TestConfig::demo("nats://127.0.0.1:4222", 1, 0);
@@ -98,6 +99,38 @@ async fn a_check_a_worker_makes_at_start_is_made_before_it_starts() {
     assert_eq!(found.len(), 1, "{found:?}");
     assert_eq!(found[0].0, "subagents.finance.output_schema");
     assert!(found[0].1.starts_with("not a JSON Schema"), "{found:?}");
+
+    // A read-only listing naming a tool the server does not offer (the
+    // model's name, with the prefix, instead of the server's).
+    config.section_replace("output_schema = { type = 42 }\n", "");
+    config.section_replace(
+        "[mcp_servers.finance]\n",
+        "[mcp_servers.finance]\nread_only_tools = [\"finance_gross_margin\"]\n",
+    );
+    let (code, out, _) = check(&config.write(), &["--json", "config", "check"], &[]);
+    assert_eq!(code, 2, "{out}");
+    let found = problems(&out);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].0, "mcp_servers.finance.read_only_tools");
+    assert!(
+        found[0].1.contains("names finance_gross_margin") && found[0].1.contains("offers: add, gross_margin"),
+        "{found:?}"
+    );
+    config.section_replace("read_only_tools = [\"finance_gross_margin\"]", "read_only_tools = [\"gross_margin\"]");
+    let (code, out, _) = check(&config.write(), &["config", "check"], &[]);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains(
+            "ok      mcp_servers.finance.read_only_tools: journaled without waiting for the ack: gross_margin"
+        ),
+        "{out}"
+    );
+    // `flotilla mcp tools` shows which tools the listing covers.
+    let (code, out, err) = check(&config.write(), &["mcp", "tools", "finance"], &[]);
+    assert_eq!(code, 0, "{err}");
+    let line = |name: &str| out.lines().find(|l| l.starts_with(&format!("{name}  "))).unwrap_or_default().to_string();
+    assert!(line("gross_margin").ends_with("read-only: listed in read_only_tools"), "{out}");
+    assert!(!line("add").contains("read-only") && !line("add").is_empty(), "{out}");
 }
 
 /// A stdio MCP server whose command is not there: named with the path and

@@ -3,8 +3,9 @@
 //! workers, so what works here works for a subagent:
 //!
 //! - `flotilla mcp tools <server>`: names, descriptions and input schemas as
-//!   the server lists them (add `--json` for `{"tools": [...]}`, the shape of
-//!   MCP's tools/list result);
+//!   the server lists them, and which the config lists in `read_only_tools`
+//!   (add `--json` for `{"tools": [...]}`, the shape of MCP's tools/list
+//!   result);
 //! - `flotilla mcp call <server> <tool> '<json args>'`: the raw result
 //!   (content, isError, structuredContent); exit code 1 when isError, 2 when
 //!   the server could not be reached or refused the request;
@@ -87,7 +88,9 @@ pub async fn run(settings: &Settings, tenant: &Tenant, args: Args, json: bool) -
                 for t in &tools {
                     let exposed =
                         if conn.settings.prefix { format!("{server}_{}", t.name) } else { t.name.to_string() };
-                    outln!("{}  (model sees: {exposed})", t.name)?;
+                    let listed = conn.settings.read_only_tools.contains(t.name.as_ref());
+                    let read_only = if listed { "  read-only: listed in read_only_tools" } else { "" };
+                    outln!("{}  (model sees: {exposed}){read_only}", t.name)?;
                     if let Some(d) = &t.description {
                         outln!("  {d}")?;
                     }

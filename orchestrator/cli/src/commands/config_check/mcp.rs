@@ -31,7 +31,7 @@ pub async fn check(settings: &Settings, names: &BTreeSet<String>) -> Vec<Check> 
     let mut down = missing;
     for (name, result) in hub.discover(&tried).await {
         match result {
-            Ok(_) => checks.push(listed(&hub, &name)),
+            Ok(_) => checks.extend(listed(settings, &hub, &name)),
             Err(e) => {
                 checks.push(unavailable(&name, &e));
                 down.insert(name);
@@ -92,10 +92,33 @@ fn normalize(path: &Path) -> PathBuf {
 }
 
 /// A server that started: its tools as the server names them.
-fn listed(hub: &McpHub, name: &str) -> Check {
+fn listed(settings: &Settings, hub: &McpHub, name: &str) -> Vec<Check> {
     let tools: Vec<String> =
         hub.server(name).ok().and_then(|c| c.tools()).unwrap_or_default().iter().map(|t| t.name.to_string()).collect();
-    Check::ok(format!("mcp_servers.{name}"), format!("started; lists {} tools: {}", tools.len(), tools.join(", ")))
+    let mut checks = vec![Check::ok(
+        format!("mcp_servers.{name}"),
+        format!("started; lists {} tools: {}", tools.len(), tools.join(", ")),
+    )];
+    let read_only = settings.mcp_servers.get(name).map(|s| &s.read_only_tools);
+    if let Some(listed) = read_only.filter(|l| !l.is_empty()) {
+        let key = format!("mcp_servers.{name}.read_only_tools");
+        let unknown: Vec<&str> = listed.iter().filter(|t| !tools.contains(t)).map(String::as_str).collect();
+        checks.push(if unknown.is_empty() {
+            let names: Vec<&str> = listed.iter().map(String::as_str).collect();
+            Check::ok(key, format!("journaled without waiting for the ack: {}", names.join(", ")))
+        } else {
+            Check::problem(
+                key,
+                format!(
+                    "names {}, which the server does not list (it offers: {})",
+                    unknown.join(", "),
+                    tools.join(", ")
+                ),
+                "use the names `flotilla mcp tools` prints before \"(model sees: ...)\", or drop the entry",
+            )
+        });
+    }
+    checks
 }
 
 /// A server that did not start or list its tools.
