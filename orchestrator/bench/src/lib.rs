@@ -87,6 +87,7 @@ pub async fn run(args: &Options) -> anyhow::Result<Vec<Row>> {
     flotilla_testkit::nats::check_program().map_err(|why| anyhow::anyhow!("flotilla bench: {why}"))?;
     let mut rows: Vec<Row> = Vec::new();
     if wanted(args, "overhead") {
+        let finance_tools = write_ahead::server()?;
         let rig = Rig::start(1, 4, 0).await?;
         let before = rig.nats().sent_by_connection().await;
         let lat = overhead(&rig, args.tasks).await?;
@@ -144,7 +145,7 @@ pub async fn run(args: &Options) -> anyhow::Result<Vec<Row>> {
         // A task whose tool has effects, whose tool-calling turn is stored
         // before the call runs, beside the same task with the tool listed
         // read-only, their tasks alternating.
-        let (awaited, listed) = write_ahead::measure(args.tasks).await?;
+        let (awaited, listed) = write_ahead::measure(&finance_tools, args.tasks).await?;
         let (awaited, listed) = (pct(&awaited, 50.0), pct(&listed, 50.0));
         rows.push((
             "dispatch -> report, p50, MCP tool, its turn stored before the call (paired run)".into(),

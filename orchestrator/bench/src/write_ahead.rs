@@ -8,6 +8,7 @@
 //! the turn is journaled behind the loop. Their tasks alternate, so both
 //! see the same moments of a noisy machine.
 
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use flotilla_testkit::TestConfig;
@@ -27,10 +28,22 @@ args = '{"revenue": {{ nums[0][1] }}, "cost": {{ nums[0][2] }}}'
 content = "{{ last[0].value }}"
 "#;
 
-/// A one-worker rig whose finance type calls the MCP tool, listed
-/// read-only or not.
-async fn rig(read_only: bool) -> anyhow::Result<Rig> {
-    let server = flotilla_testkit::proc::bin("finance-tools");
+/// The `finance-tools` MCP server beside this binary, or why the rows
+/// cannot be measured; checked before the scenario starts anything.
+pub fn server() -> anyhow::Result<PathBuf> {
+    let server = std::env::current_exe()?.with_file_name("finance-tools");
+    anyhow::ensure!(
+        server.is_file(),
+        "flotilla bench: the overhead scenario's MCP rows need the finance-tools MCP server beside this binary \
+         ({} not found): build it with `cargo build --release --bins`",
+        server.display()
+    );
+    Ok(server)
+}
+
+/// A one-worker rig whose finance type calls the MCP tool of `server`,
+/// listed read-only or not.
+async fn rig(server: &Path, read_only: bool) -> anyhow::Result<Rig> {
     let listed = if read_only { "read_only_tools = [\"gross_margin\"]\n" } else { "" };
     let extra = format!("[mcp_servers.finance]\ncommand = \"{}\"\nrequired = true\n{listed}", server.display());
     let planner = setup::planner(0);
@@ -44,9 +57,9 @@ async fn rig(read_only: bool) -> anyhow::Result<Rig> {
 
 /// Sorted dispatch -> report latencies of `n` tasks each: (the turn
 /// awaited, the tool listed read-only).
-pub async fn measure(n: usize) -> anyhow::Result<(Vec<Duration>, Vec<Duration>)> {
-    let awaited = rig(false).await?;
-    let listed = rig(true).await?;
+pub async fn measure(server: &Path, n: usize) -> anyhow::Result<(Vec<Duration>, Vec<Duration>)> {
+    let awaited = rig(server, false).await?;
+    let listed = rig(server, true).await?;
     let latencies = crate::paired(&awaited, &listed, n).await?;
     awaited.stop();
     listed.stop();
