@@ -253,15 +253,7 @@ async fn assert_journaled_behind_the_loop(d: &Deployment) {
     let given_up: Vec<&str> = worker_log[..finished]
         .lines()
         .filter(|l| l.contains("step not journaled"))
-        .map(|l| {
-            if l.contains("model_turn") {
-                "model_turn"
-            } else if l.contains("tool_result") {
-                "tool_result"
-            } else {
-                l
-            }
-        })
+        .map(|l| ["model_turn", "tool_result"].into_iter().find(|entry| l.contains(entry)).unwrap_or(l))
         .collect();
     assert_eq!(given_up, ["model_turn", "tool_result"], "{worker_log}");
     assert_eq!(log.job_end(TIMEOUT).await["event"], "completed");

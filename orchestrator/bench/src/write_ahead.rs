@@ -11,22 +11,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use flotilla_testkit::TestConfig;
-
 use crate::setup::{self, FinanceModel, Rig};
-
-/// The finance subagent: one `gross_margin` call on the task's numbers,
-/// then its result.
-const SCRIPT: &str = r#"
-[vars]
-nums = "captures(input, 'revenue (-?[0-9]+(?:[.][0-9]+)?), cost (-?[0-9]+(?:[.][0-9]+)?)')"
-[[turns]]
-[[turns.calls]]
-tool = "finance_gross_margin"
-args = '{"revenue": {{ nums[0][1] }}, "cost": {{ nums[0][2] }}}'
-[[turns]]
-content = "{{ last[0].value }}"
-"#;
 
 /// The `finance-tools` MCP server beside this binary, or why the rows
 /// cannot be measured; checked before the scenario starts anything.
@@ -46,9 +31,9 @@ pub fn server() -> anyhow::Result<PathBuf> {
 async fn rig(server: &Path, read_only: bool) -> anyhow::Result<Rig> {
     let listed = if read_only { "read_only_tools = [\"gross_margin\"]\n" } else { "" };
     let extra = format!("[mcp_servers.finance]\ncommand = \"{}\"\nrequired = true\n{listed}", server.display());
-    let planner = setup::planner(0);
+    let (planner, finance) = (setup::planner(0), flotilla_testkit::scripts::finance_gross_margin(0));
     Rig::launch(1, |url| {
-        let mut c: TestConfig = setup::config_with(url, &planner, FinanceModel::Scripted(SCRIPT), 4, &extra);
+        let mut c = setup::config_with(url, &planner, FinanceModel::Scripted(&finance), 4, &extra);
         c.section_replace("tools = [\"calculate_margin\"]", "tools = [\"mcp:finance/gross_margin\"]");
         c
     })

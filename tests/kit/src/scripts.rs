@@ -1,7 +1,7 @@
 //! Scripted models (format: docs/SCRIPTED.md) and their inputs shared by the
 //! e2e tests and `flotilla bench`: a finance subagent that calls the native
-//! `calculate_margin` tool, a planner that maps it over an uploaded JSONL
-//! file, and that file's items.
+//! `calculate_margin` tool (or the demo MCP server's `gross_margin`), a
+//! planner that maps it over an uploaded JSONL file, and that file's items.
 
 /// One `map_tasks` call over `/inputs/regions.jsonl`; the answer is its
 /// aggregate result, or the error the planner got.
@@ -14,23 +14,36 @@ args = '''{"subagent_type": "finance", "items": "/inputs/regions.jsonl", "descri
 content = "{% if last[0].ok %}{{ last[0].value | tojson }}{% else %}map failed: {{ last[0].error.message }}{% endif %}"
 "#;
 
-/// The finance subagent of [`finance_margin`], `{latency}` standing for its latency.
+/// The finance subagent of [`finance_margin`] and [`finance_gross_margin`],
+/// `{latency}` standing for its latency, `{tool}` for the tool it calls and
+/// `{margin}` for where the margin is in that tool's result.
 const FINANCE_MARGIN: &str = r#"
 latency_ms = {latency}
 [vars]
 nums = "captures(input, 'revenue (-?[0-9]+(?:[.][0-9]+)?), cost (-?[0-9]+(?:[.][0-9]+)?)')"
 [[turns]]
 [[turns.calls]]
-tool = "calculate_margin"
+tool = "{tool}"
 args = '{"revenue": {{ nums[0][1] }}, "cost": {{ nums[0][2] }}}'
 [[turns]]
-content = "{{ last[0].value.margin }}"
+content = "{{ {margin} }}"
 "#;
+
+fn finance(latency_ms: u64, tool: &str, margin: &str) -> String {
+    FINANCE_MARGIN.replace("{latency}", &latency_ms.to_string()).replace("{tool}", tool).replace("{margin}", margin)
+}
 
 /// A finance subagent whose every model call takes `latency_ms`: one
 /// `calculate_margin` call on the task's revenue and cost, then the margin.
 pub fn finance_margin(latency_ms: u64) -> String {
-    FINANCE_MARGIN.replace("{latency}", &latency_ms.to_string())
+    finance(latency_ms, "calculate_margin", "last[0].value.margin")
+}
+
+/// [`finance_margin`] calling the demo MCP server's `gross_margin` instead
+/// (as `finance_gross_margin`, the server's prefix), whose result is the
+/// margin itself.
+pub fn finance_gross_margin(latency_ms: u64) -> String {
+    finance(latency_ms, "finance_gross_margin", "last[0].value")
 }
 
 /// `n` JSONL items for [`MAP_PLANNER`]: region `r<i>` with revenue
